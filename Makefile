@@ -1,0 +1,39 @@
+# gpuplan — set-up and checks. Every target creates .venv and installs what it needs, so each
+# works on a fresh Debian 12 machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+
+.PHONY: demo test bench lint clean
+
+$(BIN)/python:
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  echo "python3 -m venv failed; installing python3-venv"; \
+	  apt-get update -qq && apt-get install -y -qq python3-venv python3-pip >/dev/null && \
+	  $(PYTHON) -m venv $(VENV); }
+	@$(PIP) install -q --upgrade pip
+
+$(VENV)/.core: $(BIN)/python pyproject.toml
+	$(PIP) install -q -e .
+	@touch $@
+
+$(VENV)/.test: $(VENV)/.core
+	$(PIP) install -q -e '.[test]'
+	@touch $@
+
+demo: $(VENV)/.core
+	$(BIN)/gpuplan compare --scenario philly-default --policies fifo,fifo-backfill,srtf,srsf
+
+test: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.test
+	$(BIN)/python -m tests.bench
+
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,341 @@
+"""The scheduler loop: event -> state update -> policy -> diff into actions -> executor.
+
+One loop drives every executor. The engine owns job *lifecycle* (pending / running / finished,
+allocations, counters, which nodes are usable and which GPUs are free) and records metrics
+(GPU-time, QL/CE/BI samples, decision latency). The executor owns *progress*.
+"""
+
+from __future__ import annotations
+
+import time as wallclock
+from collections.abc import Callable, Iterable
+
+from gpuplan.models import (
+    ActiveJob,
+    AllocationPlan,
+    CapacityChange,
+    Cluster,
+    ClusterView,
+    Event,
+    InputError,
+    JobArrival,
+    JobCompletion,
+    JobRecord,
+    JobSpec,
+    Node,
+    NodeFailure,
+    NodeRecovery,
+    RunResult,
+    Sample,
+)
+from gpuplan.solver_core.diff import build_plan
+from gpuplan.solver_core.policy import Policy
+
+from .base import Executor
+from .metrics import take_sample
+
+PlanHook = Callable[[ClusterView, AllocationPlan], None]
+ProgressHook = Callable[[int, float], None]
+
+
+class Engine:
+    """Runs ``policy`` over ``executor`` on ``cluster``."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy,
+        executor: Executor,
+        *,
+        usable_nodes: Iterable[str] | None = None,
+        sample_interval_s: float | None = 3600.0,
+        round_interval_s: float | None = None,
+        on_plan: PlanHook | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.executor = executor
+        names = (
+            list(usable_nodes)
+            if usable_nodes is not None
+            else [n.name for n in cluster.nodes if n.pool == "training"]
+        )
+        self.usable: dict[str, Node] = {}
+        self.free: dict[str, set[int]] = {}
+        for name in names:
+            self._add_node(name)
+        self.running: dict[str, ActiveJob] = {}
+        self.pending: dict[str, ActiveJob] = {}
+        self.records: list[JobRecord] = []
+        self.rejected: list[tuple[str, str]] = []
+        self.samples: list[Sample] = []
+        self.decision_ms: list[float] = []
+        self.solver_calls = 0
+        self.solver_fallbacks = 0
+        self.events = 0
+        self.now: float | None = None
+        self.start_time: float | None = None
+        self.gpu_seconds_allocated = 0.0
+        self.gpu_seconds_capacity = 0.0
+        self._allocated = 0
+        self._sample_interval = sample_interval_s
+        self._next_sample: float | None = None
+        self._round = round_interval_s
+        self._timer_at: float | None = None
+        self._recoveries: list[tuple[float, str]] = []
+        self.on_plan = on_plan
+
+    # ------------------------------------------------------------------ nodes
+    def _add_node(self, name: str) -> None:
+        node = self.cluster.node_by_name.get(name)
+        if node is None:
+            raise InputError(f"unknown node {name!r}", field="nodes")
+        if name not in self.usable:
+            self.usable[name] = node
+            self.free[name] = set(range(node.gpus))
+
+    def _remove_node(self, name: str, now: float, graceful: bool) -> None:
+        if name not in self.usable:
+            return
+        hit = [j for j in self.running.values() if j.allocation and name in j.allocation.placement]
+        for job in hit:
+            self._release(job)
+            job.settle(now)
+            self.executor.evict(job, now, graceful)
+            self._to_pending(job, now)
+            job.preemptions += 1
+        del self.usable[name]
+        del self.free[name]
+
+    @property
+    def capacity(self) -> int:
+        return sum(n.gpus for n in self.usable.values())
+
+    # ------------------------------------------------------------------ job state helpers
+    def _release(self, job: ActiveJob) -> None:
+        if job.allocation is None:
+            return
+        for node, gpus in job.allocation.placement.items():
+            if node in self.free:
+                self.free[node].update(gpus)
+        self._allocated -= job.gpus
+
+    def _acquire(self, job: ActiveJob) -> None:
+        assert job.allocation is not None
+        for node, gpus in job.allocation.placement.items():
+            free = self.free[node]
+            for g in gpus:
+                if g not in free:
+                    raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
+                free.remove(g)
+        self._allocated += job.gpus
+
+    def _to_pending(self, job: ActiveJob, now: float) -> None:
+        self.running.pop(job.id, None)
+        job.allocation = None
+        job.status = "pending"
+        job.pending_since = now
+        self.pending[job.id] = job
+
+    # ------------------------------------------------------------------ metrics
+    def _advance_clock(self, now: float) -> None:
+        if self.now is None:
+            self.now = self.start_time = now
+            if self._sample_interval:
+                self._next_sample = now
+        if self._next_sample is not None and self._sample_interval:
+            jobs = [*self.running.values(), *self.pending.values()]
+            while self._next_sample <= now:
+                self.samples.append(take_sample(self._next_sample, jobs, self.capacity))
+                self._next_sample += self._sample_interval
+        dt = now - self.now
+        if dt > 0:
+            self.gpu_seconds_allocated += self._allocated * dt
+            self.gpu_seconds_capacity += self.capacity * dt
+        self.now = now
+
+    # ------------------------------------------------------------------ events
+    def _on_arrival(self, spec: JobSpec, now: float) -> None:
+        if spec.id in self.running or spec.id in self.pending:
+            self.rejected.append((spec.id, "duplicate job id"))
+            return
+        if spec.min_gpus > self.cluster.total_gpus:
+            self.rejected.append(
+                (spec.id, f"needs {spec.min_gpus} GPUs; the cluster has {self.cluster.total_gpus}")
+            )
+            return
+        job = ActiveJob(spec=spec, anchor_time=now, resume_time=now, pending_since=now)
+        self.pending[spec.id] = job
+
+    def _on_completion(self, job_id: str, now: float) -> None:
+        job = self.running.get(job_id)
+        if job is None:
+            return
+        job.settle(now)
+        job.done = job.spec.work
+        self._release(job)
+        del self.running[job_id]
+        job.status = "finished"
+        job.finish_time = now
+        job.allocation = None
+        job.rate = 0.0
+        self.records.append(self._record(job))
+
+    def _record(self, job: ActiveJob) -> JobRecord:
+        spec = job.spec
+        finish = job.finish_time
+        return JobRecord.model_construct(
+            job_id=spec.id,
+            user=spec.user,
+            model=spec.model,
+            requested_gpus=spec.requested_gpus,
+            work=spec.work,
+            submit_time=spec.submit_time,
+            first_start=job.first_start,
+            finish_time=finish,
+            queueing_time=None if job.first_start is None else job.first_start - spec.submit_time,
+            pending_time=job.pending_time_at(finish if finish is not None else (self.now or 0.0)),
+            jct=None if finish is None else finish - spec.submit_time,
+            gpu_seconds=job.attained_service,
+            done_iterations=job.done,
+            lost_iterations=job.lost_work,
+            preemptions=job.preemptions,
+            resizes=job.resizes,
+            migrations=job.migrations,
+        )
+
+    def handle(self, now: float, events: list[Event]) -> AllocationPlan:
+        """Apply one batch of simultaneous events, decide, and carry the plan out."""
+        self._advance_clock(now)
+        for event in events:
+            self.events += 1
+            if isinstance(event, JobArrival):
+                self._on_arrival(event.job, now)
+            elif isinstance(event, JobCompletion):
+                self._on_completion(event.job_id, now)
+            elif isinstance(event, CapacityChange):
+                for name in event.nodes:
+                    if event.change in ("loan", "add"):
+                        self._add_node(name)
+                    else:
+                        self._remove_node(name, now, graceful=True)
+            elif isinstance(event, NodeFailure):
+                self._remove_node(event.node, now, graceful=False)
+                if event.recover_after is not None:
+                    self.executor.wake_at(now + event.recover_after)
+                    self._recoveries.append((now + event.recover_after, event.node))
+            elif isinstance(event, NodeRecovery):
+                self._add_node(event.node)
+        self._recover_due(now)
+        return self.decide(now)
+
+    def _recover_due(self, now: float) -> None:
+        due = [n for t, n in self._recoveries if t <= now]
+        if due:
+            self._recoveries = [(t, n) for t, n in self._recoveries if t > now]
+            for name in due:
+                self._add_node(name)
+
+    def view(self, now: float) -> ClusterView:
+        return ClusterView(
+            now=now,
+            cluster=self.cluster,
+            nodes=self.usable,
+            free={n: sorted(g) for n, g in self.free.items()},
+            running=self.running,
+            pending=self.pending,
+        )
+
+    def decide(self, now: float) -> AllocationPlan:
+        view = self.view(now)
+        t0 = wallclock.perf_counter()
+        decision = self.policy.decide(view)
+        plan = build_plan(view, decision, self.policy.name)
+        ms = (wallclock.perf_counter() - t0) * 1000.0
+        plan.decision_ms = ms
+        self.decision_ms.append(ms)
+        self.solver_calls += len(decision.stats)
+        self.solver_fallbacks += sum(1 for s in decision.stats if s.fell_back)
+        if self.on_plan is not None:
+            self.on_plan(view, plan)
+        self._apply(plan, now)
+        self._schedule_wakeup(view)
+        return plan
+
+    def _apply(self, plan: AllocationPlan, now: float) -> None:
+        touched: dict[str, ActiveJob] = {}
+        # Release everything first so GPUs can change hands within one plan.
+        for action in plan.actions:
+            job = self.running.get(action.job_id) or self.pending[action.job_id]
+            touched[job.id] = job
+            job.settle(now)
+            if action.kind != "start":
+                self._release(job)
+        for action in plan.actions:
+            job = touched[action.job_id]
+            kind = action.kind
+            if kind == "start":
+                del self.pending[job.id]
+                job.pending_time = job.pending_time_at(now)
+                job.pending_since = None
+                job.status = "running"
+                if job.first_start is None:
+                    job.first_start = now
+                job.allocation = action.after
+                self.running[job.id] = job
+                self._acquire(job)
+            elif kind == "preempt":
+                job.preemptions += 1
+                self._to_pending(job, now)
+            else:
+                if kind == "resize":
+                    job.resizes += 1
+                elif kind == "migrate":
+                    job.migrations += 1
+                job.allocation = action.after
+                self._acquire(job)
+        if plan.actions:
+            self.executor.apply(plan, touched)
+
+    def _schedule_wakeup(self, view: ClusterView) -> None:
+        wanted = self.policy.next_wakeup(view) if hasattr(self.policy, "next_wakeup") else None
+        if self._round is not None and self.running:
+            boundary = view.now + self._round
+            wanted = boundary if wanted is None else min(wanted, boundary)
+        if wanted is None or wanted <= view.now:
+            return
+        if self._timer_at is None or self._timer_at <= view.now or wanted < self._timer_at:
+            self.executor.wake_at(wanted)
+            self._timer_at = wanted
+
+    # ------------------------------------------------------------------ loop
+    def run(self, progress: ProgressHook | None = None) -> None:
+        """Handle events until the executor has none left."""
+        while True:
+            batch = self.executor.next_events()
+            if batch is None:
+                break
+            now, events = batch
+            self.handle(now, events)
+            if progress is not None:
+                progress(len(self.records), now)
+
+    def result(self, scenario: str = "", seed: int = 0, wall_s: float = 0.0) -> RunResult:
+        """Records of finished jobs plus unfinished ones (finish None)."""
+        unfinished = [self._record(j) for j in (*self.running.values(), *self.pending.values())]
+        return RunResult.model_construct(
+            scenario=scenario,
+            policy=self.policy.name,
+            seed=seed,
+            jobs=[*self.records, *unfinished],
+            samples=self.samples,
+            decision_ms=self.decision_ms,
+            gpu_seconds_allocated=self.gpu_seconds_allocated,
+            gpu_seconds_capacity=self.gpu_seconds_capacity,
+            start_time=self.start_time or 0.0,
+            end_time=self.now or 0.0,
+            events=self.events,
+            wall_s=wall_s,
+            solver_calls=self.solver_calls,
+            solver_fallbacks=self.solver_fallbacks,
+        )

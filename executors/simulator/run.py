@@ -1,0 +1,43 @@
+"""``simulate``: one policy over one workload on the simulated cluster."""
+
+from __future__ import annotations
+
+import time as wallclock
+from collections.abc import Iterable, Sequence
+
+from gpuplan.models import Cluster, Event, JobSpec, Overheads, RunResult
+from gpuplan.solver_core.policy import Policy
+
+from ..engine import Engine, PlanHook, ProgressHook
+from .cluster import SimulatedCluster
+
+
+def simulate(
+    cluster: Cluster,
+    jobs: Sequence[JobSpec],
+    policy: Policy,
+    *,
+    overheads: Overheads | None = None,
+    events: Iterable[Event] = (),
+    scenario: str = "",
+    seed: int = 0,
+    sample_interval_s: float | None = 3600.0,
+    round_interval_s: float | None = None,
+    on_plan: PlanHook | None = None,
+    progress: ProgressHook | None = None,
+    record_segments: bool = False,
+) -> tuple[RunResult, Engine, SimulatedCluster]:
+    """Replay ``jobs`` under ``policy``; return the result, the engine and the executor."""
+    executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments)
+    engine = Engine(
+        cluster,
+        policy,
+        executor,
+        sample_interval_s=sample_interval_s,
+        round_interval_s=round_interval_s,
+        on_plan=on_plan,
+    )
+    t0 = wallclock.perf_counter()
+    engine.run(progress)
+    wall = wallclock.perf_counter() - t0
+    return engine.result(scenario=scenario, seed=seed, wall_s=wall), engine, executor

@@ -1,0 +1,198 @@
+"""The ``gpuplan`` command line: simulate, compare, plan, scenarios, policies.
+
+Bad input never produces a traceback: every :class:`GpuplanError` is printed as one line
+naming the file/row/field, and the exit status is 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuplan.executors.metrics import (
+    compare_json,
+    compare_table,
+    summarize,
+    write_job_csv,
+    write_samples_csv,
+)
+from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
+from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
+from gpuplan.solver_core.registry import policy_names
+
+from . import api
+
+PROGRESS_MIN_JOBS = 2000
+"""Show a progress bar for runs with at least this many jobs."""
+
+
+def _console(err: bool = False) -> Console:
+    return Console(stderr=err, highlight=False)
+
+
+def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool) -> RunResult:
+    total = len(prepared.jobs)
+    show = not quiet and total >= PROGRESS_MIN_JOBS and sys.stderr.isatty()
+    if not show:
+        return api.run(prepared, policy)
+    with Progress(TextColumn(f"{policy:>14}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=_console(err=True), transient=True) as progress:
+        task = progress.add_task(policy, total=total)
+        step = max(1, total // 200)
+        last = [0]
+
+        def hook(done: int, now: float) -> None:
+            if done - last[0] >= step:
+                progress.update(task, completed=done)
+                last[0] = done
+
+        return api.run(prepared, policy, hook)
+
+
+def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
+    from .plots import plot_jct_cdf, plot_timeseries
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in results:
+        written.append(write_job_csv(r, out / f"{r.policy}-jobs.csv"))
+        written.append(write_samples_csv(r, out / f"{r.policy}-samples.csv"))
+    summaries = [(r.policy, summarize(r)) for r in results]
+    summary_path = out / "summary.json"
+    summary_path.write_text(json.dumps(compare_json(summaries), indent=2))
+    written.append(summary_path)
+    by_policy = {r.policy: r for r in results}
+    written.append(plot_jct_cdf(by_policy, out / "jct_cdf.png"))
+    written.append(plot_timeseries(by_policy, out / "timeseries.png"))
+    return written
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    prepared = api.prepare(args.scenario, seed=args.seed)
+    result = _run_with_progress(prepared, args.policy, args.json)
+    summary = summarize(result)
+    if args.out:
+        _write_outputs(Path(args.out), [result])
+    if args.json:
+        print(json.dumps(compare_json([(result.policy, summary)])[0], indent=2))
+    else:
+        _console().print(compare_table([(result.policy, summary)]))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise InputError("--policies needs at least one policy name", field="policies")
+    prepared = api.prepare(args.scenario, seed=args.seed)
+    results = [_run_with_progress(prepared, p, args.json) for p in policies]
+    summaries = [(r.policy, summarize(r)) for r in results]
+    if args.out:
+        _write_outputs(Path(args.out), results)
+    if args.json:
+        print(json.dumps(compare_json(summaries), indent=2))
+    else:
+        _console().print(compare_table(summaries))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    path = Path(args.state)
+    try:
+        text = path.read_text() if args.state != "-" else sys.stdin.read()
+    except OSError as err:
+        raise InputError(f"cannot read state file: {err.strerror}", source=str(path)) from None
+    try:
+        state = ClusterState.model_validate_json(text)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise InputError(first["msg"], source=str(path),
+                         field=".".join(str(x) for x in first["loc"])) from None
+    try:
+        plan = api.plan(state, args.policy)
+    except ValueError as err:
+        raise InputError(str(err), source=str(path)) from None
+    print(plan.model_dump_json(indent=2))
+    return 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    table = Table(title="Embedded scenarios")
+    for col in ("name", "cluster", "workload", "description"):
+        table.add_column(col)
+    for name, path in embedded_scenarios().items():
+        spec = load_scenario_file(path)
+        c = spec.cluster
+        shape = (f"{c.nodes} x {c.gpus_per_node} {c.gpu_type}" if isinstance(c.nodes, int)
+                 else f"{len(c.nodes)} nodes")
+        table.add_row(name, shape, spec.workload.source, spec.description)
+    _console().print(table)
+    return 0
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    table = Table(title="Policies")
+    table.add_column("name")
+    table.add_column("what it does")
+    for name, desc in policy_names().items():
+        table.add_row(name, desc)
+    _console().print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuplan", description="Allocation engine for DL training jobs on GPU clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("simulate", help="simulate one policy on a scenario")
+    sim.add_argument("--scenario", required=True, help="embedded scenario name or file path")
+    sim.add_argument("--policy", required=True)
+    sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    sim.add_argument("--out", help="folder for per-job CSV, samples, summary and plots")
+    sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sim.set_defaults(func=cmd_simulate)
+
+    cmp_ = sub.add_parser("compare", help="compare policies on one scenario")
+    cmp_.add_argument("--scenario", required=True)
+    cmp_.add_argument("--policies", required=True, help="comma-separated; the first is the base")
+    cmp_.add_argument("--seed", type=int, default=None)
+    cmp_.add_argument("--out")
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.set_defaults(func=cmd_compare)
+
+    pl = sub.add_parser("plan", help="one decision for a cluster state file; plan JSON on stdout")
+    pl.add_argument("--state", required=True, help="ClusterState JSON file, or - for stdin")
+    pl.add_argument("--policy", required=True)
+    pl.set_defaults(func=cmd_plan)
+
+    sc = sub.add_parser("scenarios", help="list embedded scenarios")
+    sc.set_defaults(func=cmd_scenarios)
+    po = sub.add_parser("policies", help="list policies")
+    po.set_defaults(func=cmd_policies)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except GpuplanError as err:
+        _console(err=True).print(f"[red]error:[/red] {err}", markup=True, highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

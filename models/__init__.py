@@ -1,0 +1,33 @@
+"""gpuplan's shared model layer: every type that crosses a boundary (pydantic v2).
+
+Imports no solver and no executor: it is the bottom of the dependency stack.
+"""
+
+from .cluster import Cluster, Node, Pool
+from .errors import GpuplanError, InfeasibleError, InputError
+from .events import (
+    CapacityChange,
+    Event,
+    JobArrival,
+    JobCompletion,
+    NodeFailure,
+    NodeRecovery,
+    Timer,
+)
+from .gpu import KNOWN_GPU_TYPES, GpuType
+from .job import Checkpointing, Elasticity, JobSpec, MemoryProfile
+from .plan import Action, ActionKind, AllocationPlan, JobAllocation, SolverStats, SolverStatus
+from .records import JobRecord, RunResult, Sample
+from .scenario import ClusterSpec, EngineSpec, Overheads, ScenarioSpec, WorkloadSpec
+from .state import ActiveJob, ClusterState, ClusterView, JobSnapshot, placement_rate
+from .throughput import ThroughputProfile
+
+__all__ = [
+    "Action", "ActionKind", "ActiveJob", "AllocationPlan", "CapacityChange", "Checkpointing",
+    "Cluster", "ClusterSpec", "ClusterState", "ClusterView", "Elasticity", "EngineSpec", "Event",
+    "GpuType", "GpuplanError", "InfeasibleError", "InputError", "JobAllocation", "JobArrival",
+    "JobCompletion", "JobRecord", "JobSnapshot", "JobSpec", "KNOWN_GPU_TYPES", "MemoryProfile",
+    "Node", "NodeFailure", "NodeRecovery", "Overheads", "Pool", "RunResult", "Sample",
+    "ScenarioSpec", "SolverStats", "SolverStatus", "ThroughputProfile", "Timer", "WorkloadSpec",
+    "placement_rate",
+]

@@ -1,0 +1,112 @@
+"""Cluster: nodes with GPUs, pools (training / inference), racks and switches.
+
+The cluster is a static description. Which nodes are currently *usable* by training (loaned,
+reclaimed, failed) is runtime state kept by the engine; the cluster only says what exists.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .gpu import KNOWN_GPU_TYPES, GpuType
+
+Pool = Literal["training", "inference"]
+
+
+class Node(BaseModel):
+    """One server. ``gpus`` GPUs of one type, indexed 0..gpus-1."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    gpus: int = Field(ge=1, le=64)
+    gpu_type: str = "v100"
+    pool: Pool = "training"
+    rack: str = "rack0"
+    switch: str = "switch0"
+
+
+class Cluster(BaseModel):
+    """A set of nodes and the GPU types they use."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: list[Node] = Field(min_length=1)
+    gpu_types: dict[str, GpuType] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        seen: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            if node.name in seen:
+                raise ValueError(f"nodes[{i}].name: duplicate node name {node.name!r}")
+            seen.add(node.name)
+            if node.gpu_type not in self.gpu_types and node.gpu_type not in KNOWN_GPU_TYPES:
+                raise ValueError(
+                    f"nodes[{i}].gpu_type: unknown GPU type {node.gpu_type!r}; "
+                    f"declare it in gpu_types or use one of {sorted(KNOWN_GPU_TYPES)}"
+                )
+        return self
+
+    @classmethod
+    def uniform(
+        cls,
+        nodes: int,
+        gpus_per_node: int,
+        gpu_type: str = "v100",
+        pool: Pool = "training",
+        nodes_per_rack: int | None = None,
+        prefix: str = "node",
+    ) -> Cluster:
+        """``nodes`` identical servers, e.g. the AFS paper's 16 x 4 GTX 1080 cluster."""
+        per_rack = nodes_per_rack or nodes
+        return cls(
+            nodes=[
+                Node(
+                    name=f"{prefix}{i:03d}",
+                    gpus=gpus_per_node,
+                    gpu_type=gpu_type,
+                    pool=pool,
+                    rack=f"rack{i // per_rack}",
+                    switch=f"switch{i // per_rack}",
+                )
+                for i in range(nodes)
+            ]
+        )
+
+    def gpu_type(self, name: str) -> GpuType:
+        """The :class:`GpuType` called ``name`` (declared here or a known default)."""
+        return self.gpu_types.get(name) or KNOWN_GPU_TYPES[name]
+
+    @cached_property
+    def node_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def gpus_in_pool(self, pool: Pool) -> int:
+        return sum(n.gpus for n in self.nodes if n.pool == pool)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """The largest node size; network packing uses it as the packing unit."""
+        return max(n.gpus for n in self.nodes)
+
+    def topology(self) -> nx.Graph:
+        """Switch - rack - node - GPU tree. Edge attribute ``level`` names the link kind.
+
+        Placement code uses hop distance in this graph to prefer packed placements.
+        """
+        graph = nx.Graph()
+        for node in self.nodes:
+            graph.add_edge(f"switch:{node.switch}", f"rack:{node.rack}", level="switch")
+            graph.add_edge(f"rack:{node.rack}", f"node:{node.name}", level="rack")
+            for gpu in range(node.gpus):
+                graph.add_edge(f"node:{node.name}", f"gpu:{node.name}:{gpu}", level="pcie")
+        return graph

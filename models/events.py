@@ -1,0 +1,60 @@
+"""Events that drive the scheduler loop.
+
+The simulator pops them from a heap; real executors synthesise them from what they observe
+(``squeue``, process exits). ``kind`` is the discriminator so events round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .job import JobSpec
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    time: float = Field(ge=0)
+
+
+class JobArrival(_Event):
+    kind: Literal["arrival"] = "arrival"
+    job: JobSpec
+
+
+class JobCompletion(_Event):
+    kind: Literal["completion"] = "completion"
+    job_id: str
+
+
+class CapacityChange(_Event):
+    """Nodes join or leave the training side: Aryl loans (inference -> training) and reclaims."""
+
+    kind: Literal["capacity"] = "capacity"
+    change: Literal["loan", "reclaim", "add", "remove"]
+    nodes: tuple[str, ...]
+
+
+class NodeFailure(_Event):
+    kind: Literal["failure"] = "failure"
+    node: str
+    recover_after: float | None = Field(default=None, gt=0, description="seconds until back up")
+
+
+class NodeRecovery(_Event):
+    kind: Literal["recovery"] = "recovery"
+    node: str
+
+
+class Timer(_Event):
+    """A periodic scheduling round, or a policy-requested wake-up (e.g. AFS-P unit time)."""
+
+    kind: Literal["timer"] = "timer"
+    name: str = "round"
+
+
+Event = Annotated[
+    JobArrival | JobCompletion | CapacityChange | NodeFailure | NodeRecovery | Timer,
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,140 @@
+"""Training jobs as submitted: size, elasticity, work, checkpointing, memory, model.
+
+A job's *work* is a number of training iterations. Trace rows give a duration at the requested
+GPU count instead; :class:`JobSpec` converts it with the job's throughput profile
+(``iterations = duration x P(requested_gpus)``, the AFS trace mapping, 000 digest §3.2), so every
+policy and executor reasons in iterations.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .throughput import ThroughputProfile
+
+
+class Elasticity(BaseModel):
+    """How many GPUs an elastic job may run on.
+
+    ``allowed`` restricts the counts (e.g. powers of two, or the network-packing units); when
+    empty every count in ``[min_gpus, max_gpus]`` is allowed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_gpus: int = Field(default=1, ge=1)
+    max_gpus: int = Field(ge=1)
+    allowed: tuple[int, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> Elasticity:
+        if self.max_gpus < self.min_gpus:
+            raise ValueError(
+                f"max_gpus ({self.max_gpus}) must be >= min_gpus ({self.min_gpus})"
+            )
+        for count in self.allowed:
+            if not self.min_gpus <= count <= self.max_gpus:
+                raise ValueError(
+                    f"allowed count {count} is outside [{self.min_gpus}, {self.max_gpus}]"
+                )
+        object.__setattr__(self, "allowed", tuple(sorted(set(self.allowed))))
+        return self
+
+    def counts(self) -> tuple[int, ...]:
+        """Every GPU count the job may hold while running."""
+        return self.allowed or tuple(range(self.min_gpus, self.max_gpus + 1))
+
+
+class Checkpointing(BaseModel):
+    """What survives a preemption.
+
+    * ``on_signal``: the job checkpoints when asked to stop (SIGUSR1/SIGTERM), so a preemption
+      loses nothing;
+    * otherwise, with ``interval_s`` set, the job checkpoints periodically and loses the work
+      since its last periodic checkpoint;
+    * with neither, a preempted job restarts from zero.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    on_signal: bool = True
+    interval_s: float | None = Field(default=None, gt=0)
+
+
+class MemoryProfile(BaseModel):
+    """OJPP's per-worker GPU memory model <gamma, delta, p> (002 digest §2), as fractions of a GPU.
+
+    Basic requirement ``gamma`` always; a variable peak ``delta`` occurs with probability ``p``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gamma: float = Field(ge=0, le=1)
+    delta: float = Field(ge=0, le=1)
+    p: float = Field(ge=0, le=1)
+    compute: float = Field(default=1.0, gt=0, le=1, description="alpha: compute share per worker")
+
+    @model_validator(mode="after")
+    def _check(self) -> MemoryProfile:
+        if self.gamma + self.delta > 1:
+            raise ValueError(f"gamma + delta = {self.gamma + self.delta} exceeds one GPU's memory")
+        return self
+
+
+class JobSpec(BaseModel):
+    """A training job as submitted. Immutable; runtime state lives in :class:`ActiveJob`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    user: str = ""
+    submit_time: float = Field(ge=0, description="seconds since the scenario's origin")
+    requested_gpus: int = Field(ge=1)
+    elasticity: Elasticity | None = None
+    total_iterations: float | None = Field(default=None, gt=0)
+    duration: float | None = Field(
+        default=None, gt=0, description="seconds at requested_gpus (trace duration)"
+    )
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    priority_weight: float = Field(default=1.0, gt=0)
+    memory: MemoryProfile | None = None
+    model: str | None = None
+    gpu_type: str | None = Field(default=None, description="only run on this GPU type")
+    gpus_per_worker: int = Field(default=1, ge=1)
+    throughput: ThroughputProfile = Field(default_factory=ThroughputProfile.linear)
+
+    @model_validator(mode="after")
+    def _fill_work(self) -> JobSpec:
+        if self.total_iterations is None and self.duration is None:
+            raise ValueError("total_iterations or duration: give at least one")
+        if self.total_iterations is None:
+            work = self.duration * self.throughput.rate(self.requested_gpus)  # type: ignore[operator]
+            object.__setattr__(self, "total_iterations", work)
+        if self.elasticity is not None:
+            e = self.elasticity
+            if not e.min_gpus <= self.requested_gpus <= e.max_gpus:
+                raise ValueError(
+                    f"requested_gpus: {self.requested_gpus} is outside the elasticity range "
+                    f"[{e.min_gpus}, {e.max_gpus}]"
+                )
+        return self
+
+    @property
+    def work(self) -> float:
+        """Total iterations (always set after validation)."""
+        return self.total_iterations  # type: ignore[return-value]
+
+    @property
+    def elastic(self) -> bool:
+        return self.elasticity is not None and self.elasticity.max_gpus > self.elasticity.min_gpus
+
+    @property
+    def min_gpus(self) -> int:
+        return self.elasticity.min_gpus if self.elasticity else self.requested_gpus
+
+    @property
+    def max_gpus(self) -> int:
+        return self.elasticity.max_gpus if self.elasticity else self.requested_gpus
+
+    def allowed_counts(self) -> tuple[int, ...]:
+        return self.elasticity.counts() if self.elasticity else (self.requested_gpus,)

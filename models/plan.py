@@ -1,0 +1,116 @@
+"""Allocation plans: what every decision returns.
+
+A plan states, for every active job, how many GPUs it holds and where (node -> GPU indices),
+the actions that turn the previous allocation into this one, and the statistics of every solver
+call made to reach it. Executors consume plans; nothing else crosses that boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ActionKind = Literal["start", "resize", "preempt", "migrate", "keep"]
+SolverStatus = Literal[
+    "optimal", "feasible", "infeasible", "timeout", "heuristic", "error", "not_solved"
+]
+
+
+class JobAllocation(BaseModel):
+    """Where one job runs. ``placement`` maps node name -> sorted GPU indices on that node.
+
+    ``share`` < 1 means each worker uses that fraction of its GPU (co-location, OJPP); several
+    jobs may then name the same GPU as long as shares on it sum to at most 1.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_id: str
+    placement: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    share: float = Field(default=1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> JobAllocation:
+        for node, gpus in self.placement.items():
+            if not gpus:
+                raise ValueError(f"placement[{node!r}]: empty GPU list")
+            if len(set(gpus)) != len(gpus):
+                raise ValueError(f"placement[{node!r}]: repeated GPU index in {gpus}")
+            if min(gpus) < 0:
+                raise ValueError(f"placement[{node!r}]: negative GPU index")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(g) for g in self.placement.values())
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+    def gpu_set(self) -> frozenset[tuple[str, int]]:
+        return frozenset((n, g) for n, gs in self.placement.items() for g in gs)
+
+    @classmethod
+    def fast(cls, job_id: str, placement: dict[str, tuple[int, ...]], share: float = 1.0
+             ) -> JobAllocation:
+        """Build without re-validation: for placements produced by our own placement code."""
+        return cls.model_construct(job_id=job_id, placement=placement, share=share)
+
+
+class Action(BaseModel):
+    """One change an executor must carry out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ActionKind
+    job_id: str
+    before: JobAllocation | None = None
+    after: JobAllocation | None = None
+
+    @property
+    def gpus_before(self) -> int:
+        return self.before.gpus if self.before else 0
+
+    @property
+    def gpus_after(self) -> int:
+        return self.after.gpus if self.after else 0
+
+
+class SolverStats(BaseModel):
+    """What one solver call (exact or heuristic) reports."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: str = Field(description="e.g. 'shares' or 'placement'")
+    backend: str = Field(description="e.g. 'cp-sat', 'scip', 'pulp-cbc', 'heuristic'")
+    status: SolverStatus
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    wall_ms: float = 0.0
+    time_limit_s: float | None = None
+    fell_back: bool = Field(default=False, description="exact solver failed; heuristic used")
+    message: str = ""
+
+
+class AllocationPlan(BaseModel):
+    """The result of one scheduling decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    time: float
+    policy: str
+    allocations: dict[str, JobAllocation] = Field(default_factory=dict)
+    actions: list[Action] = Field(default_factory=list)
+    stats: list[SolverStats] = Field(default_factory=list)
+    decision_ms: float = 0.0
+
+    def gpus_of(self, job_id: str) -> int:
+        alloc = self.allocations.get(job_id)
+        return alloc.gpus if alloc else 0
+
+    @property
+    def gpus_used(self) -> int:
+        return sum(a.gpus for a in self.allocations.values())

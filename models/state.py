@@ -1,0 +1,237 @@
+"""Runtime state: active jobs with progress, and the read-only view policies decide on.
+
+:class:`ActiveJob` is a slotted dataclass, not a pydantic model: the simulator updates tens of
+thousands of them per second, and policies read them on every event. Progress is kept *lazily*
+as an anchor (iterations done at ``anchor_time``) plus a constant ``rate`` since
+``max(anchor_time, resume_time)``, so nothing has to be touched between events.
+Ownership: the engine writes lifecycle fields (status, allocation, counters); the executor writes
+the progress fields (anchor, rate, resume time), because only it knows how fast a job really runs.
+
+:class:`ClusterState` is the JSON snapshot of the same information (``gpuplan plan --state``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .cluster import Cluster, Node
+from .job import JobSpec
+from .plan import JobAllocation
+
+JobStatus = Literal["pending", "running", "finished"]
+
+
+@dataclass(slots=True, eq=False)
+class ActiveJob:
+    """A job the engine knows about, with its progress. Policies must treat it as read-only."""
+
+    spec: JobSpec
+    status: JobStatus = "pending"
+    allocation: JobAllocation | None = None
+    done: float = 0.0
+    anchor_time: float = 0.0
+    rate: float = 0.0
+    resume_time: float = 0.0
+    attained_service: float = 0.0
+    held_time: float = 0.0
+    pending_time: float = 0.0
+    pending_since: float | None = None
+    first_start: float | None = None
+    finish_time: float | None = None
+    last_checkpoint_done: float = 0.0
+    segment_start: float = 0.0
+    preemptions: int = 0
+    resizes: int = 0
+    migrations: int = 0
+    lost_work: float = 0.0
+    measured: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def gpus(self) -> int:
+        return self.allocation.gpus if self.allocation else 0
+
+    def done_at(self, now: float) -> float:
+        start = self.anchor_time if self.anchor_time > self.resume_time else self.resume_time
+        if now <= start or self.rate <= 0.0:
+            return self.done
+        return min(self.spec.work, self.done + self.rate * (now - start))
+
+    def remaining(self, now: float) -> float:
+        """Iterations still to do at ``now``."""
+        return max(0.0, self.spec.work - self.done_at(now))
+
+    def attained_service_at(self, now: float) -> float:
+        """GPU-seconds held so far (Tiresias' attained service)."""
+        return self.attained_service + self.gpus * max(0.0, now - self.anchor_time)
+
+    def held_time_at(self, now: float) -> float:
+        return self.held_time + (max(0.0, now - self.anchor_time) if self.gpus else 0.0)
+
+    def pending_time_at(self, now: float) -> float:
+        extra = now - self.pending_since if self.pending_since is not None else 0.0
+        return self.pending_time + max(0.0, extra)
+
+    def settle(self, now: float) -> None:
+        """Move the anchor to ``now`` (called by executors before changing the rate)."""
+        self.done = self.done_at(now)
+        self.attained_service = self.attained_service_at(now)
+        self.held_time = self.held_time_at(now)
+        self.anchor_time = now
+
+
+def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | None) -> float:
+    """Iterations/s of ``spec`` on ``allocation``: profile x GPU-type speed x spread x share.
+
+    On mixed GPU types the slowest type sets the pace (bulk-synchronous training).
+    """
+    if allocation is None or not allocation.placement:
+        return 0.0
+    profile = spec.throughput
+    gpus = allocation.gpus
+    ref = cluster.gpu_type(profile.reference_gpu).relative_speed
+    slowest = min(
+        profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed, ref)
+        for node in (cluster.node_by_name[n] for n in allocation.placement)
+    )
+    rate = profile.rate(gpus) * slowest * allocation.share
+    if len(allocation.placement) > 1:
+        rate *= profile.spread(gpus)
+    return rate
+
+
+class ClusterView:
+    """What a policy sees at one decision: time, cluster, usable nodes, free GPUs, active jobs.
+
+    ``running`` and ``pending`` are kept incrementally by the engine (pending in the order jobs
+    entered the queue), so a policy never scans finished jobs. ``free`` maps each usable node to
+    its free GPU indices (ascending). Policies read the view and return a decision; they never
+    mutate it.
+    """
+
+    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running")
+
+    def __init__(
+        self,
+        now: float,
+        cluster: Cluster,
+        nodes: dict[str, Node],
+        free: dict[str, list[int]],
+        running: dict[str, ActiveJob],
+        pending: dict[str, ActiveJob],
+    ) -> None:
+        self.now = now
+        self.cluster = cluster
+        self.nodes = nodes
+        self.free = free
+        self.running = running
+        self.pending = pending
+
+    @property
+    def capacity(self) -> int:
+        """Usable GPUs right now (training pool + loaned servers - failed nodes)."""
+        return sum(n.gpus for n in self.nodes.values())
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(len(g) for g in self.free.values())
+
+    def active(self) -> list[ActiveJob]:
+        """Running then pending jobs."""
+        return [*self.running.values(), *self.pending.values()]
+
+    def job(self, job_id: str) -> ActiveJob:
+        return self.running.get(job_id) or self.pending[job_id]
+
+    def rate(self, job: ActiveJob, gpus: int) -> float:
+        """Packed iterations/s of ``job`` on ``gpus`` reference GPUs (for share decisions)."""
+        return job.spec.throughput.rate(gpus)
+
+    def remaining_time(self, job: ActiveJob, gpus: int) -> float:
+        """Seconds to finish on ``gpus`` GPUs (AFS ``j.len(c)``); inf for 0 GPUs."""
+        rate = job.spec.throughput.rate(gpus)
+        return job.remaining(self.now) / rate if rate > 0 else float("inf")
+
+
+# --------------------------------------------------------------------------- JSON snapshot
+class JobSnapshot(BaseModel):
+    """An active job in a :class:`ClusterState` file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: JobSpec
+    done_iterations: float = Field(default=0.0, ge=0)
+    attained_service: float = Field(default=0.0, ge=0)
+    pending_time: float = Field(default=0.0, ge=0)
+    allocation: JobAllocation | None = None
+
+
+class ClusterState(BaseModel):
+    """Serializable cluster state: input of ``gpuplan plan --state FILE``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    now: float = Field(ge=0)
+    cluster: Cluster
+    usable_nodes: list[str] | None = Field(
+        default=None, description="nodes training may use; default: the training pool"
+    )
+    jobs: list[JobSnapshot] = Field(default_factory=list)
+
+    def to_view(self) -> ClusterView:
+        """Build the view; raises ValueError naming the job/node on an inconsistent state."""
+        names = self.usable_nodes
+        if names is None:
+            names = [n.name for n in self.cluster.nodes if n.pool == "training"]
+        nodes: dict[str, Node] = {}
+        for name in names:
+            if name not in self.cluster.node_by_name:
+                raise ValueError(f"usable_nodes: unknown node {name!r}")
+            nodes[name] = self.cluster.node_by_name[name]
+        free = {name: set(range(node.gpus)) for name, node in nodes.items()}
+        running: dict[str, ActiveJob] = {}
+        pending: dict[str, ActiveJob] = {}
+        for i, snap in enumerate(self.jobs):
+            if snap.spec.id in running or snap.spec.id in pending:
+                raise ValueError(f"jobs[{i}].spec.id: duplicate job id {snap.spec.id!r}")
+            if snap.done_iterations > snap.spec.work:
+                raise ValueError(f"jobs[{i}].done_iterations: exceeds the job's work")
+            job = ActiveJob(
+                spec=snap.spec,
+                done=snap.done_iterations,
+                anchor_time=self.now,
+                resume_time=self.now,
+                attained_service=snap.attained_service,
+                pending_time=snap.pending_time,
+            )
+            if snap.allocation is not None and snap.allocation.placement:
+                for node, gpus in snap.allocation.placement.items():
+                    if node not in free:
+                        raise ValueError(f"jobs[{i}].allocation: node {node!r} is not usable")
+                    for g in gpus:
+                        if g not in free[node]:
+                            raise ValueError(
+                                f"jobs[{i}].allocation: GPU {node}:{g} is taken or out of range"
+                            )
+                        free[node].discard(g)
+                job.allocation = snap.allocation
+                job.status = "running"
+                job.rate = placement_rate(snap.spec, self.cluster, snap.allocation)
+                running[snap.spec.id] = job
+            else:
+                job.pending_since = self.now
+                pending[snap.spec.id] = job
+        return ClusterView(
+            now=self.now,
+            cluster=self.cluster,
+            nodes=nodes,
+            free={n: sorted(g) for n, g in free.items()},
+            running=running,
+            pending=pending,
+        )

@@ -1,0 +1,163 @@
+"""Throughput profiles: training iterations per second as a function of GPU count.
+
+A profile is a table of measured points ``{gpus: iterations/s}`` on a reference GPU type. It is
+turned into a function of any GPU count by three explicit rules:
+
+* **interpolation** — linear between measured counts; below the smallest measured count the
+  rate is proportional to the count (``P(0) = 0``);
+* **monotone envelope** — ``P(n) = max_{k <= n} P_raw(k)``: a job given more GPUs than help it can
+  always leave the extra ones idle, so throughput never falls as GPUs are added. The raw curve's
+  argmax is still available as :attr:`ThroughputProfile.peak_gpus` (the AFS "Max #GPUs").
+* **extrapolation** beyond the largest measured count: ``flat`` holds the last value, ``linear``
+  grows proportionally to the count from the last point (the AFS §4.5 "overestimate first"
+  assumption), ``none`` refuses (raises) so a caller can't silently use an unmeasured size.
+
+Per-GPU-type scaling multiplies the rate by ``type_speed[type]`` if given, else by the ratio of
+the GPU types' relative speeds. A spread placement (job over more than one node) multiplies by
+``spread_factor`` (Gavel's unconsolidated / consolidated measurements; 1.0 = insensitive).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+Extrapolation = Literal["flat", "linear", "none"]
+
+
+class ThroughputProfile(BaseModel):
+    """Iterations/s by GPU count for one job (one model + global batch size)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    points: dict[int, float] = Field(description="GPU count -> iterations/s, reference GPU type")
+    reference_gpu: str = "v100"
+    extrapolation: Extrapolation = "flat"
+    type_speed: dict[str, float] = Field(
+        default_factory=dict, description="per-GPU-type multiplier overriding relative speeds"
+    )
+    spread_factor: dict[int, float] = Field(
+        default_factory=dict,
+        description="GPU count -> throughput multiplier when spread over >1 node (<=1)",
+    )
+    default_spread_factor: float = Field(default=1.0, gt=0, le=1)
+    source: str = Field(default="", description="provenance of the numbers")
+
+    _counts: list[int] = PrivateAttr(default_factory=list)
+    _rates: list[float] = PrivateAttr(default_factory=list)
+    _cache: dict[int, float] = PrivateAttr(default_factory=dict)
+
+    @field_validator("points")
+    @classmethod
+    def _check_points(cls, points: dict[int, float]) -> dict[int, float]:
+        if not points:
+            raise ValueError("points: at least one measured GPU count is required")
+        for gpus, rate in points.items():
+            if gpus < 1:
+                raise ValueError(f"points: GPU count {gpus} must be >= 1")
+            if not rate > 0:
+                raise ValueError(f"points[{gpus}]: throughput {rate} must be > 0")
+        return dict(sorted(points.items()))
+
+    def model_post_init(self, __context: object) -> None:
+        counts = sorted(self.points)
+        envelope: list[float] = []
+        best = 0.0
+        for c in counts:
+            best = max(best, self.points[c])
+            envelope.append(best)
+        self._counts = counts
+        self._rates = envelope
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the declared fields are equal (the evaluation cache is not identity)."""
+        if not isinstance(other, ThroughputProfile):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.points.items())))
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def linear(cls, per_gpu: float = 1.0, reference_gpu: str = "v100") -> ThroughputProfile:
+        """Perfect linear scaling: the profile of a rigid trace job with no model information."""
+        return cls(points={1: per_gpu}, extrapolation="linear", reference_gpu=reference_gpu,
+                   source="linear scaling assumption")
+
+    # ----------------------------------------------------------------- evaluation
+    def rate(self, gpus: int) -> float:
+        """Iterations/s on ``gpus`` reference GPUs, packed (monotone envelope)."""
+        # Read the private dict once: pydantic's private-attribute access costs ~1 us per read,
+        # and this is the hottest call in the simulator.
+        cache = self.__pydantic_private__["_cache"]  # type: ignore[index]
+        value = cache.get(gpus)
+        if value is None:
+            value = self._evaluate(gpus) if gpus > 0 else 0.0
+            cache[gpus] = value
+        return value
+
+    def _evaluate(self, gpus: int) -> float:
+        counts, rates = self._counts, self._rates
+        if gpus <= counts[0]:
+            return rates[0] * gpus / counts[0]
+        if gpus >= counts[-1]:
+            if gpus == counts[-1] or self.extrapolation == "flat":
+                return rates[-1]
+            if self.extrapolation == "linear":
+                return rates[-1] * gpus / counts[-1]
+            raise ValueError(
+                f"throughput at {gpus} GPUs is beyond the largest measured count {counts[-1]} "
+                "and extrapolation is 'none'"
+            )
+        i = bisect.bisect_left(counts, gpus)
+        if counts[i] == gpus:
+            return rates[i]
+        c0, c1 = counts[i - 1], counts[i]
+        r0, r1 = rates[i - 1], rates[i]
+        return r0 + (r1 - r0) * (gpus - c0) / (c1 - c0)
+
+    def raw_rate(self, gpus: int) -> float:
+        """The measured (non-enveloped) curve, linearly interpolated, for peak finding."""
+        if gpus in self.points:
+            return self.points[gpus]
+        counts = self._counts
+        if gpus < counts[0]:
+            return self.points[counts[0]] * gpus / counts[0]
+        if gpus > counts[-1]:
+            return self.rate(gpus)
+        i = bisect.bisect_left(counts, gpus)
+        c0, c1 = counts[i - 1], counts[i]
+        r0, r1 = self.points[c0], self.points[c1]
+        return r0 + (r1 - r0) * (gpus - c0) / (c1 - c0)
+
+    @property
+    def peak_gpus(self) -> int:
+        """Smallest measured count at which the raw curve peaks (AFS Table 4 "Max #GPUs").
+
+        With ``linear`` extrapolation the curve never peaks; the largest measured count is
+        returned, and callers that need an unbounded job should use its elasticity max instead.
+        """
+        best_c, best_r = self._counts[0], -1.0
+        for c in self._counts:
+            if self.points[c] > best_r:
+                best_c, best_r = c, self.points[c]
+        return best_c
+
+    def speedup(self, gpus: int) -> float:
+        """rate(gpus) / rate(1): the normalisation used by the AFS cluster-efficiency metric."""
+        return self.rate(gpus) / self.rate(1)
+
+    def type_multiplier(
+        self, gpu_type: str, relative_speed: float, reference_speed: float
+    ) -> float:
+        """Factor converting reference-type throughput to ``gpu_type`` throughput."""
+        if gpu_type in self.type_speed:
+            return self.type_speed[gpu_type]
+        return relative_speed / reference_speed
+
+    def spread(self, gpus: int) -> float:
+        """Multiplier when the job's GPUs span more than one node."""
+        return self.spread_factor.get(gpus, self.default_spread_factor)

@@ -1,0 +1,70 @@
+"""A pending queue kept sorted across decisions.
+
+Rank-based policies (SRTF, SRSF, ...) need all active jobs in key order at every event. A pending
+job's key (e.g. remaining time) is constant while it waits, so instead of re-sorting thousands of
+queued jobs per event we keep them sorted and only insert newcomers and drop leavers; the set
+differences run at C speed. Running jobs (at most one per GPU) are sorted afresh each time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable, Iterator
+
+from gpuplan.models import ActiveJob, ClusterView
+
+RankKey = Callable[[ActiveJob, float], float]
+Entry = tuple[float, float, str]
+
+
+class RankedQueue:
+    """Pending jobs sorted by ``(key, submit_time, id)``; running jobs merged in on demand."""
+
+    def __init__(self, key: RankKey) -> None:
+        self.key = key
+        self._entry: dict[str, Entry] = {}
+        self._order: list[Entry] = []
+
+    def _sync(self, view: ClusterView) -> None:
+        pending = view.pending
+        entries = self._entry
+        removed = entries.keys() - pending.keys()
+        if removed:
+            if len(removed) > 64:
+                for job_id in removed:
+                    del entries[job_id]
+                self._order = sorted(entries.values())
+            else:
+                order = self._order
+                for job_id in removed:
+                    entry = entries.pop(job_id)
+                    del order[bisect.bisect_left(order, entry)]
+        added = pending.keys() - entries.keys()
+        if added:
+            now = view.now
+            key = self.key
+            new = []
+            for job_id in added:
+                job = pending[job_id]
+                entry = (key(job, now), job.spec.submit_time, job_id)
+                entries[job_id] = entry
+                new.append(entry)
+            if len(new) > 64:
+                self._order = sorted(self._order + new)
+            else:
+                for entry in new:
+                    bisect.insort(self._order, entry)
+
+    def ranked(self, view: ClusterView) -> Iterator[ActiveJob]:
+        """All active jobs of ``view`` in ascending key order (ties: submit time, id)."""
+        self._sync(view)
+        now = view.now
+        key = self.key
+        running = sorted(
+            (key(job, now), job.spec.submit_time, job_id) for job_id, job in view.running.items()
+        )
+        jobs = view.running
+        pending = view.pending
+        for _, _, job_id in heapq.merge(running, self._order):
+            yield jobs.get(job_id) or pending[job_id]
