@@ -132,7 +132,7 @@ class Engine:
 
     def _to_pending(self, job: ActiveJob, now: float) -> None:
         self.running.pop(job.id, None)
-        job.allocation = None
+        job.set_allocation(None)
         job.status = "pending"
         job.pending_since = now
         self.pending[job.id] = job
@@ -177,7 +177,7 @@ class Engine:
         del self.running[job_id]
         job.status = "finished"
         job.finish_time = now
-        job.allocation = None
+        job.set_allocation(None)
         job.rate = 0.0
         self.records.append(self._record(job))
 
@@ -281,7 +281,7 @@ class Engine:
                 job.status = "running"
                 if job.first_start is None:
                     job.first_start = now
-                job.allocation = action.after
+                job.set_allocation(action.after)
                 self.running[job.id] = job
                 self._acquire(job)
             elif kind == "preempt":
@@ -292,7 +292,7 @@ class Engine:
                     job.resizes += 1
                 elif kind == "migrate":
                     job.migrations += 1
-                job.allocation = action.after
+                job.set_allocation(action.after)
                 self._acquire(job)
         if plan.actions:
             self.executor.apply(plan, touched)

@@ -31,6 +31,9 @@ class ActiveJob:
     spec: JobSpec
     status: JobStatus = "pending"
     allocation: JobAllocation | None = None
+    gpus: int = 0
+    """GPUs held now; kept equal to ``allocation.gpus`` by :meth:`set_allocation` (read on
+    every decision, so it is stored rather than summed from the placement each time)."""
     done: float = 0.0
     anchor_time: float = 0.0
     rate: float = 0.0
@@ -53,9 +56,9 @@ class ActiveJob:
     def id(self) -> str:
         return self.spec.id
 
-    @property
-    def gpus(self) -> int:
-        return self.allocation.gpus if self.allocation else 0
+    def set_allocation(self, allocation: JobAllocation | None) -> None:
+        self.allocation = allocation
+        self.gpus = allocation.gpus if allocation is not None else 0
 
     def done_at(self, now: float) -> float:
         start = self.anchor_time if self.anchor_time > self.resume_time else self.resume_time
@@ -220,7 +223,7 @@ class ClusterState(BaseModel):
                                 f"jobs[{i}].allocation: GPU {node}:{g} is taken or out of range"
                             )
                         free[node].discard(g)
-                job.allocation = snap.allocation
+                job.set_allocation(snap.allocation)
                 job.status = "running"
                 job.rate = placement_rate(snap.spec, self.cluster, snap.allocation)
                 running[snap.spec.id] = job

@@ -20,7 +20,8 @@ from .ranked_queue import RankedQueue, RankKey
 
 def remaining_time(job: ActiveJob, now: float) -> float:
     spec = job.spec
-    return job.remaining(now) / spec.throughput.rate(spec.requested_gpus)
+    left = spec.total_iterations - job.done_at(now)  # type: ignore[operator]
+    return max(0.0, left) / spec.throughput.rate(spec.requested_gpus)
 
 
 def remaining_service(job: ActiveJob, now: float) -> float:

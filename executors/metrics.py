@@ -1,0 +1,325 @@
+"""Run metrics: AFS cluster samples, per-run summaries, policy comparisons and CSV output.
+
+The definitions follow the AFS paper's §5.3 (000 digest): queue length (QL), cluster efficiency
+(CE), blocking index (BI) and the avg-JCT *reduction rate* ``baseline / algorithm`` (> 1 means
+better than the baseline). ``docs/metrics.md`` states every equation, unit and CSV column.
+
+:func:`take_sample` runs inside the simulator's event loop, so it is a single pass over the
+active jobs with scalar accumulators. Everything else runs once per run and favours clarity.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from rich.table import Table
+
+from gpuplan.models import ActiveJob, JobRecord, RunResult, Sample
+
+__all__ = [
+    "RunSummary",
+    "compare_json",
+    "compare_table",
+    "format_duration",
+    "summarize",
+    "take_sample",
+    "write_job_csv",
+    "write_samples_csv",
+]
+
+
+# --------------------------------------------------------------------------- sampling
+def take_sample(now: float, jobs: Iterable[ActiveJob], capacity: int) -> Sample:
+    """Snapshot QL, CE and BI at ``now`` (AFS §5.3).
+
+    A job counts as *pending* when it is not finished and holds no GPUs, whatever its status
+    field says: QL and BI are about jobs that are waiting, and a job with a zero-GPU allocation
+    is waiting. CE uses the job's packed profile speed-up ``P(c)/P(1)`` (not its placement rate),
+    because the paper defines CE on identical GPUs as "how many single-GPU jobs' worth of
+    progress the cluster makes"; GPU-type speed and sharing are deliberately left out so CE stays
+    comparable across clusters. ``capacity`` is M, the usable GPUs at ``now``.
+
+    A pending job with no work left would make BI infinite; it contributes 0 instead, because
+    such a job is not blocked (it finishes the moment it starts).
+    """
+    queue_length = 0
+    running = 0
+    gpus_allocated = 0
+    speedup_sum = 0.0
+    blocking_sum = 0.0
+    for job in jobs:
+        if job.status == "finished":
+            continue
+        gpus = job.gpus
+        profile = job.spec.throughput
+        if gpus > 0:
+            running += 1
+            gpus_allocated += gpus
+            speedup_sum += profile.rate(gpus) / profile.rate(1)
+        else:
+            queue_length += 1
+            remaining = job.remaining(now)
+            if remaining > 0.0:
+                # pending / (remaining / P(1)) written without the intermediate division
+                blocking_sum += job.pending_time_at(now) * profile.rate(1) / remaining
+    return Sample(
+        time=now,
+        queue_length=queue_length,
+        running=running,
+        cluster_efficiency=speedup_sum / capacity if capacity > 0 else 0.0,
+        blocking_index=blocking_sum / queue_length if queue_length else 0.0,
+        gpus_allocated=gpus_allocated,
+        capacity=capacity,
+    )
+
+
+# --------------------------------------------------------------------------- summary
+class RunSummary(BaseModel):
+    """One run reduced to the numbers policies are compared on.
+
+    Durations are seconds. JCT and queueing statistics are over *finished* jobs only, so a run
+    with unfinished jobs can look better than it is: always read them together with
+    ``unfinished``. A statistic over an empty set is ``None`` rather than 0, so "no data" can't
+    be mistaken for "instant".
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str
+    policy: str
+    seed: int = 0
+    jobs: int
+    finished: int
+    unfinished: int
+    avg_jct_s: float | None = None
+    median_jct_s: float | None = None
+    p95_jct_s: float | None = None
+    p99_jct_s: float | None = None
+    avg_queueing_s: float | None = None
+    median_queueing_s: float | None = None
+    p95_queueing_s: float | None = None
+    p99_queueing_s: float | None = None
+    makespan_s: float | None = Field(
+        default=None, description="last finish - first submit (over finished jobs' finishes)"
+    )
+    gpu_utilisation: float | None = Field(
+        default=None, description="gpu_seconds_allocated / gpu_seconds_capacity"
+    )
+    preemptions: int = 0
+    resizes: int = 0
+    migrations: int = 0
+    lost_iterations: float = 0.0
+    mean_queue_length: float | None = None
+    mean_cluster_efficiency: float | None = None
+    mean_blocking_index: float | None = None
+    decision_p50_ms: float | None = None
+    decision_p95_ms: float | None = None
+    decision_p99_ms: float | None = None
+    decision_max_ms: float | None = None
+    events: int = 0
+    wall_s: float = 0.0
+    jobs_per_s: float | None = Field(default=None, description="simulated jobs per wall second")
+    solver_calls: int = 0
+    solver_fallbacks: int = 0
+
+
+def _jct(record: JobRecord) -> float:
+    """JCT of a finished record, recomputed if the executor left the field empty."""
+    if record.jct is not None:
+        return record.jct
+    return record.finish_time - record.submit_time  # type: ignore[operator]
+
+
+def _queueing(record: JobRecord) -> float:
+    """Queueing time (first start - submit) of a finished record."""
+    if record.queueing_time is not None:
+        return record.queueing_time
+    start = record.first_start if record.first_start is not None else record.finish_time
+    return start - record.submit_time  # type: ignore[operator]
+
+
+def _stats(values: Sequence[float]) -> tuple[float | None, ...]:
+    """Mean, median, p95, p99 with numpy's linear percentile (``None`` x 4 when empty)."""
+    if not values:
+        return (None, None, None, None)
+    arr = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.percentile(arr, [50.0, 95.0, 99.0], method="linear")
+    return (float(arr.mean()), float(p50), float(p95), float(p99))
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    arr = np.fromiter(values, dtype=float)
+    return float(arr.mean()) if arr.size else None
+
+
+def summarize(result: RunResult) -> RunSummary:
+    """Reduce a :class:`RunResult` to a :class:`RunSummary`.
+
+    Sample means are plain means: the simulator takes samples at regular instants, so a plain
+    mean *is* the time-weighted mean. Counters (preemptions, lost iterations, ...) are summed over
+    all jobs, finished or not, because the disruption happened either way.
+    """
+    records = result.jobs
+    finished = [r for r in records if r.finish_time is not None]
+    jct = _stats([_jct(r) for r in finished])
+    queueing = _stats([_queueing(r) for r in finished])
+
+    makespan = None
+    if finished:
+        first_submit = min(r.submit_time for r in records)
+        makespan = max(r.finish_time for r in finished) - first_submit  # type: ignore[type-var]
+
+    utilisation = None
+    if result.gpu_seconds_capacity > 0:
+        utilisation = result.gpu_seconds_allocated / result.gpu_seconds_capacity
+
+    p50_ms = p95_ms = p99_ms = max_ms = None
+    if result.decision_ms:
+        lat = np.asarray(result.decision_ms, dtype=float)
+        p50, p95, p99 = np.percentile(lat, [50.0, 95.0, 99.0], method="linear")
+        p50_ms, p95_ms, p99_ms, max_ms = float(p50), float(p95), float(p99), float(lat.max())
+
+    samples = result.samples
+    return RunSummary(
+        scenario=result.scenario,
+        policy=result.policy,
+        seed=result.seed,
+        jobs=len(records),
+        finished=len(finished),
+        unfinished=len(records) - len(finished),
+        avg_jct_s=jct[0],
+        median_jct_s=jct[1],
+        p95_jct_s=jct[2],
+        p99_jct_s=jct[3],
+        avg_queueing_s=queueing[0],
+        median_queueing_s=queueing[1],
+        p95_queueing_s=queueing[2],
+        p99_queueing_s=queueing[3],
+        makespan_s=makespan,
+        gpu_utilisation=utilisation,
+        preemptions=sum(r.preemptions for r in records),
+        resizes=sum(r.resizes for r in records),
+        migrations=sum(r.migrations for r in records),
+        lost_iterations=float(sum(r.lost_iterations for r in records)),
+        mean_queue_length=_mean(s.queue_length for s in samples),
+        mean_cluster_efficiency=_mean(s.cluster_efficiency for s in samples),
+        mean_blocking_index=_mean(s.blocking_index for s in samples),
+        decision_p50_ms=p50_ms,
+        decision_p95_ms=p95_ms,
+        decision_p99_ms=p99_ms,
+        decision_max_ms=max_ms,
+        events=result.events,
+        wall_s=result.wall_s,
+        jobs_per_s=len(records) / result.wall_s if result.wall_s > 0 else None,
+        solver_calls=result.solver_calls,
+        solver_fallbacks=result.solver_fallbacks,
+    )
+
+
+# --------------------------------------------------------------------------- comparison
+RATIO_TITLE = "Avg JCT ratio\n(first / this; >1 = better)"
+
+
+def format_duration(seconds: float | None) -> str:
+    """Human-readable duration: s below a minute, min below an hour, h below a day, else d."""
+    if seconds is None:
+        return "—"
+    magnitude = abs(seconds)
+    if magnitude < 60:
+        return f"{seconds:.1f} s"
+    if magnitude < 3600:
+        return f"{seconds / 60:.1f} min"
+    if magnitude < 86400:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 86400:.2f} d"
+
+
+def _ratio(baseline: float | None, value: float | None) -> float | None:
+    """AFS reduction rate ``baseline / value``; ``None`` when either side is missing or 0."""
+    if baseline is None or value is None or value <= 0:
+        return None
+    return baseline / value
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
+    """One row per policy; the first entry is the baseline of the ratio column.
+
+    An ``Unfinished`` column is included beside the brief's metrics because JCT statistics are
+    over finished jobs only: a policy that starves jobs would otherwise look fast.
+    """
+    table = Table(title="Policy comparison")
+    table.add_column("Policy", style="bold")
+    for title in ("Avg JCT", "p99 JCT", "Avg queueing", "Makespan"):
+        table.add_column(title, justify="right")
+    table.add_column("GPU util", justify="right")
+    table.add_column("Unfinished", justify="right")
+    table.add_column("Preemptions", justify="right")
+    table.add_column("Resizes", justify="right")
+    table.add_column("Decision p95 (ms)", justify="right")
+    table.add_column(RATIO_TITLE, justify="right")
+    baseline = summaries[0][1].avg_jct_s if summaries else None
+    for name, s in summaries:
+        ratio = _ratio(baseline, s.avg_jct_s)
+        table.add_row(
+            name,
+            format_duration(s.avg_jct_s),
+            format_duration(s.p99_jct_s),
+            format_duration(s.avg_queueing_s),
+            format_duration(s.makespan_s),
+            "—" if s.gpu_utilisation is None else f"{s.gpu_utilisation:.1%}",
+            str(s.unfinished),
+            str(s.preemptions),
+            str(s.resizes),
+            _fmt(s.decision_p95_ms, ".2f"),
+            "—" if ratio is None else f"{ratio:.2f}x",
+        )
+    return table
+
+
+def compare_json(summaries: list[tuple[str, RunSummary]]) -> list[dict[str, Any]]:
+    """The :func:`compare_table` metrics as raw numbers (seconds, fractions), one dict a policy.
+
+    ``avg_jct_ratio`` = first policy's avg JCT / this policy's (> 1 = better than the first).
+    Missing values are ``None`` (JSON ``null``).
+    """
+    baseline = summaries[0][1].avg_jct_s if summaries else None
+    return [
+        {
+            "policy": name,
+            **s.model_dump(exclude={"policy"}),
+            "avg_jct_ratio": _ratio(baseline, s.avg_jct_s),
+        }
+        for name, s in summaries
+    ]
+
+
+# --------------------------------------------------------------------------- CSV
+def _write_models_csv(path: str | Path, fields: list[str], rows: Iterable[BaseModel]) -> Path:
+    """Write pydantic rows with ``fields`` as header; ``None`` becomes an empty cell."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(fields)
+        for row in rows:
+            writer.writerow(["" if (v := getattr(row, f)) is None else v for f in fields])
+    return out
+
+
+def write_job_csv(result: RunResult, path: str | Path) -> Path:
+    """One row per :class:`JobRecord`; header = the record's field names in declaration order."""
+    return _write_models_csv(path, list(JobRecord.model_fields), result.jobs)
+
+
+def write_samples_csv(result: RunResult, path: str | Path) -> Path:
+    """One row per :class:`Sample`; header = the sample's field names in declaration order."""
+    return _write_models_csv(path, list(Sample.model_fields), result.samples)
