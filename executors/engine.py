@@ -11,6 +11,7 @@ import time as wallclock
 from collections.abc import Callable, Iterable
 
 from gpuplan.models import (
+    Action,
     ActiveJob,
     AllocationPlan,
     CapacityChange,
@@ -18,13 +19,16 @@ from gpuplan.models import (
     ClusterView,
     Event,
     InputError,
+    JobAllocation,
     JobArrival,
     JobCompletion,
     JobRecord,
     JobSpec,
+    LoanOffer,
     Node,
     NodeFailure,
     NodeRecovery,
+    ReclaimRequest,
     RunResult,
     Sample,
 )
@@ -35,6 +39,22 @@ from .base import Executor
 from .metrics import take_sample
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
+Reclaimer = Callable[[ClusterView, list[str], int], list[str]]
+"""(view, on-loan node names in loan order, count) -> the nodes to give back."""
+
+
+def reclaim_least_used(view: ClusterView, on_loan: list[str], count: int) -> list[str]:
+    """Default reclaimer: idle servers first, then those touched by the fewest jobs (ties: most
+    recently loaned). Aryl's cost-based and exact reclaimers plug in through ``Engine``."""
+    users: dict[str, int] = dict.fromkeys(on_loan, 0)
+    for job in view.running.values():
+        if job.allocation is not None:
+            for node in job.allocation.placement:
+                if node in users:
+                    users[node] += 1
+    order = {name: i for i, name in enumerate(on_loan)}
+    ranked = sorted(on_loan, key=lambda n: (users[n], -order[n]))
+    return ranked[:count]
 ProgressHook = Callable[[int, float], None]
 
 
@@ -51,6 +71,7 @@ class Engine:
         sample_interval_s: float | None = 3600.0,
         round_interval_s: float | None = None,
         on_plan: PlanHook | None = None,
+        reclaimer: Reclaimer = reclaim_least_used,
     ) -> None:
         self.cluster = cluster
         self.policy = policy
@@ -84,6 +105,10 @@ class Engine:
         self._timer_at: float | None = None
         self._recoveries: list[tuple[float, str]] = []
         self.on_plan = on_plan
+        self.reclaimer = reclaimer
+        self.on_loan: list[str] = []
+        self.down: set[str] = set()
+        self.reclaim_log: list[tuple[float, list[str]]] = []
 
     # ------------------------------------------------------------------ nodes
     def _add_node(self, name: str) -> None:
@@ -99,8 +124,27 @@ class Engine:
             return
         hit = [j for j in self.running.values() if j.allocation and name in j.allocation.placement]
         for job in hit:
-            self._release(job)
             job.settle(now)
+            self._release(job)
+            alloc = job.allocation
+            assert alloc is not None
+            rest = {n: g for n, g in alloc.placement.items() if n != name}
+            kept = sum(len(g) for g in rest.values())
+            if graceful and kept and kept in job.spec.allowed_counts():
+                # An elastic job loses only the workers on this node (scale-in, no preemption).
+                after = JobAllocation.fast(job.id, rest, alloc.share)
+                job.set_allocation(after)
+                self._acquire(job)
+                job.resizes += 1
+                shrink = Action.model_construct(kind="resize", job_id=job.id, before=alloc,
+                                                after=after)
+                self.executor.apply(
+                    AllocationPlan.model_construct(time=now, policy=self.policy.name,
+                                                   allocations={}, actions=[shrink], stats=[],
+                                                   decision_ms=0.0),
+                    {job.id: job},
+                )
+                continue
             self.executor.evict(job, now, graceful)
             self._to_pending(job, now)
             job.preemptions += 1
@@ -219,12 +263,18 @@ class Engine:
                         self._add_node(name)
                     else:
                         self._remove_node(name, now, graceful=True)
+            elif isinstance(event, LoanOffer):
+                self._loan(event.count, event.pool)
+            elif isinstance(event, ReclaimRequest):
+                self._reclaim(event.count, now)
             elif isinstance(event, NodeFailure):
+                self.down.add(event.node)
                 self._remove_node(event.node, now, graceful=False)
                 if event.recover_after is not None:
                     self.executor.wake_at(now + event.recover_after)
                     self._recoveries.append((now + event.recover_after, event.node))
             elif isinstance(event, NodeRecovery):
+                self.down.discard(event.node)
                 self._add_node(event.node)
         self._recover_due(now)
         return self.decide(now)
@@ -234,7 +284,29 @@ class Engine:
         if due:
             self._recoveries = [(t, n) for t, n in self._recoveries if t > now]
             for name in due:
+                self.down.discard(name)
                 self._add_node(name)
+
+    def _loan(self, count: int, pool: str) -> None:
+        """Take ``count`` idle servers of ``pool`` (name order) into training use."""
+        idle = [n.name for n in self.cluster.nodes
+                if n.pool == pool and n.name not in self.usable and n.name not in self.down]
+        for name in idle[:count]:
+            self._add_node(name)
+            self.on_loan.append(name)
+
+    def _reclaim(self, count: int, now: float) -> None:
+        """Give back ``count`` on-loan servers chosen by the reclaimer."""
+        count = min(count, len(self.on_loan))
+        if count <= 0:
+            return
+        chosen = self.reclaimer(self.view(now), list(self.on_loan), count)
+        if len(set(chosen)) != count or not set(chosen) <= set(self.on_loan):
+            raise RuntimeError(f"reclaimer returned {chosen!r}, not {count} on-loan servers")
+        self.reclaim_log.append((now, list(chosen)))
+        for name in chosen:
+            self.on_loan.remove(name)
+            self._remove_node(name, now, graceful=True)
 
     def view(self, now: float) -> ClusterView:
         return ClusterView(

@@ -35,7 +35,11 @@ PROGRESS_MIN_JOBS = 2000
 
 
 def _console(err: bool = False) -> Console:
-    return Console(stderr=err, highlight=False)
+    """A console; when output is piped or logged (not a terminal) it is 160 columns wide so the
+    comparison table is not squeezed into 80."""
+    stream = sys.stderr if err else sys.stdout
+    width = None if stream.isatty() else 160
+    return Console(stderr=err, highlight=False, width=width)
 
 
 def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool) -> RunResult:

@@ -10,8 +10,10 @@ from .events import (
     Event,
     JobArrival,
     JobCompletion,
+    LoanOffer,
     NodeFailure,
     NodeRecovery,
+    ReclaimRequest,
     Timer,
 )
 from .gpu import KNOWN_GPU_TYPES, GpuType
@@ -25,9 +27,9 @@ from .throughput import ThroughputProfile
 __all__ = [
     "Action", "ActionKind", "ActiveJob", "AllocationPlan", "CapacityChange", "Checkpointing",
     "Cluster", "ClusterSpec", "ClusterState", "ClusterView", "Elasticity", "EngineSpec", "Event",
-    "GpuType", "GpuplanError", "InfeasibleError", "InputError", "JobAllocation", "JobArrival",
-    "JobCompletion", "JobRecord", "JobSnapshot", "JobSpec", "KNOWN_GPU_TYPES", "MemoryProfile",
-    "Node", "NodeFailure", "NodeRecovery", "Overheads", "Pool", "RunResult", "Sample",
-    "ScenarioSpec", "SolverStats", "SolverStatus", "ThroughputProfile", "Timer", "WorkloadSpec",
-    "placement_rate",
+    "GpuplanError", "GpuType", "InfeasibleError", "InputError", "JobAllocation", "JobArrival",
+    "JobCompletion", "JobRecord", "JobSnapshot", "JobSpec", "KNOWN_GPU_TYPES", "LoanOffer",
+    "MemoryProfile", "Node", "NodeFailure", "NodeRecovery", "Overheads", "placement_rate", "Pool",
+    "ReclaimRequest", "RunResult", "Sample", "ScenarioSpec", "SolverStats", "SolverStatus",
+    "ThroughputProfile", "Timer", "WorkloadSpec",
 ]

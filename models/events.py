@@ -36,6 +36,22 @@ class CapacityChange(_Event):
     nodes: tuple[str, ...]
 
 
+class LoanOffer(_Event):
+    """The inference side lends ``count`` idle servers; the engine picks which (Aryl §3)."""
+
+    kind: Literal["loan_offer"] = "loan_offer"
+    count: int = Field(ge=1)
+    pool: Literal["training", "inference"] = "inference"
+
+
+class ReclaimRequest(_Event):
+    """The inference side wants ``count`` on-loan servers back (Aryl's N_R); the engine's
+    reclaimer chooses which, preempting or shrinking the training jobs on them."""
+
+    kind: Literal["reclaim_request"] = "reclaim_request"
+    count: int = Field(ge=1)
+
+
 class NodeFailure(_Event):
     kind: Literal["failure"] = "failure"
     node: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 
 from gpuplan.models import InputError
@@ -33,17 +35,40 @@ _REGISTRY: dict[str, tuple[PolicyFactory, str]] = {
 }
 
 
+_discovered = False
+
+
+def _discover() -> None:
+    """Import every module of ``gpuplan.solver_core.policies`` and register its ``POLICIES``.
+
+    A policy module declares ``POLICIES = {name: (factory, description)}``; nothing else has to
+    be edited to add a policy.
+    """
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    from . import policies
+
+    for info in pkgutil.iter_modules(policies.__path__):
+        module = importlib.import_module(f"{policies.__name__}.{info.name}")
+        for name, (factory, description) in getattr(module, "POLICIES", {}).items():
+            _REGISTRY.setdefault(name, (factory, description))
+
+
 def register(name: str, factory: PolicyFactory, description: str) -> None:
     """Add a policy (later issues register AFS, Aryl, ... here)."""
     _REGISTRY[name] = (factory, description)
 
 
 def policy_names() -> dict[str, str]:
+    _discover()
     return {name: desc for name, (_, desc) in _REGISTRY.items()}
 
 
 def make_policy(name: str) -> Policy:
     """A fresh policy object (policies may hold state, so never share one between runs)."""
+    _discover()
     try:
         factory, _ = _REGISTRY[name]
     except KeyError:

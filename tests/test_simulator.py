@@ -176,3 +176,38 @@ def test_impossible_job_is_rejected_not_crashing(run_sim) -> None:
 
 def test_no_overheads_fixture_is_zero() -> None:
     assert NO_OVERHEADS.resize_cost() == 0
+
+
+def test_loan_and_reclaim_shrink_elastic_and_preempt_rigid(run_sim) -> None:
+    from gpuplan.models import Elasticity, LoanOffer, Node, ReclaimRequest
+
+    cluster = Cluster(nodes=[Node(name="t0", gpus=2, pool="training"),
+                             Node(name="i0", gpus=2, pool="inference"),
+                             Node(name="i1", gpus=2, pool="inference")])
+    elastic = rigid("e", 0, 4, 100, elasticity=Elasticity(min_gpus=2, max_gpus=4))
+    jobs = [rigid("r", 0, 2, 100), elastic]
+    events = [LoanOffer(time=1, count=2), ReclaimRequest(time=20, count=2),
+              LoanOffer(time=300, count=2)]
+    result, engine, _ = run_sim(cluster, jobs, "fifo-backfill", events=events)
+    r = {x.job_id: x for x in result.jobs}
+    # r starts at 0 on the training node; e waits until the loan at t=1 gives it i0 + i1.
+    assert r["e"].first_start == 1.0
+    assert engine.reclaim_log == [(20.0, ["i1", "i0"])]
+    # both loaned servers go back: e (spans only loaned servers) cannot keep 2 GPUs -> preempted
+    assert r["e"].preemptions == 1 and r["r"].preemptions == 0
+    # rigid FIFO needs all 4 GPUs again: e restarts at the next loan (t=300), losing nothing
+    assert r["e"].finish_time == pytest.approx(300 + 100 - 19)
+    assert engine.on_loan == ["i0", "i1"]
+
+
+def test_reclaim_shrinks_elastic_job_instead_of_preempting(run_sim) -> None:
+    from gpuplan.models import Elasticity, LoanOffer, Node, ReclaimRequest
+
+    cluster = Cluster(nodes=[Node(name="t0", gpus=2, pool="training"),
+                             Node(name="i0", gpus=2, pool="inference")])
+    elastic = rigid("e", 2, 4, 100, elasticity=Elasticity(min_gpus=2, max_gpus=4))
+    events = [LoanOffer(time=1, count=1), ReclaimRequest(time=20, count=1)]
+    result, engine, _ = run_sim(cluster, [elastic], "fifo-backfill", events=events)
+    rec = result.jobs[0]
+    assert rec.preemptions == 0 and rec.resizes == 1
+    assert engine.capacity == 2
