@@ -31,6 +31,7 @@ from gpuplan.models import (
     ReclaimRequest,
     RunResult,
     Sample,
+    ThroughputMeasured,
 )
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.policy import Policy
@@ -267,6 +268,8 @@ class Engine:
                 self._loan(event.count, event.pool)
             elif isinstance(event, ReclaimRequest):
                 self._reclaim(event.count, now)
+            elif isinstance(event, ThroughputMeasured):
+                self._on_measured(event.job_id, event.points)
             elif isinstance(event, NodeFailure):
                 self.down.add(event.node)
                 self._remove_node(event.node, now, graceful=False)
@@ -286,6 +289,15 @@ class Engine:
             for name in due:
                 self.down.discard(name)
                 self._add_node(name)
+
+    def _on_measured(self, job_id: str, points: dict[int, float]) -> None:
+        """Replace the job's believed curve by what has been measured so far (AFS §4.5)."""
+        job = self.running.get(job_id) or self.pending.get(job_id)
+        if job is None:
+            return
+        job.measured.update(points)
+        belief = job.spec.throughput.believed_from(dict(job.measured))
+        job.spec = job.spec.model_copy(update={"throughput": belief})
 
     def _loan(self, count: int, pool: str) -> None:
         """Take ``count`` idle servers of ``pool`` (name order) into training use."""

@@ -63,6 +63,7 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         sample_interval_s=spec.engine.sample_interval_s,
         round_interval_s=spec.engine.round_interval_s,
         progress=progress,
+        learning=spec.learning,
     )
     return result
 

@@ -14,22 +14,31 @@ from .events import (
     NodeFailure,
     NodeRecovery,
     ReclaimRequest,
+    ThroughputMeasured,
     Timer,
 )
 from .gpu import KNOWN_GPU_TYPES, GpuType
 from .job import Checkpointing, Elasticity, JobSpec, MemoryProfile
 from .plan import Action, ActionKind, AllocationPlan, JobAllocation, SolverStats, SolverStatus
 from .records import JobRecord, RunResult, Sample
-from .scenario import ClusterSpec, EngineSpec, Overheads, ScenarioSpec, WorkloadSpec
+from .scenario import (
+    ClusterSpec,
+    EngineSpec,
+    LearningSpec,
+    Overheads,
+    ScenarioSpec,
+    WorkloadSpec,
+)
 from .state import ActiveJob, ClusterState, ClusterView, JobSnapshot, placement_rate
-from .throughput import ThroughputProfile
+from .throughput import ThroughputProfile, allocatable_units
 
 __all__ = [
-    "Action", "ActionKind", "ActiveJob", "AllocationPlan", "CapacityChange", "Checkpointing",
-    "Cluster", "ClusterSpec", "ClusterState", "ClusterView", "Elasticity", "EngineSpec", "Event",
-    "GpuplanError", "GpuType", "InfeasibleError", "InputError", "JobAllocation", "JobArrival",
-    "JobCompletion", "JobRecord", "JobSnapshot", "JobSpec", "KNOWN_GPU_TYPES", "LoanOffer",
-    "MemoryProfile", "Node", "NodeFailure", "NodeRecovery", "Overheads", "placement_rate", "Pool",
-    "ReclaimRequest", "RunResult", "Sample", "ScenarioSpec", "SolverStats", "SolverStatus",
-    "ThroughputProfile", "Timer", "WorkloadSpec",
+    "Action", "ActionKind", "ActiveJob", "allocatable_units", "AllocationPlan", "CapacityChange",
+    "Checkpointing", "Cluster", "ClusterSpec", "ClusterState", "ClusterView", "Elasticity",
+    "EngineSpec", "Event", "GpuplanError", "GpuType", "InfeasibleError", "InputError",
+    "JobAllocation", "JobArrival", "JobCompletion", "JobRecord", "JobSnapshot", "JobSpec",
+    "KNOWN_GPU_TYPES", "LearningSpec", "LoanOffer", "MemoryProfile", "Node", "NodeFailure",
+    "NodeRecovery", "Overheads", "placement_rate", "Pool", "ReclaimRequest", "RunResult", "Sample",
+    "ScenarioSpec", "SolverStats", "SolverStatus", "ThroughputMeasured", "ThroughputProfile",
+    "Timer", "WorkloadSpec",
 ]

@@ -52,6 +52,15 @@ class ReclaimRequest(_Event):
     count: int = Field(ge=1)
 
 
+class ThroughputMeasured(_Event):
+    """Measured iterations/s of a job at some GPU counts (AFS §4.5 throughput learning; real
+    executors report what jobs log)."""
+
+    kind: Literal["throughput"] = "throughput"
+    job_id: str
+    points: dict[int, float]
+
+
 class NodeFailure(_Event):
     kind: Literal["failure"] = "failure"
     node: str

@@ -36,6 +36,16 @@ class Overheads(BaseModel):
     sidecar_s: float = Field(default=3.0, ge=0, description="SideCar stop/restart")
     migrate_s: float = Field(default=30.0, ge=0)
     preempt_s: float = Field(default=0.0, ge=0, description="checkpoint time on preemption")
+    expand_prep_s: float = Field(
+        default=0.0, ge=0,
+        description="CoDDL concurrent expansion: with stop_free resizes, a growing job keeps "
+        "training on its old GPUs this long while the new ones load the graph, then switches",
+    )
+    cancel_inflight: bool = Field(
+        default=True,
+        description="CoDDL reconfiguration cancelling: a new order for a job cancels its "
+        "in-flight reconfiguration; when False, orders queue and run back to back",
+    )
 
     def resize_cost(self) -> float:
         return {
@@ -43,6 +53,21 @@ class Overheads(BaseModel):
             "checkpoint_restart": self.restart_s,
             "sidecar": self.sidecar_s,
         }[self.resize_mode]
+
+
+class LearningSpec(BaseModel):
+    """Throughput learning, AFS §4.5 "overestimate first, re-adjust later" (simulator mode).
+
+    Policies see only measured points of each job's curve: on arrival a job is believed to scale
+    linearly from its one-GPU rate; once it runs on c GPUs it measures every allocatable unit
+    <= c (1, 2, 4, ... below a node, then multiples of the node size) within ``measure_s``, and
+    the belief becomes those points with linear extrapolation from the last one.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    measure_s: float = Field(default=60.0, ge=0, description="time to measure all units")
 
 
 class ClusterSpec(BaseModel):
@@ -116,3 +141,4 @@ class ScenarioSpec(BaseModel):
     workload: WorkloadSpec
     overheads: Overheads = Field(default_factory=Overheads)
     engine: EngineSpec = Field(default_factory=EngineSpec)
+    learning: LearningSpec = Field(default_factory=LearningSpec)

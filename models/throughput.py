@@ -161,3 +161,31 @@ class ThroughputProfile(BaseModel):
     def spread(self, gpus: int) -> float:
         """Multiplier when the job's GPUs span more than one node."""
         return self.spread_factor.get(gpus, self.default_spread_factor)
+
+    def believed_from(self, measured: dict[int, float]) -> ThroughputProfile:
+        """A profile that knows only ``measured`` points, extrapolating linearly beyond the last
+        one (AFS §4.5: "assume linear scalability from the last allocatable unit")."""
+        return ThroughputProfile(
+            points=measured,
+            reference_gpu=self.reference_gpu,
+            extrapolation="linear",
+            type_speed=self.type_speed,
+            spread_factor=self.spread_factor,
+            default_spread_factor=self.default_spread_factor,
+            source="measured online",
+        )
+
+
+def allocatable_units(limit: int, gpus_per_node: int) -> list[int]:
+    """Network-packing sizes up to ``limit``: powers of two below a node, then multiples of the
+    node size (AFS §4.4: 1, 2, 4, 8, 12, ... with 4 GPUs per node is 1, 2, 4, 8, 12, ...)."""
+    units: list[int] = []
+    size = 1
+    while size < gpus_per_node and size <= limit:
+        units.append(size)
+        size *= 2
+    multiple = gpus_per_node
+    while multiple <= limit:
+        units.append(multiple)
+        multiple += gpus_per_node
+    return units

@@ -11,6 +11,16 @@ checkpoint if it checkpoints every ``interval_s``; everything if it never checkp
 
 A completion is predicted whenever a job's rate changes; a stale prediction is skipped by
 comparing a per-job version number, so resizes never leave phantom completions behind.
+
+CoDDL's mechanisms (000 digest §4.1) are modelled by two knobs: with ``stop_free`` resizes and
+``expand_prep_s`` > 0 a growing job keeps training on its old GPUs while the new ones prepare,
+then switches in ``stop_free_s`` (concurrent share expansion); with ``cancel_inflight`` False a
+new order for a job that is still reconfiguring waits for the in-flight one (no reconfiguration
+cancelling: orders run back to back).
+
+Throughput learning (AFS §4.5): with a :class:`LearningSpec` enabled, the engine is told only a
+linear belief on arrival and then measured points (``ThroughputMeasured`` events) after a job
+has run on a share; the simulator alone keeps the true curves.
 """
 
 from __future__ import annotations
@@ -27,14 +37,18 @@ from gpuplan.models import (
     JobArrival,
     JobCompletion,
     JobSpec,
+    LearningSpec,
     Overheads,
+    ThroughputMeasured,
+    ThroughputProfile,
     Timer,
+    allocatable_units,
     placement_rate,
 )
 
 from ..base import Executor, ExecutorCapabilities
 
-_COMPLETION, _ARRIVAL, _OTHER, _TIMER = 0, 1, 2, 3
+_COMPLETION, _ARRIVAL, _OTHER, _TIMER, _SWITCH = 0, 1, 2, 3, 4
 
 
 @dataclass(slots=True)
@@ -58,8 +72,14 @@ class SimulatedCluster(Executor):
         overheads: Overheads | None = None,
         events: Iterable[Event] = (),
         record_segments: bool = False,
+        learning: LearningSpec | None = None,
     ) -> None:
         self.cluster = cluster
+        self.learning = learning if learning is not None and learning.enabled else None
+        self._true: dict[str, JobSpec] = {}
+        self._reported: dict[str, set[int]] = {}
+        self._busy_until: dict[str, float] = {}
+        self._jobs_by_id: dict[str, ActiveJob] = {}
         self.overheads = overheads or Overheads()
         mode = self.overheads.resize_mode
         self.capabilities = ExecutorCapabilities(
@@ -76,6 +96,7 @@ class SimulatedCluster(Executor):
         self.segments: list[Segment] | None = [] if record_segments else None
         self._open: dict[str, Segment] = {}
         for spec in jobs:
+            self._true[spec.id] = spec
             self._push(spec.submit_time, _ARRIVAL, spec)
         for event in events:
             self._push(event.time, _OTHER, event)
@@ -101,7 +122,9 @@ class SimulatedCluster(Executor):
                                                                job_id=job_id))
                 elif kind == _ARRIVAL:
                     batch.append(JobArrival.model_construct(time=time, kind="arrival",
-                                                            job=payload))
+                                                            job=self._believed(payload)))
+                elif kind == _SWITCH:
+                    self._switch(time, payload)  # type: ignore[arg-type]
                 elif kind == _TIMER:
                     batch.append(Timer.model_construct(time=time, kind="timer", name="round"))
                 else:
@@ -115,16 +138,50 @@ class SimulatedCluster(Executor):
         self._push(time, _TIMER, None)
 
     # ------------------------------------------------------------------ actions
+    def _believed(self, spec: JobSpec) -> JobSpec:
+        """What the engine may know on arrival: the true spec, or in learning mode only a linear
+        extrapolation of the one-GPU rate (the user submits a single-GPU model)."""
+        if self.learning is None:
+            return spec
+        one = spec.throughput.rate(1)
+        belief = ThroughputProfile(points={1: one}, reference_gpu=spec.throughput.reference_gpu,
+                                   extrapolation="linear", source="linear assumption")
+        return spec.model_copy(update={"throughput": belief})
+
+    def true_rate(self, job: ActiveJob) -> float:
+        spec = self._true.get(job.id, job.spec)
+        return placement_rate(spec, self.cluster, job.allocation)
+
     def apply(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob]) -> None:
         now = plan.time
         ov = self.overheads
         for action in plan.actions:
             job = jobs[action.job_id]
+            self._jobs_by_id[job.id] = job
             kind = action.kind
             if kind == "keep":
                 continue
             if kind == "preempt":
                 self._stop(job, now, graceful=True)
+                self._busy_until.pop(job.id, None)
+                continue
+            # Without reconfiguration cancelling, an order waits for the in-flight one.
+            begin = now
+            if not ov.cancel_inflight:
+                begin = max(now, self._busy_until.get(job.id, now))
+            grow_concurrently = (
+                kind == "resize" and ov.resize_mode == "stop_free" and ov.expand_prep_s > 0
+                and action.gpus_after > action.gpus_before and job.rate > 0
+            )
+            self._close_segment(job.id, now)
+            job.segment_start = now
+            if grow_concurrently:
+                # Keep the old rate (job.rate unchanged) until the new GPUs are ready.
+                switch_at = begin + ov.expand_prep_s
+                self._predict_completion(job)
+                self._push(switch_at, _SWITCH, (job.id, self._version[job.id]))
+                self._busy_until[job.id] = switch_at + ov.stop_free_s
+                self._measure(job, switch_at + ov.stop_free_s)
                 continue
             if kind == "start":
                 pause = ov.start_s if job.preemptions == 0 else ov.restart_s
@@ -135,11 +192,39 @@ class SimulatedCluster(Executor):
             else:  # migrate
                 pause = ov.migrate_s
                 job.last_checkpoint_done = job.done
-            self._close_segment(job.id, now)
-            job.rate = placement_rate(job.spec, self.cluster, job.allocation)
-            job.resume_time = now + pause
-            job.segment_start = now
+            job.rate = self.true_rate(job)
+            job.resume_time = begin + pause
+            self._busy_until[job.id] = job.resume_time
             self._predict_completion(job)
+            self._measure(job, job.resume_time)
+
+    def _switch(self, time: float, payload: tuple[str, int]) -> None:
+        """Concurrent expansion done: the job moves to its new (larger) share."""
+        job_id, version = payload
+        job = self._jobs_by_id.get(job_id)
+        if job is None or self._version.get(job_id) != version:
+            return
+        job.settle(time)
+        self._close_segment(job_id, time)
+        job.rate = self.true_rate(job)
+        job.resume_time = time + self.overheads.stop_free_s
+        job.segment_start = time
+        self._predict_completion(job)
+
+    def _measure(self, job: ActiveJob, ready_at: float) -> None:
+        """Learning mode: report the allocatable units <= the job's share not yet measured."""
+        if self.learning is None:
+            return
+        done = self._reported.setdefault(job.id, set())
+        units = [u for u in allocatable_units(job.gpus, self.cluster.gpus_per_node)
+                 if u not in done]
+        if not units:
+            return
+        done.update(units)
+        true = self._true.get(job.id, job.spec).throughput
+        event = ThroughputMeasured(time=ready_at + self.learning.measure_s, job_id=job.id,
+                                   points={u: true.rate(u) for u in units})
+        self._push(event.time, _OTHER, event)
 
     def evict(self, job: ActiveJob, now: float, graceful: bool) -> None:
         self._stop(job, now, graceful)

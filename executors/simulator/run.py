@@ -5,7 +5,7 @@ from __future__ import annotations
 import time as wallclock
 from collections.abc import Iterable, Sequence
 
-from gpuplan.models import Cluster, Event, JobSpec, Overheads, RunResult
+from gpuplan.models import Cluster, Event, JobSpec, LearningSpec, Overheads, RunResult
 from gpuplan.solver_core.policy import Policy
 
 from ..engine import Engine, PlanHook, ProgressHook
@@ -26,9 +26,11 @@ def simulate(
     on_plan: PlanHook | None = None,
     progress: ProgressHook | None = None,
     record_segments: bool = False,
+    learning: LearningSpec | None = None,
 ) -> tuple[RunResult, Engine, SimulatedCluster]:
     """Replay ``jobs`` under ``policy``; return the result, the engine and the executor."""
-    executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments)
+    executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
+                                learning=learning)
     engine = Engine(
         cluster,
         policy,

@@ -1,0 +1,100 @@
+"""CoDDL overhead model (concurrent expansion, reconfiguration cancelling) and throughput
+learning, with a scripted policy so every number is computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.executors.simulator.run import simulate
+from gpuplan.models import (
+    Cluster,
+    ClusterView,
+    Elasticity,
+    JobSpec,
+    LearningSpec,
+    Overheads,
+    ThroughputProfile,
+)
+from gpuplan.solver_core.placement.best_fit import best_fit_placement
+from gpuplan.solver_core.policy import StagedPolicy
+
+
+def scripted(schedule: list[tuple[float, int]]) -> StagedPolicy:
+    """Job 'a' gets ``gpus`` from each ``time`` on; wake-ups at every change."""
+
+    def shares(view: ClusterView, stats: list) -> dict[str, int]:
+        gpus = 0
+        for time, n in schedule:
+            if view.now >= time:
+                gpus = n
+        return {"a": gpus} if "a" in view.running or "a" in view.pending else {}
+
+    def wakeup(view: ClusterView) -> float | None:
+        later = [t for t, _ in schedule if t > view.now]
+        return min(later) if later else None
+
+    return StagedPolicy("scripted", shares, best_fit_placement, wakeup)
+
+
+def job(profile: ThroughputProfile | None = None) -> JobSpec:
+    return JobSpec(id="a", submit_time=0, requested_gpus=1, total_iterations=100,
+                   elasticity=Elasticity(min_gpus=1, max_gpus=4),
+                   throughput=profile or ThroughputProfile.linear())
+
+
+def finish(overheads: Overheads, schedule: list[tuple[float, int]], **kw: object) -> float:
+    result, _, _ = simulate(Cluster.uniform(1, 4), [job()], scripted(schedule),
+                            overheads=overheads, **kw)
+    return result.jobs[0].finish_time  # type: ignore[return-value]
+
+
+GROW_AT_10 = [(0, 1), (10, 4)]
+
+
+def test_concurrent_expansion_keeps_training_on_old_share() -> None:
+    # 1 it/s until the new GPUs are ready at 15 (15 it), switch costs 4 ms, then 85 it at 4 it/s.
+    es = Overheads(start_s=0, resize_mode="stop_free", expand_prep_s=5)
+    assert finish(es, GROW_AT_10) == pytest.approx(15 + 0.004 + 85 / 4)
+    # stop-free without preparation time: 10 it, then 90 it at 4 it/s after 4 ms
+    assert finish(Overheads(start_s=0, resize_mode="stop_free"), GROW_AT_10) == pytest.approx(
+        10 + 0.004 + 90 / 4)
+    # checkpoint-restart: the job stops for 5 s at 10 and resumes on 4 GPUs
+    restart = Overheads(start_s=0, resize_mode="checkpoint_restart", restart_s=5)
+    assert finish(restart, GROW_AT_10) == pytest.approx(15 + 90 / 4)
+
+
+def test_reconfiguration_cancelling_vs_back_to_back_orders() -> None:
+    burst = [(0, 1), (10, 2), (11, 4)]
+    rc = Overheads(start_s=0, resize_mode="checkpoint_restart", restart_s=5, cancel_inflight=True)
+    no_rc = rc.model_copy(update={"cancel_inflight": False})
+    # With cancelling the second order supersedes the first: paused 10..16, then 4 it/s.
+    assert finish(rc, burst) == pytest.approx(16 + 90 / 4)
+    # Without, the second order starts when the first ends (15) and takes 5 s more.
+    assert finish(no_rc, burst) == pytest.approx(20 + 90 / 4)
+
+
+def test_learning_mode_policies_see_only_measured_points() -> None:
+    true = ThroughputProfile(points={1: 1.0, 2: 1.8, 4: 3.0})
+    seen: list[tuple[float, dict[int, float], float]] = []
+
+    def spy(view: ClusterView, plan: object) -> None:
+        a = view.running.get("a") or view.pending.get("a")
+        if a is not None:
+            seen.append((view.now, dict(a.spec.throughput.points), a.spec.throughput.rate(4)))
+
+    result, _, _ = simulate(
+        Cluster.uniform(1, 4), [job(true)], scripted([(0, 4)]),
+        overheads=Overheads(start_s=0), learning=LearningSpec(enabled=True, measure_s=10),
+        on_plan=spy,
+    )
+    # On arrival: only the one-GPU rate, believed to scale linearly (4 GPUs -> 4 it/s).
+    assert seen[0] == (0.0, {1: 1.0}, 4.0)
+    # After running on 4 GPUs for measure_s, all units <= 4 are measured: 1, 2, 4.
+    assert seen[1][0] == 10.0 and seen[1][1] == {1: 1.0, 2: 1.8, 4: 3.0} and seen[1][2] == 3.0
+    # The job itself ran at its true speed all along: 100 it at 3 it/s.
+    assert result.jobs[0].finish_time == pytest.approx(100 / 3)
+
+
+def test_learning_extrapolates_linearly_from_last_unit() -> None:
+    belief = ThroughputProfile.linear().believed_from({1: 1.0, 2: 1.8, 4: 3.0})
+    assert belief.rate(8) == pytest.approx(6.0) and belief.rate(3) == pytest.approx(2.4)
