@@ -26,6 +26,7 @@ __all__ = [
     "compare_json",
     "compare_table",
     "format_duration",
+    "mean_summary",
     "summarize",
     "take_sample",
     "write_job_csv",
@@ -323,3 +324,28 @@ def write_job_csv(result: RunResult, path: str | Path) -> Path:
 def write_samples_csv(result: RunResult, path: str | Path) -> Path:
     """One row per :class:`Sample`; header = the sample's field names in declaration order."""
     return _write_models_csv(path, list(Sample.model_fields), result.samples)
+
+
+def mean_summary(summaries: Sequence[RunSummary]) -> RunSummary:
+    """Field-wise mean of several runs of one policy (e.g. over seeds).
+
+    Numbers are averaged; a field that is None in any run is None (a mean over a subset would
+    silently compare different things). Text fields come from the first run; ``seed`` is -1.
+    """
+    if not summaries:
+        raise ValueError("mean_summary needs at least one summary")
+    first = summaries[0]
+    merged: dict[str, Any] = {}
+    for name in RunSummary.model_fields:
+        values = [getattr(s, name) for s in summaries]
+        if name in ("scenario", "policy"):
+            merged[name] = values[0]
+        elif name == "seed":
+            merged[name] = -1 if len(summaries) > 1 else first.seed
+        elif any(v is None for v in values):
+            merged[name] = None
+        elif all(isinstance(v, int) for v in values):
+            merged[name] = round(sum(values) / len(values))
+        else:
+            merged[name] = sum(values) / len(values)
+    return RunSummary.model_validate(merged)

@@ -18,15 +18,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuplan.executors.metrics import (
+    RunSummary,
     compare_json,
     compare_table,
+    mean_summary,
     summarize,
     write_job_csv,
     write_samples_csv,
 )
 from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
-from gpuplan.solver_core.registry import policy_names
+from gpuplan.solver_core.registry import make_policy, policy_names
 
 from . import api
 
@@ -92,19 +94,45 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_seeds(text: str | None) -> list[int | None]:
+    if not text:
+        return [None]
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--seeds must be comma-separated integers, got {text!r}",
+                         field="seeds") from None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         raise InputError("--policies needs at least one policy name", field="policies")
-    prepared = api.prepare(args.scenario, seed=args.seed)
-    results = [_run_with_progress(prepared, p, args.json) for p in policies]
-    summaries = [(r.policy, summarize(r)) for r in results]
+    for policy in policies:
+        make_policy(policy)  # fail fast on a typo, before minutes of simulation
+    seeds = [args.seed] if args.seeds is None else _parse_seeds(args.seeds)
+    per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
+    last: list[RunResult] = []
+    for seed in seeds:
+        prepared = api.prepare(args.scenario, seed=seed)
+        last = [_run_with_progress(prepared, p, args.json) for p in policies]
+        for result in last:
+            per_policy[result.policy].append(summarize(result))
+    summaries = [(p, mean_summary(s)) for p, s in per_policy.items()]
     if args.out:
-        _write_outputs(Path(args.out), results)
+        _write_outputs(Path(args.out), last)
     if args.json:
-        print(json.dumps(compare_json(summaries), indent=2))
+        rows = compare_json(summaries)
+        if len(seeds) > 1:
+            for row in rows:
+                row["seeds"] = seeds
+                row["per_seed"] = [s.model_dump() for s in per_policy[row["policy"]]]
+        print(json.dumps(rows, indent=2))
     else:
-        _console().print(compare_table(summaries))
+        table = compare_table(summaries)
+        if len(seeds) > 1:
+            table.caption = f"mean over seeds {', '.join(str(s) for s in seeds)}"
+        _console().print(table)
     return 0
 
 
@@ -170,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--scenario", required=True)
     cmp_.add_argument("--policies", required=True, help="comma-separated; the first is the base")
     cmp_.add_argument("--seed", type=int, default=None)
+    cmp_.add_argument("--seeds", default=None,
+                      help="comma-separated seeds; the table shows means over them")
     cmp_.add_argument("--out")
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(func=cmd_compare)
