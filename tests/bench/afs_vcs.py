@@ -1,0 +1,103 @@
+"""AFS paper reproduction: every Table 3 Philly VC on 64 GPUs, AFS mapping, several seeds.
+
+``python -m tests.bench.afs_vcs [--seeds 0,1,2] [--vcs 2869ce,b436b2] [--write docs/results]``
+runs the length-aware group (SRTF, SRSF, AFS-L) and the length-unaware group (Tiresias-L, Max-Min,
+Optimus, Themis, AFS-P) through the same engine the CLI uses (``gpuplan compare`` per VC), prints
+one row per VC with the reduction ratios, and optionally writes ``afs.md`` plus QL/CE/BI plots.
+Policies that are not registered are skipped and named in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from gpuplan import api
+from gpuplan.executors.metrics import RunSummary, mean_summary, summarize
+from gpuplan.models import RunResult
+from gpuplan.solver_core.registry import policy_names
+
+# AFS Table 3 order: trace id -> VC
+TRACES: dict[int, str] = {
+    1: "0e4a51", 2: "6c71a0", 3: "b436b2", 4: "e13805", 5: "6214e9", 6: "7f04ca",
+    7: "103959", 8: "ee9e8c", 9: "2869ce", 10: "11cb48", 11: "ed69ec",
+}
+AWARE = ["srtf", "srsf", "afs-l"]
+UNAWARE = ["tiresias-l", "max-min", "optimus", "themis", "afs-p"]
+
+
+def run_vc(vc: str, seeds: list[int], policies: list[str]
+           ) -> tuple[dict[str, RunSummary], dict[str, RunResult], float]:
+    """Mean summary per policy over seeds, the seed-0 results (for plots), and wall seconds."""
+    t0 = time.perf_counter()
+    per: dict[str, list[RunSummary]] = {p: [] for p in policies}
+    first: dict[str, RunResult] = {}
+    for seed in seeds:
+        prepared = api.prepare(f"philly-{vc}", seed=seed)
+        for policy in policies:
+            result = api.run(prepared, policy)
+            per[policy].append(summarize(result))
+            if seed == seeds[0]:
+                first[policy] = result
+    return {p: mean_summary(s) for p, s in per.items()}, first, time.perf_counter() - t0
+
+
+def _h(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.1f}"
+
+
+def _ratio(base: RunSummary | None, other: RunSummary | None, field: str) -> str:
+    if base is None or other is None:
+        return "-"
+    a, b = getattr(base, field), getattr(other, field)
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--vcs", default=",".join(TRACES.values()))
+    parser.add_argument("--write", default=None, help="folder for afs.json and plots")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    known = policy_names()
+    policies = [p for p in AWARE + UNAWARE if p in known]
+    missing = [p for p in AWARE + UNAWARE if p not in known]
+    if missing:
+        print(f"not registered (skipped): {', '.join(missing)}")
+    out: dict = {"seeds": seeds, "policies": policies, "vcs": {}}
+    ids = {vc: i for i, vc in TRACES.items()}
+    total = 0.0
+    for vc in args.vcs.split(","):
+        summaries, first, wall = run_vc(vc, seeds, policies)
+        total += wall
+        row = {p: {"avg_jct_s": s.avg_jct_s, "p99_jct_s": s.p99_jct_s,
+                   "unfinished": s.unfinished, "preemptions": s.preemptions,
+                   "resizes": s.resizes, "decision_p95_ms": s.decision_p95_ms}
+               for p, s in summaries.items()}
+        out["vcs"][vc] = {"trace": ids.get(vc), "wall_s": wall, "jobs": next(
+            iter(summaries.values())).jobs, "policies": row}
+        line = " ".join(f"{p}={_h(s.avg_jct_s)}h" for p, s in summaries.items())
+        print(f"#{ids.get(vc)} {vc} ({wall:.0f} s): {line}")
+        print(f"    AFS-L/SRTF {_ratio(summaries.get('srtf'), summaries.get('afs-l'), 'avg_jct_s')}"
+              f"  AFS-P/Tiresias-L "
+              f"{_ratio(summaries.get('tiresias-l'), summaries.get('afs-p'), 'avg_jct_s')}")
+        if args.write:
+            folder = Path(args.write)
+            folder.mkdir(parents=True, exist_ok=True)
+            if vc in ("2869ce", "b436b2"):
+                from gpuplan.plots import plot_jct_cdf, plot_timeseries
+
+                plot_timeseries(first, folder / f"afs-{vc}-timeseries.png")
+                plot_jct_cdf(first, folder / f"afs-{vc}-jct-cdf.png")
+    out["total_wall_s"] = total
+    print(f"all VCs: {total:.0f} s")
+    if args.write:
+        (Path(args.write) / "afs.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
