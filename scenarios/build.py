@@ -180,7 +180,11 @@ def build_scenario(spec: ScenarioSpec, base: Path) -> tuple[Cluster, list[JobSpe
         if workload.max_gpus is not None:
             rows = [r for r in rows if r.gpus <= workload.max_gpus]
         rows = _scale_and_rebase(rows, workload.time_scale)
-        if workload.mapping == "afs":
+        if workload.source == "pollux":
+            from .pollux_jobs import map_pollux
+
+            jobs = map_pollux(rows, resolve_trace_path("pollux/profiles", base))
+        elif workload.mapping == "afs":
             from .mapping import map_afs
             from .zoo import load_afs_zoo
 
@@ -190,6 +194,7 @@ def build_scenario(spec: ScenarioSpec, base: Path) -> tuple[Cluster, list[JobSpe
 
             profiles = _gavel_profiles(base) if workload.source == "gavel" else None
             jobs = map_rigid(rows, profiles)
+        if workload.mapping != "afs":
             by_id = {r.id: r for r in rows}
             for job in jobs:
                 if job.min_gpus > cluster.total_gpus:
