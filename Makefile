@@ -30,7 +30,7 @@ test: $(VENV)/.test
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.test
-	$(BIN)/python -m tests.bench
+	$(BIN)/python -m tests.bench $(BENCH_ARGS)
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .

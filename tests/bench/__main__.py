@@ -1,9 +1,35 @@
-"""Run every benchmark: ``python -m tests.bench`` (``make bench``)."""
+"""Run every benchmark: ``python -m tests.bench`` (``make bench``).
+
+Each benchmark prints its numbers as ratios against a reference measured in the same run.
+``--quick`` trims the slowest ones (placement gap: fewer seeds).
+"""
 
 from __future__ import annotations
 
-from . import sim_throughput
+import importlib
+import sys
+
+BENCHMARKS = [
+    ("simulator throughput (FIFO, SRTF on Philly 6214e9)", "sim_throughput", []),
+    ("AFS share computation, production vs Algorithm 1", "afs_shares", []),
+    ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
+    ("Aryl: reclaim and MCKP", "aryl", []),
+]
+
+
+def main(argv: list[str]) -> None:
+    quick = "--quick" in argv
+    for title, module_name, quick_args in BENCHMARKS:
+        try:
+            module = importlib.import_module(f"tests.bench.{module_name}")
+        except ModuleNotFoundError:
+            continue
+        print(f"\n== {title} ==", flush=True)
+        if module_name == "sim_throughput":
+            module.main()
+        else:
+            module.main(quick_args if quick else [])
+
 
 if __name__ == "__main__":
-    print("== simulator throughput ==")
-    sim_throughput.main()
+    main(sys.argv[1:])
