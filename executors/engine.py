@@ -22,6 +22,7 @@ from gpuplan.models import (
     JobAllocation,
     JobArrival,
     JobCompletion,
+    JobFailure,
     JobRecord,
     JobSpec,
     LoanOffer,
@@ -226,6 +227,20 @@ class Engine:
         job.rate = 0.0
         self.records.append(self._record(job))
 
+    def _on_failure(self, job_id: str, reason: str, now: float) -> None:
+        job = self.running.get(job_id) or self.pending.get(job_id)
+        if job is None:
+            return
+        job.settle(now)
+        self._release(job)
+        self.running.pop(job_id, None)
+        self.pending.pop(job_id, None)
+        job.set_allocation(None)
+        job.status = "finished"
+        job.rate = 0.0
+        record = self._record(job)
+        self.records.append(record.model_copy(update={"failed": True, "failure": reason}))
+
     def _record(self, job: ActiveJob) -> JobRecord:
         spec = job.spec
         finish = job.finish_time
@@ -258,6 +273,8 @@ class Engine:
                 self._on_arrival(event.job, now)
             elif isinstance(event, JobCompletion):
                 self._on_completion(event.job_id, now)
+            elif isinstance(event, JobFailure):
+                self._on_failure(event.job_id, event.reason, now)
             elif isinstance(event, CapacityChange):
                 for name in event.nodes:
                     if event.change in ("loan", "add"):

@@ -2,15 +2,39 @@
 
 Library use::
 
-    from gpuplan import run_scenario, summarize
-    result = run_scenario("philly-default", "srtf")
-    print(summarize(result).avg_jct_s)
+    import gpuplan
+    result = gpuplan.run_scenario("philly-default", "srtf")
+    print(gpuplan.summarize(result).avg_jct_s)
+
+Attributes load lazily (PEP 562) so that light entry points, such as the stand-in training job
+``python -m gpuplan.executors.standin`` started on every restart, do not import numpy, OR-Tools
+and the solver stack.
 """
 
-from gpuplan.executors.metrics import summarize
-from gpuplan.solver_core.registry import make_policy, policy_names
+from __future__ import annotations
 
-from .api import compare, plan, run_scenario
+import importlib
+from typing import Any
 
-__all__ = ["compare", "make_policy", "plan", "policy_names", "run_scenario", "summarize"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "compare": "gpuplan.api",
+    "plan": "gpuplan.api",
+    "prepare": "gpuplan.api",
+    "run": "gpuplan.api",
+    "run_scenario": "gpuplan.api",
+    "summarize": "gpuplan.executors.metrics",
+    "make_policy": "gpuplan.solver_core.registry",
+    "policy_names": "gpuplan.solver_core.registry",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -28,6 +28,15 @@ class JobCompletion(_Event):
     job_id: str
 
 
+class JobFailure(_Event):
+    """A job failed for good (crashed past its restart budget, or its command is broken): the
+    engine frees its GPUs and records it as failed instead of retrying forever."""
+
+    kind: Literal["job_failure"] = "job_failure"
+    job_id: str
+    reason: str = ""
+
+
 class CapacityChange(_Event):
     """Nodes join or leave the training side: Aryl loans (inference -> training) and reclaims."""
 

@@ -27,6 +27,8 @@ class JobRecord(BaseModel):
     preemptions: int = 0
     resizes: int = 0
     migrations: int = 0
+    failed: bool = False
+    failure: str | None = Field(default=None, description="why the job failed, if it did")
 
 
 class Sample(BaseModel):

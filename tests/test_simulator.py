@@ -211,3 +211,15 @@ def test_reclaim_shrinks_elastic_job_instead_of_preempting(run_sim) -> None:
     rec = result.jobs[0]
     assert rec.preemptions == 0 and rec.resizes == 1
     assert engine.capacity == 2
+
+
+def test_job_failure_frees_gpus_and_is_recorded(run_sim) -> None:
+    from gpuplan.models import JobFailure
+
+    cluster = Cluster.uniform(1, 2)
+    jobs = [rigid("bad", 0, 2, 100), rigid("next", 1, 2, 10)]
+    result, _, _ = run_sim(cluster, jobs, "fifo",
+                           events=[JobFailure(time=5, job_id="bad", reason="exit 1")])
+    r = {x.job_id: x for x in result.jobs}
+    assert r["bad"].failed and r["bad"].failure == "exit 1" and r["bad"].finish_time is None
+    assert r["next"].first_start == 5.0 and r["next"].finish_time == 15.0

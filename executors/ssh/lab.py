@@ -1,0 +1,373 @@
+"""A lab of real OpenSSH servers on loopback addresses, standing in for GPU nodes.
+
+The SSH executor must be tested against real ``sshd`` (host keys, key-only login, sessions that
+outlive their listener, process groups), not a mock. Node ``k`` is an ``sshd`` listening on
+``127.0.1.k:PORT``: all of 127.0.0.0/8 is loopback on Linux, so each "node" has its own address
+and the same port, like real hosts. Everything lives under one directory: host key, client key,
+``authorized_keys`` per user, ``known_hosts`` (exact host keys, so the executor's strict host-key
+check is exercised), one ``sshd_config`` per node, PID files and logs.
+
+It only ever stops processes it started: listeners are found through their PID files and checked
+against ``/proc/PID/cmdline`` (PID reuse), and per-connection ``sshd`` processes only as
+descendants of such a listener. ``up`` is idempotent (running nodes are kept; keys are reused).
+It installs ``openssh-server`` with apt when ``sshd`` is missing and creates the unprivileged
+user (default ``gpuuser``) if needed; both stay after ``down``.
+
+Needs root (binding sshd for several users, apt). CLI::
+
+    python -m gpuplan.executors.ssh.lab up [--dir D] [--nodes N] [--port P]
+    python -m gpuplan.executors.ssh.lab status|down [--dir D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+DEFAULT_DIR = "/tmp/gpuplan-sshlab"
+DEFAULT_PORT = 2222
+
+
+class LabError(RuntimeError):
+    """The lab could not be set up (no root, apt failed, sshd refused to start)."""
+
+
+@dataclass(frozen=True)
+class LabNode:
+    """One lab node: its name (``node1`` ...), address and port."""
+
+    name: str
+    index: int
+    host: str
+    port: int
+
+
+def _run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, check=True, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of ``pid`` from ``/proc``; None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()
+    return fields[0], int(fields[1])
+
+
+def _cmdline(pid: int) -> str:
+    """The command line as one string (sshd rewrites its argv into a single title string)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (PID 1 here reaps orphans slowly; ``kill -0`` is not enough)."""
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def _sshd_descendants(root: int) -> list[int]:
+    """Per-connection ``sshd`` processes under the listener ``root`` (not the user's jobs)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st is not None:
+                children.setdefault(st[1], []).append(int(entry))
+    found: list[int] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if _comm(child) == "sshd":
+                found.append(child)
+                stack.append(child)
+    return found
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class SshLab:
+    """N ``sshd`` "nodes" on ``127.0.1.{first..first+N-1}:port`` configured under ``root``."""
+
+    def __init__(self, root: str | Path = DEFAULT_DIR, nodes: int = 2, port: int = DEFAULT_PORT,
+                 user: str = "gpuuser", first_address: int = 1) -> None:
+        if nodes < 1:
+            raise ValueError("nodes must be >= 1")
+        self.root = Path(root)
+        self.port = port
+        self.user = user
+        self.nodes = [LabNode(f"node{k}", k, f"127.0.1.{first_address + k - 1}", port)
+                      for k in range(1, nodes + 1)]
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def client_key(self) -> Path:
+        return self.root / "keys" / "id_ed25519"
+
+    @property
+    def host_key(self) -> Path:
+        return self.root / "keys" / "ssh_host_ed25519_key"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.root / "known_hosts"
+
+    def config_path(self, node: LabNode) -> Path:
+        return self.root / f"sshd_config.{node.name}"
+
+    def pid_path(self, node: LabNode) -> Path:
+        return self.root / "run" / f"sshd-{node.name}.pid"
+
+    def log_path(self, node: LabNode) -> Path:
+        return self.root / "log" / f"sshd-{node.name}.log"
+
+    def node(self, name: str) -> LabNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    # ------------------------------------------------------------------ set-up
+    @staticmethod
+    def install() -> None:
+        """``apt-get install openssh-server`` when ``sshd`` is missing (no service is started:
+        the lab runs its own daemons)."""
+        if Path(SSHD).exists() and shutil.which("ssh-keygen"):
+            return
+        if os.geteuid() != 0:
+            raise LabError("openssh-server is not installed and installing it needs root")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        guard = Path("/usr/sbin/policy-rc.d")
+        made_guard = False
+        if not guard.exists():  # keep the package's postinst from starting the system sshd
+            guard.write_text("#!/bin/sh\nexit 101\n")
+            guard.chmod(0o755)
+            made_guard = True
+        try:
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env,
+                           capture_output=True, timeout=300)
+            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                            "openssh-server", "openssh-client"], check=True, env=env,
+                           capture_output=True, timeout=600)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            err = getattr(exc, "stderr", b"") or b""
+            raise LabError(f"apt-get install openssh-server failed: {err.decode()[-500:]}"
+                           ) from exc
+        finally:
+            if made_guard:
+                guard.unlink(missing_ok=True)
+
+    def _ensure_user(self) -> None:
+        if subprocess.run(["id", self.user], capture_output=True).returncode != 0:
+            _run(["useradd", "-m", "-s", "/bin/bash", self.user])
+        # useradd leaves the password field '!' (locked); with UsePAM no, sshd refuses locked
+        # accounts even for key login. '*' = no password, not locked.
+        _run(["usermod", "-p", "*", self.user])
+
+    def _write_files(self) -> None:
+        for sub in ("keys", "run", "log", "authorized_keys"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        # sshd reads a user's authorized_keys with that user's rights: the path must be
+        # traversable by gpuuser.
+        self.root.chmod(0o755)
+        (self.root / "authorized_keys").chmod(0o755)
+        for key, comment in ((self.host_key, "gpuplan-lab-host"),
+                             (self.client_key, "gpuplan-lab-client")):
+            if not key.exists():
+                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
+                      "-f", str(key)])
+            key.chmod(0o600)
+        pub = self.client_key.with_suffix(".pub").read_text()
+        for user in ("root", self.user):
+            path = self.root / "authorized_keys" / user
+            path.write_text(pub)
+            shutil.chown(path, user)
+            path.chmod(0o644)
+        host_pub = " ".join(self.host_key.with_suffix(".pub").read_text().split()[:2])
+        self.known_hosts.write_text(
+            "".join(f"[{n.host}]:{n.port} {host_pub}\n" for n in self.nodes))
+        for node in self.nodes:
+            self.config_path(node).write_text(f"""\
+# generated by gpuplan.executors.ssh.lab ({node.name})
+ListenAddress {node.host}:{node.port}
+HostKey {self.host_key}
+PidFile {self.pid_path(node)}
+AuthorizedKeysFile {self.root}/authorized_keys/%u
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+X11Forwarding no
+AllowTcpForwarding no
+AllowAgentForwarding no
+PrintMotd no
+MaxSessions 128
+MaxStartups 64:30:128
+LogLevel VERBOSE
+""")
+        (self.root / "lab.json").write_text(json.dumps(self.describe(), indent=1))
+
+    def describe(self) -> dict[str, object]:
+        """What a client needs: addresses, keys, known_hosts, user (also written to lab.json)."""
+        return {
+            "nodes": {n.name: {"host": n.host, "port": n.port} for n in self.nodes},
+            "client_key": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "user": self.user,
+        }
+
+    # ------------------------------------------------------------------ processes
+    def listener_pid(self, node: LabNode) -> int | None:
+        """PID of this lab's listener for ``node``, if it runs (checked against its cmdline)."""
+        try:
+            pid = int(self.pid_path(node).read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        if _alive(pid) and f"-f {self.config_path(node)} " in _cmdline(pid) + " ":
+            return pid
+        return None
+
+    def is_up(self, node: LabNode) -> bool:
+        return self.listener_pid(node) is not None
+
+    def start_node(self, node: LabNode, timeout: float = 10.0) -> None:
+        """Start ``node``'s sshd (no-op when it runs) and wait until it accepts connections."""
+        if self.is_up(node):
+            return
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
+        cfg = str(self.config_path(node))
+        check = subprocess.run([SSHD, "-t", "-f", cfg], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise LabError(f"sshd -t {cfg}: {check.stderr.strip()}")
+        # sshd daemonises and writes its PidFile; -E keeps its log out of syslog.
+        started = subprocess.run([SSHD, "-f", cfg, "-E", str(self.log_path(node))],
+                                 capture_output=True, text=True)
+        if started.returncode != 0:
+            raise LabError(f"sshd {node.name}: {started.stderr.strip()}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.is_up(node):
+                try:
+                    with socket.create_connection((node.host, node.port), timeout=1) as sock:
+                        if sock.recv(4).startswith(b"SSH-"):
+                            return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        log = self.log_path(node).read_text()[-800:] if self.log_path(node).exists() else ""
+        raise LabError(f"{node.name} ({node.host}:{node.port}) did not come up: {log}")
+
+    def stop_node(self, node: LabNode, hard: bool = False, timeout: float = 5.0) -> None:
+        """Stop ``node``'s listener and the sshd processes serving its open connections.
+
+        ``hard=True`` (SIGKILL) simulates a node dropping off the network: open connections die
+        without a goodbye. Jobs started through the node run in their own sessions and survive,
+        as they would on a real node whose network or sshd failed.
+        """
+        pid = self.listener_pid(node)
+        if pid is None:
+            self.pid_path(node).unlink(missing_ok=True)
+            return
+        sig = signal.SIGKILL if hard else signal.SIGTERM
+        victims = [pid, *_sshd_descendants(pid)]
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(v) for v in victims):
+            time.sleep(0.05)
+        for victim in victims:
+            if _alive(victim):
+                os.kill(victim, signal.SIGKILL)
+        self.pid_path(node).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ whole lab
+    def up(self) -> SshLab:
+        """Install if needed, write keys/configs, start every node. Idempotent."""
+        if os.geteuid() != 0:
+            raise LabError("the SSH lab needs root (sshd for several users, apt)")
+        self.install()
+        self._ensure_user()
+        self._write_files()
+        for node in self.nodes:
+            if not self.is_up(node) and not port_is_free(node.host, node.port):
+                raise LabError(f"{node.host}:{node.port} is taken by another process")
+            self.start_node(node)
+        return self
+
+    def down(self) -> None:
+        for node in self.nodes:
+            self.stop_node(node)
+
+    def status(self) -> dict[str, int | None]:
+        return {n.name: self.listener_pid(n) for n in self.nodes}
+
+
+def free_port(hosts: list[str], start: int = 22220, stop: int = 22999) -> int:
+    """A port free on every address in ``hosts`` (tests run next to other labs)."""
+    for port in range(start, stop):
+        if all(port_is_free(h, port) for h in hosts):
+            return port
+    raise LabError(f"no free port in [{start}, {stop}) on {hosts}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuplan.executors.ssh.lab")
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--dir", default=DEFAULT_DIR)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--user", default="gpuuser")
+    args = parser.parse_args(argv)
+    lab = SshLab(args.dir, args.nodes, args.port, args.user)
+    try:
+        if args.command == "up":
+            t0 = time.monotonic()
+            lab.up()
+            print(json.dumps({**lab.describe(), "up_s": round(time.monotonic() - t0, 2)},
+                             indent=1))
+        elif args.command == "down":
+            lab.down()
+        else:
+            print(json.dumps(lab.status()))
+    except LabError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
