@@ -1,0 +1,519 @@
+"""A typed adapter around Slurm's command-line tools (sbatch, squeue, sinfo, scontrol, scancel).
+
+Why the CLI and not a library: pyslurm binds exactly one Slurm major release (25.11 today) and
+cannot be built against a site's 22.05, while the commands and their ``--json`` output exist on
+every release we target. Everything here goes through one place, :meth:`SlurmCli.run`, which
+
+* runs a command as an **argument list** (``shell=False``; nothing the engine passes — job names,
+  commands, comments — is ever parsed by a shell on the engine side),
+* passes ``SLURM_CONF`` and friends through an explicit environment (tests point it at the lab),
+* turns a non-zero exit into a typed :class:`SlurmError` subclass chosen from Slurm's own failure
+  message, so callers can react (retry while the controller restarts, ignore "already pending",
+  replan when a node is down) without string matching of their own.
+
+JSON is parsed defensively: Slurm's OpenAPI schema changes between releases (v0.0.38 in 22.05,
+v0.0.39 in 23.02, data_parser v0.0.40+ later), so fields are read with fallbacks and the parsed
+records keep the raw dictionary for anything not modelled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuplan.models import GpuplanError
+
+# ---------------------------------------------------------------------------------------- errors
+
+
+class SlurmError(GpuplanError):
+    """A Slurm command failed. ``argv``, ``returncode`` and ``stderr`` say which and how."""
+
+    def __init__(self, message: str, *, argv: Sequence[str] = (), returncode: int | None = None,
+                 stderr: str = "") -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        super().__init__(message)
+
+
+class ControllerUnavailable(SlurmError):
+    """slurmctld cannot be reached (down, restarting, or the command timed out): retry later."""
+
+
+class InvalidJobId(SlurmError):
+    """The job does not exist (never did, or it aged out of slurmctld after ``MinJobAge``)."""
+
+
+class JobNotPending(SlurmError):
+    """The change is only allowed for pending jobs (e.g. ``TresPerNode`` of a running job)."""
+
+
+class JobPending(SlurmError):
+    """The operation needs a started job (e.g. signalling a job that is still pending)."""
+
+
+class JobFinished(SlurmError):
+    """The job already completed (signal/cancel of a finished job)."""
+
+
+class AccessDenied(SlurmError):
+    """Slurm (or the site's job_submit hook) refused the caller: not owner/operator."""
+
+
+class NodeDown(SlurmError):
+    """A node named in the request is unknown, down, drained or otherwise unusable."""
+
+
+class InvalidNodeCount(SlurmError):
+    """Node count specification invalid (e.g. ``NumNodes=2`` for a ``-N1`` job: use ``2-2``)."""
+
+
+class JobBusy(SlurmError):
+    """The job is in a transition (completing, DB index being set): retry shortly."""
+
+
+class SubmitRejected(SlurmError):
+    """sbatch refused the job (bad options, no such partition, hook rejection, ...)."""
+
+
+# Order matters: the first pattern that matches Slurm's stderr decides the class.
+_PATTERNS: tuple[tuple[re.Pattern[str], type[SlurmError]], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), cls)
+    for p, cls in (
+        (r"unable to contact slurm controller|connection refused|socket timed out|"
+         r"slurm_receive_msg|zero bytes were transmitted|communication connection failure|"
+         r"controller is not responding|slurmctld.*not responding", ControllerUnavailable),
+        (r"access/permission denied|access denied|not authorized|permission denied",
+         AccessDenied),
+        (r"invalid job id|job id .* not found|no such job|unknown job", InvalidJobId),
+        (r"no longer pending|job is not pending", JobNotPending),
+        (r"job is pending execution|job is still pending", JobPending),
+        (r"already completing or completed|job has already finished|job is already finished|"
+         r"already complete", JobFinished),
+        (r"db index is being set|job update not available right now|"
+         r"presently disabled|try again later|resource temporarily unavailable", JobBusy),
+        (r"node count specification invalid", InvalidNodeCount),
+        (r"invalid node name|node .* (is )?down|requested node configuration is not available|"
+         r"required node not available|nodes? required for job are down", NodeDown),
+        (r"batch job submission failed|sbatch: error", SubmitRejected),
+    )
+)
+
+
+def classify(stderr: str) -> type[SlurmError]:
+    """The :class:`SlurmError` subclass for a Slurm failure message (``SlurmError`` if unknown)."""
+    for pattern, cls in _PATTERNS:
+        if pattern.search(stderr):
+            return cls
+    return SlurmError
+
+
+# ---------------------------------------------------------------------------------------- records
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+    "DEADLINE", "PREEMPTED", "SPECIAL_EXIT",
+})
+"""Job states after which nothing runs (the record stays in slurmctld for ``MinJobAge``)."""
+
+ACTIVE_STATES = frozenset({
+    "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING",
+})
+"""States in which some of the job's processes may still hold GPUs."""
+
+NODE_BAD_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
+                             "FUTURE", "UNKNOWN", "POWERED_DOWN", "POWER_DOWN", "INVAL"})
+
+
+def _first(value: Any) -> str:
+    """Slurm 22.05 gives scalar strings, later releases lists of flags: take the first."""
+    if isinstance(value, list):
+        return str(value[0]) if value else ""
+    return "" if value is None else str(value)
+
+
+def _number(value: Any) -> int | None:
+    """Numbers are plain in v0.0.38 and ``{"set": .., "infinite": .., "number": ..}`` later."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """``"node[1-3,5],gpu7"`` -> ``["node1", "node2", "node3", "node5", "gpu7"]``.
+
+    A small pure-Python version of ``scontrol show hostnames`` (one bracket group per name, zero
+    padding kept), so parsing ``squeue`` output costs no extra process per job.
+    """
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expr or ""):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
+        if not match:
+            if item:
+                names.append(item)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for part in ranges.split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                width = len(lo) if lo.startswith("0") else 0
+                names.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+            elif part:
+                names.append(f"{prefix}{part}{suffix}")
+    return names
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """Comma-separated names; Slurm accepts this everywhere a hostlist is expected."""
+    return ",".join(sorted(set(names), key=_natural_key))
+
+
+def _natural_key(name: str) -> tuple[Any, ...]:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def gpus_in_tres(spec: str | None) -> int:
+    """GPU count in a TRES/GRES string: ``gres:gpu:a100:2`` / ``gpu:2`` / ``gres/gpu=2`` -> 2."""
+    total = 0
+    for part in (spec or "").split(","):
+        match = re.match(r"^(?:gres[:/])?gpu(?::[^:=(]+)?[:=](\d+)", part.strip())
+        if match:
+            total += int(match.group(1))
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One job from ``squeue --json`` (fields common to the schemas we know)."""
+
+    job_id: int
+    name: str
+    state: str
+    reason: str
+    nodes: tuple[str, ...]
+    partition: str
+    comment: str
+    admin_comment: str
+    restart_count: int
+    user_id: int | None
+    priority: int | None
+    tres_per_node: str
+    tres_per_job: str
+    exit_code: int | None
+    batch_host: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def held(self) -> bool:
+        """Pending with priority 0 (``scontrol hold``, ``--hold`` or the job_submit hook)."""
+        return self.state == "PENDING" and (self.priority == 0 or "Held" in self.reason)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SlurmJob:
+        exit_code = raw.get("exit_code")
+        if isinstance(exit_code, dict):  # 23.02+: {"status": .., "return_code": ..}
+            exit_code = _number(exit_code.get("return_code"))
+        else:
+            exit_code = _number(exit_code)
+        return cls(
+            job_id=int(raw["job_id"]),
+            name=str(raw.get("name") or ""),
+            state=_first(raw.get("job_state")).upper(),
+            reason=str(raw.get("state_reason") or ""),
+            nodes=tuple(expand_hostlist(str(raw.get("nodes") or ""))),
+            partition=str(raw.get("partition") or ""),
+            comment=str(raw.get("comment") or ""),
+            admin_comment=str(raw.get("admin_comment") or ""),
+            restart_count=_number(raw.get("restart_cnt")) or 0,
+            user_id=_number(raw.get("user_id")),
+            priority=_number(raw.get("priority")),
+            tres_per_node=str(raw.get("tres_per_node") or ""),
+            tres_per_job=str(raw.get("tres_per_job") or ""),
+            exit_code=exit_code,
+            batch_host=str(raw.get("batch_host") or ""),
+            raw=dict(raw),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmNode:
+    """One node from ``sinfo --json``."""
+
+    name: str
+    state: str
+    flags: tuple[str, ...]
+    gres: str
+    gres_used: str
+    reason: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def gpus(self) -> int:
+        return gpus_in_tres(self.gres)
+
+    @property
+    def gpu_type(self) -> str | None:
+        match = re.search(r"gpu:([^:(,]+):\d+", self.gres)
+        return match.group(1) if match else None
+
+    @property
+    def usable(self) -> bool:
+        """Can run (new or restarted) jobs: not down, drained, failed or unreachable."""
+        states = {self.state, *self.flags}
+        return not (states & NODE_BAD_STATES or ("NOT_RESPONDING" in states and
+                    self.state in ("DOWN", "UNKNOWN")))
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SlurmNode:
+        state = raw.get("state")
+        flags = raw.get("state_flags") or []
+        if isinstance(state, list):  # 23.02+: a list of base state + flags
+            flags = [*state[1:], *flags]
+            state = state[0] if state else ""
+        return cls(
+            name=str(raw.get("name") or raw.get("hostname") or ""),
+            state=str(state or "").upper(),
+            flags=tuple(str(f).upper() for f in flags),
+            gres=str(raw.get("gres") or ""),
+            gres_used=str(raw.get("gres_used") or ""),
+            reason=str(raw.get("reason") or ""),
+            raw=dict(raw),
+        )
+
+
+# ---------------------------------------------------------------------------------------- adapter
+
+
+class SlurmCli:
+    """Runs Slurm commands for one cluster.
+
+    ``env`` is merged over ``os.environ`` for every command (``SLURM_CONF`` selects the cluster).
+    ``timeout`` bounds one command; a command that times out is reported as
+    :class:`ControllerUnavailable` (a hung RPC is what a dying controller looks like).
+    ``unavailable_retry_s`` > 0 makes *idempotent* calls retry that long while the controller is
+    unreachable (sbatch is never retried here: the caller must first check whether the lost
+    submission went through).
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, timeout: float = 30.0,
+                 unavailable_retry_s: float = 0.0, bindir: str | Path | None = None) -> None:
+        self.env = dict(os.environ)
+        if env:
+            self.env.update(env)
+        self.timeout = timeout
+        self.unavailable_retry_s = unavailable_retry_s
+        self.bindir = Path(bindir) if bindir else None
+        self.calls = 0
+
+    # ------------------------------------------------------------------ plumbing
+    def _exe(self, name: str) -> str:
+        return str(self.bindir / name) if self.bindir else name
+
+    def run(self, argv: Sequence[str], *, retry: bool = False, input_text: str | None = None
+            ) -> str:
+        """Run ``argv`` (a list: never a shell string) and return stdout; raise on failure."""
+        if isinstance(argv, str):  # a string here would be a bug: refuse rather than split it
+            raise TypeError("SlurmCli.run takes an argument list, not a string")
+        argv = [self._exe(argv[0]), *argv[1:]]
+        deadline = time.monotonic() + (self.unavailable_retry_s if retry else 0.0)
+        delay = 0.25
+        while True:
+            try:
+                return self._run_once(argv, input_text)
+            except ControllerUnavailable:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _run_once(self, argv: list[str], input_text: str | None) -> str:
+        self.calls += 1
+        try:
+            proc = subprocess.run(
+                argv, env=self.env, capture_output=True, text=True, timeout=self.timeout,
+                input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
+                shell=False, check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ControllerUnavailable(f"{argv[0]} timed out after {self.timeout:g} s",
+                                        argv=argv) from exc
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{argv[0]} not found: is Slurm's client installed?",
+                             argv=argv) from exc
+        if proc.returncode != 0:
+            stderr = (proc.stderr or proc.stdout or "").strip()
+            cls = classify(stderr)
+            raise cls(f"{' '.join(argv[:2])} failed ({proc.returncode}): {stderr}", argv=argv,
+                      returncode=proc.returncode, stderr=stderr)
+        # Some scontrol failures exit 0 but print the error (e.g. per-job errors in a list).
+        if proc.stderr and classify(proc.stderr) is not SlurmError and \
+                argv[0].endswith("scontrol"):
+            stderr = proc.stderr.strip()
+            cls = classify(stderr)
+            raise cls(f"{' '.join(argv[:2])}: {stderr}", argv=argv, returncode=0, stderr=stderr)
+        return proc.stdout
+
+    def run_json(self, argv: Sequence[str]) -> dict[str, Any]:
+        """Run a ``--json`` command and return the document.
+
+        22.05's squeue/sinfo exit 0 even when slurmctld is unreachable: they print a document
+        with an ``errors`` list and *no jobs/nodes*. Taking that at face value would make every
+        job look gone, so a non-empty ``errors`` list is raised as :class:`ControllerUnavailable`
+        (and retried like any other unavailability).
+        """
+        deadline = time.monotonic() + self.unavailable_retry_s
+        delay = 0.25
+        while True:
+            try:
+                out = self.run(argv)
+                try:
+                    data = json.loads(out or "{}")
+                except ValueError as exc:
+                    raise SlurmError(f"{argv[0]} printed invalid JSON: {exc}",
+                                     argv=list(argv)) from exc
+                errors = data.get("errors") or []
+                if errors:
+                    text = "; ".join(str(e.get("description") or e.get("error") or e)
+                                     for e in errors if isinstance(e, dict)) or str(errors)
+                    raise ControllerUnavailable(f"{argv[0]} reported errors: {text}",
+                                                argv=list(argv), stderr=text)
+                return data
+            except ControllerUnavailable:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # ------------------------------------------------------------------ queries
+    def ping(self) -> bool:
+        """True when slurmctld answers."""
+        try:
+            out = self._run_once([self._exe("scontrol"), "ping"], None)
+        except SlurmError:
+            return False
+        return "UP" in out
+
+    def jobs(self, job_ids: Iterable[int] | None = None, *, all_states: bool = True
+             ) -> list[SlurmJob]:
+        """Jobs from ``squeue --json`` (finished ones too while slurmctld remembers them)."""
+        argv = ["squeue", "--json"]
+        ids = sorted(set(job_ids)) if job_ids is not None else None
+        if ids is not None:
+            if not ids:
+                return []
+            argv.append("--jobs=" + ",".join(str(i) for i in ids))
+        if all_states:
+            argv.append("--states=all")
+        try:
+            data = self.run_json(argv)
+        except InvalidJobId:
+            # squeue --jobs fails when *every* listed job has aged out; report none.
+            return []
+        jobs = [SlurmJob.from_json(j) for j in data.get("jobs") or []]
+        if ids is not None:  # 22.05's --json ignores some filters: apply them ourselves
+            wanted = set(ids)
+            jobs = [j for j in jobs if j.job_id in wanted]
+        return jobs
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        found = self.jobs([job_id])
+        return found[0] if found else None
+
+    def nodes(self) -> list[SlurmNode]:
+        """Nodes from ``sinfo --json`` (one record per node, deduplicated across partitions)."""
+        data = self.run_json(["sinfo", "--json"])
+        seen: dict[str, SlurmNode] = {}
+        for raw in data.get("nodes") or []:
+            node = SlurmNode.from_json(raw)
+            seen.setdefault(node.name, node)
+        return sorted(seen.values(), key=lambda n: _natural_key(n.name))
+
+    def show_config(self) -> dict[str, str]:
+        """``scontrol show config`` as a dict (keys as Slurm prints them)."""
+        out = self.run(["scontrol", "show", "config"], retry=True)
+        result: dict[str, str] = {}
+        for line in out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                result[key.strip()] = value.strip()
+        return result
+
+    # ------------------------------------------------------------------ actions
+    def sbatch(self, script: str | Path | None, script_args: Sequence[str] = (),
+               options: Sequence[str] = ()) -> int:
+        """Submit ``script`` with ``options``; return the job id.
+
+        ``script_args`` reach the batch script as its argv, byte for byte: sbatch stops option
+        parsing at the script path, and no shell sees them. ``script=None`` is for options that
+        carry the script themselves (``--wrap``).
+        """
+        if script is None and script_args:
+            raise ValueError("script_args need a script")
+        tail = [str(script), *script_args] if script is not None else []
+        out = self.run(["sbatch", "--parsable", *options, *tail])
+        first = out.strip().splitlines()[-1] if out.strip() else ""
+        match = re.match(r"^(\d+)", first)
+        if not match:
+            raise SlurmError(f"sbatch printed no job id: {out!r}", argv=["sbatch"])
+        return int(match.group(1))
+
+    def signal(self, job_id: int, signal: str = "USR1", *, full: bool = True) -> None:
+        """Send ``signal`` to the job's processes (``--full``: the batch step and its children
+        too; plain ``scancel -s`` would skip the batch step, which is where a single-process job
+        such as the stand-in runs)."""
+        argv = ["scancel", f"--signal={signal}"]
+        if full:
+            argv.append("--full")
+        self.run([*argv, str(job_id)], retry=True)
+
+    def cancel(self, job_id: int) -> None:
+        self.run(["scancel", str(job_id)], retry=True)
+
+    def requeue(self, job_id: int, *, hold: bool = True) -> None:
+        """Back to PENDING under the same job id (``requeuehold`` keeps it held)."""
+        self.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)], retry=True)
+
+    def hold(self, job_id: int) -> None:
+        self.run(["scontrol", "hold", str(job_id)], retry=True)
+
+    def release(self, job_id: int) -> None:
+        self.run(["scontrol", "release", str(job_id)], retry=True)
+
+    def update_job(self, job_id: int, **fields: str | int) -> None:
+        """``scontrol update JobId=J Key=Value ...``; each pair is one argv element."""
+        if not fields:
+            return
+        pairs = [f"{k}={v}" for k, v in fields.items()]
+        for pair in pairs:
+            if "\n" in pair:
+                raise ValueError(f"newline in scontrol field {pair!r}")
+        self.run(["scontrol", "update", f"JobId={job_id}", *pairs], retry=True)
+
+    def update_node(self, names: str | Sequence[str], state: str, reason: str | None = None
+                    ) -> None:
+        node_list = names if isinstance(names, str) else compress_hostlist(names)
+        argv = ["scontrol", "update", f"NodeName={node_list}", f"State={state}"]
+        if reason is not None:
+            argv.append(f"Reason={reason}")
+        self.run(argv, retry=True)

@@ -1,0 +1,176 @@
+--[[
+gpuplan job_submit hook for Slurm's job_submit/lua plugin (tested with Slurm 22.05.8).
+
+Install: copy this file next to slurm.conf as job_submit.lua and set `JobSubmitPlugins=lua`
+(slurmctld reads the script at each submission; a syntax error makes slurmctld refuse to start,
+so test it on a lab first: `python -m gpuplan.executors.slurm.lab up --job-submit-lua`).
+
+What it does, and why:
+
+1. Opt-in. A job is *engine-managed* when it is submitted to one of ENGINE_PARTITIONS or its
+   `--comment` starts with COMMENT_TAG ("gpuplan"). Every other job is left untouched, so the hook
+   can be deployed on a shared cluster without changing anyone else's jobs.
+2. Hold. An engine-managed job is held at submit (priority 0) and marked in `admin_comment`
+   ("gpuplan:held;gpus=N;min=A;max=B"). Slurm never starts it by itself; the gpuplan engine (an
+   operator) picks the GPU count and the nodes, updates the job and releases it. Without the hold,
+   backfill would start it wherever Slurm likes and the engine's plan would drift.
+3. Elasticity. `--comment gpuplan:min=1,max=8` (',' or ';' between fields) gives the range of GPU
+   counts the job accepts; without it the job is rigid (min = max = requested). A request outside
+   its own range is rejected at submit time with a message to the user.
+4. Normalised GPU requests. `--gpus=N` / `--gpus=type:N` (a per-job count) becomes a per-node
+   request (`tres_per_node`): one node when N fits on a node (<= MAX_GPUS_PER_NODE), otherwise
+   N / MAX_GPUS_PER_NODE whole nodes when that divides evenly; with an explicit `-N k`, N / k per
+   node when k divides N. The engine then sees "nodes x GPUs per node", the only shape Slurm can
+   enforce per node; an uneven request stays a per-job count.
+5. No bypass. Users (any uid not in OPERATOR_UIDS) may not modify an engine-managed job:
+   `scontrol release` is a job update, so without this check the owner could release the held job
+   and run it unmanaged. Users can still `scancel` their jobs (cancel is not an update).
+
+Pure Lua, no I/O, no external commands: the hook runs inside slurmctld under its job write lock,
+so anything slow here stalls the whole controller.
+--]]
+
+local ENGINE_PARTITIONS = { gpuplan = true }
+local COMMENT_TAG = "gpuplan"
+local MARK = "gpuplan:"
+-- GPUs of the site's largest node (the lab rewrites this line to its own node size).
+local MAX_GPUS_PER_NODE = 8
+-- uid 0 is root (and SlurmUser in the lab). Add the SlurmUser and the engine's service account
+-- here at a real site, e.g. OPERATOR_UIDS[64030] = true.
+local OPERATOR_UIDS = { [0] = true }
+
+local NO_VAL = 4294967294
+
+local function starts_with(s, prefix)
+    return s ~= nil and string.sub(s, 1, #prefix) == prefix
+end
+
+-- "gres:gpu:a100:2" / "gres:gpu:2" / "gpu:2" -> type (or nil), count (or nil)
+local function parse_gpu_tres(spec)
+    if spec == nil or spec == "" then
+        return nil, nil
+    end
+    for item in string.gmatch(spec, "[^,]+") do
+        local body = string.gsub(item, "^gres[:/]", "")
+        local gtype, count = string.match(body, "^gpu:([^:]+):(%d+)$")
+        if count ~= nil then
+            return gtype, tonumber(count)
+        end
+        count = string.match(body, "^gpu[:=](%d+)$")
+        if count ~= nil then
+            return nil, tonumber(count)
+        end
+    end
+    return nil, nil
+end
+
+local function gpu_tres(gtype, count)
+    if gtype ~= nil then
+        return "gres:gpu:" .. gtype .. ":" .. count
+    end
+    return "gres:gpu:" .. count
+end
+
+-- "gpuplan:min=1,max=8;foo=bar" -> { min = "1", max = "8", foo = "bar" }
+local function parse_options(comment)
+    local opts = {}
+    if not starts_with(comment, COMMENT_TAG) then
+        return opts
+    end
+    local body = string.sub(comment, #COMMENT_TAG + 1)
+    for key, value in string.gmatch(body, "([%w_]+)=([^,;]*)") do
+        opts[key] = value
+    end
+    return opts
+end
+
+local function is_engine_job(job_desc)
+    local part = job_desc.partition
+    if part ~= nil then
+        for name in string.gmatch(part, "[^,]+") do
+            if ENGINE_PARTITIONS[name] then
+                return true
+            end
+        end
+    end
+    return starts_with(job_desc.comment, COMMENT_TAG)
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if not is_engine_job(job_desc) then
+        return slurm.SUCCESS
+    end
+
+    -- Normalise the GPU request to nodes x GPUs per node.
+    local explicit_nodes = job_desc.min_nodes ~= nil and job_desc.min_nodes ~= NO_VAL and
+                           job_desc.min_nodes > 0
+    local nodes = explicit_nodes and job_desc.min_nodes or 1
+    local gtype, per_node = parse_gpu_tres(job_desc.tres_per_node)
+    local total
+    if per_node ~= nil then
+        total = per_node * nodes
+    else
+        local jtype, per_job = parse_gpu_tres(job_desc.tres_per_job)
+        if per_job == nil then
+            slurm.log_user("gpuplan: engine-managed jobs must request GPUs (--gpus or --gres=gpu:N)")
+            return slurm.ERROR
+        end
+        gtype, total = jtype, per_job
+        if explicit_nodes then
+            -- -N k --gpus=n: an even split is the same request per node; an uneven one stays
+            -- a per-job count (Slurm picks the split).
+            if per_job % nodes == 0 then
+                per_node = per_job / nodes
+            end
+        elseif per_job <= MAX_GPUS_PER_NODE then
+            per_node = per_job
+        elseif per_job % MAX_GPUS_PER_NODE == 0 then
+            nodes = math.floor(per_job / MAX_GPUS_PER_NODE)
+            per_node = MAX_GPUS_PER_NODE
+        end
+        if per_node ~= nil then
+            job_desc.tres_per_node = gpu_tres(gtype, per_node)
+            job_desc.tres_per_job = ""
+            job_desc.min_nodes = nodes
+            job_desc.max_nodes = nodes
+        end
+    end
+
+    -- Elasticity from the comment; rigid when absent.
+    local opts = parse_options(job_desc.comment)
+    local min_gpus = tonumber(opts.min or "") or total
+    local max_gpus = tonumber(opts.max or "") or total
+    if min_gpus < 1 or max_gpus < min_gpus or total < min_gpus or total > max_gpus then
+        slurm.log_user(string.format(
+            "gpuplan: GPU request %d is outside the job's range min=%d max=%d", total, min_gpus,
+            max_gpus))
+        return slurm.ERROR
+    end
+
+    -- Hold for the engine and leave the marker it polls for.
+    job_desc.priority = 0
+    job_desc.requeue = 1
+    job_desc.admin_comment = string.format("%sheld;gpus=%d;min=%d;max=%d", MARK, total, min_gpus,
+                                           max_gpus)
+    slurm.log_info("gpuplan: held job from uid %u: gpus=%d min=%d max=%d tres_per_node=%s",
+                   submit_uid, total, min_gpus, max_gpus, tostring(job_desc.tres_per_node))
+    slurm.log_user("gpuplan: job held for the GPU engine (min=%d max=%d GPUs)", min_gpus, max_gpus)
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    if OPERATOR_UIDS[modify_uid] then
+        return slurm.SUCCESS
+    end
+    if starts_with(job_rec.admin_comment, MARK) then
+        -- (22.05 discards slurm.log_user() in job_modify: the user sees "Access/permission
+        -- denied"; the reason goes to the controller's log.)
+        slurm.log_info("gpuplan: refused update of engine job %u by uid %u: only an operator " ..
+                       "may change or release it", job_rec.job_id, modify_uid)
+        return slurm.ESLURM_ACCESS_DENIED
+    end
+    return slurm.SUCCESS
+end
+
+slurm.log_info("gpuplan job_submit.lua loaded")
+return slurm.SUCCESS

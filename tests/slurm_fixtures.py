@@ -1,0 +1,270 @@
+"""Helpers for the real-Slurm tests (imported by ``tests/test_slurm.py``; no conftest magic).
+
+* :func:`start_lab` brings the lab up through ``gpuplan.executors.slurm.lab`` and turns a failure
+  into ``pytest.fail`` under CI (``CI`` set to a true value, or ``GPUPLAN_REQUIRE_SLURM=1``) and
+  ``pytest.skip`` elsewhere: a CI run that silently skips the cluster tests would hide a broken
+  set-up step, while a laptop without root or apt should still run the rest of the suite.
+* :func:`elastic_srtf` is the policy for the end-to-end run. The registered ``srtf`` is rigid
+  (every job gets exactly its requested GPUs), so it never grows or shrinks a job; this policy
+  keeps SRTF's ranking and placement but gives each job its minimum first and then hands the
+  remaining GPUs out in rank order up to each job's maximum — the simplest elastic policy that
+  exercises grow, shrink and preemption.
+* :func:`assert_progress_conserved` checks "nothing lost, nothing done twice" twice over: from
+  the executor's record of every Slurm run (resume point -> checkpoint at exit) and from the
+  stand-in's own ``ID.log`` of committed segments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import pwd
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from gpuplan.executors.engine import Engine
+from gpuplan.executors.slurm.executor import (
+    CommandBuilder,
+    SlurmExecutor,
+    cluster_from_slurm,
+    file_key,
+    standin_command,
+)
+from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
+from gpuplan.models import (
+    ActiveJob,
+    Checkpointing,
+    Cluster,
+    ClusterView,
+    Elasticity,
+    JobSpec,
+    SolverStats,
+    ThroughputProfile,
+)
+from gpuplan.solver_core.placement.best_fit import best_fit_placement
+from gpuplan.solver_core.policies.ranked_queue import RankedQueue
+from gpuplan.solver_core.policies.shortest_first import remaining_time
+from gpuplan.solver_core.policy import Shares, StagedPolicy
+
+LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "/tmp/gpuplan-slurmlab"))
+GPUS_PER_NODE = 4
+NODES = 4
+UNPRIVILEGED_USER = "gpuuser"
+OWNER = "pytest"
+
+
+def required() -> bool:
+    """True when a missing or broken lab must fail the run instead of skipping it."""
+    truthy = ("1", "true", "yes", "on")
+    return (os.environ.get("CI", "").lower() in truthy
+            or os.environ.get("GPUPLAN_REQUIRE_SLURM", "").lower() in truthy)
+
+
+def unavailable(reason: str) -> None:
+    """Fail under CI, skip elsewhere, with the same reason."""
+    if required():
+        pytest.fail(f"Slurm lab required (CI) but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"Slurm lab unavailable: {reason}")
+
+
+def lab_session() -> Iterator[SlurmLab]:
+    """Generator for a session fixture: lock the lab, bring it up, hand it out, and at the end
+    stop it if a test session started it (this one, or an earlier one that died before its
+    teardown) — a lab a developer started with the CLI is left running. The lock serialises
+    test sessions that share the machine (they would otherwise share one cluster and tear it
+    down under each other)."""
+    if os.geteuid() != 0:
+        unavailable("needs root (slurmd, munged and cgroups run as root)")
+    lab = SlurmLab(LabConfig(root=LAB_ROOT, nodes=NODES, gpus_per_node=GPUS_PER_NODE,
+                             gpu_type="a100", job_submit_lua=True))
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lab.exclusive(timeout_s=600))
+        except LabError as err:
+            unavailable(str(err))
+        start_lab(lab)
+        try:
+            yield lab
+        finally:
+            if not lab.reused or lab.owner == OWNER:
+                lab.down()
+
+
+def start_lab(lab: SlurmLab) -> SlurmLab:
+    """Bring ``lab`` up; any failure fails (CI) or skips (elsewhere) with its reason."""
+    try:
+        lab.up(timeout_s=120, owner=OWNER)
+    except Exception as err:
+        try:
+            lab.down()
+        finally:
+            unavailable(f"{type(err).__name__}: {err}")
+    return lab
+
+
+def ensure_user(name: str = UNPRIVILEGED_USER) -> pwd.struct_passwd:
+    """An unprivileged local account (created with useradd when missing)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                       check=True, capture_output=True)
+        return pwd.getpwnam(name)
+
+
+def as_user(user: str, argv: Sequence[str], env: dict[str, str]
+            ) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` as ``user`` (setpriv execs it directly: no shell, no login session)."""
+    entry = pwd.getpwnam(user)
+    full = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups",
+            *argv]
+    return subprocess.run(full, env={**os.environ, **env}, capture_output=True, text=True,
+                          cwd="/tmp", timeout=60, check=False)
+
+
+# ---------------------------------------------------------------------------------------- jobs
+
+
+def standin_builder(checkpoint_interval_s: float | None = None) -> CommandBuilder:
+    """``python -m gpuplan.executors.standin`` with this interpreter (the venv's)."""
+    return standin_command(checkpoint_interval_s=checkpoint_interval_s)
+
+
+def job(job_id: str, submit: float, work: float, requested: int, lo: int, hi: int) -> JobSpec:
+    """A stand-in job: ``work`` iterations at 1 iteration/s per A100, elastic in [lo, hi]."""
+    return JobSpec(
+        id=job_id, submit_time=submit, requested_gpus=requested, total_iterations=work,
+        elasticity=Elasticity(min_gpus=lo, max_gpus=hi) if hi > lo else None,
+        throughput=ThroughputProfile.linear(1.0, reference_gpu="a100"),
+        checkpoint=Checkpointing(on_signal=True),
+    )
+
+
+def e2e_workload() -> list[JobSpec]:
+    """Ten jobs on 16 GPUs, timed so that grow, shrink and preemption each must happen.
+
+    * t=0: A-D (elastic 1..4) fill the cluster at 4 GPUs each;
+    * t=4: E, F (elastic 1..2, short) arrive: their minimums and SRTF's extras force the longest
+      jobs (C, D) to shrink;
+    * when E/F finish, their GPUs go back to the elastic jobs still below their maximum (grow);
+    * t=9: G-J (rigid 4 GPUs, short) arrive and rank first; their 16 GPUs plus the others'
+      minimums exceed the cluster, so the longest-remaining jobs are preempted, and restarted
+      (and grown again) when G-J finish.
+    """
+    return [
+        job("A", 0.0, 36.0, 4, 2, 4),
+        job("B", 0.0, 44.0, 4, 2, 4),
+        job("C", 0.0, 52.0, 4, 2, 4),
+        job("D", 0.0, 60.0, 4, 2, 4),
+        job("E", 4.0, 6.0, 2, 1, 2),
+        job("F", 4.0, 6.0, 2, 1, 2),
+        job("G", 9.0, 8.0, 4, 4, 4),
+        job("H", 9.0, 8.0, 4, 4, 4),
+        job("I", 9.0, 8.0, 4, 4, 4),
+        job("J", 9.0, 8.0, 4, 4, 4),
+    ]
+
+
+# ---------------------------------------------------------------------------------------- policy
+
+
+class _ElasticShares:
+    """SRTF ranking; minimum for every job that fits, then extras up to max in rank order."""
+
+    def __init__(self) -> None:
+        self._queue = RankedQueue(remaining_time)
+
+    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        free = view.capacity
+        ranked: list[ActiveJob] = list(self._queue.ranked(view))
+        shares: Shares = {}
+        for j in ranked:
+            need = j.spec.min_gpus
+            if need <= free:
+                shares[j.id] = need
+                free -= need
+        for j in ranked:
+            if free <= 0:
+                break
+            if j.id in shares:
+                counts = [c for c in j.spec.allowed_counts() if c <= shares[j.id] + free]
+                best = max(counts)
+                free -= best - shares[j.id]
+                shares[j.id] = best
+        return shares
+
+
+def elastic_srtf() -> StagedPolicy:
+    return StagedPolicy("srtf-elastic", _ElasticShares(), best_fit_placement)
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+
+def make_executor(lab: SlurmLab, jobs: list[JobSpec], state_dir: Path, **kw: object
+                  ) -> tuple[Cluster, SlurmExecutor]:
+    cli = lab.cli(timeout=30, unavailable_retry_s=90)
+    cluster = cluster_from_slurm(cli, lab.node_names)
+    kw.setdefault("command", standin_builder())
+    executor = SlurmExecutor(cluster, jobs, cli=cli, state_dir=state_dir, **kw)  # type: ignore[arg-type]
+    return cluster, executor
+
+
+def run(cluster: Cluster, executor: SlurmExecutor, policy: object) -> Engine:
+    engine = Engine(cluster, policy, executor, sample_interval_s=None)  # type: ignore[arg-type]
+    try:
+        engine.run()
+    finally:
+        executor.cancel_all()
+    return engine
+
+
+def standin_segments(state_dir: Path, job_id: str) -> list[dict[str, object]] | None:
+    """The stand-in's own log of committed segments (``ID.log``, one JSON line each)."""
+    path = state_dir / f"{file_key(job_id)}.log"
+    if not path.exists():
+        return None
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def assert_progress_conserved(engine: Engine, executor: SlurmExecutor, state_dir: Path,
+                              jobs: list[JobSpec]) -> None:
+    """Every job finished and its runs chain: each resumed exactly where the previous one left
+    off, and the pieces add up to its work (nothing lost, nothing done twice)."""
+    finished = {r.job_id: r for r in engine.records}
+    assert sorted(finished) == sorted(j.id for j in jobs), (
+        f"unfinished: {sorted({j.id for j in jobs} - set(finished))}")
+    assert not executor.failures, executor.failures
+    for spec in jobs:
+        segs = executor.segments_of(spec.id)
+        assert segs, f"{spec.id}: no Slurm run recorded"
+        runs = [s for s in segs if s.first_progress is not None or s.end_done != s.start_done]
+        assert runs[-1].how == "completed", (spec.id, [(s.how, s.end_done) for s in segs])
+        expected = 0.0
+        for seg in segs:
+            assert seg.start_done == pytest.approx(expected, abs=1e-6), (
+                f"{spec.id}: run on Slurm job {seg.slurm_id} resumed at {seg.start_done}, "
+                f"previous run left {expected}")
+            assert seg.end_done is not None and seg.end_done >= seg.start_done - 1e-9
+            expected = seg.end_done
+        total = sum((s.end_done or 0.0) - s.start_done for s in segs)
+        assert total == pytest.approx(spec.work, rel=1e-9), (spec.id, total, spec.work)
+        own = standin_segments(state_dir, spec.id)
+        assert own, f"{spec.id}: the stand-in logged no segment"
+        # The job's own account: committed segments tile [0, work] exactly, in order.
+        assert own[0]["start"] == 0.0, (spec.id, own)
+        for a, b in itertools.pairwise(own):
+            assert b["start"] == pytest.approx(a["end"], abs=1e-9), (spec.id, own)
+        assert own[-1]["end"] == pytest.approx(spec.work) and own[-1]["reason"] == "complete"
+        assert sum(float(s["end"]) - float(s["start"]) for s in own) == pytest.approx(spec.work)
+        # Each Slurm run's checkpoint at exit is a segment boundary the job itself committed.
+        bounds = {round(float(s["end"]), 9) for s in own}
+        for seg in segs:
+            if seg.end_done and seg.end_done > seg.start_done:
+                assert round(seg.end_done, 9) in bounds, (spec.id, seg, own)
+
