@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from hypothesis import settings
+
+# Determinism: property tests draw the same examples on every machine and every run, so CI
+# never depends on a local example database or luck.
+settings.register_profile("gpuplan", derandomize=True, deadline=None, database=None)
+settings.load_profile("gpuplan")
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import AllocationPlan, Cluster, ClusterView, JobSpec, Overheads
