@@ -7,15 +7,16 @@ from collections import defaultdict
 import pytest
 from hypothesis import settings
 
-# Determinism: property tests draw the same examples on every machine and every run, so CI
-# never depends on a local example database or luck.
-settings.register_profile("gpuplan", derandomize=True, deadline=None, database=None)
-settings.load_profile("gpuplan")
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import AllocationPlan, Cluster, ClusterView, JobSpec, Overheads
 from gpuplan.solver_core.diff import check_plan
 from gpuplan.solver_core.registry import make_policy
+
+# Determinism: property tests draw the same examples on every machine and every run, so CI
+# never depends on a local example database or luck.
+settings.register_profile("gpuplan", derandomize=True, deadline=None, database=None)
+settings.load_profile("gpuplan")
 
 NO_OVERHEADS = Overheads(start_s=0, restart_s=0, sidecar_s=0, stop_free_s=0, migrate_s=0)
 
