@@ -7,7 +7,6 @@ from collections import defaultdict
 import pytest
 from hypothesis import settings
 
-
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import AllocationPlan, Cluster, ClusterView, JobSpec, Overheads
 from gpuplan.solver_core.diff import check_plan
