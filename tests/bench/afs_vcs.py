@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
 
                 plot_timeseries(first, folder / f"afs-{vc}-timeseries.png")
                 plot_jct_cdf(first, folder / f"afs-{vc}-jct-cdf.png")
+            # Written after every VC so a long run leaves usable partial results.
+            out["total_wall_s"] = total
+            (folder / "afs.json").write_text(json.dumps(out, indent=2))
     out["total_wall_s"] = total
     print(f"all VCs: {total:.0f} s")
     if args.write:
