@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from gpuplan.models import Cluster, Event, JobSpec, LearningSpec, Overheads, RunResult
 from gpuplan.solver_core.policy import Policy
 
-from ..engine import Engine, PlanHook, ProgressHook
+from ..engine import Engine, PlanHook, ProgressHook, Reclaimer, reclaim_least_used
 from .cluster import SimulatedCluster
 
 
@@ -27,8 +27,15 @@ def simulate(
     progress: ProgressHook | None = None,
     record_segments: bool = False,
     learning: LearningSpec | None = None,
+    reclaimer: Reclaimer | None = None,
 ) -> tuple[RunResult, Engine, SimulatedCluster]:
-    """Replay ``jobs`` under ``policy``; return the result, the engine and the executor."""
+    """Replay ``jobs`` under ``policy``; return the result, the engine and the executor.
+
+    ``reclaimer`` picks the on-loan servers to give back on a ``ReclaimRequest``; by default the
+    policy's own ``reclaimer`` attribute if it has one (Aryl's), else the engine's default.
+    """
+    if reclaimer is None:
+        reclaimer = getattr(policy, "reclaimer", None) or reclaim_least_used
     executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
                                 learning=learning)
     engine = Engine(
@@ -38,6 +45,7 @@ def simulate(
         sample_interval_s=sample_interval_s,
         round_interval_s=round_interval_s,
         on_plan=on_plan,
+        reclaimer=reclaimer,
     )
     t0 = wallclock.perf_counter()
     engine.run(progress)
