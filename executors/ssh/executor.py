@@ -62,6 +62,7 @@ from gpuplan.models import (
     JobAllocation,
     JobArrival,
     JobCompletion,
+    JobFailure,
     JobSpec,
     NodeFailure,
     NodeRecovery,
@@ -786,7 +787,8 @@ class SshExecutor(Executor):
             if job is not None:
                 job.settle(max(t, job.anchor_time))
                 job.rate = 0.0
-            return []
+            # The engine frees the job's GPUs and records it as failed.
+            return [JobFailure(time=t, job_id=run.spec.id, reason=reason)]
         before = self._reported_progress(run)
         keep = {n for n, r in run.ranks.items() if r.sidecar_alive}
         run.restart_t0 = time.time()
