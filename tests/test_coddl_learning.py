@@ -98,3 +98,33 @@ def test_learning_mode_policies_see_only_measured_points() -> None:
 def test_learning_extrapolates_linearly_from_last_unit() -> None:
     belief = ThroughputProfile.linear().believed_from({1: 1.0, 2: 1.8, 4: 3.0})
     assert belief.rate(8) == pytest.approx(6.0) and belief.rate(3) == pytest.approx(2.4)
+
+
+def test_fair_share_cap_until_measured() -> None:
+    from gpuplan.solver_core.policies.learning import FairShareUntilMeasured
+
+    true = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.6, 8: 6.4})
+    jobs = [JobSpec(id=n, submit_time=0, requested_gpus=1, total_iterations=500,
+                    elasticity=Elasticity(min_gpus=1, max_gpus=8), throughput=true)
+            for n in ("a", "b")]
+    firsts: dict[str, int] = {}
+
+    def greedy(view: ClusterView, stats: list) -> dict[str, int]:
+        # wants all 8 GPUs for the first active job, nothing for the other
+        ids = sorted([*view.running, *view.pending])
+        return {ids[0]: 8} if ids else {}
+
+    def spy(view: ClusterView, plan: object) -> None:
+        for job_id, alloc in plan.allocations.items():  # type: ignore[attr-defined]
+            firsts.setdefault(job_id, alloc.gpus)
+
+    stage = FairShareUntilMeasured(greedy)
+    policy = StagedPolicy("capped", stage, best_fit_placement)
+    result, _, _ = simulate(Cluster.uniform(2, 4), jobs, policy, overheads=Overheads(start_s=0),
+                            learning=LearningSpec(enabled=True, measure_s=5), on_plan=spy)
+    # two active jobs on 8 GPUs: fair share 4 until 'a' has measured its curve at t=5;
+    # 'b' starts only when 'a' is done and is then alone (fair share 8)
+    assert firsts == {"a": 4, "b": 8}
+    rec = {r.job_id: r for r in result.jobs}
+    # 'a': 5 s at 3.6 it/s (18 it), then all 8 GPUs (6.4 it/s) for the remaining 482 it
+    assert rec["a"].finish_time == pytest.approx(5 + 482 / 6.4)
