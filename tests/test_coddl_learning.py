@@ -120,7 +120,8 @@ def test_fair_share_cap_until_measured() -> None:
 
     stage = FairShareUntilMeasured(greedy)
     policy = StagedPolicy("capped", stage, best_fit_placement)
-    result, _, _ = simulate(Cluster.uniform(2, 4), jobs, policy, overheads=Overheads(start_s=0),
+    free = Overheads(start_s=0, resize_mode="stop_free", stop_free_s=0)
+    result, _, _ = simulate(Cluster.uniform(2, 4), jobs, policy, overheads=free,
                             learning=LearningSpec(enabled=True, measure_s=5), on_plan=spy)
     # two active jobs on 8 GPUs: fair share 4 until 'a' has measured its curve at t=5;
     # 'b' starts only when 'a' is done and is then alone (fair share 8)
