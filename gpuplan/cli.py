@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpuplan.executors.control import command as slurm_controller
 from gpuplan.executors.metrics import (
     RunSummary,
     compare_json,
@@ -213,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=cmd_scenarios)
     po = sub.add_parser("policies", help="list policies")
     po.set_defaults(func=cmd_policies)
+    # The controller's options live beside it (executors/control/command.py); registering
+    # them loads no Slurm code.
+    slurm_controller.add_subcommand(sub)
     return parser
 
 

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -189,8 +190,21 @@ class SshLab:
                 guard.unlink(missing_ok=True)
 
     def _ensure_user(self) -> None:
-        if subprocess.run(["id", self.user], capture_output=True).returncode != 0:
+        """The lab's job user, able to log in: sshd runs every command through the account's
+        shell from its home directory. An account made earlier by someone else (e.g. the Slurm
+        lab's ``useradd --no-create-home --shell nologin`` for the same name) is given a shell
+        and a home, or every login fails with "Could not chdir to home directory"."""
+        try:
+            entry = pwd.getpwnam(self.user)
+        except KeyError:
             _run(["useradd", "-m", "-s", "/bin/bash", self.user])
+            entry = pwd.getpwnam(self.user)
+        if Path(entry.pw_shell).name in {"nologin", "false"}:
+            _run(["usermod", "-s", "/bin/bash", self.user])
+        home = Path(entry.pw_dir)
+        if not home.is_dir():
+            home.mkdir(mode=0o755, parents=True)
+            os.chown(home, entry.pw_uid, entry.pw_gid)
         # useradd leaves the password field '!' (locked); with UsePAM no, sshd refuses locked
         # accounts even for key login. '*' = no password, not locked.
         _run(["usermod", "-p", "*", self.user])

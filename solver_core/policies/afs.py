@@ -217,6 +217,13 @@ class _AfsLSolver:
 
     because ``G <= H`` for every job (see :meth:`_beats`). Every value is computed with the
     same IEEE operations as the literal version, so comparisons agree bit for bit.
+
+    Invariant (eligibility): between grants, while ``m > 0``, ``has_next[i]`` is True exactly
+    when job ``i`` is eligible in the literal loop: it has a next count *and* ``step[i] <= m``
+    (one-GPU steps are never expired; at ``m = 0`` the loop is over anyway); disabled
+    jobs carry ``G = H = -inf``. The scan queries (:meth:`_first_beater`, :meth:`_eligible`)
+    rely on it instead of re-testing ``step <= m``, so every method that lowers ``m``
+    (:meth:`_climb_many`, :meth:`_climb_one`) ends with :meth:`_expire`.
     """
 
     def __init__(self, jobs: Sequence[AfsJob], total: int) -> None:
@@ -322,8 +329,12 @@ class _AfsLSolver:
             heapq.heappush(self._big, (-st, i))
         self._expire()
 
-    def _climb_one(self, i: int) -> None:
-        """Scalar :meth:`_climb_many` (numpy fancy indexing costs ~10x more for one job)."""
+    def _climb_one(self, i: int) -> list[int]:
+        """Scalar :meth:`_climb_many` (numpy fancy indexing costs ~10x more for one job).
+
+        Like :meth:`_climb_many` it ends with :meth:`_expire`, so the eligibility invariant
+        holds again on return; it returns the jobs that expired (possibly ``i`` itself).
+        """
         job = self.jobs[i]
         lvl = int(self.lvl[i]) + 1
         self.m -= int(self.step[i])
@@ -345,6 +356,7 @@ class _AfsLSolver:
                 heapq.heappush(self._big, (-step, i))
         else:
             self._disable(i)
+        return self._expire()
 
     def _eligible(self, i: int) -> bool:
         return bool(self.has_next[i])  # _expire disables jobs whose step no longer fits
@@ -399,6 +411,8 @@ class _AfsLSolver:
             return
         self._climb_many(granted)
         # Past the first misfit, later (smaller) first steps may still fit: finish in Python.
+        # Each grant here lowers m under other jobs' steps (skipped first steps, next steps of
+        # jobs granted above); _climb_one disables those, as the later phases require.
         for k in range(fits, len(order)):
             if self.m <= 0:
                 break
@@ -523,8 +537,7 @@ class _AfsLSolver:
             self._extend()
         ch = self.chain
         w = ch.pop()
-        self._climb_one(w)
-        gone = self._expire()
+        gone = self._climb_one(w)
         if gone:
             # Chain members the smaller m made ineligible drop out, with everything after them.
             cut = [ch.index(c) for c in gone if c in ch]

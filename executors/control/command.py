@@ -1,0 +1,140 @@
+"""Command-line wiring of ``gpuplan slurm-controller`` (the integrator calls :func:`add_subcommand`
+from ``gpuplan/cli.py``; ``python -m gpuplan.executors.control.command slurm-controller ...`` runs
+the same thing standalone).
+
+Two modes, one subcommand, because they are two halves of one deployment and share every option
+that must agree between them (partitions, state DB, heartbeat path):
+
+* ``gpuplan slurm-controller --policy P ...`` — the controller daemon;
+* ``gpuplan slurm-controller --fail-open-check [--watch S] ...`` — the fail-open watchdog: one
+  check (for a systemd timer / cron), or a loop with ``--watch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from gpuplan.models import GpuplanError
+
+DEFAULT_STATE_DB = "/var/lib/gpuplan/slurm-controller.db"
+
+
+def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``slurm-controller`` on an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "slurm-controller",
+        help="schedule hook-held Slurm jobs with a gpuplan policy (daemon), or run the "
+             "fail-open watchdog",
+        description="Run the gpuplan controller for a Slurm cluster: adopt the jobs the "
+                    "job_submit hook holds, plan with POLICY, apply plans through "
+                    "scontrol/scancel, journal every action, and recover after any crash. "
+                    "See docs/controller.md.",
+    )
+    p.add_argument("--policy", help="allocation policy (gpuplan policies); required unless "
+                   "--fail-open-check")
+    p.add_argument("--partition", action="append", default=[], metavar="NAME",
+                   help="manage jobs and nodes of this partition (repeat or comma-separate); "
+                        "default: every job the hook marked, every GPU node")
+    p.add_argument("--state-db", default=DEFAULT_STATE_DB, metavar="PATH",
+                   help=f"SQLite journal (default {DEFAULT_STATE_DB}); keep it on a local disk")
+    p.add_argument("--interval", type=float, default=2.0, metavar="S",
+                   help="seconds between squeue/sinfo polls (default 2)")
+    p.add_argument("--heartbeat", default=None, metavar="PATH",
+                   help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read "
+                        "the same file")
+    p.add_argument("--default-duration", type=float, default=3600.0, metavar="S",
+                   help="work estimate for jobs with neither work=/duration= in their comment "
+                        "nor a time limit (default 3600)")
+    p.add_argument("--stop-timeout", type=float, default=60.0, metavar="S",
+                   help="time a job gets to checkpoint and exit after the signal (default 60)")
+    p.add_argument("--max-stall", type=float, default=600.0, metavar="S",
+                   help="withhold the heartbeat when the main loop is stuck this long "
+                        "(default 600)")
+    p.add_argument("--fail-open-check", action="store_true",
+                   help="watchdog mode: if the heartbeat is older than --stale-after, release "
+                        "every engine-held job to Slurm's own scheduler")
+    p.add_argument("--stale-after", type=float, default=120.0, metavar="S",
+                   help="watchdog: heartbeat age that counts as 'controller down' (default 120)")
+    p.add_argument("--watch", type=float, default=None, metavar="S",
+                   help="watchdog: repeat the check every S seconds instead of once")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+    return p
+
+
+def _partitions(values: list[str]) -> tuple[str, ...]:
+    return tuple(p for v in values for p in v.split(",") if p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; returns the exit code (2: bad usage, 1: could not run)."""
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    # Imported here, not at module level, so that `gpuplan --help` does not load the Slurm stack.
+    from gpuplan.executors.slurm.cli import SlurmCli
+
+    from .controller import ControllerSettings, SlurmController, fail_open_check, watch_fail_open
+    from .journal import JournalError
+
+    state_db = Path(args.state_db)
+    heartbeat = Path(args.heartbeat) if args.heartbeat else \
+        state_db.with_name(state_db.name + ".heartbeat")
+    partitions = _partitions(args.partition)
+    if args.fail_open_check:
+        cli = SlurmCli(timeout=30.0)
+        stop = threading.Event()
+
+        def finish(_signum: int, _frame: object) -> None:
+            stop.set()
+
+        previous = {sig: signal.signal(sig, finish) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if args.watch is None:
+                fail_open_check(cli, heartbeat, args.stale_after, partitions)
+            else:
+                watch_fail_open(cli, heartbeat, args.stale_after, args.watch, partitions, stop)
+        except GpuplanError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0
+    if not args.policy:
+        print("error: --policy is required (or --fail-open-check)", file=sys.stderr)
+        return 2
+    if args.interval <= 0:
+        print("error: --interval must be > 0", file=sys.stderr)
+        return 2
+    try:
+        settings = ControllerSettings(
+            policy=args.policy, state_db=state_db, partitions=partitions,
+            interval_s=args.interval, heartbeat=heartbeat,
+            default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
+            max_stall_s=args.max_stall)
+        return SlurmController(settings).run()
+    except JournalError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except GpuplanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpuplan")
+    add_subcommand(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,529 @@
+"""The Slurm controller's durable memory: one SQLite file (WAL mode) with jobs, plans and actions.
+
+Why a journal at all: the controller is the only component that knows *why* a Slurm job is in
+the state it is in. Slurm remembers the job (held, running, requeued) but not that the controller
+was half-way through a checkpoint-restart when it died: a job that exited after the checkpoint
+signal looks exactly like a job that finished. So every plan is written down *before* anything is
+done (one ``intended`` row per action, with the Slurm restart count seen just before), and the
+outcome after (``applied`` / ``failed``). A controller killed at any point finds the actions that
+have an intent but no outcome and re-checks them against ``squeue --json`` (see
+:mod:`.controller`), then marks them ``reconciled`` with what it found.
+
+Why SQLite + WAL: a single local file, atomic multi-row transactions (a plan and all its intents
+commit together or not at all, also on SIGKILL or power loss with ``synchronous=FULL``), and
+readers (operators, tests, ``sqlite3`` on the command line) never block the writer. There is one
+writer — the controller holds an exclusive ``flock`` on ``<db>.lock`` for its whole life — so two
+controllers can never interleave their intents in one journal.
+
+The schema is versioned with ``PRAGMA user_version``; :meth:`Journal.open` creates or migrates it
+and refuses a file written by a newer version rather than guessing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from gpuplan.models import GpuplanError
+
+SCHEMA_VERSION = 1
+
+JOB_STATES = ("pending", "running", "completed", "failed", "rejected", "failopen", "gone")
+"""``pending``/``running``: the engine manages it; ``completed``/``failed``: ended (``failed``
+covers cancellations and crashes past the restart budget); ``rejected``: the engine cannot run it
+(e.g. larger than the cluster) and leaves it held; ``failopen``: the fail-open watchdog released it
+to Slurm's own scheduler and it ran there; ``gone``: Slurm no longer knows it and its end is
+unknown (the controller was down for longer than ``MinJobAge``)."""
+
+TERMINAL_STATES = frozenset({"completed", "failed", "gone", "failopen"})
+ACTION_STATUSES = ("intended", "applied", "failed", "reconciled")
+
+_SCHEMA_V1 = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE runs (
+    run_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    pid       INTEGER NOT NULL,
+    host      TEXT    NOT NULL,
+    policy    TEXT    NOT NULL,
+    started   REAL    NOT NULL,
+    last_seen REAL    NOT NULL,
+    ended     REAL,
+    exit      TEXT
+);
+CREATE TABLE jobs (
+    engine_id     TEXT PRIMARY KEY,
+    slurm_id      INTEGER NOT NULL,
+    fingerprint   TEXT    NOT NULL,
+    submit_time   REAL    NOT NULL,
+    spec          TEXT,
+    state         TEXT    NOT NULL CHECK (state IN
+                  ('pending','running','completed','failed','rejected','failopen','gone')),
+    done          REAL    NOT NULL DEFAULT 0,
+    gpus          INTEGER NOT NULL DEFAULT 0,
+    placement     TEXT    NOT NULL DEFAULT '{}',
+    restart_count INTEGER NOT NULL DEFAULT 0,
+    first_seen    REAL    NOT NULL,
+    updated       REAL    NOT NULL,
+    reason        TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX jobs_slurm ON jobs(slurm_id);
+CREATE INDEX jobs_live ON jobs(state) WHERE state IN ('pending', 'running');
+CREATE TABLE plans (
+    epoch       INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      INTEGER NOT NULL REFERENCES runs(run_id),
+    time        REAL    NOT NULL,
+    engine_time REAL    NOT NULL,
+    policy      TEXT    NOT NULL,
+    plan        TEXT    NOT NULL
+);
+CREATE TABLE actions (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    epoch         INTEGER REFERENCES plans(epoch) ON DELETE CASCADE,
+    run_id        INTEGER NOT NULL REFERENCES runs(run_id),
+    engine_id     TEXT    NOT NULL,
+    slurm_id      INTEGER,
+    kind          TEXT    NOT NULL,
+    before        TEXT    NOT NULL DEFAULT '{}',
+    after         TEXT    NOT NULL DEFAULT '{}',
+    restart_count INTEGER,
+    status        TEXT    NOT NULL CHECK (status IN ('intended','applied','failed','reconciled')),
+    intended_at   REAL    NOT NULL,
+    settled_at    REAL,
+    detail        TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX actions_open ON actions(status) WHERE status = 'intended';
+CREATE INDEX actions_job ON actions(engine_id);
+"""
+
+
+class JournalError(GpuplanError):
+    """The journal cannot be opened (locked by another controller, newer schema, bad file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One job as the journal last recorded it."""
+
+    engine_id: str
+    slurm_id: int
+    fingerprint: str
+    submit_time: float
+    spec: dict[str, Any] | None
+    state: str
+    done: float
+    gpus: int
+    placement: dict[str, int]
+    restart_count: int
+    first_seen: float
+    updated: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActionIntent:
+    """An action about to be carried out. ``before``/``after`` are node -> GPU count (the shape
+    Slurm enforces); ``restart_count`` is Slurm's ``restart_cnt`` of the job just before acting,
+    which tells a restarted controller whether the job was requeued since."""
+
+    engine_id: str
+    slurm_id: int | None
+    kind: str
+    before: Mapping[str, int]
+    after: Mapping[str, int]
+    restart_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRow:
+    """One journaled action."""
+
+    id: int
+    epoch: int | None
+    run_id: int
+    engine_id: str
+    slurm_id: int | None
+    kind: str
+    before: dict[str, int]
+    after: dict[str, int]
+    restart_count: int | None
+    status: str
+    intended_at: float
+    settled_at: float | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One controller process (``ended`` is None for the live one and for killed ones)."""
+
+    run_id: int
+    pid: int
+    host: str
+    policy: str
+    started: float
+    last_seen: float
+    ended: float | None
+    exit: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobUpdate:
+    """Progress/state of one job for :meth:`Journal.update_jobs`."""
+
+    engine_id: str
+    state: str
+    done: float
+    gpus: int = 0
+    placement: Mapping[str, int] | None = None
+    restart_count: int | None = None
+    reason: str | None = None
+
+
+class Journal:
+    """Read and write the controller journal at ``path``.
+
+    ``writer=True`` (the controller) takes the single-writer lock and creates/migrates the schema;
+    ``writer=False`` opens an existing journal read-only (operators, tests) and never blocks the
+    controller.
+    """
+
+    def __init__(self, path: str | Path, *, writer: bool = True, lock_timeout_s: float = 0.0
+                 ) -> None:
+        self.path = Path(path)
+        self.writer = writer
+        self._lock: IO[str] | None = None
+        if writer:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = _take_lock(self.path.with_name(self.path.name + ".lock"),
+                                    lock_timeout_s)
+            uri = f"file:{self.path}?mode=rwc"
+        else:
+            if not self.path.exists():
+                raise JournalError(f"no journal at {self.path}")
+            uri = f"file:{self.path}?mode=ro"
+        try:
+            # isolation_level=None: no implicit transactions; every write goes through
+            # transaction() with an explicit BEGIN IMMEDIATE, so what is atomic is visible here.
+            self.db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
+                                      check_same_thread=False)
+        except sqlite3.Error as err:
+            self.close()
+            raise JournalError(f"cannot open journal {self.path}: {err}") from err
+        self.db.row_factory = sqlite3.Row
+        try:
+            if writer:
+                mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise JournalError(f"{self.path}: SQLite refused WAL mode ({mode}); is it on "
+                                       "a network file system?")
+                # FULL: an intent is on disk before the action it announces starts, even if the
+                # machine (not only the process) dies right after.
+                self.db.execute("PRAGMA synchronous=FULL")
+                self.db.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
+            else:
+                version = self.db.execute("PRAGMA user_version").fetchone()[0]
+                if version != SCHEMA_VERSION:
+                    raise JournalError(f"{self.path}: schema version {version}, this gpuplan "
+                                       f"reads {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as err:
+            self.close()
+            raise JournalError(f"{self.path} is not a usable journal: {err}") from err
+        except JournalError:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+    def close(self) -> None:
+        db = getattr(self, "db", None)
+        if db is not None:
+            db.close()
+            self.db = None  # type: ignore[assignment]
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write: ``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error)."""
+        if not self.writer:
+            raise JournalError("journal opened read-only")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise JournalError(f"{self.path}: written by a newer gpuplan (schema {version}; this "
+                               f"one knows {SCHEMA_VERSION}); refusing to touch it")
+        if version == SCHEMA_VERSION:
+            return
+        with self.transaction() as db:
+            if version == 0:
+                for statement in _SCHEMA_V1.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                now = time.time()
+                db.execute("INSERT INTO meta(key, value) VALUES ('created', ?), ('origin', ?)",
+                           (repr(now), repr(now)))
+            # Future versions: "if version < 2: ALTER TABLE ...", each step inside this same
+            # transaction, so a half-migrated journal cannot exist.
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    # ------------------------------------------------------------------ meta
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                       "SET value = excluded.value", (key, value))
+
+    @property
+    def origin(self) -> float:
+        """Wall time the journal was created: the engine clock's zero across restarts."""
+        value = self.meta("origin")
+        return float(value) if value is not None else 0.0
+
+    # ------------------------------------------------------------------ runs
+    def begin_run(self, policy: str) -> int:
+        now = time.time()
+        with self.transaction() as db:
+            cur = db.execute("INSERT INTO runs(pid, host, policy, started, last_seen) VALUES "
+                             "(?, ?, ?, ?, ?)", (os.getpid(), socket.gethostname(), policy, now,
+                                                 now))
+            return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def touch_run(self, run_id: int) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET last_seen = ? WHERE run_id = ?", (time.time(), run_id))
+
+    def end_run(self, run_id: int, exit_: str) -> None:
+        now = time.time()
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET ended = ?, last_seen = ?, exit = ? WHERE run_id = ?",
+                       (now, now, exit_, run_id))
+
+    def runs(self) -> list[RunRow]:
+        return [RunRow(**dict(r)) for r in
+                self.db.execute("SELECT * FROM runs ORDER BY run_id")]
+
+    # ------------------------------------------------------------------ jobs
+    def add_job(self, engine_id: str, slurm_id: int, fingerprint: str, submit_time: float,
+                spec: Mapping[str, Any] | None, state: str, *, done: float = 0.0,
+                restart_count: int = 0, reason: str = "") -> None:
+        """Insert a job, or refresh an existing row of the *same* Slurm job.
+
+        A row with this engine id but another ``fingerprint`` (what the job is: owner, name,
+        command, ... — not its submit time, which Slurm resets at every requeue) belongs to an
+        earlier Slurm job that had the same id (ids restart when slurmctld loses its state): it
+        is archived under ``<id>~<first seen>`` instead of being mistaken for this one.
+        """
+        _check_state(state)
+        now = time.time()
+        spec_json = None if spec is None else json.dumps(spec, sort_keys=True)
+        with self.transaction() as db:
+            old = db.execute("SELECT fingerprint, first_seen FROM jobs WHERE engine_id = ?",
+                             (engine_id,)).fetchone()
+            if old is not None and old[0] != fingerprint:
+                db.execute("UPDATE jobs SET engine_id = ?, state = CASE WHEN state IN "
+                           "('pending', 'running') THEN 'gone' ELSE state END WHERE "
+                           "engine_id = ?", (f"{engine_id}~{float(old[1]):.0f}", engine_id))
+                old = None
+            if old is None:
+                db.execute(
+                    "INSERT INTO jobs(engine_id, slurm_id, fingerprint, submit_time, spec, state, "
+                    "done, restart_count, first_seen, updated, reason) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (engine_id, slurm_id, fingerprint, submit_time, spec_json, state, done,
+                     restart_count, now, now, reason))
+            else:
+                db.execute("UPDATE jobs SET spec = COALESCE(?, spec), state = ?, "
+                           "restart_count = ?, updated = ?, reason = ? WHERE engine_id = ?",
+                           (spec_json, state, restart_count, now, reason, engine_id))
+
+    def update_jobs(self, updates: Iterable[JobUpdate]) -> int:
+        """Record state/progress of many jobs in one transaction; returns rows changed."""
+        now = time.time()
+        rows = [(u.state, float(u.done), int(u.gpus),
+                 json.dumps(dict(u.placement or {}), sort_keys=True), u.restart_count,
+                 u.reason, now, u.engine_id) for u in updates]
+        for u in rows:
+            _check_state(u[0])
+        if not rows:
+            return 0
+        with self.transaction() as db:
+            cur = db.executemany(
+                "UPDATE jobs SET state = ?, done = ?, gpus = ?, placement = ?, "
+                "restart_count = COALESCE(?, restart_count), reason = COALESCE(?, reason), "
+                "updated = ? WHERE engine_id = ?", rows)
+            return int(cur.rowcount)
+
+    def set_state(self, engine_id: str, state: str, reason: str = "") -> None:
+        _check_state(state)
+        with self.transaction() as db:
+            db.execute("UPDATE jobs SET state = ?, reason = ?, updated = ? WHERE engine_id = ?",
+                       (state, reason, time.time(), engine_id))
+
+    def jobs(self, states: Sequence[str] | None = None) -> dict[str, JobRow]:
+        sql = "SELECT * FROM jobs"
+        args: tuple[Any, ...] = ()
+        if states is not None:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = tuple(states)
+        return {r["engine_id"]: _job_row(r) for r in self.db.execute(sql, args)}
+
+    def job(self, engine_id: str) -> JobRow | None:
+        r = self.db.execute("SELECT * FROM jobs WHERE engine_id = ?", (engine_id,)).fetchone()
+        return None if r is None else _job_row(r)
+
+    # ------------------------------------------------------------------ plans and actions
+    def record_plan(self, run_id: int, engine_time: float, policy: str, plan_json: str,
+                    intents: Sequence[ActionIntent]) -> tuple[int, list[int]]:
+        """Write a plan and one ``intended`` row per action in ONE transaction, before acting.
+
+        Returns (epoch, action ids)."""
+        now = time.time()
+        with self.transaction() as db:
+            cur = db.execute("INSERT INTO plans(run_id, time, engine_time, policy, plan) VALUES "
+                             "(?, ?, ?, ?, ?)", (run_id, now, engine_time, policy, plan_json))
+            epoch = int(cur.lastrowid)  # type: ignore[arg-type]
+            ids = [self._insert_intent(db, run_id, epoch, i, now) for i in intents]
+        return epoch, ids
+
+    def intend(self, run_id: int, intents: Sequence[ActionIntent]) -> list[int]:
+        """Intents outside a plan (evictions, reconciliation steps)."""
+        now = time.time()
+        with self.transaction() as db:
+            return [self._insert_intent(db, run_id, None, i, now) for i in intents]
+
+    @staticmethod
+    def _insert_intent(db: sqlite3.Connection, run_id: int, epoch: int | None,
+                       intent: ActionIntent, now: float) -> int:
+        cur = db.execute(
+            "INSERT INTO actions(epoch, run_id, engine_id, slurm_id, kind, before, after, "
+            "restart_count, status, intended_at) VALUES (?,?,?,?,?,?,?,?,'intended',?)",
+            (epoch, run_id, intent.engine_id, intent.slurm_id, intent.kind,
+             json.dumps(dict(intent.before), sort_keys=True),
+             json.dumps(dict(intent.after), sort_keys=True), intent.restart_count, now))
+        return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def settle(self, action_ids: Sequence[int], status: str, detail: str = "") -> None:
+        """Record the outcome of intended actions (``applied``/``failed``/``reconciled``)."""
+        if status not in ACTION_STATUSES or status == "intended":
+            raise ValueError(f"bad outcome {status!r}")
+        if not action_ids:
+            return
+        now = time.time()
+        with self.transaction() as db:
+            db.executemany("UPDATE actions SET status = ?, settled_at = ?, detail = ? "
+                           "WHERE id = ? AND status = 'intended'",
+                           [(status, now, detail, i) for i in action_ids])
+
+    def open_actions(self) -> list[ActionRow]:
+        """Actions with an intent and no outcome, oldest first."""
+        return [_action_row(r) for r in self.db.execute(
+            "SELECT * FROM actions WHERE status = 'intended' ORDER BY id")]
+
+    def actions(self, engine_id: str | None = None) -> list[ActionRow]:
+        if engine_id is None:
+            rows = self.db.execute("SELECT * FROM actions ORDER BY id")
+        else:
+            rows = self.db.execute("SELECT * FROM actions WHERE engine_id = ? ORDER BY id",
+                                   (engine_id,))
+        return [_action_row(r) for r in rows]
+
+    def plan_count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM plans").fetchone()[0])
+
+    def prune(self, older_than_s: float) -> int:
+        """Delete settled plans/actions older than ``older_than_s`` and ended jobs not updated
+        since; open intents and live jobs are never deleted. Returns rows removed."""
+        cutoff = time.time() - older_than_s
+        with self.transaction() as db:
+            n = db.execute("DELETE FROM actions WHERE status != 'intended' AND intended_at < ?",
+                           (cutoff,)).rowcount
+            n += db.execute("DELETE FROM plans WHERE time < ? AND NOT EXISTS (SELECT 1 FROM "
+                            "actions a WHERE a.epoch = plans.epoch)", (cutoff,)).rowcount
+            n += db.execute("DELETE FROM jobs WHERE state IN ('completed','failed','gone',"
+                            "'failopen') AND updated < ?", (cutoff,)).rowcount
+            n += db.execute("DELETE FROM runs WHERE ended IS NOT NULL AND ended < ? AND NOT "
+                            "EXISTS (SELECT 1 FROM plans p WHERE p.run_id = runs.run_id) AND "
+                            "NOT EXISTS (SELECT 1 FROM actions a WHERE a.run_id = runs.run_id)",
+                            (cutoff,)).rowcount
+        return int(n)
+
+
+def _take_lock(path: Path, timeout_s: float) -> IO[str]:
+    fh = open(path, "a+")  # noqa: SIM115 - kept open for the journal's lifetime (the lock)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = path.read_text().strip() if path.exists() else "?"
+                fh.close()
+                raise JournalError(f"journal {path.with_suffix('')} is in use by another "
+                                   f"controller (pid {holder or '?'})") from None
+            time.sleep(0.2)
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def _check_state(state: str) -> None:
+    if state not in JOB_STATES:
+        raise ValueError(f"bad job state {state!r}")
+
+
+def _job_row(r: sqlite3.Row) -> JobRow:
+    return JobRow(
+        engine_id=r["engine_id"], slurm_id=int(r["slurm_id"]), fingerprint=r["fingerprint"],
+        submit_time=float(r["submit_time"]),
+        spec=json.loads(r["spec"]) if r["spec"] else None, state=r["state"],
+        done=float(r["done"]), gpus=int(r["gpus"]), placement=json.loads(r["placement"] or "{}"),
+        restart_count=int(r["restart_count"]), first_seen=float(r["first_seen"]),
+        updated=float(r["updated"]), reason=r["reason"])
+
+
+def _action_row(r: sqlite3.Row) -> ActionRow:
+    return ActionRow(
+        id=int(r["id"]), epoch=r["epoch"], run_id=int(r["run_id"]), engine_id=r["engine_id"],
+        slurm_id=r["slurm_id"], kind=r["kind"], before=json.loads(r["before"] or "{}"),
+        after=json.loads(r["after"] or "{}"), restart_count=r["restart_count"],
+        status=r["status"], intended_at=float(r["intended_at"]), settled_at=r["settled_at"],
+        detail=r["detail"])
