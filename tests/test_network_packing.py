@@ -19,6 +19,7 @@ from gpuplan.models import (
     JobAllocation,
     JobSnapshot,
     JobSpec,
+    ThroughputProfile,
 )
 from gpuplan.models.job import Elasticity
 from gpuplan.solver_core.diff import check_plan
@@ -372,4 +373,37 @@ def test_packed_variant_of_srtf_runs_a_simulation_without_network_sharing() -> N
     result, _, _ = simulate(Cluster.uniform(3, 4), jobs, policy, overheads=NO_OVERHEADS,
                             on_plan=hook)
     assert checker.plans > 0 and problems == []
+    assert all(r.finish_time is not None for r in result.jobs)
+
+
+@pytest.mark.parametrize("name", ["afs-l-packed", "afs-p-packed", "max-min-packed"])
+def test_registered_packed_elastic_policies_never_share_the_network(name: str) -> None:
+    """The registered ``<base>-packed`` variants: every plan uses legal sizes only, no network
+    sharing, stays within capacity, and every elastic job finishes."""
+    from gpuplan.executors.simulator.run import simulate
+    from gpuplan.solver_core.registry import make_policy, policy_names
+
+    from .conftest import NO_OVERHEADS, CapacityChecker
+
+    assert name in policy_names() and name.replace("-packed", "-reuse") in policy_names()
+    policy = make_policy(name, seed=3)
+    assert policy.name == name
+    profile = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.5, 8: 6.0, 12: 7.0})
+    jobs = [JobSpec(id=f"e{i:02d}", submit_time=40.0 * i, requested_gpus=2,
+                    total_iterations=900.0 + 311 * (i % 4), throughput=profile,
+                    elasticity=Elasticity(min_gpus=1, max_gpus=12)) for i in range(10)]
+    checker = CapacityChecker()
+    problems: list[str] = []
+    sizes: set[int] = set()
+
+    def hook(view, plan) -> None:
+        checker(view, plan)
+        problems.extend(network_sharing_violations(
+            {j: a.placement for j, a in plan.allocations.items()}, 4))
+        sizes.update(a.gpus for a in plan.allocations.values())
+
+    result, _, _ = simulate(Cluster.uniform(3, 4), jobs, policy, overheads=NO_OVERHEADS,
+                            on_plan=hook)
+    assert checker.plans > 0 and problems == []
+    assert sizes <= {1, 2, 3, 4, 8, 12} and max(sizes) > 4  # legal sizes, multi-node used
     assert all(r.finish_time is not None for r in result.jobs)

@@ -288,11 +288,14 @@ def test_users_cannot_release_engine_held_jobs(lab: SlurmLab, gpuuser: str) -> N
 # ---------------------------------------------------------------------------------------- e2e
 
 
-def test_elastic_srtf_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: Path) -> None:
+def test_elastic_afs_p_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: Path) -> None:
+    """Ten elastic stand-in jobs under the registered AFS-P on three real Slurm nodes."""
     jobs = fx.e2e_workload()
-    cluster, executor = fx.make_executor(lab, jobs, tmp_path / "state", max_wall_s=240)
+    cluster, executor = fx.make_executor(lab, jobs, tmp_path / "state", nodes=fx.E2E_NODES,
+                                         max_wall_s=240)
+    assert cluster.total_gpus == 12
     t0 = time.monotonic()
-    engine = fx.run(cluster, executor, fx.elastic_srtf())
+    engine = fx.run(cluster, executor, make_policy("afs-p"))
     wall = time.monotonic() - t0
     print(f"\n[e2e: {len(jobs)} jobs in {wall:.1f} s; restart latency "
           f"{executor.capabilities.restart_latency_s:.2f} s]")

@@ -43,6 +43,8 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                         "default: every job the hook marked, every GPU node")
     p.add_argument("--state-db", default=DEFAULT_STATE_DB, metavar="PATH",
                    help=f"SQLite journal (default {DEFAULT_STATE_DB}); keep it on a local disk")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the policy's random choices (default 0)")
     p.add_argument("--interval", type=float, default=2.0, metavar="S",
                    help="seconds between squeue/sinfo polls (default 2)")
     p.add_argument("--heartbeat", default=None, metavar="PATH",
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             policy=args.policy, state_db=state_db, partitions=partitions,
             interval_s=args.interval, heartbeat=heartbeat,
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
-            max_stall_s=args.max_stall)
+            max_stall_s=args.max_stall, seed=args.seed)
         return SlurmController(settings).run()
     except JournalError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -350,6 +350,8 @@ class ControllerSettings:
     controller fails open like a dead one."""
     error_backoff_s: float = 5.0
     retention_days: float = 14.0
+    seed: int = 0
+    """Seed of the policy's random choices (AFS-P's coin, Themis' leftovers)."""
 
     @property
     def heartbeat_path(self) -> Path:
@@ -676,7 +678,8 @@ class SlurmController:
         executor = ControllerExecutor(cluster, cli=self.cli, journal=self.journal,
                                       run_id=self.run_id, settings=self.settings,
                                       failpoints=self.failpoints, on_poll=self._on_poll)
-        engine = Engine(cluster, make_policy(self.settings.policy), executor,
+        engine = Engine(cluster, make_policy(self.settings.policy, seed=self.settings.seed),
+                        executor,
                         sample_interval_s=None)
         self._executor, self._engine = executor, engine
         self._records_seen = 0

@@ -826,13 +826,13 @@ def _staged(name: str, shares: Callable[[ClusterView, list[SolverStats]], Shares
     return StagedPolicy(name, shares, best_fit_placement, wakeup)
 
 
-def _afs_p() -> StagedPolicy:
-    stage = AfsP()
+def _afs_p(seed: int = 0) -> StagedPolicy:
+    stage = AfsP(seed=seed)
     return _staged("afs-p", stage, stage.next_wakeup)
 
 
-def _afs_s() -> StagedPolicy:
-    stage = AfsS()
+def _afs_s(seed: int = 0) -> StagedPolicy:
+    stage = AfsS(seed=seed)
     return _staged("afs-s", stage, stage.next_wakeup)
 
 

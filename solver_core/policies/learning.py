@@ -52,7 +52,7 @@ POLICIES = {
         "AFS-L with AFS §4.5 learning: unmeasured jobs capped at their fair share M/n",
     ),
     "afs-p-learning": (
-        lambda: _learning("afs-p-learning", AfsP()),
+        lambda seed=0: _learning("afs-p-learning", AfsP(seed=seed)),
         "AFS-P with AFS §4.5 learning: unmeasured jobs capped at their fair share M/n",
     ),
 }

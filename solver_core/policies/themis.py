@@ -415,9 +415,9 @@ def themis_shares(
     return Themis(fairness_knob, lease_s, seed, ideal)
 
 
-def themis_policy(name: str = "themis", **kwargs: object) -> StagedPolicy:
+def themis_policy(name: str = "themis", seed: int = 0, **kwargs: object) -> StagedPolicy:
     """Themis with best-fit placement and its lease timers wired in."""
-    stage = themis_shares(**kwargs)  # type: ignore[arg-type]
+    stage = themis_shares(seed=seed, **kwargs)  # type: ignore[arg-type]
     return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup)
 
 

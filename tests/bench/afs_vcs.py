@@ -26,11 +26,16 @@ TRACES: dict[int, str] = {
 }
 AWARE = ["srtf", "srsf", "afs-l"]
 UNAWARE = ["tiresias-l", "max-min", "optimus", "themis", "afs-p"]
+# Plotted: #9 (moderate, the digest's guess for Fig. 2a), #3 (the digest's guess for Fig. 2b) and
+# #8, the most contended trace in our replay.
+PLOTTED = ("2869ce", "b436b2", "ee9e8c")
 
 
 def run_vc(vc: str, seeds: list[int], policies: list[str]
-           ) -> tuple[dict[str, RunSummary], dict[str, RunResult], float]:
-    """Mean summary per policy over seeds, the seed-0 results (for plots), and wall seconds."""
+           ) -> tuple[dict[str, RunSummary], dict[str, RunResult], float,
+                      dict[str, list[RunSummary]]]:
+    """Mean summary per policy over seeds, the first seed's results (for plots), wall seconds,
+    and the per-seed summaries (for the spread)."""
     t0 = time.perf_counter()
     per: dict[str, list[RunSummary]] = {p: [] for p in policies}
     first: dict[str, RunResult] = {}
@@ -41,7 +46,8 @@ def run_vc(vc: str, seeds: list[int], policies: list[str]
             per[policy].append(summarize(result))
             if seed == seeds[0]:
                 first[policy] = result
-    return {p: mean_summary(s) for p, s in per.items()}, first, time.perf_counter() - t0
+    means = {p: mean_summary(s) for p, s in per.items()}
+    return means, first, time.perf_counter() - t0, per
 
 
 def _h(seconds: float | None) -> str:
@@ -71,11 +77,14 @@ def main(argv: list[str] | None = None) -> dict:
     ids = {vc: i for i, vc in TRACES.items()}
     total = 0.0
     for vc in args.vcs.split(","):
-        summaries, first, wall = run_vc(vc, seeds, policies)
+        summaries, first, wall, per_seed = run_vc(vc, seeds, policies)
         total += wall
         row = {p: {"avg_jct_s": s.avg_jct_s, "p99_jct_s": s.p99_jct_s,
                    "unfinished": s.unfinished, "preemptions": s.preemptions,
-                   "resizes": s.resizes, "decision_p95_ms": s.decision_p95_ms}
+                   "resizes": s.resizes, "decision_p95_ms": s.decision_p95_ms,
+                   "per_seed": [{"seed": seed, "avg_jct_s": one.avg_jct_s,
+                                 "p99_jct_s": one.p99_jct_s}
+                                for seed, one in zip(seeds, per_seed[p], strict=True)]}
                for p, s in summaries.items()}
         out["vcs"][vc] = {"trace": ids.get(vc), "wall_s": wall, "jobs": next(
             iter(summaries.values())).jobs, "policies": row}
@@ -87,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.write:
             folder = Path(args.write)
             folder.mkdir(parents=True, exist_ok=True)
-            if vc in ("2869ce", "b436b2"):
+            if vc in PLOTTED:
                 from gpuplan.plots import plot_jct_cdf, plot_timeseries
 
                 plot_timeseries(first, folder / f"afs-{vc}-timeseries.png")
