@@ -95,6 +95,7 @@ class Engine:
         self.decision_ms: list[float] = []
         self.solver_calls = 0
         self.solver_fallbacks = 0
+        self.solver_ms: list[float] = []
         self.events = 0
         self.now: float | None = None
         self.start_time: float | None = None
@@ -134,7 +135,7 @@ class Engine:
             kept = sum(len(g) for g in rest.values())
             if graceful and kept and kept in job.spec.allowed_counts():
                 # An elastic job loses only the workers on this node (scale-in, no preemption).
-                after = JobAllocation.fast(job.id, rest, alloc.share)
+                after = JobAllocation.fast(job.id, rest, alloc.share, alloc.efficiency)
                 job.set_allocation(after)
                 self._acquire(job)
                 job.resizes += 1
@@ -357,6 +358,7 @@ class Engine:
         self.decision_ms.append(ms)
         self.solver_calls += len(decision.stats)
         self.solver_fallbacks += sum(1 for s in decision.stats if s.fell_back)
+        self.solver_ms.extend(s.wall_ms for s in decision.stats)
         if self.on_plan is not None:
             self.on_plan(view, plan)
         self._apply(plan, now)
@@ -439,4 +441,6 @@ class Engine:
             wall_s=wall_s,
             solver_calls=self.solver_calls,
             solver_fallbacks=self.solver_fallbacks,
+            solver_ms=self.solver_ms,
+            rejected=list(self.rejected),
         )

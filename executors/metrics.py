@@ -20,12 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 
 from gpuplan.models import ActiveJob, JobRecord, RunResult, Sample
+from gpuplan.models.records import LoaningMetrics
 
 __all__ = [
     "RunSummary",
     "compare_json",
     "compare_table",
     "format_duration",
+    "loaning_table",
     "mean_summary",
     "summarize",
     "take_sample",
@@ -127,6 +129,18 @@ class RunSummary(BaseModel):
     jobs_per_s: float | None = Field(default=None, description="simulated jobs per wall second")
     solver_calls: int = 0
     solver_fallbacks: int = 0
+    solver_p50_ms: float | None = Field(
+        default=None, description="median wall time of one solver call (SolverStats.wall_ms)"
+    )
+    solver_p95_ms: float | None = None
+    solver_p99_ms: float | None = None
+    rejected: int = Field(
+        default=0, description="arrivals the engine refused (duplicate id, larger than the "
+        "cluster); not counted in ``jobs``"
+    )
+    loaning: LoaningMetrics | None = Field(
+        default=None, description="Aryl capacity-loaning metrics (scenarios with a loaning block)"
+    )
 
 
 def _jct(record: JobRecord) -> float:
@@ -151,6 +165,15 @@ def _stats(values: Sequence[float]) -> tuple[float | None, ...]:
     arr = np.asarray(values, dtype=float)
     p50, p95, p99 = np.percentile(arr, [50.0, 95.0, 99.0], method="linear")
     return (float(arr.mean()), float(p50), float(p95), float(p99))
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """p50, p95, p99 with numpy's linear percentile (``None`` x 3 when empty)."""
+    if not values:
+        return (None, None, None)
+    p50, p95, p99 = np.percentile(np.asarray(values, dtype=float), [50.0, 95.0, 99.0],
+                                  method="linear")
+    return (float(p50), float(p95), float(p99))
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -185,6 +208,7 @@ def summarize(result: RunResult) -> RunSummary:
         p50, p95, p99 = np.percentile(lat, [50.0, 95.0, 99.0], method="linear")
         p50_ms, p95_ms, p99_ms, max_ms = float(p50), float(p95), float(p99), float(lat.max())
 
+    solver = _percentiles(result.solver_ms)
     samples = result.samples
     return RunSummary(
         scenario=result.scenario,
@@ -219,6 +243,11 @@ def summarize(result: RunResult) -> RunSummary:
         jobs_per_s=len(records) / result.wall_s if result.wall_s > 0 else None,
         solver_calls=result.solver_calls,
         solver_fallbacks=result.solver_fallbacks,
+        solver_p50_ms=solver[0],
+        solver_p95_ms=solver[1],
+        solver_p99_ms=solver[2],
+        rejected=len(result.rejected),
+        loaning=result.loaning,
     )
 
 
@@ -255,14 +284,19 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
     """One row per policy; the first entry is the baseline of the ratio column.
 
     An ``Unfinished`` column is included beside the brief's metrics because JCT statistics are
-    over finished jobs only: a policy that starves jobs would otherwise look fast.
+    over finished jobs only: a policy that starves jobs would otherwise look fast. A
+    ``Rejected`` column (arrivals the engine refused) appears only when some run rejected a job,
+    so a silently shrunken workload can't pass for a complete one.
     """
+    show_rejected = any(s.rejected for _, s in summaries)
     table = Table(title="Policy comparison")
     table.add_column("Policy", style="bold")
     for title in ("Avg JCT", "p99 JCT", "Avg queueing", "Makespan"):
         table.add_column(title, justify="right")
     table.add_column("GPU util", justify="right")
     table.add_column("Unfinished", justify="right")
+    if show_rejected:
+        table.add_column("Rejected", justify="right")
     table.add_column("Preemptions", justify="right")
     table.add_column("Resizes", justify="right")
     table.add_column("Decision p95 (ms)", justify="right")
@@ -270,7 +304,7 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
     baseline = summaries[0][1].avg_jct_s if summaries else None
     for name, s in summaries:
         ratio = _ratio(baseline, s.avg_jct_s)
-        table.add_row(
+        cells = [
             name,
             format_duration(s.avg_jct_s),
             format_duration(s.p99_jct_s),
@@ -278,10 +312,39 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
             format_duration(s.makespan_s),
             "—" if s.gpu_utilisation is None else f"{s.gpu_utilisation:.1%}",
             str(s.unfinished),
+            *([str(s.rejected)] if show_rejected else []),
             str(s.preemptions),
             str(s.resizes),
             _fmt(s.decision_p95_ms, ".2f"),
             "—" if ratio is None else f"{ratio:.2f}x",
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def loaning_table(summaries: list[tuple[str, RunSummary]]) -> Table | None:
+    """Aryl's capacity-loaning metrics (Tab. 5 columns), one row per policy; ``None`` when no
+    run has them (the scenario has no loaning block)."""
+    if not any(s.loaning is not None for _, s in summaries):
+        return None
+    table = Table(title="Capacity loaning (usage over first decision .. last submission)")
+    table.add_column("Policy", style="bold")
+    for title in ("Usage training", "Usage both pools", "Loaned used", "Preemption ratio",
+                  "Collateral", "Reclaim met by flexible", "Loans", "Reclaims (servers)"):
+        table.add_column(title, justify="right")
+    for name, s in summaries:
+        m = s.loaning
+        if m is None:
+            table.add_row(name, *["—"] * 8)
+            continue
+        table.add_row(
+            name, _pct(m.usage_training), _pct(m.usage_overall), _pct(m.usage_loaned),
+            _pct(m.preemption_ratio), _pct(m.collateral_damage), _pct(m.met_by_flexible),
+            str(m.loan_offers), f"{m.reclaims} ({m.servers_reclaimed})",
         )
     return table
 
@@ -331,21 +394,29 @@ def mean_summary(summaries: Sequence[RunSummary]) -> RunSummary:
 
     Numbers are averaged; a field that is None in any run is None (a mean over a subset would
     silently compare different things). Text fields come from the first run; ``seed`` is -1.
+    The nested loaning metrics are averaged field by field by the same rules.
     """
     if not summaries:
         raise ValueError("mean_summary needs at least one summary")
     first = summaries[0]
+    merged = _mean_fields(summaries)
+    merged["seed"] = -1 if len(summaries) > 1 else first.seed
+    return RunSummary.model_validate(merged)
+
+
+def _mean_fields(models: Sequence[BaseModel]) -> dict[str, Any]:
+    """Field-wise mean of models of one type (see :func:`mean_summary` for the rules)."""
     merged: dict[str, Any] = {}
-    for name in RunSummary.model_fields:
-        values = [getattr(s, name) for s in summaries]
-        if name in ("scenario", "policy"):
-            merged[name] = values[0]
-        elif name == "seed":
-            merged[name] = -1 if len(summaries) > 1 else first.seed
-        elif any(v is None for v in values):
+    for name in type(models[0]).model_fields:
+        values = [getattr(m, name) for m in models]
+        if any(v is None for v in values):
             merged[name] = None
+        elif isinstance(values[0], BaseModel):
+            merged[name] = _mean_fields(values)
+        elif isinstance(values[0], str):
+            merged[name] = values[0]
         elif all(isinstance(v, int) for v in values):
             merged[name] = round(sum(values) / len(values))
         else:
             merged[name] = sum(values) / len(values)
-    return RunSummary.model_validate(merged)
+    return merged

@@ -2,6 +2,12 @@
 
 Every function returns plain gpuplan models (``RunResult``, ``AllocationPlan``), so callers can
 serialise them with ``model_dump_json``.
+
+Capacity loaning (a scenario's ``loaning`` block) is wired here, the one layer that may import
+both the executors and the scenarios: :func:`run` hands the loan / reclaim events to the
+simulator, measures pool usage with the scenarios' :class:`PoolUsage` hook, logs every reclaim
+decision (the policy's own reclaimer, or the engine's default scored the same way) and attaches
+:class:`~gpuplan.models.records.LoaningMetrics` to the result.
 """
 
 from __future__ import annotations
@@ -10,18 +16,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuplan.executors.engine import ProgressHook
+from gpuplan.executors.engine import ProgressHook, reclaim_least_used
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import (
     AllocationPlan,
     Cluster,
     ClusterState,
+    ClusterView,
+    Event,
     InputError,
     JobSpec,
     RunResult,
     ScenarioSpec,
 )
-from gpuplan.scenarios.build import build_scenario, resolve_scenario
+from gpuplan.scenarios.build import build, fit_error, resolve_scenario
+from gpuplan.scenarios.inference import InferenceLoad, PoolUsage, loaning_metrics
+from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, ReclaimOutcome, evaluate
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.registry import make_policy
 
@@ -30,11 +40,14 @@ __all__ = ["PreparedScenario", "compare", "plan", "prepare", "run", "run_scenari
 
 @dataclass(frozen=True)
 class PreparedScenario:
-    """A scenario with its cluster and jobs built once, to run several policies on."""
+    """A scenario with its cluster, jobs and loan events built once, to run several policies
+    on. ``events`` and ``load`` are empty unless the scenario has a ``loaning`` block."""
 
     spec: ScenarioSpec
     cluster: Cluster
     jobs: list[JobSpec]
+    events: tuple[Event, ...] = ()
+    load: InferenceLoad | None = None
 
 
 def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> PreparedScenario:
@@ -45,27 +58,55 @@ def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> Prepare
         spec, base = resolve_scenario(scenario)
     if seed is not None:
         spec = spec.model_copy(update={"seed": seed})
-    cluster, jobs = build_scenario(spec, base)
-    return PreparedScenario(spec, cluster, jobs)
+    built = build(spec, base)
+    return PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events), built.load)
+
+
+class _ScoredDefaultReclaimer:
+    """The engine's default reclaimer, each choice scored like Aryl's (a
+    :class:`ReclaimOutcome`), so collateral damage is comparable across policies."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[ReclaimOutcome] = []
+
+    def __call__(self, view: ClusterView, on_loan: list[str], count: int) -> list[str]:
+        chosen = reclaim_least_used(view, on_loan, count)
+        outcome = evaluate(ReclaimInstance.from_view(view, on_loan), chosen)
+        outcome.method, outcome.time = "least-used", view.now
+        self.outcomes.append(outcome)
+        return chosen
 
 
 def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None = None
         ) -> RunResult:
-    """Simulate ``policy`` on a prepared scenario."""
+    """Simulate ``policy`` on a prepared scenario (with its loan events, if any)."""
     spec = prepared.spec
+    chosen = make_policy(policy, seed=spec.seed)
+    usage = reclaimer = None
+    if spec.loaning is not None:
+        # Usage over [first decision, last submission], as the Aryl results page measures it.
+        last = max((j.submit_time for j in prepared.jobs), default=0.0)
+        usage = PoolUsage(prepared.cluster, prepared.load, until=last)
+        reclaimer = getattr(chosen, "reclaimer", None) or _ScoredDefaultReclaimer()
     result, _, _ = simulate(
         prepared.cluster,
         prepared.jobs,
-        make_policy(policy),
+        chosen,
         overheads=spec.overheads,
+        events=prepared.events,
         scenario=spec.name,
         seed=spec.seed,
         sample_interval_s=spec.engine.sample_interval_s,
         round_interval_s=spec.engine.round_interval_s,
+        on_plan=usage,
         progress=progress,
         learning=spec.learning,
+        reclaimer=reclaimer,
     )
-    return result
+    if usage is None or reclaimer is None:
+        return result
+    metrics = loaning_metrics(usage, result, prepared.events, reclaimer.outcomes)
+    return result.model_copy(update={"loaning": metrics})
 
 
 def run_scenario(
@@ -89,10 +130,21 @@ def compare(
     return [run(prepared, p) for p in policies]
 
 
-def plan(state: ClusterState, policy: str, include_keep: bool = True) -> AllocationPlan:
-    """One scheduling decision for a cluster snapshot (what ``gpuplan plan`` prints)."""
+def plan(state: ClusterState, policy: str, include_keep: bool = True, seed: int = 0
+         ) -> AllocationPlan:
+    """One scheduling decision for a cluster snapshot (what ``gpuplan plan`` prints).
+
+    A job that can never run on the usable nodes (its minimum GPU count exceeds their GPUs of
+    its type) is an :class:`InputError` naming ``jobs[i].spec.<field>``: no policy could place
+    it, and leaving it pending forever would hide the mistake.
+    """
     view = state.to_view()
-    chosen = make_policy(policy)
+    for i, snap in enumerate(state.jobs):
+        bad = fit_error(snap.spec, view.nodes.values(), state.cluster)
+        if bad is not None:
+            msg, where = bad
+            raise InputError(msg, field=f"jobs[{i}].spec.{where}")
+    chosen = make_policy(policy, seed=seed)
     t0 = time.perf_counter()
     decision = chosen.decide(view)
     ms = (time.perf_counter() - t0) * 1000

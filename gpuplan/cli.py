@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -22,6 +23,7 @@ from gpuplan.executors.metrics import (
     RunSummary,
     compare_json,
     compare_table,
+    loaning_table,
     mean_summary,
     summarize,
     write_job_csv,
@@ -82,6 +84,18 @@ def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
     return written
 
 
+def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None = None) -> None:
+    """The comparison table, then the capacity-loaning table when the scenario lends."""
+    console = _console()
+    table = compare_table(summaries)
+    table.caption = caption
+    console.print(table)
+    loans = loaning_table(summaries)
+    if loans is not None:
+        loans.caption = caption
+        console.print(loans)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     prepared = api.prepare(args.scenario, seed=args.seed)
     result = _run_with_progress(prepared, args.policy, args.json)
@@ -91,7 +105,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(compare_json([(result.policy, summary)])[0], indent=2))
     else:
-        _console().print(compare_table([(result.policy, summary)]))
+        _print_tables([(result.policy, summary)])
     return 0
 
 
@@ -130,10 +144,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 row["per_seed"] = [s.model_dump() for s in per_policy[row["policy"]]]
         print(json.dumps(rows, indent=2))
     else:
-        table = compare_table(summaries)
-        if len(seeds) > 1:
-            table.caption = f"mean over seeds {', '.join(str(s) for s in seeds)}"
-        _console().print(table)
+        caption = (f"mean over seeds {', '.join(str(s) for s in seeds)}" if len(seeds) > 1
+                   else None)
+        _print_tables(summaries, caption)
     return 0
 
 
@@ -150,9 +163,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise InputError(first["msg"], source=str(path),
                          field=".".join(str(x) for x in first["loc"])) from None
     try:
-        plan = api.plan(state, args.policy)
+        plan = api.plan(state, args.policy, seed=args.seed)
     except ValueError as err:
         raise InputError(str(err), source=str(path)) from None
+    except InputError as err:
+        if err.source is not None:
+            raise
+        raise InputError(err.message, source=str(path), row=err.row, field=err.field) from None
     print(plan.model_dump_json(indent=2))
     return 0
 
@@ -166,6 +183,9 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         c = spec.cluster
         shape = (f"{c.nodes} x {c.gpus_per_node} {c.gpu_type}" if isinstance(c.nodes, int)
                  else f"{len(c.nodes)} nodes")
+        if spec.loaning is not None:
+            lo = spec.loaning
+            shape += f" + {lo.servers} x {lo.gpus_per_server} {lo.gpu_type} lending"
         table.add_row(name, shape, spec.workload.source, spec.description)
     _console().print(table)
     return 0
@@ -208,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="one decision for a cluster state file; plan JSON on stdout")
     pl.add_argument("--state", required=True, help="ClusterState JSON file, or - for stdin")
     pl.add_argument("--policy", required=True)
+    pl.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices")
     pl.set_defaults(func=cmd_plan)
 
     sc = sub.add_parser("scenarios", help="list embedded scenarios")
@@ -226,7 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except GpuplanError as err:
-        _console(err=True).print(f"[red]error:[/red] {err}", markup=True, highlight=False)
+        # soft_wrap: one line however long the path in the message (no hard wrap at 160);
+        # escape: a message quoting "[/x]" from user input must not be read as rich markup
+        _console(err=True).print(f"[red]error:[/red] {escape(str(err))}", markup=True,
+                                 highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130

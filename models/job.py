@@ -100,6 +100,11 @@ class JobSpec(BaseModel):
     memory: MemoryProfile | None = None
     model: str | None = None
     gpu_type: str | None = Field(default=None, description="only run on this GPU type")
+    heterogeneous: bool = Field(
+        default=False,
+        description="its workers may span GPU types at once (Aryl App. A heterogeneous "
+        "training); ignored when gpu_type is set",
+    )
     gpus_per_worker: int = Field(default=1, ge=1)
     throughput: ThroughputProfile = Field(default_factory=ThroughputProfile.linear)
 

@@ -22,6 +22,12 @@ class JobAllocation(BaseModel):
 
     ``share`` < 1 means each worker uses that fraction of its GPU (co-location, OJPP); several
     jobs may then name the same GPU as long as shares on it sum to at most 1.
+
+    ``efficiency`` multiplies the rate the engine derives from the placement (profile x slowest
+    GPU type x spread x share) for effects it does not model itself: Aryl's heterogeneous
+    training (App. A) paces a job on mixed GPU types by their mean speed times ``e``, not by the
+    slowest GPU, so its policy sets ``efficiency = e * mean speed / min speed``. It says nothing
+    about GPU occupancy, unlike ``share``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -29,6 +35,7 @@ class JobAllocation(BaseModel):
     job_id: str
     placement: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     share: float = Field(default=1.0, gt=0, le=1)
+    efficiency: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> JobAllocation:
@@ -53,10 +60,11 @@ class JobAllocation(BaseModel):
         return frozenset((n, g) for n, gs in self.placement.items() for g in gs)
 
     @classmethod
-    def fast(cls, job_id: str, placement: dict[str, tuple[int, ...]], share: float = 1.0
-             ) -> JobAllocation:
+    def fast(cls, job_id: str, placement: dict[str, tuple[int, ...]], share: float = 1.0,
+             efficiency: float = 1.0) -> JobAllocation:
         """Build without re-validation: for placements produced by our own placement code."""
-        return cls.model_construct(job_id=job_id, placement=placement, share=share)
+        return cls.model_construct(job_id=job_id, placement=placement, share=share,
+                                   efficiency=efficiency)
 
 
 class Action(BaseModel):

@@ -47,6 +47,38 @@ class Sample(BaseModel):
     capacity: int
 
 
+class LoaningMetrics(BaseModel):
+    """Aryl capacity-loaning outcome of one run (001 digest Tab. 5, Fig. 7-8).
+
+    Usage fractions are GPU-seconds used / GPU-seconds available over ``window_s`` (from the
+    first decision to the last submission, so policies with different makespans are compared
+    over the same window). In a normalised cluster the inference GPUs are training-GPU
+    equivalents. Reclaim statistics are ``None`` when no server was reclaimed.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: float = Field(ge=0)
+    usage_training: float = Field(ge=0, description="training-pool GPU usage")
+    usage_overall: float = Field(
+        ge=0, description="(job + inference-busy GPU-s) / GPU-s of both pools"
+    )
+    usage_loaned: float = Field(ge=0, description="job GPU-s on loaned servers / loaned GPU-s")
+    loaned_share: float = Field(ge=0, description="share of inference GPU-s that was on loan")
+    loaned_gpu_s: float = Field(ge=0, description="job GPU-seconds run on loaned servers")
+    preemption_ratio: float = Field(ge=0, description="preemptions / job submissions")
+    loan_offers: int = Field(ge=0, description="LoanOffer events in the scenario")
+    reclaims: int = Field(ge=0, description="reclaim requests that returned servers")
+    servers_reclaimed: int = Field(ge=0)
+    reclaim_preemptions: int = Field(ge=0, description="jobs preempted by reclaims")
+    collateral_damage: float | None = Field(
+        default=None, description="mean per reclaim of GPUs vacated beyond the demand / returned"
+    )
+    met_by_flexible: float | None = Field(
+        default=None, description="mean per reclaim of the demand met by flexible-group servers"
+    )
+
+
 class RunResult(BaseModel):
     """Everything one simulation (or real run) reports."""
 
@@ -66,3 +98,14 @@ class RunResult(BaseModel):
     wall_s: float = 0.0
     solver_calls: int = 0
     solver_fallbacks: int = 0
+    solver_ms: list[float] = Field(
+        default_factory=list, description="wall ms of every solver call (SolverStats.wall_ms)"
+    )
+    rejected: list[tuple[str, str]] = Field(
+        default_factory=list,
+        description="(job id, reason) of arrivals the engine refused: a duplicate id or more "
+        "GPUs than the cluster has; they are not in ``jobs``",
+    )
+    loaning: LoaningMetrics | None = Field(
+        default=None, description="capacity-loaning metrics, for scenarios with a loaning block"
+    )

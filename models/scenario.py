@@ -1,8 +1,9 @@
-"""Scenario files: cluster + workload source + filters + overheads + seed.
+"""Scenario files: cluster + workload source + filters + overheads + seed (+ capacity loaning).
 
 A scenario is everything needed to reproduce one simulation. It round-trips through JSON and
-YAML; ``gpuplan.scenarios`` turns it into a :class:`~gpuplan.models.cluster.Cluster` and a list
-of :class:`~gpuplan.models.job.JobSpec`.
+YAML; ``gpuplan.scenarios`` turns it into a :class:`~gpuplan.models.cluster.Cluster`, a list
+of :class:`~gpuplan.models.job.JobSpec` and, with a ``loaning`` block, the inference pool's
+loan / reclaim events. These are pure data specs: the models layer imports no scenario code.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from .cluster import Cluster, Node
 
 ResizeMode = Literal["stop_free", "checkpoint_restart", "sidecar"]
 WorkloadSource = Literal[
-    "philly", "itp", "itp_augmented", "pollux", "gavel", "tiresias", "synthetic", "inline"
+    "philly", "itp", "itp_augmented", "pollux", "gavel", "tiresias", "synthetic", "inline",
+    "aryl_testbed",
 ]
-JobMapping = Literal["rigid", "afs", "elastic"]
+JobMapping = Literal["rigid", "afs", "elastic", "aryl"]
 
 
 class Overheads(BaseModel):
@@ -88,6 +90,22 @@ class ClusterSpec(BaseModel):
         )
 
 
+class ArylMixSpec(BaseModel):
+    """Aryl's job mix for ``mapping: aryl`` (``scenarios.inference.aryl_jobs``; 001 digest
+    §3.1, §7.2): which trace jobs become elastic, GPU-type agnostic, checkpointing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    elastic_fraction: float = Field(default=0.05, ge=0, le=1,
+                                    description="share of all jobs made elastic (large first)")
+    agnostic_fraction: float = Field(default=0.21, ge=0, le=1,
+                                     description="share of the others that may use any GPU type")
+    checkpoint_fraction: float = Field(default=0.5, ge=0, le=1)
+    min_fraction: float = Field(default=0.5, ge=0, le=1,
+                                description="elastic range [ceil(g x min_fraction), g]")
+    min_elastic_gpus: int = Field(default=2, ge=1)
+
+
 class WorkloadSpec(BaseModel):
     """Where jobs come from and which of them to keep."""
 
@@ -112,6 +130,7 @@ class WorkloadSpec(BaseModel):
     size_mix: dict[int, float] | None = None
     mean_duration_s: float | None = Field(default=None, gt=0)
     inline_jobs: list[dict] | None = None
+    aryl: ArylMixSpec = Field(default_factory=ArylMixSpec, description="mapping 'aryl' knobs")
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
@@ -129,6 +148,52 @@ class EngineSpec(BaseModel):
     sample_interval_s: float = Field(default=3600.0, gt=0)
 
 
+class LoaningSpec(BaseModel):
+    """Aryl capacity loaning (001 digest §3-4): an inference pool that lends its idle servers.
+
+    The inference side needs ``ceil(qps(t) (1 + headroom))`` servers (1 QPS per server after
+    scaling) and lends the rest; every ``step_s`` the difference becomes a loan offer or a
+    reclaim request. ``qps(t)`` is the series (one copy per ``period_s`` of simulated time,
+    tiled) scaled so the fleet is ``peak_busy`` busy at the series' peak and ``base_busy`` at
+    zero traffic. Inference servers of ``gpus_per_server`` x ``gpu_type`` GPUs, each worth
+    ``ratio`` training GPUs (``cluster.gpu_type``); normalised (default) they are modelled as
+    ``round(gpus_per_server x ratio)`` training-speed slots. The training pool is the
+    ``cluster`` block, which must then give ``nodes`` as a count.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: int = Field(ge=1, description="inference servers")
+    gpus_per_server: int = Field(default=8, ge=1)
+    gpu_type: str = "t4"
+    ratio: float = Field(default=0.25, gt=0, description="one inference GPU in training GPUs")
+    normalise: bool = True
+    qps: str | None = Field(
+        default=None,
+        description="QPS series file (t_s,qps or the raw Alibaba GenAI trace); relative paths "
+        "resolve like workload.path. None: the embedded 5-minute series",
+    )
+    qps_step_s: float = Field(default=300.0, gt=0, description="bin width of the series")
+    request_types: list[str] | None = Field(default=None, description="raw trace filter")
+    period_s: float = Field(default=86400.0, gt=0, description="simulated time per series copy")
+    offset_s: float = Field(default=0.0, ge=0, description="phase shift of the series")
+    step_s: float = Field(default=300.0, gt=0, description="loan / reclaim decision interval")
+    peak_busy: float = Field(default=0.95, ge=0, le=1)
+    base_busy: float = Field(default=0.3, ge=0, le=1)
+    headroom: float = Field(default=0.1, ge=0)
+    horizon_s: float | None = Field(
+        default=None, gt=0, description="last loan event time; default last submission + "
+        "2 x period_s"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> LoaningSpec:
+        if self.base_busy > self.peak_busy:
+            raise ValueError(f"base_busy ({self.base_busy}) must be <= peak_busy "
+                             f"({self.peak_busy})")
+        return self
+
+
 class ScenarioSpec(BaseModel):
     """A reproducible simulation input."""
 
@@ -142,3 +207,4 @@ class ScenarioSpec(BaseModel):
     overheads: Overheads = Field(default_factory=Overheads)
     engine: EngineSpec = Field(default_factory=EngineSpec)
     learning: LearningSpec = Field(default_factory=LearningSpec)
+    loaning: LoaningSpec | None = None

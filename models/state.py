@@ -90,7 +90,8 @@ class ActiveJob:
 
 
 def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | None) -> float:
-    """Iterations/s of ``spec`` on ``allocation``: profile x GPU-type speed x spread x share.
+    """Iterations/s of ``spec`` on ``allocation``: profile x GPU-type speed x spread x share x
+    the allocation's efficiency.
 
     On mixed GPU types the slowest type sets the pace (bulk-synchronous training).
     """
@@ -103,7 +104,7 @@ def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | 
         profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed, ref)
         for node in (cluster.node_by_name[n] for n in allocation.placement)
     )
-    rate = profile.rate(gpus) * slowest * allocation.share
+    rate = profile.rate(gpus) * slowest * allocation.share * allocation.efficiency
     if len(allocation.placement) > 1:
         rate *= profile.spread(gpus)
     return rate

@@ -89,13 +89,13 @@ class Table:
 
 
 def source_label(path: str | Path) -> str:
-    """Short ``parent/name`` label used in ``TraceJob.source``.
+    """The file as named in ``TraceJob.source`` (``<path>, row <n>``): the path as given.
 
-    The parent folder is kept because different trace folders reuse file names
-    (``raw/cluster01.csv`` vs ``augmented/cluster01.csv``).
+    The whole path, not a short label, so that an error about a mapped row reads exactly like
+    one raised while parsing it (``/x/philly.csv, row 3, field 'gpus': ...``, the
+    :class:`InputError` form) and names a file the operator can open.
     """
-    p = Path(path)
-    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+    return str(path)
 
 
 def _read_text(path: Path) -> str:

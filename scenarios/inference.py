@@ -20,7 +20,9 @@ sees the consequences: "you may use N more servers" (:class:`~gpuplan.models.Loa
 * :func:`aryl_jobs` maps trace rows to Aryl's job mix (about 5 % large elastic jobs, 21 %
   GPU-type-agnostic jobs that may use loaned servers, a checkpointing share);
 * :class:`PoolUsage` (a plan hook) measures GPU usage of the training pool, of the loaned
-  servers and of both pools including the inference side's own busy GPUs.
+  servers and of both pools including the inference side's own busy GPUs;
+  :func:`loaning_metrics` reduces it, the preemption ratio and the reclaim log of one run to a
+  :class:`~gpuplan.models.records.LoaningMetrics`.
 
 Everything is seeded and deterministic.
 """
@@ -51,6 +53,8 @@ from gpuplan.models import (
     ReclaimRequest,
     RunResult,
 )
+from gpuplan.models.records import LoaningMetrics
+from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome, reclaim_metrics
 
 from .mapping import map_rigid
 from .trace_job import TraceJob
@@ -63,9 +67,11 @@ __all__ = [
     "QpsSeries",
     "aryl_jobs",
     "aryl_testbed",
+    "aryl_testbed_rows",
     "load_qps",
     "loan_events",
     "loaning_cluster",
+    "loaning_metrics",
     "loaning_scenario",
     "preemption_ratio",
 ]
@@ -420,13 +426,16 @@ def loaning_scenario(
     return ArylScenario(cluster, jobs, load, loan_events(load, 0.0, horizon, step_s), name)
 
 
-def aryl_testbed(seed: int = 0, path: str | Path | None = None) -> ArylScenario:
-    """The paper's 64-GPU testbed (§7.5), as described in ``data/aryl_testbed.json``: 4 V100 and
-    4 T4 servers of 8 GPUs, 180 jobs (10 elastic, at most 16 GPUs) submitted over 8 hours,
-    running 2 minutes to 2 hours, the inference trace scaled so at most 3 servers are lent."""
-    spec = json.loads(Path(path or _data_file("aryl_testbed.json")).read_text())
+def _testbed_spec(path: str | Path | None) -> dict:
+    return json.loads(Path(path or _data_file("aryl_testbed.json")).read_text())
+
+
+def aryl_testbed_rows(seed: int = 0, path: str | Path | None = None) -> list[TraceJob]:
+    """The testbed's training jobs as trace rows (``jobs`` of ``data/aryl_testbed.json``):
+    uniform submissions over the span, sizes from the mix, log-uniform durations, all drawn
+    from ``numpy.random.default_rng(seed)``. The rows :func:`aryl_testbed` maps."""
+    jspec = _testbed_spec(path)["jobs"]
     rng = np.random.default_rng(seed)
-    jspec = spec["jobs"]
     n = int(jspec["count"])
     sizes = sorted((int(k), float(v)) for k, v in jspec["size_mix"].items())
     probs = np.asarray([p for _, p in sizes]) / sum(p for _, p in sizes)
@@ -435,9 +444,20 @@ def aryl_testbed(seed: int = 0, path: str | Path | None = None) -> ArylScenario:
     lo, hi = (math.log(float(x)) for x in jspec["duration_range_s"])
     durations = np.exp(rng.uniform(lo, hi, size=n))
     width = len(str(n - 1))
-    rows = [TraceJob(id=f"tb-{i:0{width}d}", submit_time=float(times[i]),
+    return [TraceJob(id=f"tb-{i:0{width}d}", submit_time=float(times[i]),
                      gpus=sizes[int(picks[i])][0], duration=float(durations[i]),
                      source=f"aryl_testbed(seed={seed}) row {i}") for i in range(n)]
+
+
+def aryl_testbed(seed: int = 0, path: str | Path | None = None) -> ArylScenario:
+    """The paper's 64-GPU testbed (§7.5), as described in ``data/aryl_testbed.json``: 4 V100 and
+    4 T4 servers of 8 GPUs, 180 jobs (10 elastic, at most 16 GPUs) submitted over 8 hours,
+    running 2 minutes to 2 hours, the inference trace scaled so at most 3 servers are lent.
+    The embedded scenario ``aryl-testbed`` builds the same cluster, jobs and events."""
+    spec = _testbed_spec(path)
+    jspec = spec["jobs"]
+    n = int(jspec["count"])
+    rows = aryl_testbed_rows(seed, path)
     c = spec["cluster"]
     inf = spec["inference"]
     scen = loaning_scenario(
@@ -550,3 +570,27 @@ def preemption_ratio(result: RunResult) -> float:
     """Tab. 5's preemption ratio: total preemptions / total job submissions."""
     jobs = result.jobs
     return sum(r.preemptions for r in jobs) / len(jobs) if jobs else 0.0
+
+
+def loaning_metrics(usage: PoolUsage, result: RunResult, events: Sequence[object],
+                    outcomes: Sequence[ReclaimOutcome]) -> LoaningMetrics:
+    """One run's capacity-loaning metrics from its :class:`PoolUsage` hook, its result, the
+    scenario's loan events and the reclaimer's outcome log (:func:`reclaim_metrics`)."""
+    use = usage.summary()
+    rm = reclaim_metrics(outcomes)
+    reclaimed = bool(outcomes)
+    return LoaningMetrics(
+        window_s=use["span_s"],
+        usage_training=use["training"],
+        usage_overall=use["overall"],
+        usage_loaned=use["loaned"],
+        loaned_share=use["loaned_share"],
+        loaned_gpu_s=usage.used_s["inference"],
+        preemption_ratio=preemption_ratio(result),
+        loan_offers=sum(1 for e in events if isinstance(e, LoanOffer)),
+        reclaims=int(rm["events"]),
+        servers_reclaimed=int(rm["servers"]),
+        reclaim_preemptions=int(rm["preemptions"]),
+        collateral_damage=rm["mean_collateral_damage"] if reclaimed else None,
+        met_by_flexible=rm["met_by_flexible"] if reclaimed else None,
+    )

@@ -75,7 +75,7 @@ def _finish(
     window = select_window(times, start_s, end_s, max_jobs)
     src, label = str(path), source_label(path)
     return [
-        build_job(src, row, submit_time=t, source=f"{label}:{row}", **fields)
+        build_job(src, row, submit_time=t, source=f"{label}, row {row}", **fields)
         for (_, row, fields), t in zip(records[window], times[window], strict=True)
     ]
 

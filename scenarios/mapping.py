@@ -6,7 +6,10 @@ a separate, seeded, deterministic function:
 
 * :func:`map_rigid` — the job runs on exactly its requested GPUs; a known model gets its
   profile, otherwise linear scaling (the only assumption that reproduces the trace duration
-  without inventing a model).
+  without inventing a model). With ``require_profile`` (traces whose rows name an entry of a
+  throughput table, e.g. Gavel's) a model missing from the table is an error instead: the
+  row's work is counted in that model's iterations, so a guessed profile would silently give
+  it a wrong duration.
 * :func:`map_afs` — the AFS/CoDDL mapping (NSDI'21 §5.1, App. F; digest §3.2): a random model of
   the Table 4 zoo that scales to the requested size, elastic from 1 GPU to the model's
   Max #GPUs, with work set so that the job takes its trace duration at the requested size.
@@ -64,7 +67,10 @@ def _positive_int(value: object, name: str) -> int:
 
 
 def map_rigid(
-    rows: Sequence[TraceJob], profiles: Mapping[str, ThroughputProfile] | None = None
+    rows: Sequence[TraceJob],
+    profiles: Mapping[str, ThroughputProfile] | None = None,
+    *,
+    require_profile: str | None = None,
 ) -> list[JobSpec]:
     """Rigid jobs at the trace's GPU count.
 
@@ -72,12 +78,22 @@ def map_rigid(
     :meth:`ThroughputProfile.linear` (at a rigid size only ``rate(gpus)`` matters, and linear
     makes the work equal GPU-seconds). Work: the row's iterations if given (they were counted
     for that model), else ``duration x rate(gpus)`` so the job takes its trace duration.
+
+    ``require_profile``: the trace column that names the model (e.g. ``"job_type"``); when
+    set, a row whose model is missing from ``profiles`` raises :class:`InputError` naming the
+    row and that column instead of falling back to linear scaling.
     """
     table = profiles or {}
     jobs = []
     for row in rows:
         _require_work(row)
         profile = table.get(row.model) if row.model else None
+        if profile is None and require_profile is not None:
+            known = ", ".join(sorted(table)[:5]) + (", ..." if len(table) > 5 else "")
+            raise InputError(
+                f"no throughput profile for model {row.model!r} (known: {known or 'none'})",
+                source=_where(row), field=require_profile,
+            )
         jobs.append(_job(
             row,
             id=row.id,
@@ -98,20 +114,23 @@ def map_elastic(
     *,
     cluster_gpus: int | None = None,
     max_factor: float = 2.0,
+    require_profile: str | None = None,
 ) -> list[JobSpec]:
     """As :func:`map_rigid`, but each job may run on 1..``ceil(max_factor x requested)`` GPUs.
 
     The upper bound is capped at ``cluster_gpus`` (and the request with it) so every job can
     run; the work stays what the trace implies at the original request. With the linear
     fallback profile, growing is assumed to pay off linearly: use it to exercise elastic
-    policies, not to measure how much elasticity is worth.
+    policies, not to measure how much elasticity is worth. ``require_profile`` as in
+    :func:`map_rigid`.
     """
     total = None if cluster_gpus is None else _positive_int(cluster_gpus, "cluster_gpus")
     if not (isinstance(max_factor, int | float) and math.isfinite(max_factor) and max_factor >= 1):
         raise InputError(f"max_factor must be a finite number >= 1, got {max_factor!r}",
                          field="max_factor")
     jobs = []
-    for rigid, row in zip(map_rigid(rows, profiles), rows, strict=True):
+    rigid_jobs = map_rigid(rows, profiles, require_profile=require_profile)
+    for rigid, row in zip(rigid_jobs, rows, strict=True):
         upper = max(rigid.requested_gpus, math.ceil(rigid.requested_gpus * max_factor))
         if total is not None:
             upper = min(upper, total)

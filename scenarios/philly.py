@@ -100,7 +100,7 @@ def load_philly(
             gpus=r[3],
             duration=r[2],
             vc=r[4],
-            source=f"{label}:{r[1]}",
+            source=f"{label}, row {r[1]}",
         )
         for r, t in zip(records[window], times[window], strict=True)
     ]

@@ -55,6 +55,6 @@ def load_pollux_workload(path: str | Path) -> list[TraceJob]:
         records.append((submit, row, fields))
     records.sort(key=lambda r: (r[0], r[1]))
     return [
-        build_job(src, row, submit_time=t, source=f"{label}:{row}", **fields)
+        build_job(src, row, submit_time=t, source=f"{label}, row {row}", **fields)
         for t, row, fields in records
     ]

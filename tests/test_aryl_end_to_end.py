@@ -40,7 +40,7 @@ from tests.conftest import NO_OVERHEADS, CapacityChecker
 
 ARYL_POLICIES = ("aryl", "aryl-scaling", "aryl-loaning", "aryl-loaning-scf",
                  "aryl-loaning-random", "aryl-loaning-exact", "aryl-exact", "aryl-cpsat",
-                 "aryl-greedy", "aryl-naive", "aryl-sjf")
+                 "aryl-greedy", "aryl-naive", "aryl-sjf", "aryl-hetero", "aryl-hetero-ideal")
 
 
 class PoolChecker:

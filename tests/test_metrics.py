@@ -14,6 +14,8 @@ from gpuplan.executors.metrics import (
     compare_json,
     compare_table,
     format_duration,
+    loaning_table,
+    mean_summary,
     summarize,
     take_sample,
     write_job_csv,
@@ -28,6 +30,7 @@ from gpuplan.models import (
     Sample,
     ThroughputProfile,
 )
+from gpuplan.models.records import LoaningMetrics
 from gpuplan.plots import plot_jct_cdf, plot_timeseries
 
 # P(1)=1, P(2)=1.8, P(4)=3.0: speed-ups 1.8 and 3.0 read straight off the table.
@@ -370,3 +373,89 @@ def test_plots_tolerate_empty_runs_and_leak_no_figures(tmp_path) -> None:
     assert _is_png(plot_jct_cdf(empty, tmp_path / "a.png"))
     assert _is_png(plot_timeseries(empty, tmp_path / "b.png"))
     assert plt.get_fignums() == before
+
+
+# --------------------------------------------------------------------------- solver latency
+def test_solver_latency_percentiles_over_every_solver_call() -> None:
+    result = _result(_finished_records()).model_copy(update={"solver_ms": [5.0, 1.0, 4.0, 2.0,
+                                                                           3.0]})
+    s = summarize(result)
+    # wall ms 1..5 (order does not matter): p50 3, p95 = 4 + 0.8, p99 = 4 + 0.96
+    assert s.solver_p50_ms == pytest.approx(3.0)
+    assert s.solver_p95_ms == pytest.approx(4.8)
+    assert s.solver_p99_ms == pytest.approx(4.96)
+    row = compare_json([("base", s)])[0]
+    assert (row["solver_p50_ms"], row["solver_p99_ms"]) == (pytest.approx(3.0),
+                                                            pytest.approx(4.96))
+    none = summarize(_result(_finished_records()))  # no solver call recorded
+    assert none.solver_p50_ms is none.solver_p95_ms is none.solver_p99_ms is None
+    assert compare_json([("base", none)])[0]["solver_p95_ms"] is None
+
+
+def test_engine_records_the_wall_time_of_every_solver_call() -> None:
+    from gpuplan.executors.simulator.run import simulate
+    from gpuplan.models import Cluster, Elasticity
+    from gpuplan.solver_core.registry import make_policy
+    from tests.conftest import NO_OVERHEADS
+
+    jobs = [JobSpec(id=f"e{i}", submit_time=10.0 * i, requested_gpus=4, duration=100.0 + i,
+                    elasticity=Elasticity(min_gpus=2, max_gpus=6)) for i in range(4)]
+    stats: list[float] = []
+    result, _, _ = simulate(Cluster.uniform(2, 4), jobs, make_policy("aryl"),
+                            overheads=NO_OVERHEADS,
+                            on_plan=lambda v, p: stats.extend(s.wall_ms for s in p.stats))
+    assert result.solver_calls > 0 and result.solver_ms == stats  # one entry per call, in order
+    s = summarize(result)
+    assert min(stats) <= s.solver_p50_ms <= s.solver_p95_ms <= s.solver_p99_ms <= max(stats)
+
+
+# --------------------------------------------------------------------------- rejected jobs
+def _render(table) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=250, color_system=None).print(table)
+    return buf.getvalue()
+
+
+def test_rejected_jobs_are_counted_and_shown_only_when_present() -> None:
+    clean = summarize(_result(_finished_records(), "clean"))
+    hurt = summarize(_result(_finished_records(), "hurt").model_copy(
+        update={"rejected": [("huge", "needs 16 GPUs; the cluster has 8"), ("a", "duplicate")]}))
+    assert clean.rejected == 0 and hurt.rejected == 2
+    assert hurt.jobs == 5  # rejected arrivals are not jobs of the run
+    assert [r["rejected"] for r in compare_json([("clean", clean), ("hurt", hurt)])] == [0, 2]
+    assert "Rejected" not in _render(compare_table([("clean", clean)]))
+    text = _render(compare_table([("clean", clean), ("hurt", hurt)]))
+    assert "Rejected" in text
+    header = [c.header for c in compare_table([("hurt", hurt)]).columns]
+    cells = list(compare_table([("hurt", hurt)]).columns[header.index("Rejected")].cells)
+    assert cells == ["2"]
+
+
+# --------------------------------------------------------------------------- loaning
+def _loaning(**kw: object) -> LoaningMetrics:
+    base = dict(window_s=100.0, usage_training=0.8, usage_overall=0.6, usage_loaned=0.5,
+                loaned_share=0.4, loaned_gpu_s=20.0, preemption_ratio=0.1, loan_offers=3,
+                reclaims=2, servers_reclaimed=3, reclaim_preemptions=1, collateral_damage=0.25,
+                met_by_flexible=0.5)
+    return LoaningMetrics(**{**base, **kw})
+
+
+def test_loaning_metrics_flow_into_summary_json_table_and_means() -> None:
+    a = summarize(_result(_finished_records(), "aryl").model_copy(
+        update={"loaning": _loaning()}))
+    b = summarize(_result(_finished_records(), "aryl").model_copy(
+        update={"loaning": _loaning(usage_loaned=0.7, reclaims=4, collateral_damage=None)}))
+    row = compare_json([("aryl", a)])[0]
+    assert row["loaning"]["usage_loaned"] == 0.5 and row["loaning"]["reclaims"] == 2
+    json.dumps(row)
+    mean = mean_summary([a, b])
+    assert mean.loaning is not None
+    assert mean.loaning.usage_loaned == pytest.approx(0.6)  # (0.5 + 0.7) / 2
+    assert mean.loaning.reclaims == 3  # ints stay ints
+    assert mean.loaning.collateral_damage is None  # None in one run -> None
+    plain = summarize(_result(_finished_records(), "fifo"))
+    assert loaning_table([("fifo", plain)]) is None
+    assert mean_summary([plain, plain]).loaning is None
+    text = _render(loaning_table([("aryl", a), ("fifo", plain)]))
+    for expected in ("80.0%", "60.0%", "50.0%", "10.0%", "25.0%", "2 (3)"):
+        assert expected in text, expected

@@ -8,15 +8,20 @@ from collections import defaultdict
 
 import pytest
 
+from gpuplan.executors.engine import Engine
+from gpuplan.executors.metrics import summarize
+from gpuplan.executors.simulator.cluster import SimulatedCluster
 from gpuplan.models import (
     Checkpointing,
     Cluster,
+    Elasticity,
     JobSpec,
     NodeFailure,
     Overheads,
     ThroughputProfile,
 )
-from tests.conftest import NO_OVERHEADS, rigid
+from gpuplan.solver_core.registry import make_policy
+from tests.conftest import NO_OVERHEADS, CapacityChecker, rigid
 
 
 def _random_jobs(seed: int, n: int, max_gpus: int) -> list[JobSpec]:
@@ -56,6 +61,101 @@ def test_des_invariants(run_sim, policy: str, seed: int) -> None:
         peak = max(spec.throughput.rate(g) for g in range(1, cluster.total_gpus + 1))
         assert rec.jct >= spec.work / peak - 1e-9
         assert rec.queueing_time >= 0
+
+
+def _mixed_jobs(seed: int, n: int) -> list[JobSpec]:
+    """Rigid and elastic jobs with every checkpointing kind, so preemptions lose work."""
+    rng = random.Random(seed)
+    profile = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.4, 8: 5.5})
+    jobs, t = [], 0.0
+    for i in range(n):
+        t += rng.expovariate(1 / 40)
+        kw: dict[str, object] = {}
+        if rng.random() < 0.5:
+            kw["elasticity"] = Elasticity(min_gpus=1, max_gpus=8)
+        kw["checkpoint"] = Checkpointing(on_signal=rng.random() < 0.5,
+                                         interval_s=rng.choice([None, 30.0]))
+        jobs.append(JobSpec(id=f"j{i}", submit_time=round(t, 3),
+                            requested_gpus=rng.choice([1, 1, 2, 4, 8]),
+                            duration=rng.uniform(5, 300), throughput=profile, **kw))
+    return jobs
+
+
+OVERHEADS = Overheads(start_s=2.0, restart_s=15.0, resize_mode="stop_free", stop_free_s=0.5,
+                      migrate_s=8.0)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "afs-l", "max-min"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_des_invariants_with_overheads_and_node_failures(policy: str, seed: int) -> None:
+    """The engine's allocations (which include jobs paused by start / restart / stop-free
+    overheads: they hold their GPUs) never exceed the usable capacity at any instant, even while
+    a failed node is out; every job still does exactly its work; JCT >= work / peak."""
+    cluster = Cluster.uniform(4, 4)
+    jobs = _mixed_jobs(seed, 80)
+    # node001 is out over 300..700 and node002 over 500..800: both at once over 500..700
+    failures = [NodeFailure(time=300, node="node001", recover_after=400),
+                NodeFailure(time=500, node="node002", recover_after=300)]
+    executor = SimulatedCluster(cluster, jobs, OVERHEADS, failures, record_segments=True)
+    checker = CapacityChecker()
+    engine = Engine(cluster, make_policy(policy, seed=seed), executor, on_plan=checker,
+                    sample_interval_s=None)
+    held: dict[str, list[tuple[float, int]]] = defaultdict(list)  # job -> (time, GPUs held)
+    instants, min_capacity = 0, cluster.total_gpus
+    while (batch := executor.next_events()) is not None:
+        now, events = batch
+        engine.handle(now, events)
+        # Allocations only change inside handle(), so checking after each batch covers every
+        # instant of the run.
+        instants += 1
+        taken: dict[str, set[int]] = defaultdict(set)
+        for job in engine.running.values():
+            assert job.allocation is not None
+            for node, gpus in job.allocation.placement.items():
+                assert node in engine.usable, f"{job.id} on unusable node {node} at {now}"
+                assert not taken[node] & set(gpus), f"GPU held twice on {node} at {now}"
+                assert all(0 <= g < engine.usable[node].gpus for g in gpus)
+                taken[node].update(gpus)
+        used = sum(job.gpus for job in engine.running.values())
+        assert used <= engine.capacity, f"{used} GPUs allocated > capacity {engine.capacity}"
+        min_capacity = min(min_capacity, engine.capacity)
+        for job_id in {*held, *engine.running}:
+            job = engine.running.get(job_id)
+            held[job_id].append((now, job.gpus if job is not None else 0))
+    result = engine.result()
+    assert checker.plans > 0 and instants > len(jobs)
+    assert min_capacity == 8 and engine.capacity == 16  # both nodes were out, both came back
+    assert not result.rejected and len(result.jobs) == len(jobs)
+    summary = summarize(result)
+    assert summary.preemptions > 0  # the failures (at least) preempted running jobs
+    assert result.gpu_seconds_allocated <= result.gpu_seconds_capacity + 1e-6
+    by_id = {j.id: j for j in jobs}
+    work_done: dict[str, float] = defaultdict(float)
+    for seg in executor.segments:
+        work_done[seg.job_id] += seg.rate * max(0.0, seg.end - seg.start)
+        if seg.end > seg.start:
+            # the executor only makes progress on GPUs the engine counts as held
+            before = [g for t, g in held[seg.job_id] if t <= seg.start]
+            assert before and before[-1] >= seg.gpus, (seg, before[-1:])
+    for rec in result.jobs:
+        spec = by_id[rec.job_id]
+        assert rec.finish_time is not None, rec.job_id
+        # exactly its work: progress integrated over constant-rate segments, minus what
+        # preemptions rolled back to the last checkpoint
+        assert work_done[rec.job_id] - rec.lost_iterations == pytest.approx(spec.work, rel=1e-9)
+        peak = max(spec.throughput.rate(g) for g in range(1, cluster.total_gpus + 1))
+        assert rec.jct >= spec.work / peak - 1e-9
+
+
+def test_resize_during_start_pause_keeps_the_start_overhead(run_sim) -> None:
+    ov = Overheads(start_s=2.0, resize_mode="stop_free", stop_free_s=0.5)
+    elastic = Elasticity(min_gpus=1, max_gpus=4)
+    jobs = [rigid("a", 0, 4, 100, elasticity=elastic), rigid("b", 0.5, 1, 100, elasticity=elastic)]
+    _, _, executor = run_sim(Cluster.uniform(1, 4), jobs, "max-min", overheads=ov)
+    # a starts at 0 and is shrunk at 0.5 (b arrives), still inside its 2 s start pause
+    first = min(seg.start for seg in executor.segments if seg.job_id == "a" and seg.end > seg.start)
+    # the start pause ends at 2.0; the shrink ordered at 0.5 then costs stop_free_s = 0.5
+    assert first == pytest.approx(2.5)
 
 
 def test_capacity_never_exceeded_at_any_instant(run_sim) -> None:
@@ -166,12 +266,18 @@ def test_same_inputs_same_result(run_sim) -> None:
     assert [r.model_dump() for r in a.jobs] == [r.model_dump() for r in b.jobs]
 
 
-def test_impossible_job_is_rejected_not_crashing(run_sim) -> None:
+def test_impossible_job_is_rejected_and_reported(run_sim) -> None:
+    # The library path keeps the engine's behaviour (refuse, don't crash), but the refusal is
+    # reported in the result and the summary, not silently dropped.
     cluster = Cluster.uniform(1, 2)
-    jobs = [rigid("ok", 0, 1, 10), rigid("huge", 0, 8, 10)]
+    jobs = [rigid("ok", 0, 1, 10), rigid("huge", 0, 8, 10), rigid("ok", 1, 1, 10)]
     result, engine, _ = run_sim(cluster, jobs, "fifo-backfill")
-    assert engine.rejected and engine.rejected[0][0] == "huge"
+    assert [job_id for job_id, _ in engine.rejected] == ["huge", "ok"]
     assert [r.job_id for r in result.jobs] == ["ok"]
+    assert [job_id for job_id, _ in result.rejected] == ["huge", "ok"]
+    assert "needs 8 GPUs" in result.rejected[0][1] and "duplicate" in result.rejected[1][1]
+    summary = summarize(result)
+    assert (summary.jobs, summary.rejected) == (1, 2)
 
 
 def test_no_overheads_fixture_is_zero() -> None:

@@ -16,7 +16,9 @@ CoDDL's mechanisms (000 digest §4.1) are modelled by two knobs: with ``stop_fre
 ``expand_prep_s`` > 0 a growing job keeps training on its old GPUs while the new ones prepare,
 then switches in ``stop_free_s`` (concurrent share expansion); with ``cancel_inflight`` False a
 new order for a job that is still reconfiguring waits for the in-flight one (no reconfiguration
-cancelling: orders run back to back).
+cancelling: orders run back to back). Cancelling applies to reconfigurations only: a job still
+inside its start (or restart) pause cannot be reconfigured before it is up, so an order during
+that pause begins when the start ends (the start's cost is never cancelled away).
 
 Throughput learning (AFS §4.5): with a :class:`LearningSpec` enabled, the engine is told only a
 linear belief on arrival and then measured points (``ThroughputMeasured`` events) after a job
@@ -79,6 +81,8 @@ class SimulatedCluster(Executor):
         self._true: dict[str, JobSpec] = {}
         self._reported: dict[str, set[int]] = {}
         self._busy_until: dict[str, float] = {}
+        self._starting_until: dict[str, float] = {}
+        """Job -> end of its start/restart pause: resizes and migrations wait for it."""
         self._jobs_by_id: dict[str, ActiveJob] = {}
         self.overheads = overheads or Overheads()
         mode = self.overheads.resize_mode
@@ -164,11 +168,15 @@ class SimulatedCluster(Executor):
             if kind == "preempt":
                 self._stop(job, now, graceful=True)
                 self._busy_until.pop(job.id, None)
+                self._starting_until.pop(job.id, None)
                 continue
-            # Without reconfiguration cancelling, an order waits for the in-flight one.
+            # Without reconfiguration cancelling, an order waits for the in-flight one; with
+            # it, an order still waits for a start in progress (only reconfigurations cancel).
             begin = now
             if not ov.cancel_inflight:
                 begin = max(now, self._busy_until.get(job.id, now))
+            if kind != "start":
+                begin = max(begin, self._starting_until.get(job.id, now))
             grow_concurrently = (
                 kind == "resize" and ov.resize_mode == "stop_free" and ov.expand_prep_s > 0
                 and action.gpus_after > action.gpus_before and job.rate > 0
@@ -195,6 +203,8 @@ class SimulatedCluster(Executor):
             job.rate = self.true_rate(job)
             job.resume_time = begin + pause
             self._busy_until[job.id] = job.resume_time
+            if kind == "start":
+                self._starting_until[job.id] = job.resume_time
             self._predict_completion(job)
             self._measure(job, job.resume_time)
 

@@ -121,6 +121,12 @@ class ServerBook:
             return free
         return 0 if self.group(node) == "flex" else free
 
+    def worker_slots(self, nodes: Iterable[str], per_worker: int, role: Role = "base", *,
+                     relax: bool = False, steal: bool = False) -> int:
+        """Workers of ``per_worker`` GPUs that :meth:`place` could fit on ``nodes`` now (with
+        the same ``relax`` / ``steal``), so a caller can split a job over node lists first."""
+        return sum(self._room(n, role, relax or steal, steal) // per_worker for n in nodes)
+
     def _soft_on(self, node: str) -> int:
         return sum(len(g) for g in self.soft[node].values())
 

@@ -33,7 +33,7 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -287,27 +287,37 @@ class _GreedyState:
     """Mutable state shared by the two phases of :func:`select_aryl`.
 
     Plain dicts of precomputed values (GPUs per server, allowed counts) because the greedy
-    evaluates "is job j at risk on server s" tens of thousands of times per decision.
+    evaluates "is job j at risk on server s" tens of thousands of times per decision. Built in
+    one pass over the jobs; ``g`` holds the instance's own (read-only) GPU maps, not copies.
     """
 
     def __init__(self, inst: ReclaimInstance, dynamic: bool = True) -> None:
         self.dynamic = dynamic
         self.order = {s: i for i, s in enumerate(inst.servers)}
         self.avail: set[str] = set(inst.servers)
-        self.g = {j.id: dict(j.gpus) for j in inst.jobs}
-        totals = {j.id: sum(j.gpus.values()) for j in inst.jobs}
-        self.ok = {j.id: (j.allowed or frozenset({totals[j.id]})) for j in inst.jobs}
-        self.on: dict[str, list[str]] = {s: [] for s in inst.servers}
+        on: dict[str, list[str]] = {s: [] for s in inst.servers}
+        g: dict[str, Mapping[str, int]] = {}
+        ok: dict[str, Collection[int]] = {}
+        kept: dict[str, int] = {}
+        left: dict[str, int] = {}
+        get = on.get
         for job in inst.jobs:
-            for s in job.gpus:
-                if s in self.on:
-                    self.on[s].append(job.id)
-        self.kept = totals
-        self.alive = dict.fromkeys(self.kept, True)
-        # |S_j| counts every server of j, training ones too (the "server fraction" of Tab. 1).
-        self.share = {j.id: 1.0 / len(j.gpus) for j in inst.jobs}
-        # on-loan servers of j not returned yet (the dynamic server fraction)
-        self.left = {j.id: sum(1 for s in j.gpus if s in self.on) for j in inst.jobs}
+            jid, gpus = job.id, job.gpus
+            total = sum(gpus.values())
+            g[jid] = gpus
+            kept[jid] = total
+            ok[jid] = job.allowed or (total,)  # rigid: only its full size
+            n = 0
+            for s in gpus:
+                jobs = get(s)
+                if jobs is not None:
+                    jobs.append(jid)
+                    n += 1
+            left[jid] = n  # on-loan servers of j not returned yet (the dynamic fraction)
+        self.on, self.g, self.ok, self.kept, self.left = on, g, ok, kept, left
+        # |S_j| counts every server of j, training ones too (the static "server fraction")
+        self.share = {} if dynamic else {j.id: 1.0 / len(j.gpus) for j in inst.jobs}
+        self.alive = dict.fromkeys(kept, True)
 
     def at_risk(self, jid: str, s: str) -> bool:
         """Would returning ``s`` now preempt job ``jid``?"""
@@ -320,8 +330,43 @@ class _GreedyState:
         alive = self.alive
         return sum(self.g[j][s] for j in self.on[s] if alive[j])
 
+    def scan(self) -> tuple[dict[str, float], dict[str, int], set[str]]:
+        """For every available server at once: (cost, # jobs at risk, servers sharing a live
+        job with another on-loan server not returned yet). One pass over the jobs rather than
+        one ``cost`` call per server; the costs are summed in the same (job) order as
+        ``cost``, so they are bit-identical to it."""
+        avail, alive, kept, ok = self.avail, self.alive, self.kept, self.ok
+        dynamic, left, share = self.dynamic, self.left, self.share
+        costs = dict.fromkeys(avail, 0.0)
+        risks = dict.fromkeys(avail, 0)
+        multi: set[str] = set()
+        for jid, gpus in self.g.items():
+            if not alive[jid] or not left[jid]:
+                continue
+            f = (1.0 / left[jid]) if dynamic else share[jid]
+            spread = left[jid] > 1
+            total, allowed = kept[jid], ok[jid]
+            for s, n in gpus.items():
+                if s not in avail:
+                    continue
+                if spread:
+                    multi.add(s)
+                rest = total - n
+                if rest <= 0 or rest not in allowed:
+                    costs[s] += f
+                    risks[s] += 1
+        return costs, risks, multi
+
     def free_to_take(self, s: str) -> bool:
-        return not any(self.at_risk(j, s) for j in self.on[s])
+        """Whether returning ``s`` now preempts nobody (inlined ``at_risk``: phase A asks this
+        of every server)."""
+        alive, kept, g, ok = self.alive, self.kept, self.g, self.ok
+        for jid in self.on[s]:
+            if alive[jid]:
+                rest = kept[jid] - g[jid][s]
+                if rest <= 0 or rest not in ok[jid]:
+                    return False
+        return True
 
     def take(self, s: str) -> list[str]:
         """Return ``s``: preempt its at-risk jobs, scale in the others. Returns touched jobs."""
@@ -376,14 +421,18 @@ class _GreedyState:
         """Cheapest neighbour cost after returning ``s`` (its preempted jobs vanish there);
         +inf without neighbours. Prefers picks that leave a cheap server behind (Fig. 5)."""
         relief: dict[str, float] = {}
-        avail = self.avail
+        avail, alive, kept, ok = self.avail, self.alive, self.kept, self.ok
         for jid in self.on[s]:
             g = self.g[jid]
-            if len(g) == 1 or not self.at_risk(jid, s):
+            if len(g) == 1 or not alive[jid]:
+                continue
+            total, allowed = kept[jid], ok[jid]
+            rest = total - g[s]
+            if rest > 0 and rest in allowed:  # not at risk on s (``at_risk`` inlined)
                 continue
             f = self.frac(jid)
-            for t in g:
-                if t != s and t in avail and self.at_risk(jid, t):
+            for t, n in g.items():
+                if t != s and t in avail and (total - n <= 0 or total - n not in allowed):
                     relief[t] = relief.get(t, 0.0) + f
         if not relief:
             return math.inf
@@ -422,18 +471,24 @@ def _flexible_phase(st: _GreedyState, count: int,
         return 1 if flex_on.get(s, 0) >= used else 2
 
     heap = []
+    order, free_to_take = st.order, st.free_to_take
     for s in st.avail:
-        if st.free_to_take(s):
+        if free_to_take(s):
             used = st.used(s)
-            heap.append((tier(s, used), used, st.order[s], s))
+            heap.append((tier(s, used), used, order[s], s))
     heapq.heapify(heap)
     picked: list[str] = []
     while heap and len(picked) < count:
         *_, s = heapq.heappop(heap)
-        if s in st.avail and st.free_to_take(s):
+        if s in st.avail and free_to_take(s):
             st.take(s)
             picked.append(s)
     return picked
+
+
+_LAZY = -math.inf
+"""Heap placeholder for a look-ahead not computed yet: sorts first among equal (cost, risks),
+so it is computed exactly when the server could be the next pick."""
 
 
 def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = True,
@@ -455,6 +510,16 @@ def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = Tru
     servers count in |S_j|) or were already returned by a scale-in, and the greedy then
     "completes" half-drained jobs at a loss; the benchmark measures both (``dynamic=False`` is
     Alg. 1 as printed).
+
+    Speed: a heap keyed (cost, risks, look-ahead, loan order) with lazy invalidation (version
+    numbers). The look-ahead -- the expensive key, a walk over the server's neighbours -- is
+    computed *lazily*: a (re-)keyed server enters with the placeholder ``_LAZY``, and only when
+    such an entry reaches the top is its look-ahead computed and the entry pushed back. Servers
+    whose (cost, risks) never reach the top -- most of them when N_R is a tenth of the fleet --
+    never pay for it. Every pick re-keys the servers whose cost or look-ahead it can change
+    (those sharing a touched job, and their neighbours), so a computed look-ahead is never
+    stale and the picks are identical to computing every key eagerly
+    (``tests/test_aryl_reclaim_reference.py`` checks this against the eager version).
     """
     count = _check_count(inst, count)
     st = _GreedyState(inst, dynamic)
@@ -462,33 +527,31 @@ def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = Tru
     if len(picked) >= count:
         return picked
 
-    costs: dict[str, float] = {}
-    risks: dict[str, int] = {}
+    costs, risks, multi = st.scan()
+    if not look_ahead:
+        multi = set()  # the look-ahead only matters for servers sharing a job with another one
     version: dict[str, int] = dict.fromkeys(st.avail, 0)
-    multi = {s for s in st.avail if any(st.left[j] > 1 for j in st.on[s])}
-
-    def key(s: str) -> tuple[float, int, float, int]:
-        # the look-ahead only matters for servers sharing a job with another on-loan server
-        look = st.look_ahead(s, costs) if look_ahead and s in multi else math.inf
-        if look != math.inf:
-            look = round(look, 9)
-        return (round(costs[s], 9), risks[s], look, st.order[s])
-
-    for s in st.avail:
-        costs[s], risks[s] = st.cost(s)
-    heap = [(*key(s), 0, s) for s in st.avail]
+    order = st.order
+    heap = [(round(costs[s], 9), risks[s], _LAZY if s in multi else math.inf, order[s], 0, s)
+            for s in st.avail]
     heapq.heapify(heap)
 
     while len(picked) < count:
         if count - len(picked) == 1:  # FindBestServer (``risks`` is current for every server)
             fewest = min(risks[s] for s in st.avail)
             best = min((s for s in st.avail if risks[s] == fewest),
-                       key=lambda s: (st.collateral(s), st.order[s]))
+                       key=lambda s: (st.collateral(s), order[s]))
             st.take(best)
             picked.append(best)
             break
-        *_, ver, s = heapq.heappop(heap)
+        cost, risk, look, rank, ver, s = heapq.heappop(heap)
         if s not in st.avail or ver != version[s]:
+            continue
+        if look == _LAZY:
+            look = st.look_ahead(s, costs)
+            if look != math.inf:
+                look = round(look, 9)
+            heapq.heappush(heap, (cost, risk, look, rank, ver, s))
             continue
         touched = st.take(s)
         picked.append(s)
@@ -505,7 +568,8 @@ def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = Tru
                 rekey |= st.neighbours(t)
         for t in rekey:
             version[t] += 1
-            heapq.heappush(heap, (*key(t), version[t], t))
+            heapq.heappush(heap, (round(costs[t], 9), risks[t],
+                                  _LAZY if t in multi else math.inf, order[t], version[t], t))
     return picked
 
 

@@ -85,7 +85,7 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
                 released = gpus[len(kept):]
                 if released and node in free:
                     free[node].extend(released)
-            result[job_id] = JobAllocation.fast(job_id, keep, alloc.share)
+            result[job_id] = JobAllocation.fast(job_id, keep, alloc.share, alloc.efficiency)
         else:
             grow.append((job_id, want))
     for gpus in free.values():

@@ -13,12 +13,21 @@
    :mod:`gpuplan.solver_core.aryl.mckp`: item "k extra workers" of job j weighs k * D_j GPUs and
    is worth ``T_j(w_min) - T_j(w_min + k)``, which is Alg. 2's ``T^max k / (k + w_min)`` under
    linear scaling and the profiled reduction otherwise. Each pool is its own knapsack because a
-   job's workers all run on one GPU type (no heterogeneous training in the Basic scenario), so
-   a job's flexible workers can only use its own pool.
+   job's workers all run on one GPU type (the Basic scenario), so a job's flexible workers can
+   only use its own pool.
 3. **Placement** -- :class:`~gpuplan.solver_core.aryl.placement.ServerBook`: inelastic jobs
    prefer training servers, elastic jobs on-loan servers; base and flexible workers are kept on
    separate on-loan server groups. Running jobs never move; a shrinking elastic job gives back
    flexible workers, a growing one fills servers it already uses first.
+4. **Heterogeneous training** (App. A; off unless ``ArylConfig.heterogeneous``) -- a job flagged
+   ``JobSpec.heterogeneous`` (and not pinned to a GPU type) may span training and loaned GPUs.
+   Following §5.3 / §6 (digest §2.4) such jobs are placed *last on the remaining resources*:
+   one whose inelastic demand fits no single pool in its SJF turn is retried after every other
+   pending job, training GPUs first, the rest on loaned servers; elastic ones keep their base on
+   training servers and get their flexible workers by a last MCKP over what both pools have
+   left, loaned servers first. A placement that spans GPU types runs at ``hetero_efficiency`` of
+   App. A's theoretical throughput (Eq. (1) of :mod:`gpuplan.solver_core.aryl.hetero`), which
+   the policy hands to the engine as the allocation's ``efficiency``.
 
 The policy remembers which GPUs of each elastic job are flexible (``_flex``), because a
 :class:`~gpuplan.models.JobAllocation` does not say. Its ``reclaimer`` attribute is the
@@ -35,8 +44,9 @@ from dataclasses import dataclass
 
 from gpuplan.models import ActiveJob, ClusterView, JobAllocation, Node, SolverStats
 
+from ..aryl.hetero import ADVANCED_EFFICIENCY, IDEAL_EFFICIENCY, mixed_efficiency
 from ..aryl.mckp import MckpGroup, solve_mckp
-from ..aryl.placement import ServerBook
+from ..aryl.placement import Placement, ServerBook
 from ..aryl.reclaim import Reclaimer
 from ..policy import Decision
 
@@ -55,6 +65,9 @@ class ArylConfig:
     * ``grouped``: separate base / flexible on-loan server groups; ``elastic_on_loan``:
       elastic jobs prefer on-loan servers. Both off = Tab. 6's naive BFD placement.
     * ``reclaim``: ``aryl``, ``exact``, ``scf`` or ``random`` (see ``Reclaimer``).
+    * ``heterogeneous``: jobs flagged ``JobSpec.heterogeneous`` may span GPU types (App. A);
+      ``hetero_efficiency``: their throughput on mixed types as a fraction of App. A's
+      theoretical one (0.7 = the paper's Advanced scenario, 1.0 = Ideal).
     """
 
     scaling: bool = True
@@ -65,6 +78,13 @@ class ArylConfig:
     reclaim: str = "aryl"
     seed: int = 0
     time_limit_s: float = 1.0
+    heterogeneous: bool = False
+    hetero_efficiency: float = ADVANCED_EFFICIENCY
+
+    def __post_init__(self) -> None:
+        if not 0 < self.hetero_efficiency <= 1:
+            raise ValueError(f"hetero_efficiency must be in (0, 1], got "
+                             f"{self.hetero_efficiency!r}")
 
 
 def _speed(view: ClusterView, job: ActiveJob, node: Node) -> float:
@@ -73,6 +93,13 @@ def _speed(view: ClusterView, job: ActiveJob, node: Node) -> float:
     profile = job.spec.throughput
     return profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed,
                                    cluster.gpu_type(profile.reference_gpu).relative_speed)
+
+
+def _gpu_speeds(view: ClusterView, job: ActiveJob, placement: dict[str, tuple[int, ...]]
+                ) -> list[float]:
+    """One throughput multiplier per GPU of ``placement``."""
+    return [m for n, gpus in placement.items()
+            for m in [_speed(view, job, view.nodes[n])] * len(gpus)]
 
 
 def _worker_size(job: ActiveJob, gpus: int) -> int:
@@ -102,6 +129,11 @@ class ArylPolicy:
     # ------------------------------------------------------------------ helpers
     def _elastic(self, job: ActiveJob) -> bool:
         return self.config.scaling and job.spec.elastic
+
+    def _hetero(self, job: ActiveJob) -> bool:
+        """May this job's workers span GPU types right now? (flag on, type not pinned)."""
+        spec = job.spec
+        return self.config.heterogeneous and spec.heterogeneous and spec.gpu_type is None
 
     def _demand(self, job: ActiveJob) -> int:
         """Inelastic demand: base (w_min) of an elastic job, the request otherwise."""
@@ -151,7 +183,8 @@ class ArylPolicy:
         want = job.spec.gpu_type
         train = [n for n in self._train if want is None or view.nodes[n].gpu_type == want]
         loan = [n for n in self._loan if want is None or view.nodes[n].gpu_type == want]
-        first_loan = self._elastic(job) and self.config.elastic_on_loan
+        # a heterogeneous elastic job keeps its base on training servers (digest §2.4)
+        first_loan = self._elastic(job) and self.config.elastic_on_loan and not self._hetero(job)
         order = [loan, train] if first_loan else [train, loan]
         return [nodes for nodes in order if nodes]
 
@@ -189,6 +222,7 @@ class ArylPolicy:
                             job.spec.submit_time, job.id, job, demand))
         pending.sort(key=lambda t: t[:3])
         admitted: list[ActiveJob] = []
+        deferred: list[tuple[ActiveJob, int]] = []
         # (relax, steal): clean groups, then any free GPU, then flexible workers' GPUs
         tries = [(False, False), (True, False)] + ([(True, True)] if cfg.scaling else [])
         for *_, job, demand in pending:
@@ -209,32 +243,52 @@ class ArylPolicy:
                     break
             if placed is not None:
                 admitted.append(job)
+            elif self._hetero(job) and len(pools) > 1:
+                deferred.append((job, demand))
+        # heterogeneous jobs that fit no single pool: last, on what both pools have left
+        for job, demand in deferred:
+            for relax, steal in tries:
+                if self._place_mixed(book, job, demand, relax, steal) is not None:
+                    admitted.append(job)
+                    break
 
         # ---- phase 2: MCKP per pool over the flexible demand
         if cfg.scaling:
             elastic = elastic_running + [j for j in admitted if j.spec.elastic]
-            by_pool: dict[bool, list[tuple[ActiveJob, int, Node]]] = {True: [], False: []}
+            by_pool: dict[str, list[tuple[ActiveJob, int, Node]]] = {
+                "loan": [], "train": [], "mixed": []}
             for job in elastic:
-                # the pool of its base workers (all of a job's workers share one GPU type)
+                # the pool of its base workers (a job's workers share one GPU type unless it
+                # is heterogeneous: those get the last, two-pool knapsack)
                 home = next((n for n, held in book.hard.items() if job.id in held),
                             next(iter(book.holdings(job.id))))
                 d = _worker_size(job, job.spec.min_gpus)
-                by_pool[nodes[home].pool == "inference"].append((job, d, nodes[home]))
-            for on_loan, members in by_pool.items():
+                pool = ("mixed" if self._hetero(job)
+                        else "loan" if nodes[home].pool == "inference" else "train")
+                by_pool[pool].append((job, d, nodes[home]))
+            # heterogeneous jobs last, on what both pools have left (digest §2.4)
+            for pool, members in by_pool.items():
                 if not members:
                     continue
-                pool_nodes = loan_all if on_loan else self._train
-                capacity = book.free_count(pool_nodes) + book.soft_count(pool_nodes)
-                groups, offers = self._groups(view, members)
+                pool_nodes = {"train": self._train, "loan": loan_all,
+                              "mixed": self._train + self._loan}[pool]
+                mine = {job.id for job, _, _ in members}
+                capacity = book.free_count(pool_nodes) + sum(
+                    len(g) for n in pool_nodes for j, g in book.soft[n].items() if j in mine)
+                if pool == "mixed":
+                    groups, offers = self._groups(view, members, book)
+                    order = [self._loan, self._train]  # flexible workers: loaned servers first
+                else:
+                    groups, offers = self._groups(view, members)
+                    order = [pool_nodes]
                 result = solve_mckp(groups, capacity, cfg.mckp,
                                     **({} if cfg.mckp in ("dp", "greedy")
                                        else {"time_limit_s": cfg.time_limit_s}))
                 if result.stats is not None:
-                    stats.append(result.stats.model_copy(
-                        update={"stage": f"mckp-{'loan' if on_loan else 'train'}"}))
+                    stats.append(result.stats.model_copy(update={"stage": f"mckp-{pool}"}))
                 targets = {key: (offers[key][idx] if idx >= 0 else 0)
                            for key, idx in result.choice.items()}
-                self._place_flexible(book, members, targets, pool_nodes)
+                self._place_flexible(book, members, targets, order)
 
         # ---- plan
         placements: dict[str, JobAllocation] = {}
@@ -247,9 +301,10 @@ class ArylPolicy:
             alloc = job.allocation
             tup = {n: tuple(g) for n, g in held.items()}
             if alloc is not None and alloc.placement == tup:
-                placements[job.id] = alloc
+                placements[job.id] = alloc  # same GPUs: no action, so the efficiency cannot change
             else:
-                placements[job.id] = JobAllocation.fast(job.id, tup)
+                efficiency = self._efficiency(view, job, tup)
+                placements[job.id] = JobAllocation.fast(job.id, tup, efficiency=efficiency)
             shares[job.id] = sum(len(g) for g in tup.values())
             soft = book.soft_gpus(job.id)
             if soft:
@@ -257,38 +312,103 @@ class ArylPolicy:
         self._flex = flex_memory
         return Decision(shares=shares, placements=placements, stats=stats)
 
-    def _groups(self, view: ClusterView, members: list[tuple[ActiveJob, int, Node]]
+    def _place_mixed(self, book: ServerBook, job: ActiveJob, demand: int, relax: bool,
+                     steal: bool) -> Placement | None:
+        """Inelastic demand of a heterogeneous job over both pools, all or nothing: as many
+        workers as fit on training servers, the rest on loaned servers (base group)."""
+        d = _worker_size(job, demand)
+        workers = demand // d
+        train, loan = self._train, self._loan
+        if not train or not loan:
+            return None
+
+        on_train = min(workers, book.worker_slots(train, d, relax=relax, steal=steal))
+        if on_train + book.worker_slots(loan, d, relax=relax, steal=steal) < workers:
+            return None
+        placed = book.place(job.id, on_train, d, train, "base", relax=relax, steal=steal) or {}
+        rest = workers - sum(len(g) for g in placed.values()) // d
+        more = book.place(job.id, rest, d, loan, "base", relax=relax, steal=steal)
+        if more is None:  # cannot happen: the slot count above is what ``place`` packs
+            raise RuntimeError(f"mixed placement of {job.id} failed after the room check")
+        return {**placed, **more}
+
+    def _efficiency(self, view: ClusterView, job: ActiveJob,
+                    placement: dict[str, tuple[int, ...]]) -> float:
+        """1.0, or for a heterogeneous job whose GPUs span types the efficiency that makes the
+        engine run it at ``hetero_efficiency`` x App. A's theoretical throughput."""
+        if len({view.nodes[n].gpu_type for n in placement}) <= 1 or not self._hetero(job):
+            return 1.0
+        return mixed_efficiency(_gpu_speeds(view, job, placement), self.config.hetero_efficiency)
+
+    def _groups(self, view: ClusterView, members: list[tuple[ActiveJob, int, Node]],
+                book: ServerBook | None = None
                 ) -> tuple[list[MckpGroup], dict[str, list[int]]]:
         """MCKP groups: per elastic job, one item per allowed size above w_min (whole workers).
 
         Value = T(w_min) - T(w_min + k) on the pool's GPU type, with T from the job's remaining
         work and throughput profile: Alg. 2's T^max k/(k + w_min) when scaling is linear.
+
+        With ``book`` the members are heterogeneous jobs (the "mixed" pool): T runs at
+        ``hetero_efficiency`` whenever the job would span GPU types (:meth:`_mixing`), and items
+        that do not pay are left out.
         """
+        eff = self.config.hetero_efficiency
+        loan = set(self._loan)
         groups = []
         offers: dict[str, list[int]] = {}
         now = view.now
-        for job, d, node in members:
+        for job, d, home in members:
             spec = job.spec
             base = spec.min_gpus
-            speed = _speed(view, job, node)
+            speed = _speed(view, job, home)
             left = job.remaining(now)
-            t_base = left / (spec.throughput.rate(base) * speed)
+            base_mixed, extra_mixed = (False, None) if book is None else \
+                self._mixing(view, book, job, loan)
+            t_base = left / (spec.throughput.rate(base) * speed * (eff if base_mixed else 1.0))
             items = []
             extras = []
             for count in spec.allowed_counts():
                 extra = count - base
                 if extra <= 0 or extra % d:
                     continue
-                t = left / (spec.throughput.rate(count) * speed)
+                mixed = extra_mixed is not None and extra_mixed(extra, d)
+                t = left / (spec.throughput.rate(count) * speed * (eff if mixed else 1.0))
+                if book is not None and t_base - t <= 0:
+                    continue
                 items.append((extra, t_base - t))
                 extras.append(extra)
             groups.append(MckpGroup(job.id, tuple(items)))
             offers[job.id] = extras
         return groups, offers
 
+    def _mixing(self, view: ClusterView, book: ServerBook, job: ActiveJob, loan: set[str]
+                ) -> tuple[bool, Callable[[int, int], bool]]:
+        """Whether a heterogeneous job's base already spans GPU types, and a rule telling
+        whether ``extra`` flexible GPUs (workers of ``d``) would make it span them.
+
+        Flexible workers go to loaned servers first, so a job with its base on training servers
+        becomes mixed as soon as loaned room is left for one of its workers (and stays
+        homogeneous when there is none); one based on loaned servers becomes mixed when its k
+        extra GPUs exceed that room. Items that do not pay (mixing can cost more than k workers
+        add: 8 -> 0.7 x 10) are left out. The allocation's efficiency is then computed from where
+        the workers really land."""
+        nodes = view.nodes
+        base_nodes = [n for n, held in book.hard.items() if job.id in held]
+        base_mixed = len({nodes[n].gpu_type for n in base_nodes}) > 1
+        base_on_loan = all(n in loan for n in base_nodes)
+        room = book.free_count(loan) + sum(len(g) for n, g in book.soft_gpus(job.id).items()
+                                           if n in loan)
+
+        def extra_mixed(extra: int, d: int) -> bool:
+            return base_mixed or (extra > room if base_on_loan else room >= d)
+
+        return base_mixed, extra_mixed
+
     def _place_flexible(self, book: ServerBook, members: list[tuple[ActiveJob, int, Node]],
-                        targets: dict[str, int], pool_nodes: list[str]) -> None:
-        """Shrink first (release GPUs), then grow, largest workers first."""
+                        targets: dict[str, int], order: list[list[str]]) -> None:
+        """Shrink first (release GPUs), then grow, largest workers first, filling the node
+        lists of ``order`` one after the other (one pool; loaned then training servers for
+        heterogeneous jobs)."""
         grow = []
         for job, d, _ in members:
             want = targets.get(job.id, 0)
@@ -307,8 +427,13 @@ class ArylPolicy:
         nodes = self._nodes
         for job, d, need, prefer in sorted(grow, key=lambda t: (-t[1], -t[2], t[0].id)):
             want = job.spec.gpu_type
-            cands = [n for n in pool_nodes if want is None or nodes[n].gpu_type == want]
-            book.place(job.id, need // d, d, cands, "flex", partial=True, prefer=prefer)
+            workers = need // d
+            for pool_nodes in order:
+                if workers <= 0:
+                    break
+                cands = [n for n in pool_nodes if want is None or nodes[n].gpu_type == want]
+                got = book.place(job.id, workers, d, cands, "flex", partial=True, prefer=prefer)
+                workers -= sum(len(g) for g in (got or {}).values()) // d
             # a partial placement may end between allowed counts (e.g. powers of two): trim
             allowed = set(job.spec.allowed_counts())
             soft = book.soft_gpus(job.id)
@@ -323,11 +448,14 @@ class ArylPolicy:
                     extra -= give
 
 
-def _make(name: str, **kw: object) -> Callable[[], ArylPolicy]:
-    return lambda: ArylPolicy(name, ArylConfig(**kw))  # type: ignore[arg-type]
+def _make(name: str, **kw: object) -> Callable[..., ArylPolicy]:
+    def factory(seed: int = 0) -> ArylPolicy:
+        return ArylPolicy(name, ArylConfig(**kw, seed=seed))  # type: ignore[arg-type]
+
+    return factory
 
 
-POLICIES: dict[str, tuple[Callable[[], ArylPolicy], str]] = {
+POLICIES: dict[str, tuple[Callable[..., ArylPolicy], str]] = {
     "aryl": (_make("aryl"),
              "Aryl: capacity loaning + elastic scaling (SJF + MCKP DP, grouped BFD, "
              "cost-greedy reclaim)"),
@@ -339,7 +467,7 @@ POLICIES: dict[str, tuple[Callable[[], ArylPolicy], str]] = {
     "aryl-loaning-scf": (_make("aryl-loaning-scf", scaling=False, reclaim="scf"),
                          "capacity loaning only, Smallest-Count-First reclaim"),
     "aryl-loaning-random": (_make("aryl-loaning-random", scaling=False, reclaim="random"),
-                            "capacity loaning only, random reclaim (seed 0)"),
+                            "capacity loaning only, random reclaim (the run's seed)"),
     "aryl-loaning-exact": (_make("aryl-loaning-exact", scaling=False, reclaim="exact"),
                            "capacity loaning only, exact (CP-SAT) reclaim"),
     "aryl-exact": (_make("aryl-exact", reclaim="exact"),
@@ -352,4 +480,12 @@ POLICIES: dict[str, tuple[Callable[[], ArylPolicy], str]] = {
                    "Aryl with naive BFD placement (no server groups; Tab. 6 ablation)"),
     "aryl-sjf": (_make("aryl-sjf", scaling=False, loaning=False),
                  "SJF with skip (Aryl phase 1 alone): no loaning, no scaling"),
+    "aryl-hetero": (_make("aryl-hetero", heterogeneous=True,
+                          hetero_efficiency=ADVANCED_EFFICIENCY),
+                    "Aryl + heterogeneous training (App. A): flagged jobs may span training and "
+                    "loaned GPUs at 70 % of theoretical throughput (Advanced scenario)"),
+    "aryl-hetero-ideal": (_make("aryl-hetero-ideal", heterogeneous=True,
+                                hetero_efficiency=IDEAL_EFFICIENCY),
+                          "Aryl + heterogeneous training at 100 % efficiency (Ideal scenario's "
+                          "hetero performance)"),
 }

@@ -59,8 +59,8 @@ def render(data: dict) -> str:
                    f"{_ratio(get('tiresias-l'), get('afs-p'))} | "
                    f"{_ratio(get('themis'), get('afs-p'))} | {row['wall_s']:.0f} |")
     out.append(f"\nPaper (Fig. 5): AFS-L/SRTF 1.2-2.7x, AFS-P/Tiresias-L 1.9-3.1x, "
-               f"AFS-P/Themis up to 2.2x. All VCs together took {data['total_wall_s']:.0f} s "
-               f"of simulation here.")
+               f"AFS-P/Themis up to 2.2x. The `wall` column sums to "
+               f"{data['total_wall_s']:,.0f} s (see **Time** above).")
     return "\n".join(out)
 
 
