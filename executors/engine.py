@@ -365,7 +365,22 @@ class Engine:
         self._schedule_wakeup(view)
         return plan
 
+    def _relabels(self, plan: AllocationPlan) -> set[str]:
+        """Jobs whose ``migrate`` only changes GPU *indices* within the same per-node counts, on
+        an executor that cannot pin indices (``capabilities.pin_gpus`` False, e.g. Slurm): the
+        executor could not carry such a move out (the job would restart on the same nodes with
+        the same counts), so the engine only relabels its GPUs and pays nothing for it."""
+        if self.executor.capabilities.pin_gpus:
+            return set()
+
+        def counts(alloc: JobAllocation | None) -> dict[str, int]:
+            return {n: len(g) for n, g in alloc.placement.items()} if alloc else {}
+
+        return {a.job_id for a in plan.actions
+                if a.kind == "migrate" and counts(a.before) == counts(a.after)}
+
     def _apply(self, plan: AllocationPlan, now: float) -> None:
+        relabels = self._relabels(plan)
         touched: dict[str, ActiveJob] = {}
         # Release everything first so GPUs can change hands within one plan.
         for action in plan.actions:
@@ -393,12 +408,15 @@ class Engine:
             else:
                 if kind == "resize":
                     job.resizes += 1
-                elif kind == "migrate":
+                elif kind == "migrate" and job.id not in relabels:
                     job.migrations += 1
                 job.set_allocation(action.after)
                 self._acquire(job)
+        if relabels:
+            carried = [a for a in plan.actions if a.job_id not in relabels]
+            plan = plan.model_copy(update={"actions": carried})
         if plan.actions:
-            self.executor.apply(plan, touched)
+            self.executor.apply(plan, {j: touched[j] for j in touched if j not in relabels})
 
     def _schedule_wakeup(self, view: ClusterView) -> None:
         wanted = self.policy.next_wakeup(view) if hasattr(self.policy, "next_wakeup") else None

@@ -511,15 +511,10 @@ class ControllerExecutor(SlurmExecutor):
         jobs = self._retry(lambda: self.cli.jobs(list(ids)))  # type: ignore[arg-type]
         return {ids[j.job_id]: j.restart_count for j in jobs}  # type: ignore[union-attr]
 
-    @staticmethod
-    def _noop(kind: str, before: Mapping[str, int], after: Mapping[str, int]) -> bool:
-        """Slurm does not pin GPU indices: a migrate within the same nodes and per-node counts
-        changes nothing Slurm enforces, so it is not worth a checkpoint-restart."""
-        return kind == "migrate" and dict(before) == dict(after)
-
     def apply(self, plan: AllocationPlan, jobs: Mapping[str, Any]) -> None:
-        actions = [a for a in plan.actions if a.kind != "keep"
-                   and not self._noop(a.kind, _counts(a.before), _counts(a.after))]
+        # A migrate within the same per-node counts never gets here: Slurm does not pin GPU
+        # indices (capabilities.pin_gpus False), so the engine only relabels such moves.
+        actions = [a for a in plan.actions if a.kind != "keep"]
         if not actions:
             return
         counts = self._restart_counts(a.job_id for a in actions if a.kind != "start")
