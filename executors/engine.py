@@ -33,6 +33,7 @@ from gpuplan.models import (
     RunResult,
     Sample,
     ThroughputMeasured,
+    placement_rate,
 )
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.policy import Policy
@@ -96,6 +97,8 @@ class Engine:
         self.solver_calls = 0
         self.solver_fallbacks = 0
         self.solver_ms: list[float] = []
+        self.skipped_grows = 0
+        """Grows not carried out because their restart would cost more than they save."""
         self.events = 0
         self.now: float | None = None
         self.start_time: float | None = None
@@ -379,7 +382,42 @@ class Engine:
         return {a.job_id for a in plan.actions
                 if a.kind == "migrate" and counts(a.before) == counts(a.after)}
 
+    def _unpaid_grows(self, plan: AllocationPlan, now: float) -> set[str]:
+        """Grows the executor would carry out by a restart that costs more than it saves.
+
+        On an executor whose resizes restart the job (``capabilities.resize == "restart"``,
+        Slurm, SSH, or the simulator's checkpoint-restart mode), a grow costs
+        ``restart_latency_s`` of no progress. A pure grow (the job keeps every GPU it has and
+        adds some) is dropped when ``latency + remaining / new rate >= remaining / old rate``:
+        the job would finish no sooner, and its restart would be wasted. Dropping it is always
+        safe: the added GPUs simply stay free, and no other job was planned onto the ones the
+        job keeps. Shrinks and moves are never dropped (other jobs may be planned onto the
+        GPUs they free)."""
+        caps = self.executor.capabilities
+        latency = caps.restart_latency_s
+        if caps.resize != "restart" or latency <= 0:
+            return set()
+        unpaid: set[str] = set()
+        for a in plan.actions:
+            if a.kind != "resize" or a.before is None or a.after is None or \
+                    a.gpus_after <= a.gpus_before or not a.before.gpu_set() <= a.after.gpu_set():
+                continue
+            job = self.running.get(a.job_id)
+            if job is None:
+                continue
+            left = job.remaining(now)
+            old = placement_rate(job.spec, self.cluster, a.before)
+            new = placement_rate(job.spec, self.cluster, a.after)
+            if old > 0 and new > 0 and latency + left / new >= left / old:
+                unpaid.add(a.job_id)
+        return unpaid
+
     def _apply(self, plan: AllocationPlan, now: float) -> None:
+        unpaid = self._unpaid_grows(plan, now)
+        if unpaid:
+            plan = plan.model_copy(update={
+                "actions": [a for a in plan.actions if a.job_id not in unpaid]})
+            self.skipped_grows += len(unpaid)
         relabels = self._relabels(plan)
         touched: dict[str, ActiveJob] = {}
         # Release everything first so GPUs can change hands within one plan.

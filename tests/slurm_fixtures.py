@@ -182,6 +182,14 @@ def run(cluster: Cluster, executor: SlurmExecutor, policy: object) -> Engine:
     return engine
 
 
+def standin_checkpoint(state_dir: Path, job_id: str) -> float | None:
+    """The stand-in's last checkpoint (``ID.ckpt``), or None before its first one."""
+    try:
+        return float(json.loads((state_dir / f"{file_key(job_id)}.ckpt").read_text())["done"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def standin_segments(state_dir: Path, job_id: str) -> list[dict[str, object]] | None:
     """The stand-in's own log of committed segments (``ID.log``, one JSON line each)."""
     path = state_dir / f"{file_key(job_id)}.log"

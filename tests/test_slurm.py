@@ -216,6 +216,24 @@ def test_a_second_lab_stops_only_what_it_started(lab: SlurmLab, tmp_path: Path) 
         time.sleep(0.2)
 
 
+def test_a_lab_with_another_configuration_is_refused_not_stopped(lab: SlurmLab,
+                                                                  tmp_path: Path) -> None:
+    """A developer's lab (owner "cli") running with another configuration in the same root is
+    never torn down by a test session's up(): it refuses with a LabError naming the root."""
+    shape = {"root": tmp_path / "dev", "nodes": 1, "node_prefix": "dev", "ctld_port": 6928,
+             "slurmd_port0": 17301}
+    dev = SlurmLab(LabConfig(gpus_per_node=2, **shape))  # type: ignore[arg-type]
+    dev.up(timeout_s=60)  # owner "cli"
+    try:
+        other = SlurmLab(LabConfig(gpus_per_node=4, **shape))  # type: ignore[arg-type]
+        with pytest.raises(LabError, match="another configuration"):
+            other.up(timeout_s=60, owner=fx.OWNER)
+        assert dev.is_up() and [n.gpus for n in dev.cli().nodes()] == [2]
+    finally:
+        dev.down()
+    assert not dev.is_up()
+
+
 # ---------------------------------------------------------------------------------------- hook
 
 
@@ -324,6 +342,54 @@ def test_elastic_afs_p_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: P
 
 
 # ---------------------------------------------------------------------------------------- faults
+
+
+def _standin_pid(key: str) -> int | None:
+    """PID of the stand-in process of the job whose file key is ``key`` (it runs under a
+    slurmstepd of the lab; argv carries ``--job-id KEY``)."""
+    out = subprocess.run(["pgrep", "-f", f"standin.py --job-id {key} "], capture_output=True,
+                         text=True, check=False).stdout.split()
+    return int(out[0]) if out else None
+
+
+def test_crashed_training_process_restarts_from_its_checkpoint(lab: SlurmLab,
+                                                               tmp_path: Path) -> None:
+    """SIGKILL a job's training process mid-run (no checkpoint signal): Slurm ends the run,
+    the executor sees an unplanned stop, requeues and restarts the job in place from its last
+    periodic checkpoint, and the job still finishes with its runs chaining exactly; the tail
+    since the checkpoint is lost work, never progress."""
+    jobs = [fx.job("crash", 0.0, 24.0, 2, 2, 2), fx.job("calm", 0.0, 12.0, 2, 2, 2)]
+    interval = 0.5
+    cluster, executor = fx.make_executor(lab, jobs, tmp_path / "state", nodes=("node1",),
+                                         max_wall_s=120,
+                                         command=fx.standin_builder(checkpoint_interval_s=interval))
+    killed: list[int] = []
+
+    def kill_when_running() -> None:
+        key = file_key("crash")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            pid = _standin_pid(key)
+            checkpoint = fx.standin_checkpoint(tmp_path / "state", "crash")
+            if pid is not None and checkpoint is not None and checkpoint >= 4.0:
+                subprocess.run(["kill", "-KILL", str(pid)], check=False)
+                killed.append(pid)
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_when_running, daemon=True)
+    killer.start()
+    engine = fx.run(cluster, executor, make_policy("fifo"))
+    killer.join(timeout=5)
+    assert killed, "the stand-in was never seen running"
+    fx.assert_progress_conserved(engine, executor, tmp_path / "state", jobs)
+    crash = [s for s in executor.segments_of("crash")]
+    assert any(s.how.startswith("unplanned") for s in crash), [s.how for s in crash]
+    assert len({s.slurm_id for s in crash}) == 1  # restarted on the same Slurm job id
+    record = {r.job_id: r for r in engine.result().jobs}["crash"]
+    # at most one checkpoint interval of work at 2 GPUs (plus polling slack) is lost
+    assert 0.0 <= record.lost_iterations <= 2 * 1.0 * (interval + 0.5)
+
 
 
 def test_node_down_and_controller_restart_lose_nothing(lab: SlurmLab, tmp_path: Path) -> None:

@@ -56,7 +56,6 @@ from gpuplan.models import (
     GpuplanError,
     JobAllocation,
     JobArrival,
-    JobCompletion,
     JobFailure,
     JobSpec,
     ThroughputProfile,
@@ -411,22 +410,6 @@ class ControllerExecutor(SlurmExecutor):
 
     def _all_done(self) -> bool:
         return self._shutdown
-
-    def next_events(self) -> tuple[float, list[Event]] | None:
-        batch = super().next_events()
-        if batch is None:
-            return None
-        now, events = batch
-        # The base executor reports a job it gave up on (cancelled by its owner, crashed past
-        # the restart budget) as a completion; to the engine and the journal it is a failure.
-        out: list[Event] = []
-        for event in events:
-            if isinstance(event, JobCompletion) and event.job_id in self.failures:
-                out.append(JobFailure(time=now, job_id=event.job_id,  # type: ignore[arg-type]
-                                      reason=self.failures[event.job_id]))
-            else:
-                out.append(event)
-        return now, out
 
     def _poll(self, now: float) -> list[Event]:
         events = super()._poll(now)

@@ -64,6 +64,7 @@ from gpuplan.models import (
     JobAllocation,
     JobArrival,
     JobCompletion,
+    JobFailure,
     JobSpec,
     Node,
     NodeFailure,
@@ -732,8 +733,13 @@ class SlurmExecutor(Executor):
             job.done = job.spec.work
             job.rate = 0.0
         self._end_segment(tracked, how)
-        self._queued.append(JobCompletion.model_construct(time=self.now(), kind="completion",
-                                                          job_id=tracked.spec.id))
+        job_id = tracked.spec.id
+        if how == "completed":
+            self._queued.append(JobCompletion.model_construct(time=self.now(), kind="completion",
+                                                              job_id=job_id))
+        else:  # cancelled by its owner, vanished, or crashed past the restart budget
+            self._queued.append(JobFailure(time=self.now(), job_id=job_id,
+                                           reason=self.failures.get(job_id, how)))
 
     def _wait(self, by_id: Mapping[int | None, _Tracked], done: Callable[[SlurmJob], bool],
               timeout_s: float) -> dict[int, SlurmJob]:

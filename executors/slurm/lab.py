@@ -185,11 +185,21 @@ class SlurmLab:
         configs = self._render()
         fingerprint = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()
         owner_file = self.root / "run" / "owner"
+        running_owner = owner_file.read_text().strip() if owner_file.exists() else ""
         if self._running_with(fingerprint):
             self._wait_nodes(time.monotonic() + timeout_s)
             self.reused = True
-            self.owner = owner_file.read_text().strip() if owner_file.exists() else ""
+            self.owner = running_owner
             return time.monotonic() - t0
+        live = [name for name, entry in self._manifest().items()
+                if name != "munged" and _alive(entry)]
+        if live and running_owner != owner:
+            # Someone else's lab with another configuration: never stop what we did not start.
+            raise LabError(
+                f"a Slurm lab with another configuration runs under {self.root} (started by "
+                f"{running_owner or 'unknown'}: {', '.join(sorted(live))}); stop it first "
+                f"(python -m gpuplan.executors.slurm.lab down --root {self.root}) or use "
+                "another --root")
         self.reused = False
         self.owner = owner
         self.down()
