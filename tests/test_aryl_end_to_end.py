@@ -183,6 +183,17 @@ def test_mckp_variants_agree_on_small_runs() -> None:
 
 
 # ------------------------------------------------------------------------------- property
+def draw_loan_events(draw: st.DrawFn, events: list | None = None) -> list:
+    """Up to six loan offers / reclaim requests at random times (after ``events``)."""
+    events = list(events or [])
+    for _ in range(draw(st.integers(0, 6))):
+        t = draw(st.integers(0, 400))
+        n = draw(st.integers(1, 3))
+        events.append(LoanOffer(time=t, count=n) if draw(st.booleans())
+                      else ReclaimRequest(time=t, count=n))
+    return events
+
+
 @st.composite
 def workloads(draw: st.DrawFn):
     jobs = []
@@ -202,13 +213,7 @@ def workloads(draw: st.DrawFn):
         kw["checkpoint"] = {"on_signal": draw(st.booleans())}
         jobs.append(job(f"j{i}", draw(st.integers(0, 200)), gpus,
                         draw(st.integers(10, 300)), **kw))
-    events = []
-    for _ in range(draw(st.integers(0, 6))):
-        t = draw(st.integers(0, 400))
-        n = draw(st.integers(1, 3))
-        events.append(LoanOffer(time=t, count=n) if draw(st.booleans())
-                      else ReclaimRequest(time=t, count=n))
-    return jobs, events
+    return jobs, draw_loan_events(draw)
 
 
 @settings(max_examples=100, deadline=None,

@@ -22,7 +22,6 @@ from gpuplan.models import (
     JobAllocation,
     JobSpec,
     LoanOffer,
-    ReclaimRequest,
     placement_rate,
 )
 from gpuplan.scenarios.inference import loaning_cluster
@@ -30,7 +29,7 @@ from gpuplan.solver_core.aryl.hetero import mixed_efficiency, theoretical_throug
 from gpuplan.solver_core.policies.aryl import ArylConfig
 from gpuplan.solver_core.registry import make_policy
 from tests.conftest import NO_OVERHEADS
-from tests.test_aryl_end_to_end import PoolChecker
+from tests.test_aryl_end_to_end import PoolChecker, draw_loan_events
 
 EFFICIENCY = {"aryl-hetero": 0.7, "aryl-hetero-ideal": 1.0}
 
@@ -226,13 +225,8 @@ def hetero_workloads(draw: st.DrawFn):
         kw["checkpoint"] = {"on_signal": draw(st.booleans())}
         jobs.append(job(f"j{i}", draw(st.integers(0, 200)), gpus,
                         draw(st.integers(10, 300)), **kw))
-    events = [LoanOffer(time=0, count=draw(st.integers(1, 3)))]  # loans from the start
-    for _ in range(draw(st.integers(0, 6))):
-        t = draw(st.integers(0, 400))
-        n = draw(st.integers(1, 3))
-        events.append(LoanOffer(time=t, count=n) if draw(st.booleans())
-                      else ReclaimRequest(time=t, count=n))
-    return jobs, events
+    first = [LoanOffer(time=0, count=draw(st.integers(1, 3)))]  # loans from the start
+    return jobs, draw_loan_events(draw, first)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
