@@ -165,10 +165,12 @@ def test_exact_with_pulp_matches_cpsat() -> None:
         assert preempted(inst, a) == preempted(inst, b)
 
 
-def dense_layout(seed: int, servers: int = 40, jobs: int = 60) -> ReclaimInstance:
+def dense_layout(seed: int | random.Random, servers: int = 40, jobs: int = 60
+                 ) -> ReclaimInstance:
     """Seeded random layout: jobs of 1-4 GPUs per server spread over 1-4 of ``servers``
-    servers, a quarter elastic down to half their size (denser coupling than the benchmark)."""
-    rng = random.Random(seed)
+    servers, a quarter elastic down to half their size (denser coupling than the benchmark).
+    ``seed`` may be a ``random.Random`` to draw several layouts from one stream."""
+    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
     names = [f"s{i:02d}" for i in range(servers)]
     layout: dict[str, dict[str, int]] = {s: {} for s in names}
     allowed = {}
@@ -272,17 +274,7 @@ def test_heuristic_close_to_exact_on_random_layouts() -> None:
     rng = random.Random(5)
     gap = []
     for _ in range(25):
-        servers = [f"s{i:02d}" for i in range(30)]
-        layout: dict[str, dict[str, int]] = {s: {} for s in servers}
-        allowed = {}
-        for k in range(45):
-            span = rng.sample(servers, rng.choice([1, 1, 2, 2, 3, 4]))
-            for s in span:
-                layout[s][f"j{k}"] = rng.choice([1, 2, 4])
-            if rng.random() < 0.25:
-                total = sum(layout[s][f"j{k}"] for s in span)
-                allowed[f"j{k}"] = range(max(1, total // 2), total + 1)
-        inst = ReclaimInstance.from_server_jobs(layout, allowed=allowed)
+        inst = dense_layout(rng, servers=30, jobs=45)
         n = rng.randint(3, 15)
         h = preempted(inst, select_aryl(inst, n))
         e = preempted(inst, select_exact(inst, n)[0])

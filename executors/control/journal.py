@@ -35,6 +35,8 @@ from typing import IO, Any
 
 from gpuplan.models import GpuplanError
 
+from ..pidlock import lock_with_pid
+
 SCHEMA_VERSION = 1
 
 JOB_STATES = ("pending", "running", "completed", "failed", "rejected", "failopen", "gone")
@@ -486,22 +488,11 @@ class Journal:
 
 def _take_lock(path: Path, timeout_s: float) -> IO[str]:
     fh = open(path, "a+")  # noqa: SIM115 - kept open for the journal's lifetime (the lock)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = path.read_text().strip() if path.exists() else "?"
-                fh.close()
-                raise JournalError(f"journal {path.with_suffix('')} is in use by another "
-                                   f"controller (pid {holder or '?'})") from None
-            time.sleep(0.2)
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
+    if not lock_with_pid(fh, timeout_s, poll_s=0.2):
+        holder = path.read_text().strip() if path.exists() else "?"
+        fh.close()
+        raise JournalError(f"journal {path.with_suffix('')} is in use by another "
+                           f"controller (pid {holder or '?'})")
     return fh
 
 

@@ -53,6 +53,7 @@ from typing import Literal
 
 from gpuplan.models import GpuplanError
 
+from ..pidlock import lock_with_pid
 from .cli import SlurmCli, SlurmError
 
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plugins")
@@ -286,21 +287,10 @@ class SlurmLab:
         except OSError as err:
             raise LabError(f"cannot create the lab lock {path}: {err}") from err
         with fh:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LabError(f"lab {self.root} still in use by another process after "
-                                       f"{timeout_s:g} s (lock {path})") from None
-                    time.sleep(0.5)
+            if not lock_with_pid(fh, timeout_s, poll_s=0.5):
+                raise LabError(f"lab {self.root} still in use by another process after "
+                               f"{timeout_s:g} s (lock {path})")
             try:
-                fh.seek(0)
-                fh.truncate()
-                fh.write(f"{os.getpid()}\n")
-                fh.flush()
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
