@@ -98,7 +98,12 @@ class SolverStats(BaseModel):
     bound: float | None = None
     gap: float | None = None
     wall_ms: float = 0.0
-    time_limit_s: float | None = None
+    time_limit_s: float | None = Field(default=None, description="wall-clock limit (s)")
+    work_limit_s: float | None = Field(
+        default=None, description="deterministic work budget (CP-SAT deterministic seconds)")
+    node_limit: int | None = Field(default=None, description="branch-and-bound node limit")
+    deterministic: bool = Field(
+        default=False, description="the answer depends on the model and seed alone")
     fell_back: bool = Field(default=False, description="exact solver failed; heuristic used")
     message: str = ""
 

@@ -202,7 +202,7 @@ def test_exact_falls_back_to_greedy_when_the_solver_fails(monkeypatch: pytest.Mo
     def broken(*args: object, **kw: object) -> None:
         raise RuntimeError("solver crashed")
 
-    monkeypatch.setattr(backends, "solve", broken)
+    monkeypatch.setattr(backends, "run_backend", broken)
     res = solve_exact(groups, 3, backend="cp-sat", time_limit_s=1.0)
     assert res.stats is not None and res.stats.fell_back and res.stats.status == "heuristic"
     assert res.value == 10.0  # the greedy's answer

@@ -23,6 +23,7 @@ from gpuplan.solver_core.aryl.reclaim import (
     select_random,
     select_scf,
 )
+from gpuplan.solver_core.limits import SolveLimits
 
 # Fig. 5, reconstructed (digest §2.2.3): 6 servers x 8 GPUs; job a on servers 1-2 (half each),
 # b only on 3, c = 8 GPUs on 4 + 2 on 5, d = 2 GPUs on 5 + 8 on 6.
@@ -142,7 +143,8 @@ def test_random_is_seeded_and_distinct() -> None:
     a = select_random(inst, 5, 7)
     assert a == select_random(inst, 5, 7)
     assert len(set(a)) == 5 and set(a) <= set(inst.servers)
-    assert select(inst, 5, "random", seed=7) == a
+    chosen, stats = select(inst, 5, "random", seed=7)
+    assert chosen == a and stats.status == "heuristic" and not stats.fell_back
     with pytest.raises(ValueError, match="unknown reclaim method"):
         select(inst, 1, "nope")
 
@@ -199,6 +201,22 @@ def test_plain_ilp_pulp_cbc_matches_cpsat_on_dense_layouts(seed: int, count: int
     # the component-enumerating model agrees; the heuristic is never better
     assert preempted(inst, select_exact(inst, count)[0]) == best
     assert preempted(inst, select_aryl(inst, count)) >= best
+
+
+def test_select_reports_whether_the_answer_is_proven() -> None:
+    """``select`` keeps the exact method's status: proven within the deterministic budget, and
+    a visible fallback when the budget is too small to find any solution."""
+    inst = dense_layout(2)
+    servers, stats = select(inst, 20, "exact")
+    assert stats.status == "optimal" and stats.deterministic and preempted(inst, servers) == 17
+    tiny = SolveLimits.deterministic_budget(1e-6, nodes=1)
+    servers, stats = select(inst, 20, "exact", enumerate_limit=0, limits=tiny)
+    assert len(servers) == 20
+    if stats.status != "optimal":
+        assert stats.fell_back and stats.status == "heuristic" and "exact solve failed" in \
+            stats.message
+    again = select(inst, 20, "exact", enumerate_limit=0, limits=tiny)
+    assert again == (servers, again[1]) and again[1].status == stats.status
 
 
 def test_heuristic_is_strictly_worse_on_some_dense_layouts() -> None:

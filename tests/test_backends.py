@@ -6,9 +6,13 @@ force), so a translation bug in any backend cannot hide behind agreement with an
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +26,7 @@ from gpuplan.solver_core.backends import (
     ModelError,
     NoSolutionError,
     Solution,
+    SolveLimits,
     UnknownBackendError,
     available_backends,
     lin_sum,
@@ -323,8 +328,8 @@ def test_unknown_backend_names_allowed_set() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"time_limit_s": 0}, {"time_limit_s": math.inf},
-                                    {"time_limit_s": None}, {"threads": 0}, {"seed": -1},
-                                    {"rel_gap": 1.5}])
+                                    {"time_limit_s": "1"}, {"limits": "fast"},
+                                    {"threads": 0}, {"seed": -1}, {"rel_gap": 1.5}])
 def test_bad_solve_arguments(kwargs: dict) -> None:
     m, _ = build_knapsack([1], [1], 1)
     with pytest.raises(InputError):
@@ -374,7 +379,7 @@ def test_time_limit_without_incumbent(backend: str) -> None:
     assert s.wall_ms < 2000
     assert s.status in ("feasible", "timeout", "optimal"), s
     if s.status == "timeout":
-        assert "time limit" in s.message
+        assert "limit reached" in s.message
         with pytest.raises(NoSolutionError):
             sol.value(sol.model.vars[0])
         result, fb = solve_with_fallback(build_market_split(), lambda: "greedy",
@@ -485,3 +490,86 @@ def test_cpsat_matches_dp_property(items: list[tuple[int, int]], capacity: int) 
     sol = solve(m, "cp-sat", time_limit_s=5)
     assert sol.stats.status == "optimal"
     assert sol.stats.objective == knapsack_dp(weights, values, capacity)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deterministic limits: the answer depends on the model and seed alone, whatever the load
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _busy_cores(n: int = 2) -> Iterator[None]:
+    """Keep ``n`` cores busy with spinning subprocesses for the duration of the block."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _fingerprint(sol: Solution) -> tuple:
+    s = sol.stats
+    return (s.status, s.objective, s.bound, tuple(sol.raw_values or ()))
+
+
+@pytest.mark.parametrize("backend", [b for b in AVAILABLE if b in ("cp-sat", "scip", "highs",
+                                                                   "pulp-cbc")])
+def test_deterministic_limit_gives_the_same_answer_under_load(backend: str) -> None:
+    """A budget that stops the search early (the hard knapsack is not solved within it) gives
+    the same status, incumbent and bound on a quiet machine and with both cores busy."""
+    limits = (SolveLimits.deterministic_budget(0.02) if backend == "cp-sat"
+              else SolveLimits.deterministic_budget(0.02, nodes=3))
+    quiet = solve(build_hard_mdk(), backend, limits=limits)
+    with _busy_cores():
+        busy = [solve(build_hard_mdk(), backend, limits=limits) for _ in range(2)]
+    assert quiet.stats.deterministic and quiet.stats.status in ("feasible", "timeout", "optimal")
+    assert quiet.stats.status != "error"
+    for other in busy:
+        assert _fingerprint(other) == _fingerprint(quiet)
+    if backend != "cp-sat":
+        assert quiet.stats.node_limit == 3
+    else:
+        assert quiet.stats.work_limit_s == 0.02
+
+
+@pytest.mark.parametrize("backend", AVAILABLE)
+def test_limit_without_solution_is_timeout_never_error(backend: str) -> None:
+    """Stopping on a limit is ``timeout`` (or an incumbent), told apart from ``error`` by the
+    backend's reason, not by the wall clock; a busy machine cannot turn one into the other."""
+    with _busy_cores():
+        for limit in (1e-3, 0.01, 0.05):
+            sol = solve(build_market_split(), backend, time_limit_s=limit)
+            assert sol.stats.status in ("timeout", "feasible", "optimal"), sol.stats
+            if sol.stats.status == "timeout":
+                assert any(w in sol.stats.message for w in ("limit reached", "used up", "ran out"))
+
+
+def test_wall_clock_limit_covers_model_building() -> None:
+    """A builder that uses up the whole wall-clock budget leaves nothing for the solver: the
+    call reports a timeout (and falls back) instead of solving past its limit."""
+    def slow_build() -> MipModel:
+        import time
+
+        m, _ = build_knapsack(KNAP_WEIGHTS, KNAP_VALUES, 200)
+        time.sleep(0.3)  # the scenario: building is slower than the whole budget
+        return m
+
+    result, st = solve_with_fallback(slow_build, lambda: "greedy", lambda _: "exact", "cp-sat",
+                                     time_limit_s=0.1)
+    assert result == "greedy" and st.fell_back
+    assert "used up" in st.message and st.time_limit_s == 0.1
+
+
+def test_policy_budget_is_deterministic_and_generous() -> None:
+    limits = SolveLimits.deterministic_budget(1.0)
+    assert limits.deterministic and limits.work_s == 1.0 and limits.nodes is not None
+    assert limits.wall_s >= 100.0  # a guard against pathology, never the binding limit
+    assert not SolveLimits.wall(1.0).deterministic
+    with pytest.raises(InputError):
+        SolveLimits(wall_s=math.nan)
+    with pytest.raises(InputError):
+        SolveLimits.deterministic_budget(-1.0)
+    with pytest.raises(InputError):
+        solve(build_knapsack([1], [1], 1)[0], time_limit_s=1.0, limits=limits)

@@ -33,6 +33,7 @@ import numpy as np
 from gpuplan.models import SolverStats
 
 from ..backends import MipModel, Solution, lin_sum, solve_with_fallback
+from ..limits import SolveLimits, resolve_limits
 
 __all__ = [
     "MckpGroup",
@@ -42,6 +43,9 @@ __all__ = [
     "solve_greedy",
     "solve_mckp",
 ]
+
+MCKP_WORK_S = 1.0
+"""Deterministic budget of an exact MCKP solve made for a policy (CP-SAT deterministic s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +296,8 @@ def solve_exact(
     capacity: int,
     *,
     backend: str = "cp-sat",
-    time_limit_s: float = 1.0,
+    time_limit_s: float | None = None,
+    limits: SolveLimits | None = None,
     stage: str = "mckp",
     value_resolution: float = 1e-9,
     reduce: bool = True,
@@ -401,7 +406,9 @@ def solve_exact(
         return choice_of(taken)
 
     choice, stats = solve_with_fallback(build, lambda: dict(greedy.choice), decode, backend,
-                                        time_limit_s=time_limit_s, stage=stage)
+                                        limits=resolve_limits(time_limit_s, limits,
+                                                              MCKP_WORK_S),
+                                        stage=stage)
     value, weight = _evaluate(groups, choice)
     if value < greedy.value - 1e-9 and not stats.fell_back:
         # the fixings only admit solutions better than the greedy; none exists, so it is optimal

@@ -41,6 +41,7 @@ import numpy as np
 from gpuplan.models import ClusterView, SolverStats
 
 from ..backends import MipModel, Solution, lin_sum, solve_with_fallback
+from ..limits import SolveLimits, resolve_limits
 
 __all__ = [
     "RECLAIM_METHODS",
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 RECLAIM_METHODS = ("aryl", "exact", "scf", "random")
+RECLAIM_WORK_S = 1.0
+"""Deterministic budget of an exact reclaim made for a policy (CP-SAT deterministic seconds)."""
 _EPS = 1e-9
 
 
@@ -654,7 +657,8 @@ def select_exact(
     count: int,
     *,
     backend: str = "cp-sat",
-    time_limit_s: float = 1.0,
+    time_limit_s: float | None = None,
+    limits: SolveLimits | None = None,
     enumerate_limit: int = 14,
 ) -> tuple[list[str], SolverStats]:
     """Fewest preemptions, exactly (the paper's exhaustive-search optimum as an ILP).
@@ -748,21 +752,30 @@ def select_exact(
         return [s for s in inst.servers if s in chosen]
 
     return solve_with_fallback(build, lambda: select_aryl(inst, count), decode, backend,
-                               time_limit_s=time_limit_s, stage="reclaim")
+                               limits=resolve_limits(time_limit_s, limits, RECLAIM_WORK_S),
+                               stage="reclaim")
 
 
 def select(inst: ReclaimInstance, count: int, method: str = "aryl", *, seed: int = 0,
-           **kw: object) -> list[str]:
-    """Dispatch by name (:data:`RECLAIM_METHODS`)."""
-    if method == "aryl":
-        return select_aryl(inst, count, **kw)  # type: ignore[arg-type]
+           **kw: object) -> tuple[list[str], SolverStats]:
+    """Dispatch by name (:data:`RECLAIM_METHODS`): the servers and how they were chosen.
+
+    The stats say whether the answer is proven: ``optimal`` from the exact method, ``heuristic``
+    with ``fell_back`` when the exact method ran out of budget, ``heuristic`` for the others.
+    """
     if method == "exact":
-        return select_exact(inst, count, **kw)[0]  # type: ignore[arg-type]
-    if method == "scf":
-        return select_scf(inst, count)
-    if method == "random":
-        return select_random(inst, count, seed)
-    raise ValueError(f"unknown reclaim method {method!r}; choose one of {RECLAIM_METHODS}")
+        return select_exact(inst, count, **kw)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    if method == "aryl":
+        chosen = select_aryl(inst, count, **kw)  # type: ignore[arg-type]
+    elif method == "scf":
+        chosen = select_scf(inst, count)
+    elif method == "random":
+        chosen = select_random(inst, count, seed)
+    else:
+        raise ValueError(f"unknown reclaim method {method!r}; choose one of {RECLAIM_METHODS}")
+    return chosen, SolverStats(stage="reclaim", backend=method, status="heuristic",
+                               wall_ms=(time.perf_counter() - t0) * 1000.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -777,13 +790,15 @@ class Reclaimer:
     """
 
     def __init__(self, method: str = "aryl", *, seed: int = 0, backend: str = "cp-sat",
-                 time_limit_s: float = 1.0, flexible_first: bool | None = None) -> None:
+                 limits: SolveLimits | None = None,
+                 flexible_first: bool | None = None) -> None:
         if method not in RECLAIM_METHODS:
             raise ValueError(f"unknown reclaim method {method!r}; choose one of "
                              f"{RECLAIM_METHODS}")
         self.method = method
         self.backend = backend
-        self.time_limit_s = time_limit_s
+        self.limits = limits
+        """The exact method's budget; None: the deterministic default (:data:`RECLAIM_WORK_S`)."""
         self.flexible_first = method == "aryl" if flexible_first is None else flexible_first
         self.rng = random.Random(seed)
         self.outcomes: list[ReclaimOutcome] = []
@@ -807,8 +822,7 @@ class Reclaimer:
         if self.method == "aryl":
             chosen = select_aryl(inst, count, flexible_first=self.flexible_first)
         elif self.method == "exact":
-            chosen, stats = select_exact(inst, count, backend=self.backend,
-                                         time_limit_s=self.time_limit_s)
+            chosen, stats = select_exact(inst, count, backend=self.backend, limits=self.limits)
         elif self.method == "scf":
             chosen = select_scf(inst, count)
         else:

@@ -5,11 +5,15 @@ so every shares policy (AFS, Tiresias, FIFO, ...) can get a "packed" variant wit
 about it. The regulation runs inside the shares stage, after the policy's own shares, so
 ``Decision.shares`` already holds the regulated counts and the placement places exactly those.
 
-The registry is not touched here: policy modules (or the integrator) expose packed variants
-through their ``POLICIES`` dicts, e.g.::
+The registry is not touched here: policy modules expose packed variants through their
+``POLICIES`` dicts (``solver_core/policies/packed.py`` registers ``<base>-packed`` this way), e.g.::
 
-    POLICIES = {"afs-l-packed": (lambda: packed_variant(StagedPolicy("afs-l", afs_shares,
-                                 best_fit_placement)), "AFS-L with network packing")}
+    POLICIES = {"srtf-packed": (lambda: packed_variant(make_policy("srtf")),
+                                "SRTF with network packing")}
+
+Solver budgets: the exact regulation and the exact reuse placement take
+:class:`~gpuplan.solver_core.limits.SolveLimits`; ``None`` (the default) is each stage's
+deterministic budget, so a policy's decisions depend on its inputs and seed alone.
 
 Placement choices: ``reuse-greedy`` / ``reuse-exact`` (:mod:`.reuse`; they honour the
 no-network-sharing rule exactly when a regulation is configured, because only regulated
@@ -24,10 +28,11 @@ from typing import Literal
 
 from gpuplan.models import ClusterView, SolverStats
 
+from ..limits import SolveLimits
 from ..policy import PlacementStage, Shares, SharesStage, StagedPolicy
 from .best_fit import best_fit_placement
-from .network_packing import REGULATION_TIME_LIMIT_S, packed_placement, regulate_view
-from .reuse import PLACEMENT_TIME_LIMIT_S, reuse_placement
+from .network_packing import packed_placement, regulate_view
+from .reuse import reuse_placement
 
 __all__ = [
     "PLACEMENTS",
@@ -51,7 +56,7 @@ def regulated_shares(
     regulation: RegulationName = "greedy",
     *,
     backend: str = "cp-sat",
-    time_limit_s: float = REGULATION_TIME_LIMIT_S,
+    limits: SolveLimits | None = None,
 ) -> SharesStage:
     """``shares_stage`` followed by network-packing regulation of its output."""
     if regulation not in REGULATIONS:
@@ -59,7 +64,7 @@ def regulated_shares(
 
     def stage(view: ClusterView, stats: list[SolverStats]) -> Shares:
         return regulate_view(view, shares_stage(view, stats), stats, method=regulation,
-                             backend=backend, time_limit_s=time_limit_s)
+                             backend=backend, limits=limits)
 
     stage.__name__ = f"regulated_{getattr(shares_stage, '__name__', 'shares')}"
     return stage
@@ -70,14 +75,14 @@ def make_placement(
     *,
     no_network_sharing: bool = True,
     backend: str = "cp-sat",
-    time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
+    limits: SolveLimits | None = None,
 ) -> PlacementStage:
     """The placement stage called ``placement`` (see module docstring)."""
     if placement == "reuse-greedy":
         return reuse_placement("greedy", no_network_sharing=no_network_sharing)
     if placement == "reuse-exact":
         return reuse_placement("exact", no_network_sharing=no_network_sharing,
-                               backend=backend, time_limit_s=time_limit_s)
+                               backend=backend, limits=limits)
     if placement == "ffd":
         return packed_placement
     if placement == "best-fit":
@@ -92,8 +97,8 @@ def packed_policy(
     placement: PlacementName = "reuse-greedy",
     *,
     backend: str = "cp-sat",
-    regulation_time_limit_s: float = REGULATION_TIME_LIMIT_S,
-    placement_time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
+    regulation_limits: SolveLimits | None = None,
+    placement_limits: SolveLimits | None = None,
     wakeup: Callable[[ClusterView], float | None] | None = None,
 ) -> StagedPolicy:
     """A :class:`StagedPolicy`: ``shares_stage`` -> regulation (unless ``None``) -> placement.
@@ -104,9 +109,9 @@ def packed_policy(
     shares = shares_stage
     if regulation is not None:
         shares = regulated_shares(shares_stage, regulation, backend=backend,
-                                  time_limit_s=regulation_time_limit_s)
+                                  limits=regulation_limits)
     place = make_placement(placement, no_network_sharing=regulation is not None,
-                           backend=backend, time_limit_s=placement_time_limit_s)
+                           backend=backend, limits=placement_limits)
     return StagedPolicy(name, shares, place, wakeup)
 
 
@@ -117,11 +122,11 @@ def packed_variant(
     placement: PlacementName = "reuse-greedy",
     *,
     backend: str = "cp-sat",
-    regulation_time_limit_s: float = REGULATION_TIME_LIMIT_S,
-    placement_time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
+    regulation_limits: SolveLimits | None = None,
+    placement_limits: SolveLimits | None = None,
 ) -> StagedPolicy:
     """``base``'s shares stage and wake-ups with packing and a reuse placement; the default
     name is ``"<base>-packed"``."""
     return packed_policy(name or f"{base.name}-packed", base.shares, regulation, placement,
-                         backend=backend, regulation_time_limit_s=regulation_time_limit_s,
-                         placement_time_limit_s=placement_time_limit_s, wakeup=base.wakeup)
+                         backend=backend, regulation_limits=regulation_limits,
+                         placement_limits=placement_limits, wakeup=base.wakeup)

@@ -43,10 +43,11 @@ from typing import Literal
 from gpuplan.models import ClusterView, JobAllocation, SolverStats
 
 from ..backends import MipModel, Solution, lin_sum, solve_with_fallback
+from ..limits import SolveLimits, resolve_limits
 from ..policy import Placements, Shares
 
 __all__ = [
-    "REGULATION_TIME_LIMIT_S",
+    "REGULATION_WORK_S",
     "GreedyRule",
     "RegulationOption",
     "assign_gpus",
@@ -67,7 +68,7 @@ __all__ = [
     "small_sizes",
 ]
 
-REGULATION_TIME_LIMIT_S = 1.0
+REGULATION_WORK_S = 1.0
 """Default limit of the exact regulation: the model has O(n (log G + N/G)) booleans and one
 coupling row, so CP-SAT proves optimality in milliseconds; the limit only guards outliers."""
 
@@ -294,7 +295,8 @@ def regulate_exact(
     allowed: Mapping[str, Iterable[int] | None] | None = None,
     *,
     backend: str = "cp-sat",
-    time_limit_s: float = REGULATION_TIME_LIMIT_S,
+    time_limit_s: float | None = None,
+    limits: SolveLimits | None = None,
     stats: list[SolverStats] | None = None,
 ) -> dict[str, int]:
     """Least-change regulation as an integer program (digest §2.9 ILP, §7.2 item 14).
@@ -359,10 +361,12 @@ def regulate_exact(
     if not jobs:
         result, st = {}, SolverStats(stage="regulation", backend=backend, status="optimal",
                                      objective=0.0, bound=0.0, gap=0.0,
-                                     time_limit_s=time_limit_s, message="no job to regulate")
+                                     message="no job to regulate")
     else:
         result, st = solve_with_fallback(build, lambda: dict(greedy), decode, backend,
-                                         time_limit_s=time_limit_s, stage="regulation")
+                                         limits=resolve_limits(time_limit_s, limits,
+                                                               REGULATION_WORK_S),
+                                         stage="regulation")
     if stats is not None:
         stats.append(st)
     return result
@@ -521,7 +525,7 @@ def regulate_view(
     *,
     method: str = "greedy",
     backend: str = "cp-sat",
-    time_limit_s: float = REGULATION_TIME_LIMIT_S,
+    limits: SolveLimits | None = None,
 ) -> Shares:
     """Regulate a shares stage's output on ``view`` (``G`` = :func:`packing_unit`, ``N`` =
     usable GPUs, allowed counts from each job's spec). ``method``: 'greedy' (largest deficit
@@ -530,7 +534,7 @@ def regulate_view(
     allowed = {j: _allowed_of(view, j) for j in shares}
     if method == "exact":
         return regulate_exact(shares, unit, capacity, allowed, backend=backend,
-                              time_limit_s=time_limit_s, stats=stats)
+                              limits=limits, stats=stats)
     if method not in ("greedy", "marginal"):
         raise ValueError(
             f"regulation method must be 'greedy', 'marginal' or 'exact', got {method!r}")

@@ -42,12 +42,13 @@ from dataclasses import dataclass
 from gpuplan.models import ClusterView, JobAllocation, SolverStats
 
 from ..backends import LinExpr, MipModel, Solution, Var, lin_sum, solve_with_fallback
+from ..limits import SolveLimits, resolve_limits
 from ..policy import Placements, PlacementStage, Shares
 from .network_packing import assign_gpus, envelope, node_pools, packing_unit
 
 __all__ = [
     "GREEDY_IMPROVE_TRIES",
-    "PLACEMENT_TIME_LIMIT_S",
+    "PLACEMENT_WORK_S",
     "PlacementJob",
     "PlacementProblem",
     "ReuseScore",
@@ -64,7 +65,7 @@ GREEDY_IMPROVE_TRIES = 16
 """Pinning retries of :func:`place_greedy`: bounds its cost to ~17 passes (< 0.5 s at 64 x 8
 GPUs with 200 jobs) while catching the trades a single pass misses."""
 
-PLACEMENT_TIME_LIMIT_S = 5.0
+PLACEMENT_WORK_S = 5.0
 """Default limit of the exact placement. 64 x 8 GPUs with 200 jobs is ~10^4 variables; CP-SAT
 proved optimality in 2.7 s on average there (tests/bench/placement_gap.py), and an early stop
 never returns less than the greedy (hint + safeguard)."""
@@ -684,7 +685,8 @@ def place_exact(
     problem: PlacementProblem,
     *,
     backend: str = "cp-sat",
-    time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
+    time_limit_s: float | None = None,
+    limits: SolveLimits | None = None,
     stats: list[SolverStats] | None = None,
     greedy: NodeCounts | None = None,
 ) -> NodeCounts:
@@ -710,11 +712,13 @@ def place_exact(
     if not any(j.count > 0 for j in problem.jobs):
         result, st = {}, SolverStats(stage="placement", backend=backend, status="optimal",
                                      objective=0.0, bound=0.0, gap=0.0,
-                                     time_limit_s=time_limit_s, message="nothing to place")
+                                     message="nothing to place")
     else:
         result, st = solve_with_fallback(build, lambda: greedy,
                                          lambda sol: _decode(problem, holder[-1], sol),
-                                         backend, time_limit_s=time_limit_s,
+                                         backend,
+                                         limits=resolve_limits(time_limit_s, limits,
+                                                               PLACEMENT_WORK_S),
                                          stage="placement")
     exact_score = reuse_score(problem, result)
     greedy_score = reuse_score(problem, greedy)
@@ -762,16 +766,16 @@ def reuse_greedy_placement(view: ClusterView, shares: Shares, stats: list[Solver
 
 def reuse_exact_placement(view: ClusterView, shares: Shares, stats: list[SolverStats], *,
                           no_network_sharing: bool = True, backend: str = "cp-sat",
-                          time_limit_s: float = PLACEMENT_TIME_LIMIT_S) -> Placements:
+                          limits: SolveLimits | None = None) -> Placements:
     """Placement stage: :func:`place_exact` on ``view`` (appends its solver stats)."""
     problem = problem_from_view(view, shares, no_network_sharing)
-    counts = place_exact(problem, backend=backend, time_limit_s=time_limit_s, stats=stats)
+    counts = place_exact(problem, backend=backend, limits=limits, stats=stats)
     return _to_allocations(problem, counts)
 
 
 def reuse_placement(method: str = "greedy", *, no_network_sharing: bool = True,
                     backend: str = "cp-sat",
-                    time_limit_s: float = PLACEMENT_TIME_LIMIT_S) -> PlacementStage:
+                    limits: SolveLimits | None = None) -> PlacementStage:
     """A placement stage: ``method`` 'greedy' or 'exact', with or without network packing."""
     if method == "greedy":
         def stage(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
@@ -781,7 +785,7 @@ def reuse_placement(method: str = "greedy", *, no_network_sharing: bool = True,
         def stage(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
             return reuse_exact_placement(view, shares, stats,
                                          no_network_sharing=no_network_sharing,
-                                         backend=backend, time_limit_s=time_limit_s)
+                                         backend=backend, limits=limits)
     else:
         raise ValueError(f"reuse placement method must be 'greedy' or 'exact', got {method!r}")
     return stage

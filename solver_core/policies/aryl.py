@@ -48,6 +48,7 @@ from ..aryl.hetero import ADVANCED_EFFICIENCY, IDEAL_EFFICIENCY, mixed_efficienc
 from ..aryl.mckp import MckpGroup, solve_mckp
 from ..aryl.placement import Placement, ServerBook
 from ..aryl.reclaim import Reclaimer
+from ..limits import SolveLimits
 from ..policy import Decision
 
 __all__ = ["POLICIES", "ArylConfig", "ArylPolicy"]
@@ -77,7 +78,9 @@ class ArylConfig:
     elastic_on_loan: bool = True
     reclaim: str = "aryl"
     seed: int = 0
-    time_limit_s: float = 1.0
+    work_limit_s: float = 1.0
+    """Deterministic budget of every exact solve (MCKP, reclaim), in CP-SAT deterministic
+    seconds; node limits on MIP backends (``solver_core/limits.py``)."""
     heterogeneous: bool = False
     hetero_efficiency: float = ADVANCED_EFFICIENCY
 
@@ -115,7 +118,8 @@ class ArylPolicy:
         self.name = name
         self.config = config or ArylConfig()
         self.reclaimer = Reclaimer(self.config.reclaim, seed=self.config.seed,
-                                   time_limit_s=self.config.time_limit_s)
+                                   limits=SolveLimits.deterministic_budget(
+                                       self.config.work_limit_s))
         self._flex: dict[str, dict[str, tuple[int, ...]]] = {}
         self.reclaimer.flexible_source = lambda: self._flex
         # per-decision node lists (set at the start of every decide)
@@ -283,7 +287,8 @@ class ArylPolicy:
                     order = [pool_nodes]
                 result = solve_mckp(groups, capacity, cfg.mckp,
                                     **({} if cfg.mckp in ("dp", "greedy")
-                                       else {"time_limit_s": cfg.time_limit_s}))
+                                       else {"limits": SolveLimits.deterministic_budget(
+                                           cfg.work_limit_s)}))
                 if result.stats is not None:
                     stats.append(result.stats.model_copy(update={"stage": f"mckp-{pool}"}))
                 targets = {key: (offers[key][idx] if idx >= 0 else 0)
