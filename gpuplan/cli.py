@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuplan.executors.control import command as slurm_controller
+from gpuplan.executors.control.command import OneLineParser
 from gpuplan.executors.metrics import (
     RunSummary,
     compare_json,
@@ -202,7 +203,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpuplan", description="Allocation engine for DL training jobs on GPU clusters."
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -150,7 +150,11 @@ def test_hostile_ids_get_safe_files_names_and_reversible_comments() -> None:
     assert parse_comment(comment) == {"run": "r1", "id": hostile, "min": "1", "max": "4"}
     spec = fx.job(hostile, 0.0, 4.0, 1, 1, 1)
     argv = standin_command(script="/s.py")(LaunchContext(spec, key, Path("/st"), 1.0))
-    assert argv[1:4] == ["/s.py", "--job-id", key] and "--rate-per-gpu" in argv
+    assert argv[1:3] == ["/s.py", f"--job-id={key}"] and "--rate-per-gpu" in argv
+    # an id that starts with "-" stays a value, not an option (it used to crash-loop)
+    dash = standin_command(script="/s.py")(LaunchContext(fx.job("-x", 0.0, 4.0, 1, 1, 1), "-x",
+                                                         Path("/st"), 1.0))
+    assert dash[2] == "--job-id=-x"
 
 
 # ---------------------------------------------------------------------------------------- lab
@@ -346,8 +350,8 @@ def test_elastic_afs_p_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: P
 
 def _standin_pid(key: str) -> int | None:
     """PID of the stand-in process of the job whose file key is ``key`` (it runs under a
-    slurmstepd of the lab; argv carries ``--job-id KEY``)."""
-    out = subprocess.run(["pgrep", "-f", f"standin.py --job-id {key} "], capture_output=True,
+    slurmstepd of the lab; argv carries ``--job-id=KEY``)."""
+    out = subprocess.run(["pgrep", "-f", f"standin.py --job-id={key} "], capture_output=True,
                          text=True, check=False).stdout.split()
     return int(out[0]) if out else None
 

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -245,11 +245,56 @@ def sidecar_state(ex: SshExecutor, job_id: str, node: str) -> dict:
     return json.loads((Path(ex.job_dir(job_id, node)) / "state.json").read_text())
 
 
-def later(delay: float, fn: Any) -> threading.Timer:
-    timer = threading.Timer(delay, fn)
-    timer.daemon = True
-    timer.start()
-    return timer
+class When:
+    """Run ``action`` once ``ready()`` holds, polled from a thread while the engine runs.
+
+    Fault injection at a *state* (the job is running, the node has failed), never at a fixed
+    delay: on a busy machine a delay can land before the state (a job not placed yet) or after
+    it (a job already finished). ``check()`` after the run re-raises what went wrong, and fails
+    when the state never came within ``timeout_s`` (a generous bound: "never", not "slow")."""
+
+    def __init__(self, what: str, ready: Callable[[], bool], action: Callable[[], Any],
+                 timeout_s: float = 300.0) -> None:
+        self.what = what
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+        def watch() -> None:
+            deadline = time.monotonic() + timeout_s
+            try:
+                while time.monotonic() < deadline:
+                    try:
+                        ok = ready()
+                    except (OSError, ValueError, KeyError):  # files mid-write, not there yet
+                        ok = False
+                    if ok:
+                        action()
+                        self.done.set()
+                        return
+                    time.sleep(0.05)
+                self.error = AssertionError(f"never reached: {what} (within {timeout_s:g} s)")
+            except BaseException as exc:  # reported by check()
+                self.error = exc
+
+        self.thread = threading.Thread(target=watch, name=f"when {what}", daemon=True)
+        self.thread.start()
+
+    def check(self) -> None:
+        self.thread.join(timeout=1.0)
+        if self.error is not None:
+            raise self.error
+        assert self.done.is_set(), f"never reached: {self.what}"
+
+
+def _running_on(ex: SshExecutor, job_id: str, nodes: Sequence[str]) -> str | None:
+    """The node whose sidecar runs ``job_id``'s training process now (None: none yet)."""
+    for node in nodes:
+        path = Path(ex.job_dir(job_id, node), "state.json")
+        if path.exists():
+            state = json.loads(path.read_text())
+            if state.get("phase") == "running" and state.get("child_pid"):
+                return node
+    return None
 
 
 # --------------------------------------------------------------------------- units (no lab)
@@ -420,6 +465,67 @@ def test_jobs_run_as_an_unprivileged_user(harness: Harness) -> None:
     assert (shared / "runs").stat().st_uid == uid, "no root needed on the node"
 
 
+def test_a_run_root_squatted_by_another_user_is_refused(harness: Harness) -> None:
+    """A local user who creates the run root first (or a symlink in its place) would get the
+    sidecar script run as the login user and could plant ``state.json`` files naming any PID.
+    gpuplan refuses such a root before running anything from it, and the victim process the
+    planted state points at is never signalled."""
+    user = harness.lab.user
+    pw = pwd.getpwnam(user)
+    base = Path(tempfile.mkdtemp(prefix="gpuplan-squat-"))
+    base.chmod(0o1777)  # like /tmp: anyone may create entries, nobody may move others'
+    harness.cleanup.append(base)
+    squatted = base / "runs"
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        # The squatter's directory and a planted state file naming the victim.
+        subprocess.run(["runuser", "-u", user, "--", "mkdir", "-m", "0700", str(squatted)],
+                       check=True)
+        plant = squatted / "planted"
+        subprocess.run(["runuser", "-u", user, "--", "mkdir", "-m", "0700", str(plant)],
+                       check=True)
+        assert squatted.stat().st_uid == pw.pw_uid
+        subprocess.run(["runuser", "-u", user, "--", "/usr/bin/python3", "-c",
+                        "import json,sys; json.dump({'sidecar_pid': int(sys.argv[2]), "
+                        "'child_pid': int(sys.argv[2])}, open(sys.argv[1], 'w'))",
+                        str(plant / "state.json"), str(victim.pid)], check=True)
+        link = base / "linked"
+        link.symlink_to(squatted)
+        cluster = cluster_of(["s1"], 2)
+        spec = JobSpec(id="squat", submit_time=0, requested_gpus=1, total_iterations=1.0)
+        for root in (squatted, link):
+            ex = harness.executor(cluster, [spec], run_root=root)
+            engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
+            with pytest.raises(Exception, match=r"run root .* refused") as err:
+                engine.run()
+            assert "owned by uid" in str(err.value) or "symlink" in str(err.value)
+            ex.shutdown(stop_jobs=True)
+        assert victim.poll() is None, "the planted PID was signalled"
+        assert not any(p.name.startswith(".sidecar") for p in squatted.iterdir())
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_run_root_open_to_others_is_refused_and_a_new_one_is_private(harness: Harness
+                                                                        ) -> None:
+    cluster = cluster_of(["p1"], 2)
+    spec = JobSpec(id="private", submit_time=0, requested_gpus=1, total_iterations=1.0)
+    open_root = harness.tmp / "open-runs"
+    open_root.mkdir()
+    open_root.chmod(0o777)
+    ex = harness.executor(cluster, [spec], run_root=open_root)
+    with pytest.raises(Exception, match="mode 777 lets others in"):
+        Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None).run()
+    ex.shutdown(stop_jobs=True)
+    fresh = harness.tmp / "fresh" / "runs"
+    ex = harness.executor(cluster, [spec], run_root=fresh)
+    engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
+    engine.run()
+    assert engine.result().jobs[0].finish_time is not None
+    assert fresh.stat().st_mode & 0o777 == 0o700
+
+
 # --------------------------------------------------------------------------- end to end
 
 
@@ -464,7 +570,7 @@ def test_crashed_training_process_is_restarted_from_its_checkpoint(harness: Harn
     """SIGKILL the stand-in mid-run: the sidecar reports the crash, the executor restarts the
     job from its last periodic checkpoint and wakes the engine, the job still completes and
     the lost tail is accounted as lost work, never as progress."""
-    jobs = [rigid("crash", 0.0, 2, 4.0), rigid("calm", 0.0, 2, 2.0)]
+    jobs = [rigid("crash", 0.0, 2, 8.0), rigid("calm", 0.0, 2, 2.0)]
     cluster = cluster_of(["node1"], 4)
     launcher = harness.standin(checkpoint_interval_s=0.3)
     ex = harness.executor(cluster, jobs, launcher=launcher)
@@ -473,9 +579,12 @@ def test_crashed_training_process_is_restarted_from_its_checkpoint(harness: Harn
         state = sidecar_state(ex, "crash", "node1")
         os.kill(state["child_pid"], signal.SIGKILL)
 
-    later(1.7, kill)
+    crash = When("crash running past its first checkpoint", lambda: (
+        _running_on(ex, "crash", ["node1"]) is not None
+        and any(harness.state.glob("crash*.ckpt"))), kill)
     engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
     engine.run()
+    crash.check()
     check_run(engine, ex, jobs)
     state = sidecar_state(ex, "crash", "node1")
     assert state["launches"] == 2, "the wrapper stayed; only the training process restarted"
@@ -485,8 +594,9 @@ def test_crashed_training_process_is_restarted_from_its_checkpoint(harness: Harn
                for e in events)
     assert any(getattr(e, "name", "") == "restart:crash" for _, e in ex.event_log)
     record = {r.job_id: r for r in engine.result().jobs}["crash"]
-    # lost = last reported progress - checkpoint: at most one checkpoint interval of work
-    assert 0.0 <= record.lost_iterations <= 2 * RATE * (0.3 + 0.05)
+    # lost = last reported progress - checkpoint: about one checkpoint interval of work (0.3 s
+    # at 2 GPUs), plus however late a loaded machine ran the stand-in's timer (up to 1 s here)
+    assert 0.0 <= record.lost_iterations <= 2 * RATE * (0.3 + 1.0)
     assert ex._runs["crash"].restarts == 1
 
 
@@ -508,10 +618,18 @@ def test_sshd_killed_node_fails_jobs_move_and_node_recovers(harness: Harness) ->
                        if Path(ex.job_dir(j, n), "state.json").exists()})
         lab.stop_node(lab.node(placed["c"]), hard=True)
 
-    later(1.2, crash)
-    later(6.5, lambda: lab.start_node(lab.node(placed["c"])))
+    def failed() -> bool:
+        return "c" in placed and any(type(e).__name__ == "NodeFailure"
+                                     and getattr(e, "node", None) == placed["c"]
+                                     for _, e in list(ex.event_log))
+
+    cut = When("c running", lambda: _running_on(ex, "c", names) is not None, crash)
+    back = When("c's node reported failed", failed,
+                lambda: lab.start_node(lab.node(placed["c"])))
     engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
     engine.run()
+    cut.check()
+    back.check()
     check_run(engine, ex, jobs)
     victim = placed["c"]
     kinds = [(type(e).__name__, getattr(e, "node", None)) for _, e in ex.event_log]
@@ -534,10 +652,19 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     (no restart), recognises the job that completed meanwhile, and runs the rest."""
     cluster = cluster_of(["node1", "node2"], 4)
     jobs = [rigid("r0", 0.0, 2, 1.0), rigid("r1", 0.0, 4, 5.0), rigid("r2", 0.0, 2, 5.0),
-            rigid("r3", 1.0, 2, 2.0)]
-    first = harness.executor(cluster, jobs, deadline_s=2.5)
+            rigid("r3", 8.0, 2, 2.0)]
+    first = harness.executor(cluster, jobs)
+
+    def r0_done_r1_r2_running() -> bool:
+        r0 = Path(first.job_dir("r0", "node2"), "state.json")
+        return (r0.exists() and json.loads(r0.read_text()).get("phase") == "completed"
+                and _running_on(first, "r1", ["node1"]) == "node1"
+                and _running_on(first, "r2", ["node2"]) == "node2")
+
+    handover = When("r0 done, r1 and r2 running", r0_done_r1_r2_running, first.end_run)
     engine = Engine(cluster, make_policy("fifo"), first, sample_interval_s=None)
-    engine.run()  # returns at the deadline with r1, r2 running, r0 done, r3 pending
+    engine.run()  # returns when asked: r1, r2 running, r0 done, r3 not submitted yet
+    handover.check()
     pids = {j: sidecar_state(first, j, n)["child_pid"]
             for j, n in (("r1", "node1"), ("r2", "node2"))}
     first.detach()  # the engine "crashes": sidecars and jobs keep running

@@ -14,15 +14,46 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuplan.models import GpuplanError
 
 DEFAULT_STATE_DB = "/var/lib/gpuplan/slurm-controller.db"
+MAX_SECONDS = 7 * 86400.0
+"""Largest value of any duration option (a week)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (``gpuplan <command>: error: ...``) and exit 2, like every
+    other refusal of bad input; ``--help`` still prints the full usage. ``gpuplan``'s own
+    parser is one of these too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _seconds(text: str) -> float:
+    """A duration option: a finite number > 0 (``nan``, ``inf`` and ``-1`` would disable the
+    check they configure: ``--stale-after nan`` released every held job)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_SECONDS:g}], "
+                                         f"got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit() or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return int(text)
 
 
 def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
@@ -43,27 +74,27 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                         "default: every job the hook marked, every GPU node")
     p.add_argument("--state-db", default=DEFAULT_STATE_DB, metavar="PATH",
                    help=f"SQLite journal (default {DEFAULT_STATE_DB}); keep it on a local disk")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=_seed, default=0,
                    help="seed of the policy's random choices (default 0)")
-    p.add_argument("--interval", type=float, default=2.0, metavar="S",
+    p.add_argument("--interval", type=_seconds, default=2.0, metavar="S",
                    help="seconds between squeue/sinfo polls (default 2)")
     p.add_argument("--heartbeat", default=None, metavar="PATH",
                    help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read "
                         "the same file")
-    p.add_argument("--default-duration", type=float, default=3600.0, metavar="S",
+    p.add_argument("--default-duration", type=_seconds, default=3600.0, metavar="S",
                    help="work estimate for jobs with neither work=/duration= in their comment "
                         "nor a time limit (default 3600)")
-    p.add_argument("--stop-timeout", type=float, default=60.0, metavar="S",
+    p.add_argument("--stop-timeout", type=_seconds, default=60.0, metavar="S",
                    help="time a job gets to checkpoint and exit after the signal (default 60)")
-    p.add_argument("--max-stall", type=float, default=600.0, metavar="S",
+    p.add_argument("--max-stall", type=_seconds, default=600.0, metavar="S",
                    help="withhold the heartbeat when the main loop is stuck this long "
                         "(default 600)")
     p.add_argument("--fail-open-check", action="store_true",
                    help="watchdog mode: if the heartbeat is older than --stale-after, release "
                         "every engine-held job to Slurm's own scheduler")
-    p.add_argument("--stale-after", type=float, default=120.0, metavar="S",
+    p.add_argument("--stale-after", type=_seconds, default=120.0, metavar="S",
                    help="watchdog: heartbeat age that counts as 'controller down' (default 120)")
-    p.add_argument("--watch", type=float, default=None, metavar="S",
+    p.add_argument("--watch", type=_seconds, default=None, metavar="S",
                    help="watchdog: repeat the check every S seconds instead of once")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -113,9 +144,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.policy:
         print("error: --policy is required (or --fail-open-check)", file=sys.stderr)
         return 2
-    if args.interval <= 0:
-        print("error: --interval must be > 0", file=sys.stderr)
-        return 2
     try:
         settings = ControllerSettings(
             policy=args.policy, state_db=state_db, partitions=partitions,
@@ -132,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpuplan")
+    parser = OneLineParser(prog="gpuplan")
     add_subcommand(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -54,6 +55,7 @@ from gpuplan.models import (
     Elasticity,
     Event,
     GpuplanError,
+    InputError,
     JobAllocation,
     JobArrival,
     JobFailure,
@@ -89,6 +91,15 @@ log = logging.getLogger(__name__)
 MARK = "gpuplan:"
 """Prefix of the hook's ``AdminComment`` marker (``gpuplan:<state>;gpus=N;min=A;max=B``)."""
 FAILOPEN = "failopen"
+REJECTED = "rejected"
+"""Marker state of a job the controller could not schedule and released to Slurm's own
+scheduler (out-of-range hook values, a fault while adopting it): not managed, not taken back."""
+MAX_WORK = 1e15
+"""Largest ``work=`` (iterations) a job may state; the hook enforces the same bound."""
+MAX_DURATION_S = 10 * 365 * 86400.0
+"""Largest ``duration=`` (ten years); the hook enforces the same bound."""
+MAX_RATE = 1e9
+"""Largest ``rate=`` (iterations per second per GPU); the hook enforces the same bound."""
 NO_LIMIT = 0xFFFFFFFE
 STOP_KINDS = frozenset({"resize", "migrate", "preempt", "evict", "stop"})
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "SIGNALING", "RESIZING",
@@ -148,7 +159,7 @@ def is_managed(sj: SlurmJob, partitions: Iterable[str] = ()) -> bool:
     and not submitted by a library-driven :class:`SlurmExecutor` (comment ``gpuplan:run=...``:
     that engine owns it)."""
     found = marker(sj.admin_comment)
-    if found is None or found[0] == FAILOPEN or "run" in comment_options(sj.comment):
+    if found is None or found[0] in (FAILOPEN, REJECTED) or "run" in comment_options(sj.comment):
         return False
     wanted = set(partitions)
     return not wanted or bool(_partitions(sj) & wanted)
@@ -195,20 +206,27 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
     fields = found[1] if found else {}
     opts = comment_options(sj.comment)
     requested = requested_gpus(sj)
-    if requested < 1:
-        raise GpuplanError(f"Slurm job {sj.job_id} requests no GPUs")
-    lo = int(fields.get("min") or requested)
-    hi = int(fields.get("max") or requested)
+    capacity = cluster.total_gpus
+    if not 1 <= requested <= capacity:
+        raise InputError(f"Slurm job {sj.job_id} requests {requested} GPUs; the managed "
+                         f"partition has {capacity}", field="gpus")
+    lo = _bounded_int(fields.get("min"), requested, 1, capacity, sj.job_id, "min")
+    hi = _bounded_int(fields.get("max"), requested, 1, capacity, sj.job_id, "max")
+    if not lo <= requested <= hi:
+        raise InputError(f"Slurm job {sj.job_id}: GPU request {requested} is outside its range "
+                         f"min={lo} max={hi}", field="min")
     gtype = _requested_type(sj)
     types = {n.gpu_type for n in cluster.nodes}
     ref = gtype if gtype in types else sorted(types)[0]
-    rate = float(opts.get("rate") or 1.0)
+    rate = _bounded_float(opts.get("rate"), 1.0, MAX_RATE, sj.job_id, "rate")
     throughput = ThroughputProfile.linear(rate, reference_gpu=ref)
     work: dict[str, float] = {}
     if opts.get("work"):
-        work["total_iterations"] = float(opts["work"])
+        work["total_iterations"] = _bounded_float(opts["work"], None, MAX_WORK, sj.job_id,
+                                                  "work")
     elif opts.get("duration"):
-        work["duration"] = float(opts["duration"])
+        work["duration"] = _bounded_float(opts["duration"], None, MAX_DURATION_S, sj.job_id,
+                                          "duration")
     else:
         limit = sj.raw.get("time_limit")
         minutes = int(limit) if isinstance(limit, int | float) else 0
@@ -223,6 +241,34 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
         throughput=throughput, gpu_type=gtype, checkpoint=Checkpointing(on_signal=True),
         model=opts.get("model") or None, **work,
     )
+
+
+def _bounded_int(text: str | None, default: int, lo: int, hi: int, job_id: int,
+                 field: str) -> int:
+    """A hook-supplied integer in ``[lo, hi]`` (``default`` when absent); else InputError."""
+    if text is None or text == "":
+        return default
+    if not text.isdigit() or len(text) > 9 or not lo <= int(text) <= hi:
+        raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be an integer in "
+                         f"[{lo}, {hi}]", field=field)
+    return int(text)
+
+
+def _bounded_float(text: str | None, default: float | None, hi: float, job_id: int,
+                   field: str) -> float:
+    """A hook-supplied number in ``(0, hi]`` (``default`` when absent); else InputError."""
+    if text is None or text == "":
+        if default is None:
+            raise InputError(f"Slurm job {job_id}: {field} is empty", field=field)
+        return default
+    try:
+        value = float(text[:40])
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= hi) or len(text) > 40:
+        raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be a number in "
+                         f"(0, {hi:g}]", field=field)
+    return value
 
 
 def _counts(alloc: JobAllocation | None) -> dict[str, int]:
@@ -572,7 +618,11 @@ class SlurmController:
         self.journal: Journal | None = None
         self.run_id = 0
         self._stop = threading.Event()
-        self._tick = time.monotonic()
+        self._tick: float | None = None
+        """When the control loop last completed a cycle (a poll or a decision); None until the
+        first one. The heartbeat is written only while this is recent, so a controller that
+        crashes (or crash-loops under a supervisor) before completing a cycle never looks
+        alive to the fail-open watchdog."""
         self._executor: ControllerExecutor | None = None
         self._engine: Engine | None = None
         self._records_seen = 0
@@ -606,11 +656,16 @@ class SlurmController:
                     backoff = self.settings.error_backoff_s
                 except _Recycle as why:
                     log.info("cluster changed (%s): rebuilding from Slurm", why)
-                except (SlurmError, GpuplanError, OSError) as err:
+                except Exception as err:
                     # Crash-only: drop all in-memory state and come back through reconcile,
-                    # the same path a restart takes.
-                    log.error("controller cycle failed: %s; reconciling again in %.0f s",
-                              err, backoff)
+                    # the same path a restart takes. Anything (a Slurm error, a damaged
+                    # journal row, a bug) lands here instead of ending the process; the
+                    # heartbeat is not refreshed by a failed cycle, so a fault that persists
+                    # past --max-stall hands every held job to Slurm through the watchdog.
+                    log.error("controller cycle failed: %s: %s; reconciling again in %.0f s",
+                              type(err).__name__, err, backoff,
+                              exc_info=not isinstance(err, (SlurmError, GpuplanError,
+                                                            OSError)))
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 60.0)
         except BaseException as err:
@@ -639,6 +694,9 @@ class SlurmController:
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "state_db": str(self.settings.state_db)}
         while not self._stop.is_set():
+            if self._tick is None:
+                self._stop.wait(period)
+                continue
             stalled = time.monotonic() - self._tick
             if stalled < self.settings.max_stall_s:
                 try:
@@ -668,6 +726,7 @@ class SlurmController:
                 return
             self._reconcile(engine, executor)
             self._sync(engine, executor.now())
+            self._tick = time.monotonic()
             executor.wake_at(executor.now())  # first decision right away, not at the next event
             while not self._stop.is_set():
                 batch = executor.next_events()
@@ -907,10 +966,21 @@ class SlurmController:
             self.journal.set_state(eid, "failed", f"{sj.state} {sj.reason}".strip())
 
     def _reject(self, sj: SlurmJob, reason: str) -> None:
+        """Fail open for one job: journal why, then hand it to Slurm's own scheduler (marker
+        ``rejected``, so neither this controller nor the watchdog takes it back). A job the
+        engine cannot schedule must never sit held for ever."""
         assert self.journal is not None
         eid = engine_id(sj.job_id)
-        log.warning("%s (Slurm %d) cannot be scheduled: %s; left held", eid, sj.job_id, reason)
         self._add(sj, None, "rejected", reason[:500])
+        try:
+            release_to_slurm(self.cli, sj, REJECTED)
+        except SlurmError as err:
+            log.error("%s (Slurm %d) cannot be scheduled (%s) and could not be released to "
+                      "Slurm: %s; retrying next poll", eid, sj.job_id, reason, err)
+            self.journal.set_state(eid, "pending", f"release after rejection failed: {err}")
+            return
+        log.warning("%s (Slurm %d) cannot be scheduled: %s; released to Slurm's own scheduler",
+                    eid, sj.job_id, reason)
 
     def _retake_failopen(self, jobs: Iterable[SlurmJob]) -> None:
         """Jobs the fail-open watchdog released come back under the engine: a pending one is
@@ -937,8 +1007,8 @@ class SlurmController:
 
     # ------------------------------------------------------------------ steady state
     def _on_poll(self, now: float) -> list[Event]:
-        """Each executor poll: discover arrivals/cancellations, journal progress, heartbeat."""
-        self._tick = time.monotonic()
+        """Each executor poll: discover arrivals/cancellations, journal progress; a completed
+        poll counts as a completed cycle for the heartbeat."""
         ex, engine = self._executor, self._engine
         if ex is None or engine is None:
             return []
@@ -955,7 +1025,14 @@ class SlurmController:
             eid = engine_id(sj.job_id)
             tracked = ex.tracked(eid)
             if tracked is None:
-                events.extend(self._discovered(sj, engine, ex, now))
+                try:
+                    events.extend(self._discovered(sj, engine, ex, now))
+                except (SlurmError, _Recycle):
+                    raise
+                except Exception as err:  # the job at fault fails open; the rest are served
+                    log.exception("adopting Slurm job %d failed", sj.job_id)
+                    self._reject(sj, f"internal error while adopting it: "
+                                     f"{type(err).__name__}: {err}")
             elif not tracked.running and not tracked.completed and sj.finished:
                 reason = f"{sj.state.lower()} while pending"
                 ex.forget(eid, reason)
@@ -979,6 +1056,7 @@ class SlurmController:
         if nodes is not None and nodes != self._cluster_nodes:
             raise _Recycle(f"nodes {sorted(self._cluster_nodes)} -> {sorted(nodes)}")
         self._sync(engine, now)
+        self._tick = time.monotonic()
         return events
 
     def _discovered(self, sj: SlurmJob, engine: Engine, ex: ControllerExecutor, now: float
@@ -1002,7 +1080,7 @@ class SlurmController:
                 return []
         try:
             spec = self._spec(sj, None, engine.cluster)
-        except (GpuplanError, ValueError) as err:
+        except (GpuplanError, ValueError, OverflowError, MemoryError) as err:
             self._reject(sj, str(err))
             return []
         self._add(sj, spec, "pending")
@@ -1085,11 +1163,15 @@ def fail_open_check(cli: SlurmCli, heartbeat: Path, stale_after_s: float,
         if sj.state != "PENDING" or not sj.held or not is_managed(sj, partitions):
             continue
         try:
-            cli.update_job(sj.job_id, AdminComment=with_marker_state(sj.admin_comment, FAILOPEN),
-                           NodeList="", StartTime="now")
-            cli.release(sj.job_id)
+            release_to_slurm(cli, sj, FAILOPEN)
         except (JobNotPending, InvalidJobId) as err:
             log.info("fail-open: job %d changed meanwhile (%s)", sj.job_id, err)
+            continue
+        except SlurmError as err:
+            # Still held and still marked "held": the next pass tries it again. One failure
+            # must not strand the jobs after it.
+            log.error("fail-open: releasing job %d failed (%s); next pass retries", sj.job_id,
+                      err)
             continue
         released.append(sj.job_id)
     if released:
@@ -1097,6 +1179,20 @@ def fail_open_check(cli: SlurmCli, heartbeat: Path, stale_after_s: float,
                     heartbeat, "missing" if age == float("inf") else f"{age:.0f} s old",
                     len(released), " ".join(map(str, released)))
     return released
+
+
+def release_to_slurm(cli: SlurmCli, sj: SlurmJob, state: str) -> None:
+    """Hand a held job to Slurm's own scheduler, then mark it ``state``.
+
+    The engine-chosen ``NodeList`` is cleared (Slurm may place it anywhere) and ``StartTime``
+    set to now (a requeued job would otherwise wait ``cred_expire``) before the release. The
+    marker changes only after the release succeeded: a job whose release failed keeps its
+    ``held`` marker, so the next pass (fail-open) or poll (rejection) tries again instead of
+    skipping a job that is marked but still held.
+    """
+    cli.update_job(sj.job_id, NodeList="", StartTime="now")
+    cli.release(sj.job_id)
+    cli.update_job(sj.job_id, AdminComment=with_marker_state(sj.admin_comment, state))
 
 
 def watch_fail_open(cli: SlurmCli, heartbeat: Path, stale_after_s: float, every_s: float,

@@ -27,11 +27,13 @@ import json
 import os
 import socket
 import sqlite3
+import stat as stat_mod
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 from gpuplan.models import GpuplanError
 
@@ -42,8 +44,9 @@ SCHEMA_VERSION = 1
 JOB_STATES = ("pending", "running", "completed", "failed", "rejected", "failopen", "gone")
 """``pending``/``running``: the engine manages it; ``completed``/``failed``: ended (``failed``
 covers cancellations and crashes past the restart budget); ``rejected``: the engine cannot run it
-(e.g. larger than the cluster) and leaves it held; ``failopen``: the fail-open watchdog released it
-to Slurm's own scheduler and it ran there; ``gone``: Slurm no longer knows it and its end is
+(e.g. larger than the cluster, out-of-range hook values) and released it to Slurm's own
+scheduler; ``failopen``: the fail-open watchdog released it to Slurm's own scheduler and it ran
+there; ``gone``: Slurm no longer knows it and its end is
 unknown (the controller was down for longer than ``MinJobAge``)."""
 
 TERMINAL_STATES = frozenset({"completed", "failed", "gone", "failopen"})
@@ -207,14 +210,31 @@ class Journal:
         self.writer = writer
         self._lock: IO[str] | None = None
         if writer:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private_dir(self.path.parent)
             self._lock = _take_lock(self.path.with_name(self.path.name + ".lock"),
                                     lock_timeout_s)
-            uri = f"file:{self.path}?mode=rwc"
+            try:
+                fresh = _check_existing(self.path)
+                if fresh:
+                    # Created here, 0600, before SQLite touches it; WAL and SHM files inherit
+                    # the database file's mode.
+                    os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY
+                                     | os.O_NOFOLLOW, 0o600))
+                else:
+                    os.chmod(self.path, 0o600, follow_symlinks=False)
+            except (JournalError, OSError) as err:
+                self.close()
+                if isinstance(err, JournalError):
+                    raise
+                raise JournalError(f"cannot create journal {self.path}: {err}") from err
+            uri = _sqlite_uri(self.path, "rw")
         else:
             if not self.path.exists():
                 raise JournalError(f"no journal at {self.path}")
-            uri = f"file:{self.path}?mode=ro"
+            fresh = False
+            _check_existing(self.path)
+            uri = _sqlite_uri(self.path, "ro")
+        self._fresh = fresh
         try:
             # isolation_level=None: no implicit transactions; every write goes through
             # transaction() with an explicit BEGIN IMMEDIATE, so what is atomic is visible here.
@@ -234,6 +254,11 @@ class Journal:
                 # machine (not only the process) dies right after.
                 self.db.execute("PRAGMA synchronous=FULL")
                 self.db.execute("PRAGMA foreign_keys=ON")
+                if not self._fresh:
+                    check = self.db.execute("PRAGMA quick_check").fetchone()[0]
+                    if str(check).lower() != "ok":
+                        raise JournalError(f"journal {self.path} is damaged ({check}); "
+                                           "refusing to use it")
                 self._migrate()
             else:
                 version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -285,6 +310,13 @@ class Journal:
                                f"one knows {SCHEMA_VERSION}); refusing to touch it")
         if version == SCHEMA_VERSION:
             return
+        if version == 0 and not self._fresh:
+            # Schema 0 in a file that existed before: not a journal gpuplan created (an empty
+            # SQLite database someone made, or our file with its header lost). Creating tables
+            # in it would silently start over and forget every open intent.
+            raise JournalError(f"{self.path} exists but holds no gpuplan journal (schema 0); "
+                               "refusing to start a fresh journal over it: move it away, or "
+                               "restore the real one")
         with self.transaction() as db:
             if version == 0:
                 for statement in _SCHEMA_V1.split(";"):
@@ -486,8 +518,48 @@ class Journal:
         return int(n)
 
 
+def _private_dir(path: Path) -> None:
+    """Create ``path`` 0700 if missing; refuse one that others may write (they could swap the
+    journal or its lock under the controller)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.stat(path)
+    if st.st_mode & 0o022 and not st.st_mode & stat_mod.S_ISVTX:
+        raise JournalError(f"journal directory {path} is writable by group or others "
+                           f"(mode {st.st_mode & 0o777:o}); use a private directory (0700)")
+
+
+def _check_existing(path: Path) -> bool:
+    """True when ``path`` does not exist yet (a fresh journal may be created). An existing
+    one must be a regular file (not a symlink) with a SQLite header: an empty or foreign file
+    is an error naming it, never a silent fresh start."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not stat_mod.S_ISREG(st.st_mode):
+        raise JournalError(f"journal {path} is not a regular file (a symlink or device?); "
+                           "refusing to open it")
+    if st.st_size == 0:
+        raise JournalError(f"journal {path} is empty (0 bytes): the real journal was lost or "
+                           "truncated; refusing to start over (open intents would be lost). "
+                           "Move it away to start a fresh journal")
+    with open(path, "rb") as fh:
+        header = fh.read(16)
+    if header != b"SQLite format 3\x00":
+        raise JournalError(f"journal {path} is not a SQLite database (damaged header); "
+                           "refusing to open it")
+    return False
+
+
+def _sqlite_uri(path: Path, mode: str) -> str:
+    """A ``file:`` URI for ``path`` with every special character escaped: ``a#1.db`` must
+    open ``a#1.db`` (the file the lock protects), not ``a``."""
+    return f"file:{quote(str(path.absolute()), safe='/')}?mode={mode}"
+
+
 def _take_lock(path: Path, timeout_s: float) -> IO[str]:
-    fh = open(path, "a+")  # noqa: SIM115 - kept open for the journal's lifetime (the lock)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    fh = os.fdopen(fd, "a+")  # kept open for the journal's lifetime (the lock)
     if not lock_with_pid(fh, timeout_s, poll_s=0.2):
         holder = path.read_text().strip() if path.exists() else "?"
         fh.close()

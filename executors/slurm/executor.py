@@ -139,7 +139,8 @@ def standin_command(python: str = sys.executable, module: str | None = STANDIN_M
 
     def build(ctx: LaunchContext) -> list[str]:
         head = [python, str(script)] if script is not None else [python, "-m", str(module)]
-        argv = [*head, "--job-id", ctx.key, "--work", repr(float(ctx.spec.work)),
+        # "--job-id=X", not "--job-id X": an id starting with "-" is not an option
+        argv = [*head, f"--job-id={ctx.key}", "--work", repr(float(ctx.spec.work)),
                 "--rate-per-gpu", repr(float(ctx.rate_per_gpu)), "--state-dir",
                 str(ctx.state_dir)]
         if checkpoint_interval_s is not None:

@@ -22,7 +22,11 @@ What it does, and why:
    N / MAX_GPUS_PER_NODE whole nodes when that divides evenly; with an explicit `-N k`, N / k per
    node when k divides N. The engine then sees "nodes x GPUs per node", the only shape Slurm can
    enforce per node; an uneven request stays a per-job count.
-5. No bypass. Users (any uid not in OPERATOR_UIDS) may not modify an engine-managed job:
+5. Bounded values. Every number taken from the user (GPU request, min, max, work, duration, rate)
+   must be a finite number within the bounds below; `run=` is reserved for gpuplan's own
+   executor (submitted by an operator uid). Anything else is refused at submit with a message,
+   so no user can make the controller allocate for "max=1000000000" or hold a job for ever.
+6. No bypass. Users (any uid not in OPERATOR_UIDS) may not modify an engine-managed job:
    `scontrol release` is a job update, so without this check the owner could release the held job
    and run it unmanaged. Users can still `scancel` their jobs (cancel is not an update).
 
@@ -35,6 +39,14 @@ local COMMENT_TAG = "gpuplan"
 local MARK = "gpuplan:"
 -- GPUs of the site's largest node (the lab rewrites this line to its own node size).
 local MAX_GPUS_PER_NODE = 8
+-- GPUs of the managed partition(s): no engine job may ask for more, in its request or its
+-- max= (the lab rewrites this line to its own size). The controller checks the same bound
+-- against the partition it sees, so an outdated value here cannot stall it.
+local MAX_ENGINE_GPUS = 1024
+-- Bounds of the numbers a user may put in the comment (the controller enforces the same).
+local MAX_WORK = 1e15              -- work= (iterations)
+local MAX_DURATION_S = 315360000   -- duration= (ten years)
+local MAX_RATE = 1e9               -- rate= (iterations per second per GPU)
 -- uid 0 is root (and SlurmUser in the lab). Add the SlurmUser and the engine's service account
 -- here at a real site, e.g. OPERATOR_UIDS[64030] = true.
 local OPERATOR_UIDS = { [0] = true }
@@ -69,6 +81,24 @@ local function gpu_tres(gtype, count)
         return "gres:gpu:" .. gtype .. ":" .. count
     end
     return "gres:gpu:" .. count
+end
+
+-- a finite number in (0, hi], or nil
+local function bounded_number(text, hi)
+    local value = tonumber(text)
+    if value == nil or value ~= value or value <= 0 or value > hi then
+        return nil
+    end
+    return value
+end
+
+-- a whole number in [1, hi], or nil
+local function bounded_count(text, hi)
+    local value = bounded_number(text, hi)
+    if value == nil or value < 1 or math.floor(value) ~= value then
+        return nil
+    end
+    return value
 end
 
 -- "gpuplan:min=1,max=8;foo=bar" -> { min = "1", max = "8", foo = "bar" }
@@ -136,8 +166,33 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         end
     end
 
-    -- Elasticity from the comment; rigid when absent.
+    -- Elasticity from the comment; rigid when absent. Every user-given number is bounded.
     local opts = parse_options(job_desc.comment)
+    if opts.run ~= nil and not OPERATOR_UIDS[submit_uid] then
+        slurm.log_user("gpuplan: run= in the comment is reserved for gpuplan's own executor")
+        return slurm.ERROR
+    end
+    if bounded_count(total, MAX_ENGINE_GPUS) == nil then
+        slurm.log_user(string.format("gpuplan: GPU request %s must be in [1, %d]",
+                                     tostring(total), MAX_ENGINE_GPUS))
+        return slurm.ERROR
+    end
+    local limits = { min = MAX_ENGINE_GPUS, max = MAX_ENGINE_GPUS }
+    for key, hi in pairs(limits) do
+        if opts[key] ~= nil and bounded_count(opts[key], hi) == nil then
+            slurm.log_user(string.format("gpuplan: %s=%s must be a whole number in [1, %d]",
+                                         key, string.sub(opts[key], 1, 20), hi))
+            return slurm.ERROR
+        end
+    end
+    local numbers = { work = MAX_WORK, duration = MAX_DURATION_S, rate = MAX_RATE }
+    for key, hi in pairs(numbers) do
+        if opts[key] ~= nil and bounded_number(opts[key], hi) == nil then
+            slurm.log_user(string.format("gpuplan: %s=%s must be a number in (0, %g]",
+                                         key, string.sub(opts[key], 1, 20), hi))
+            return slurm.ERROR
+        end
+    end
     local min_gpus = tonumber(opts.min or "") or total
     local max_gpus = tonumber(opts.max or "") or total
     if min_gpus < 1 or max_gpus < min_gpus or total < min_gpus or total > max_gpus then

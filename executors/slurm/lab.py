@@ -352,10 +352,13 @@ class SlurmLab:
         if c.job_submit_lua:
             src = (resources.files("gpuplan.executors.slurm") / "job_submit.lua"
                    if c.job_submit_lua is True else Path(str(c.job_submit_lua)))
-            # Site configuration of the shipped hook: its idea of a whole node.
+            # Site configuration of the shipped hook: its idea of a whole node and of the
+            # largest job the managed partition can hold.
+            text = re.sub(r"(?m)^local MAX_GPUS_PER_NODE = \d+",
+                          f"local MAX_GPUS_PER_NODE = {c.gpus_per_node}", src.read_text())
             files["job_submit.lua"] = re.sub(
-                r"(?m)^local MAX_GPUS_PER_NODE = \d+",
-                f"local MAX_GPUS_PER_NODE = {c.gpus_per_node}", src.read_text())
+                r"(?m)^local MAX_ENGINE_GPUS = \d+",
+                f"local MAX_ENGINE_GPUS = {c.gpus_per_node * c.nodes}", text)
             lua = "JobSubmitPlugins=lua\n"
         common = (f"NodeHostname={host} NodeAddr=127.0.0.1 CPUs={c.cpus_per_node} Boards=1 "
                   f"SocketsPerBoard=2 CoresPerSocket={max(1, c.cpus_per_node // 2)} "

@@ -46,6 +46,7 @@ import json
 import logging
 import re
 import statistics
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -59,6 +60,7 @@ from gpuplan.models import (
     AllocationPlan,
     Cluster,
     Event,
+    GpuplanError,
     JobAllocation,
     JobArrival,
     JobCompletion,
@@ -81,15 +83,46 @@ SIDECAR_SOURCE = Path(sidecar_module.__file__).read_text(encoding="utf-8")
 SIDECAR_DIGEST = hashlib.sha256(SIDECAR_SOURCE.encode()).hexdigest()[:12]
 # Installs the sidecar from stdin, atomically, only if its content changed.
 _UPLOAD = (
-    "import os,sys\n"
-    "p=sys.argv[1];d=sys.stdin.read()\n"
-    "os.makedirs(os.path.dirname(p),exist_ok=True)\n"
+    # Runs on the node before anything is executed from the run root: create it 0700 if
+    # missing, and refuse (exit 3, one line naming path, owner and mode) a root that is a
+    # symlink, not ours, or open to others, or whose ancestors others may write (unless
+    # sticky, like /tmp): otherwise whoever made it first would get code run as the login
+    # user (the sidecar script) or plant state files that make the sidecar signal any PID.
+    "import os,stat,sys\n"
+    "p=sys.argv[1];d=sys.stdin.read();r=os.path.dirname(p) or '.';u=os.getuid()\n"
+    "def no(m):\n"
+    "    sys.stderr.write('run root %s refused: %s\\n'%(os.path.abspath(r),m));sys.exit(3)\n"
+    "a=os.path.abspath(r);c=os.path.dirname(a)\n"
+    "while True:\n"
+    "    s=os.stat(c) if os.path.exists(c) else None\n"
+    "    if s is not None and (s.st_uid not in (0,u) or (s.st_mode&0o022 and not "
+    "s.st_mode&stat.S_ISVTX)):\n"
+    "        no('ancestor %s is owned by uid %d with mode %o'%(c,s.st_uid,s.st_mode&0o7777))\n"
+    "    if c==os.path.dirname(c):\n"
+    "        break\n"
+    "    c=os.path.dirname(c)\n"
+    "os.makedirs(r,mode=0o700,exist_ok=True)\n"
+    "s=os.lstat(r)\n"
+    "if stat.S_ISLNK(s.st_mode) or not stat.S_ISDIR(s.st_mode):\n"
+    "    no('not a directory (a symlink?)')\n"
+    "if s.st_uid!=u:\n"
+    "    no('owned by uid %d, not by the login user (uid %d)'%(s.st_uid,u))\n"
+    "if s.st_mode&0o077:\n"
+    "    no('mode %o lets others in; it must be 0700'%(s.st_mode&0o777))\n"
     "old=open(p).read() if os.path.exists(p) else None\n"
     "if old!=d:\n"
-    "    t='%s.%d.tmp'%(p,os.getpid());open(t,'w').write(d);os.replace(t,p)\n"
+    "    t='%s.%d.tmp'%(p,os.getpid())\n"
+    "    f=os.fdopen(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'w')\n"
+    "    f.write(d);f.close();os.replace(t,p)\n"
 )
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _REMOTE_ERRORS = (NodeUnreachable, RemoteCommandError)
+
+
+class UnsafeRunRoot(GpuplanError):
+    """The run root on a node is not safe to execute from (another user's, a symlink, open to
+    others). A configuration or security problem, not a transient failure: the run stops with
+    this error instead of retrying the node."""
 
 
 def safe_name(text: str) -> str:
@@ -179,7 +212,8 @@ class StandinLauncher(Launcher):
 
     def worker(self, spec: JobSpec, rank: int, nranks: int, target: float) -> WorkerCommand:
         argv = [self.python, "-m", "gpuplan.executors.standin",
-                "--job-id", self.worker_id(spec.id, rank), "--work", repr(float(target)),
+                # "--job-id=X", not "--job-id X": an id starting with "-" is not an option
+                f"--job-id={self.worker_id(spec.id, rank)}", "--work", repr(float(target)),
                 "--rate-per-gpu", repr(float(self.rate_per_gpu)), "--state-dir", self.state_dir,
                 "--progress-interval", repr(float(self.progress_interval_s))]
         if self.checkpoint_interval_s:
@@ -222,8 +256,11 @@ class SshSettings:
 
     known_hosts: str
     client_keys: tuple[str, ...]
-    run_root: str = "/tmp/gpuplan-runs"
-    """Directory on every node holding the sidecar script, the lease and one dir per job."""
+    run_root: str = ".gpuplan/runs"
+    """Directory on every node holding the sidecar script, the lease and one dir per job.
+    Relative paths are under the login user's home. gpuplan creates it 0700 and refuses one
+    that is a symlink, not owned by the login user, open to others, or below a directory
+    others may write (unless sticky): see docs/ssh.md, threat model."""
     remote_python: str = "python3"
     """Interpreter on the nodes for the (stdlib-only) sidecar."""
     poll_interval_s: float = 1.0
@@ -356,6 +393,7 @@ class SshExecutor(Executor):
         self._claims_open = False
         self._delivered = False
         self._started = False
+        self._end_requested = threading.Event()
         self._uploaded: dict[str, int] = {}
         self._agents: dict[str, RpcChannel] = {}
         self._unreachable: dict[str, float] = {}
@@ -415,6 +453,11 @@ class SshExecutor(Executor):
         runs = [r for r in self._runs.values() if r.ranks]
         await asyncio.gather(*(self._stop_run(r) for r in runs))
 
+    def end_run(self) -> None:
+        """Make the engine's run return at its next step, leaving every job running (an
+        operator's hand-over to another engine). Safe to call from any thread."""
+        self._end_requested.set()
+
     def detach(self) -> None:
         """Disconnect and leave everything running (engine hand-over or crash simulation)."""
         if self._loop.is_closed():
@@ -453,7 +496,10 @@ class SshExecutor(Executor):
             node, [self.settings.remote_python, "-c", _UPLOAD, self._sidecar_path],
             input=SIDECAR_SOURCE, timeout=self.settings.command_timeout_s)
         if result.exit_status != 0:
-            raise RemoteCommandError(f"{node}: cannot install the sidecar: {result.stderr}")
+            detail = " ".join(str(result.stderr or "").split())[:500]
+            if result.exit_status == 3:
+                raise UnsafeRunRoot(f"{node}: {detail}")
+            raise RemoteCommandError(f"{node}: cannot install the sidecar: {detail}")
         self._uploaded[node] = self.pool.connects[node]
 
     async def _agent(self, node: str) -> RpcChannel:
@@ -595,6 +641,10 @@ class SshExecutor(Executor):
         while True:
             if self._claims_open and self._delivered:
                 await self._close_claims()
+            if self._end_requested.is_set():
+                log.info("run ended on request with jobs %s outstanding",
+                         sorted(self._outstanding))
+                return None
             t = self.now()
             limit = self.settings.deadline_s
             if limit is not None and t > limit:
