@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpuplan.executors.control import command as slurm_controller
-from gpuplan.executors.control.command import OneLineParser
+from gpuplan.executors.control.command import OneLineParser, seed_arg
 from gpuplan.executors.metrics import (
     RunSummary,
     compare_json,
@@ -31,7 +34,9 @@ from gpuplan.executors.metrics import (
     write_samples_csv,
 )
 from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
+from gpuplan.models.bounds import MAX_SEED
 from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
+from gpuplan.scenarios.input_files import parse_structured, read_stdin, read_text
 from gpuplan.solver_core.registry import make_policy, policy_names
 
 from . import api
@@ -67,22 +72,51 @@ def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool)
         return api.run(prepared, policy, hook)
 
 
+def _check_out(text: str | None) -> Path | None:
+    """``--out``, checked before anything runs (a run must not end in an error it could have
+    had at the start): a directory, created if missing; an existing non-directory or a
+    symlink is refused (a planted link would redirect every file we write)."""
+    if not text:
+        return None
+    out = Path(text)
+    if out.is_symlink():
+        raise InputError("is a symlink; give a real directory", source=text, field="out")
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", source=text, field="out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the output directory: {err.strerror}", source=text,
+                         field="out") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise InputError("the output directory is not writable", source=text, field="out")
+    return out
+
+
 def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
+    """Every file is written in a private temporary directory inside ``out`` and renamed into
+    place: a rename replaces a symlink planted at the name instead of following it, and a
+    reader never sees half a file."""
     from .plots import plot_jct_cdf, plot_timeseries
 
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for r in results:
-        written.append(write_job_csv(r, out / f"{r.policy}-jobs.csv"))
-        written.append(write_samples_csv(r, out / f"{r.policy}-samples.csv"))
-    summaries = [(r.policy, summarize(r)) for r in results]
-    summary_path = out / "summary.json"
-    summary_path.write_text(json.dumps(compare_json(summaries), indent=2))
-    written.append(summary_path)
-    by_policy = {r.policy: r for r in results}
-    written.append(plot_jct_cdf(by_policy, out / "jct_cdf.png"))
-    written.append(plot_timeseries(by_policy, out / "timeseries.png"))
-    return written
+    staging = Path(tempfile.mkdtemp(prefix=".gpuplan-", dir=out))
+    names: list[str] = []
+    try:
+        for r in results:
+            write_job_csv(r, staging / f"{r.policy}-jobs.csv")
+            write_samples_csv(r, staging / f"{r.policy}-samples.csv")
+            names += [f"{r.policy}-jobs.csv", f"{r.policy}-samples.csv"]
+        summaries = [(r.policy, summarize(r)) for r in results]
+        (staging / "summary.json").write_text(json.dumps(compare_json(summaries), indent=2))
+        by_policy = {r.policy: r for r in results}
+        plot_jct_cdf(by_policy, staging / "jct_cdf.png")
+        plot_timeseries(by_policy, staging / "timeseries.png")
+        names += ["summary.json", "jct_cdf.png", "timeseries.png"]
+        for name in names:
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [out / name for name in names]
 
 
 def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None = None) -> None:
@@ -98,11 +132,12 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    out = _check_out(args.out)
     prepared = api.prepare(args.scenario, seed=args.seed)
     result = _run_with_progress(prepared, args.policy, args.json)
     summary = summarize(result)
-    if args.out:
-        _write_outputs(Path(args.out), [result])
+    if out is not None:
+        _write_outputs(out, [result])
     if args.json:
         print(json.dumps(compare_json([(result.policy, summary)])[0], indent=2))
     else:
@@ -113,11 +148,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _parse_seeds(text: str | None) -> list[int | None]:
     if not text:
         return [None]
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise InputError(f"--seeds must be comma-separated integers, got {text!r}",
-                         field="seeds") from None
+    seeds = [s.strip() for s in text.split(",") if s.strip()]
+    if not seeds or not all(s.isdigit() and len(s) <= 10 and int(s) <= MAX_SEED for s in seeds):
+        raise InputError(f"--seeds must be comma-separated integers in [0, {MAX_SEED}], got "
+                         f"{text[:60]!r}", field="seeds")
+    return [int(s) for s in seeds]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -127,6 +162,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for policy in policies:
         make_policy(policy)  # fail fast on a typo, before minutes of simulation
     seeds = [args.seed] if args.seeds is None else _parse_seeds(args.seeds)
+    out = _check_out(args.out)
     per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
     last: list[RunResult] = []
     for seed in seeds:
@@ -135,8 +171,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for result in last:
             per_policy[result.policy].append(summarize(result))
     summaries = [(p, mean_summary(s)) for p, s in per_policy.items()]
-    if args.out:
-        _write_outputs(Path(args.out), last)
+    if out is not None:
+        _write_outputs(out, last)
     if args.json:
         rows = compare_json(summaries)
         if len(seeds) > 1:
@@ -153,12 +189,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     path = Path(args.state)
+    text = read_stdin("state") if args.state == "-" else read_text(path, "state file")
+    data = parse_structured(text, str(path), json_only=True)
     try:
-        text = path.read_text() if args.state != "-" else sys.stdin.read()
-    except OSError as err:
-        raise InputError(f"cannot read state file: {err.strerror}", source=str(path)) from None
-    try:
-        state = ClusterState.model_validate_json(text)
+        state = ClusterState.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         raise InputError(first["msg"], source=str(path),
@@ -211,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="simulate one policy on a scenario")
     sim.add_argument("--scenario", required=True, help="embedded scenario name or file path")
     sim.add_argument("--policy", required=True)
-    sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    sim.add_argument("--seed", type=seed_arg, default=None, help="override the scenario's seed")
     sim.add_argument("--out", help="folder for per-job CSV, samples, summary and plots")
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sim.set_defaults(func=cmd_simulate)
@@ -219,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="compare policies on one scenario")
     cmp_.add_argument("--scenario", required=True)
     cmp_.add_argument("--policies", required=True, help="comma-separated; the first is the base")
-    cmp_.add_argument("--seed", type=int, default=None)
+    cmp_.add_argument("--seed", type=seed_arg, default=None)
     cmp_.add_argument("--seeds", default=None,
                       help="comma-separated seeds; the table shows means over them")
     cmp_.add_argument("--out")
@@ -229,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="one decision for a cluster state file; plan JSON on stdout")
     pl.add_argument("--state", required=True, help="ClusterState JSON file, or - for stdin")
     pl.add_argument("--policy", required=True)
-    pl.add_argument("--seed", type=int, default=0, help="seed of the policy's random choices")
+    pl.add_argument("--seed", type=seed_arg, default=0, help="seed of the policy's random choices")
     pl.set_defaults(func=cmd_plan)
 
     sc = sub.add_parser("scenarios", help="list embedded scenarios")
@@ -255,6 +289,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except (RecursionError, MemoryError) as err:
+        # Input shaped to exhaust the interpreter (deep nesting, a huge expansion) that got
+        # past the readers' own checks: still one line, still bad input.
+        _console(err=True).print(f"[red]error:[/red] input too large or too deeply nested "
+                                 f"({type(err).__name__})", markup=True, highlight=False,
+                                 soft_wrap=True)
+        return 2
+    except Exception as err:
+        if os.environ.get("GPUPLAN_DEBUG"):
+            raise
+        _console(err=True).print(
+            f"[red]internal error:[/red] {escape(type(err).__name__)}: "
+            f"{escape(' '.join(str(err).split())[:300])} (a gpuplan bug: please report it; "
+            "GPUPLAN_DEBUG=1 shows the traceback)", markup=True, highlight=False,
+            soft_wrap=True)
+        return 1
 
 
 if __name__ == "__main__":

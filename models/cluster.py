@@ -12,6 +12,7 @@ from typing import Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .bounds import MAX_GPUS_PER_NODE
 from .gpu import KNOWN_GPU_TYPES, GpuType
 
 Pool = Literal["training", "inference"]
@@ -20,10 +21,10 @@ Pool = Literal["training", "inference"]
 class Node(BaseModel):
     """One server. ``gpus`` GPUs of one type, indexed 0..gpus-1."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
-    gpus: int = Field(ge=1, le=64)
+    gpus: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "v100"
     pool: Pool = "training"
     rack: str = "rack0"
@@ -33,7 +34,7 @@ class Node(BaseModel):
 class Cluster(BaseModel):
     """A set of nodes and the GPU types they use."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     nodes: list[Node] = Field(min_length=1)
     gpu_types: dict[str, GpuType] = Field(default_factory=dict)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class GpuType(BaseModel):
     """A kind of GPU, e.g. V100 or T4."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     relative_speed: float = Field(default=1.0, gt=0, description="compute speed vs reference GPU")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_ITERATIONS, MAX_TIME_S
 from .throughput import ThroughputProfile
 
 
@@ -20,10 +21,10 @@ class Elasticity(BaseModel):
     empty every count in ``[min_gpus, max_gpus]`` is allowed.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    min_gpus: int = Field(default=1, ge=1)
-    max_gpus: int = Field(ge=1)
+    min_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
+    max_gpus: int = Field(ge=1, le=MAX_GPUS)
     allowed: tuple[int, ...] = ()
 
     @model_validator(mode="after")
@@ -55,7 +56,7 @@ class Checkpointing(BaseModel):
     * with neither, a preempted job restarts from zero.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     on_signal: bool = True
     interval_s: float | None = Field(default=None, gt=0)
@@ -67,7 +68,7 @@ class MemoryProfile(BaseModel):
     Basic requirement ``gamma`` always; a variable peak ``delta`` occurs with probability ``p``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     gamma: float = Field(ge=0, le=1)
     delta: float = Field(ge=0, le=1)
@@ -84,19 +85,21 @@ class MemoryProfile(BaseModel):
 class JobSpec(BaseModel):
     """A training job as submitted. Immutable; runtime state lives in :class:`ActiveJob`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     id: str = Field(min_length=1)
     user: str = ""
-    submit_time: float = Field(ge=0, description="seconds since the scenario's origin")
-    requested_gpus: int = Field(ge=1)
+    submit_time: float = Field(ge=0, le=MAX_TIME_S,
+                               description="seconds since the scenario's origin")
+    requested_gpus: int = Field(ge=1, le=MAX_GPUS)
     elasticity: Elasticity | None = None
-    total_iterations: float | None = Field(default=None, gt=0)
+    total_iterations: float | None = Field(default=None, gt=0, le=MAX_ITERATIONS)
     duration: float | None = Field(
-        default=None, gt=0, description="seconds at requested_gpus (trace duration)"
+        default=None, gt=0, le=MAX_TIME_S,
+        description="seconds at requested_gpus (trace duration)"
     )
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
-    priority_weight: float = Field(default=1.0, gt=0)
+    priority_weight: float = Field(default=1.0, gt=0, le=1e9)
     memory: MemoryProfile | None = None
     model: str | None = None
     gpu_type: str | None = Field(default=None, description="only run on this GPU type")
@@ -105,7 +108,7 @@ class JobSpec(BaseModel):
         description="its workers may span GPU types at once (Aryl App. A heterogeneous "
         "training); ignored when gpu_type is set",
     )
-    gpus_per_worker: int = Field(default=1, ge=1)
+    gpus_per_worker: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
     throughput: ThroughputProfile = Field(default_factory=ThroughputProfile.linear)
 
     @model_validator(mode="after")

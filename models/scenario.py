@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEED
 from .cluster import Cluster, Node
 
 ResizeMode = Literal["stop_free", "checkpoint_restart", "sidecar"]
@@ -29,7 +30,7 @@ class Overheads(BaseModel):
     checkpoint-restart (tens of seconds), or a SideCar process restart (a few seconds).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     start_s: float = Field(default=0.0, ge=0)
     resize_mode: ResizeMode = "checkpoint_restart"
@@ -66,7 +67,7 @@ class LearningSpec(BaseModel):
     the belief becomes those points with linear extrapolation from the last one.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = False
     measure_s: float = Field(default=60.0, ge=0, description="time to measure all units")
@@ -75,12 +76,19 @@ class LearningSpec(BaseModel):
 class ClusterSpec(BaseModel):
     """Either ``nodes`` x ``gpus_per_node`` identical servers, or an explicit node list."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    nodes: int | list[Node] = 16
-    gpus_per_node: int = Field(default=4, ge=1)
+    nodes: int | list[Node] = Field(default=16)
+    gpus_per_node: int = Field(default=4, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "v100"
     nodes_per_rack: int | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ClusterSpec:
+        count = len(self.nodes) if isinstance(self.nodes, list) else self.nodes
+        if not 1 <= count <= MAX_NODES:
+            raise ValueError(f"nodes must be between 1 and {MAX_NODES}, got {count}")
+        return self
 
     def build(self) -> Cluster:
         if isinstance(self.nodes, list):
@@ -94,7 +102,7 @@ class ArylMixSpec(BaseModel):
     """Aryl's job mix for ``mapping: aryl`` (``scenarios.inference.aryl_jobs``; 001 digest
     §3.1, §7.2): which trace jobs become elastic, GPU-type agnostic, checkpointing."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     elastic_fraction: float = Field(default=0.05, ge=0, le=1,
                                     description="share of all jobs made elastic (large first)")
@@ -109,7 +117,7 @@ class ArylMixSpec(BaseModel):
 class WorkloadSpec(BaseModel):
     """Where jobs come from and which of them to keep."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     source: WorkloadSource
     path: str | None = Field(
@@ -123,9 +131,10 @@ class WorkloadSpec(BaseModel):
     max_jobs: int | None = Field(default=None, ge=1)
     mapping: JobMapping = "rigid"
     time_scale: float = Field(default=1.0, gt=0, description="multiply arrivals and work")
-    max_gpus: int | None = Field(default=None, ge=1, description="drop jobs asking for more")
+    max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                 description="drop jobs asking for more")
     # synthetic generator
-    jobs: int | None = Field(default=None, ge=1)
+    jobs: int | None = Field(default=None, ge=1, le=10_000_000)
     arrival_rate_per_h: float | None = Field(default=None, gt=0)
     size_mix: dict[int, float] | None = None
     mean_duration_s: float | None = Field(default=None, gt=0)
@@ -142,7 +151,7 @@ class WorkloadSpec(BaseModel):
 class EngineSpec(BaseModel):
     """Engine options: periodic rounds and metric sampling."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     round_interval_s: float | None = Field(default=None, gt=0)
     sample_interval_s: float = Field(default=3600.0, gt=0)
@@ -161,10 +170,10 @@ class LoaningSpec(BaseModel):
     ``cluster`` block, which must then give ``nodes`` as a count.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    servers: int = Field(ge=1, description="inference servers")
-    gpus_per_server: int = Field(default=8, ge=1)
+    servers: int = Field(ge=1, le=MAX_NODES, description="inference servers")
+    gpus_per_server: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "t4"
     ratio: float = Field(default=0.25, gt=0, description="one inference GPU in training GPUs")
     normalise: bool = True
@@ -197,11 +206,11 @@ class LoaningSpec(BaseModel):
 class ScenarioSpec(BaseModel):
     """A reproducible simulation input."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str
     description: str = ""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     workload: WorkloadSpec
     overheads: Overheads = Field(default_factory=Overheads)

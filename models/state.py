@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .bounds import MAX_TIME_S
 from .cluster import Cluster, Node
 from .job import JobSpec
 from .plan import JobAllocation
@@ -167,7 +168,7 @@ class ClusterView:
 class JobSnapshot(BaseModel):
     """An active job in a :class:`ClusterState` file."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     spec: JobSpec
     done_iterations: float = Field(default=0.0, ge=0)
@@ -179,9 +180,9 @@ class JobSnapshot(BaseModel):
 class ClusterState(BaseModel):
     """Serializable cluster state: input of ``gpuplan plan --state FILE``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    now: float = Field(ge=0)
+    now: float = Field(ge=0, le=MAX_TIME_S)
     cluster: Cluster
     usable_nodes: list[str] | None = Field(
         default=None, description="nodes training may use; default: the training pool"
@@ -206,6 +207,13 @@ class ClusterState(BaseModel):
                 raise ValueError(f"jobs[{i}].spec.id: duplicate job id {snap.spec.id!r}")
             if snap.done_iterations > snap.spec.work:
                 raise ValueError(f"jobs[{i}].done_iterations: exceeds the job's work")
+            if snap.spec.submit_time > self.now:
+                # A snapshot holds jobs that exist now; a future job would be started early.
+                raise ValueError(f"jobs[{i}].spec.submit_time: {snap.spec.submit_time:g} is "
+                                 f"after the state's now ({self.now:g})")
+            if snap.allocation is not None and snap.allocation.job_id != snap.spec.id:
+                raise ValueError(f"jobs[{i}].allocation.job_id: {snap.allocation.job_id!r} "
+                                 f"is not this job ({snap.spec.id!r})")
             job = ActiveJob(
                 spec=snap.spec,
                 done=snap.done_iterations,

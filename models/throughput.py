@@ -30,7 +30,7 @@ Extrapolation = Literal["flat", "linear", "none"]
 class ThroughputProfile(BaseModel):
     """Iterations/s by GPU count for one job (one model + global batch size)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     points: dict[int, float] = Field(description="GPU count -> iterations/s, reference GPU type")
     reference_gpu: str = "v100"

@@ -24,7 +24,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
 from pydantic import ValidationError
 
 from gpuplan.models import (
@@ -37,6 +36,7 @@ from gpuplan.models import (
     WorkloadSpec,
 )
 
+from .input_files import parse_structured, read_text
 from .trace_job import TraceJob
 from .traces import resolve_trace_path
 
@@ -76,14 +76,8 @@ def _first_error(err: ValidationError) -> tuple[str, str]:
 
 def load_scenario_file(path: Path) -> ScenarioSpec:
     """Parse and validate one scenario file; errors name the file and the offending field."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(f"cannot read scenario file: {err.strerror}", source=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise InputError(f"not valid YAML/JSON: {err}", source=str(path)) from None
+    text = read_text(path, "scenario file")
+    data = parse_structured(text, str(path), json_only=path.suffix == ".json")
     if not isinstance(data, dict):
         raise InputError("a scenario file must hold a mapping", source=str(path))
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuplan.models import GpuplanError
+from gpuplan.models.bounds import MAX_SEED
 
 DEFAULT_STATE_DB = "/var/lib/gpuplan/slurm-controller.db"
 MAX_SECONDS = 7 * 86400.0
@@ -50,9 +51,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _seed(text: str) -> int:
-    if not text.isdigit() or len(text) > 18:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+def seed_arg(text: str) -> int:
+    """A ``--seed``: an integer in [0, MAX_SEED] (a negative seed was silently aliased)."""
+    if not text.isdigit() or len(text) > 10 or int(text) > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got "
+                                         f"{text[:30]!r}")
     return int(text)
 
 
@@ -74,7 +77,7 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                         "default: every job the hook marked, every GPU node")
     p.add_argument("--state-db", default=DEFAULT_STATE_DB, metavar="PATH",
                    help=f"SQLite journal (default {DEFAULT_STATE_DB}); keep it on a local disk")
-    p.add_argument("--seed", type=_seed, default=0,
+    p.add_argument("--seed", type=seed_arg, default=0,
                    help="seed of the policy's random choices (default 0)")
     p.add_argument("--interval", type=_seconds, default=2.0, metavar="S",
                    help="seconds between squeue/sinfo polls (default 2)")

@@ -47,6 +47,7 @@ from gpuplan.models import (
     allocatable_units,
     placement_rate,
 )
+from gpuplan.models.bounds import SIMULATION_HORIZON_S
 
 from ..base import Executor, ExecutorCapabilities
 
@@ -75,8 +76,12 @@ class SimulatedCluster(Executor):
         events: Iterable[Event] = (),
         record_segments: bool = False,
         learning: LearningSpec | None = None,
+        horizon_s: float = SIMULATION_HORIZON_S,
     ) -> None:
         self.cluster = cluster
+        self.horizon_s = horizon_s
+        """Simulated time at which the run ends, jobs still running or pending reported as
+        unfinished (see ``models/bounds.py``)."""
         self.learning = learning if learning is not None and learning.enabled else None
         self._true: dict[str, JobSpec] = {}
         self._reported: dict[str, set[int]] = {}
@@ -114,6 +119,8 @@ class SimulatedCluster(Executor):
         heap = self._heap
         while heap:
             time = heap[0][0]
+            if time > self.horizon_s:
+                return None
             batch: list[Event] = []
             while heap and heap[0][0] == time:
                 _, kind, _, payload = heapq.heappop(heap)

@@ -6,6 +6,7 @@ import time as wallclock
 from collections.abc import Iterable, Sequence
 
 from gpuplan.models import Cluster, Event, JobSpec, LearningSpec, Overheads, RunResult
+from gpuplan.models.bounds import SIMULATION_HORIZON_S
 from gpuplan.solver_core.policy import Policy
 
 from ..engine import Engine, PlanHook, ProgressHook, Reclaimer, reclaim_least_used
@@ -28,16 +29,19 @@ def simulate(
     record_segments: bool = False,
     learning: LearningSpec | None = None,
     reclaimer: Reclaimer | None = None,
+    horizon_s: float = SIMULATION_HORIZON_S,
 ) -> tuple[RunResult, Engine, SimulatedCluster]:
     """Replay ``jobs`` under ``policy``; return the result, the engine and the executor.
 
     ``reclaimer`` picks the on-loan servers to give back on a ``ReclaimRequest``; by default the
     policy's own ``reclaimer`` attribute if it has one (Aryl's), else the engine's default.
+    The run ends at ``horizon_s`` of simulated time at the latest; jobs still running then are
+    reported unfinished, never simulated for ever.
     """
     if reclaimer is None:
         reclaimer = getattr(policy, "reclaimer", None) or reclaim_least_used
     executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
-                                learning=learning)
+                                learning=learning, horizon_s=horizon_s)
     engine = Engine(
         cluster,
         policy,
