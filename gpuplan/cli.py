@@ -198,6 +198,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise InputError(first["msg"], source=str(path),
                          field=".".join(str(x) for x in first["loc"])) from None
     try:
+        state.check_snapshot()
         plan = api.plan(state, args.policy, seed=args.seed)
     except ValueError as err:
         raise InputError(str(err), source=str(path)) from None

@@ -189,6 +189,15 @@ class ClusterState(BaseModel):
     )
     jobs: list[JobSnapshot] = Field(default_factory=list)
 
+    def check_snapshot(self) -> None:
+        """What a state *file* must also satisfy: it describes jobs that exist at ``now``, so a
+        job submitted after ``now`` is an error (it would be started early). Library callers
+        building views for tests or what-if questions may use any submit times."""
+        for i, snap in enumerate(self.jobs):
+            if snap.spec.submit_time > self.now:
+                raise ValueError(f"jobs[{i}].spec.submit_time: {snap.spec.submit_time:g} is "
+                                 f"after the state's now ({self.now:g})")
+
     def to_view(self) -> ClusterView:
         """Build the view; raises ValueError naming the job/node on an inconsistent state."""
         names = self.usable_nodes
@@ -207,10 +216,6 @@ class ClusterState(BaseModel):
                 raise ValueError(f"jobs[{i}].spec.id: duplicate job id {snap.spec.id!r}")
             if snap.done_iterations > snap.spec.work:
                 raise ValueError(f"jobs[{i}].done_iterations: exceeds the job's work")
-            if snap.spec.submit_time > self.now:
-                # A snapshot holds jobs that exist now; a future job would be started early.
-                raise ValueError(f"jobs[{i}].spec.submit_time: {snap.spec.submit_time:g} is "
-                                 f"after the state's now ({self.now:g})")
             if snap.allocation is not None and snap.allocation.job_id != snap.spec.id:
                 raise ValueError(f"jobs[{i}].allocation.job_id: {snap.allocation.job_id!r} "
                                  f"is not this job ({snap.spec.id!r})")
