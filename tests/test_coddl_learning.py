@@ -129,3 +129,39 @@ def test_fair_share_cap_until_measured() -> None:
     rec = {r.job_id: r for r in result.jobs}
     # 'a': 5 s at 3.6 it/s (18 it), then all 8 GPUs (6.4 it/s) for the remaining 482 it
     assert rec["a"].finish_time == pytest.approx(5 + 482 / 6.4)
+
+
+@pytest.mark.parametrize("policy", ["afs-l-learning", "afs-p-learning"])
+def test_learning_policies_drop_to_the_measured_saturation_point(policy: str) -> None:
+    """End to end through the engine and the simulator, with the registered policies (not a
+    scripted one): a job believed to scale linearly gets all 4 GPUs; once it has measured that
+    it saturates at 2, the policy gives it 2 — what a freshly built policy gives for the
+    measured curve. (The ladder cache once kept the pre-measurement ladder: 4 GPUs for ever.)"""
+    from gpuplan.solver_core.registry import make_policy
+
+    true = ThroughputProfile(points={1: 1.0, 2: 2.0, 4: 2.0})
+    spec = JobSpec(id="a", submit_time=0, requested_gpus=1, total_iterations=400,
+                   elasticity=Elasticity(min_gpus=1, max_gpus=4), throughput=true)
+    timeline: list[tuple[float, int]] = []
+    measured: list[JobSpec] = []
+
+    def spy(view: ClusterView, plan: object) -> None:
+        a = view.running.get("a") or view.pending.get("a")
+        if a is not None:
+            timeline.append((view.now, plan.gpus_of("a")))  # type: ignore[attr-defined]
+            if len(a.spec.throughput.points) > 1:
+                measured.append(a.spec)
+
+    simulate(Cluster.uniform(1, 4), [spec], make_policy(policy),
+             overheads=Overheads(start_s=0), learning=LearningSpec(enabled=True, measure_s=10),
+             on_plan=spy)
+    assert timeline[0] == (0.0, 4), timeline  # believed linear: 4 GPUs
+    assert measured and measured[0].throughput.rate(4) == pytest.approx(2.0)
+    after = [gpus for t, gpus in timeline if t >= 10.0]
+    assert after and set(after) == {2}, timeline
+    # a fresh policy on the measured belief decides the same
+    from gpuplan.models import ClusterState, JobSnapshot
+    fresh = ClusterState(now=20.0, cluster=Cluster.uniform(1, 4),
+                         jobs=[JobSnapshot(spec=measured[0])])
+    plan_gpus = make_policy(policy.removesuffix("-learning")).decide(fresh.to_view()).shares
+    assert plan_gpus == {"a": 2}

@@ -51,6 +51,11 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _seconds_or_zero(text: str) -> float:
+    """``--stale-after``: like :func:`_seconds`, but 0 is allowed (fail open now)."""
+    return 0.0 if text.strip() in ("0", "0.0") else _seconds(text)
+
+
 def seed_arg(text: str) -> int:
     """A ``--seed``: an integer in [0, MAX_SEED] (a negative seed was silently aliased)."""
     if not text.isdigit() or len(text) > 10 or int(text) > MAX_SEED:
@@ -95,7 +100,7 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--fail-open-check", action="store_true",
                    help="watchdog mode: if the heartbeat is older than --stale-after, release "
                         "every engine-held job to Slurm's own scheduler")
-    p.add_argument("--stale-after", type=_seconds, default=120.0, metavar="S",
+    p.add_argument("--stale-after", type=_seconds_or_zero, default=120.0, metavar="S",
                    help="watchdog: heartbeat age that counts as 'controller down' (default 120)")
     p.add_argument("--watch", type=_seconds, default=None, metavar="S",
                    help="watchdog: repeat the check every S seconds instead of once")

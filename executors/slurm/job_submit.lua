@@ -177,19 +177,18 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
                                      tostring(total), MAX_ENGINE_GPUS))
         return slurm.ERROR
     end
-    local limits = { min = MAX_ENGINE_GPUS, max = MAX_ENGINE_GPUS }
-    for key, hi in pairs(limits) do
-        if opts[key] ~= nil and bounded_count(opts[key], hi) == nil then
-            slurm.log_user(string.format("gpuplan: %s=%s must be a whole number in [1, %d]",
-                                         key, string.sub(opts[key], 1, 20), hi))
-            return slurm.ERROR
-        end
-    end
-    local numbers = { work = MAX_WORK, duration = MAX_DURATION_S, rate = MAX_RATE }
-    for key, hi in pairs(numbers) do
-        if opts[key] ~= nil and bounded_number(opts[key], hi) == nil then
-            slurm.log_user(string.format("gpuplan: %s=%s must be a number in (0, %g]",
-                                         key, string.sub(opts[key], 1, 20), hi))
+    -- key = { check, upper bound, what the user is told }
+    local bounds = {
+        min = { bounded_count, MAX_ENGINE_GPUS, "a whole number in [1, %g]" },
+        max = { bounded_count, MAX_ENGINE_GPUS, "a whole number in [1, %g]" },
+        work = { bounded_number, MAX_WORK, "a number in (0, %g]" },
+        duration = { bounded_number, MAX_DURATION_S, "a number in (0, %g]" },
+        rate = { bounded_number, MAX_RATE, "a number in (0, %g]" },
+    }
+    for key, rule in pairs(bounds) do
+        if opts[key] ~= nil and rule[1](opts[key], rule[2]) == nil then
+            slurm.log_user(string.format("gpuplan: %s=%s must be " .. rule[3], key,
+                                         string.sub(opts[key], 1, 20), rule[2]))
             return slurm.ERROR
         end
     end

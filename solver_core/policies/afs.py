@@ -145,27 +145,29 @@ class _LadderCache:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[int, object, Ladder]] = {}
+        self._cache: dict[str, tuple[int, JobSpec, object, Ladder]] = {}
         self._built: dict[object, Ladder] = {}
 
     def get(self, job: ActiveJob, capacity: int) -> Ladder:
         spec = job.spec
         hit = self._cache.get(spec.id)
-        if hit is not None and hit[0] == capacity:
-            return hit[2]
+        # Specs are immutable: the same object means the same ladder. The engine installs a
+        # new spec when it learns a job's throughput (AFS §4.5), and that must rebuild it.
+        if hit is not None and hit[0] == capacity and hit[1] is spec:
+            return hit[3]
         allowed = spec.elasticity.allowed if spec.elasticity is not None else ()
         key = (spec.throughput, spec.min_gpus, spec.max_gpus, allowed, capacity)
         ladder = self._built.get(key)
         if ladder is None:
             ladder = self._built[key] = build_ladder(spec, capacity)
-        self._cache[spec.id] = (capacity, key, ladder)
+        self._cache[spec.id] = (capacity, spec, key, ladder)
         return ladder
 
     def prune(self, alive: Iterable[str]) -> None:
         keep = set(alive)
         if len(self._cache) > 2 * len(keep) + 64:
             self._cache = {k: v for k, v in self._cache.items() if k in keep}
-            live = {v[1] for v in self._cache.values()}
+            live = {v[2] for v in self._cache.values()}
             self._built = {k: v for k, v in self._built.items() if k in live}
 
 
