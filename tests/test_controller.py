@@ -290,7 +290,8 @@ def test_journal_paths_are_escaped_and_files_private(tmp_path: Path) -> None:
     with Journal(db, writer=False) as reader:
         assert len(reader.runs()) == 1
     assert base.stat().st_mode & 0o777 == 0o700
-    for path in (db, Path(f"{db}.lock")):
+    write_heartbeat(Path(f"{db}.heartbeat"), {"pid": 1})
+    for path in (db, Path(f"{db}.lock"), Path(f"{db}.heartbeat")):
         assert path.stat().st_mode & 0o777 == 0o600, path
     for extra in (Path(f"{db}-wal"), Path(f"{db}-shm")):
         if extra.exists():

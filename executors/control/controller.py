@@ -302,10 +302,15 @@ def _slurm_shape(sj: SlurmJob) -> dict[str, int]:
 
 
 def write_heartbeat(path: Path, info: Mapping[str, Any]) -> None:
-    """Replace the heartbeat file atomically (a watchdog never reads half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**info, "time": time.time()}))
+    """Replace the heartbeat file atomically (a watchdog never reads half a file); 0600, and
+    the temporary file is created exclusively without following a planted symlink."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # left by a process that died between create and rename
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({**info, "time": time.time()}))
     os.replace(tmp, path)
 
 
