@@ -102,7 +102,8 @@ class Cluster(BaseModel):
     def topology(self) -> nx.Graph:
         """Switch - rack - node - GPU tree. Edge attribute ``level`` names the link kind.
 
-        Placement code uses hop distance in this graph to prefer packed placements.
+        For reports and future topology-aware placement; today's placements work on the
+        node/rack fields directly and do not read this graph.
         """
         graph = nx.Graph()
         for node in self.nodes:

@@ -58,7 +58,8 @@ def build_plan(
 
 def check_plan(view: ClusterView, plan: AllocationPlan) -> None:
     """Raise ``ValueError`` if the plan uses a GPU twice (beyond shares of 1), an unusable node,
-    or a GPU index that does not exist. Executors call this before acting on a plan."""
+    or a GPU index that does not exist. The test suite runs it on every plan of every simulated
+    run (``tests/conftest.py``); executors do not call it yet (the core-v2 issue adds that)."""
     load: dict[tuple[str, int], float] = {}
     for job_id, alloc in plan.allocations.items():
         for node, gpus in alloc.placement.items():

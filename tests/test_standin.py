@@ -26,7 +26,7 @@ def _start(state: Path, job: str, work: float, rate: float, gpus: str | None,
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
-    argv = [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", job,
+    argv = [sys.executable, "-m", "gpuplan.executors.standin", f"--job-id={job}",
             "--work", repr(work), "--rate-per-gpu", repr(rate), "--state-dir", str(state),
             "--progress-interval", "0.05", *extra]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -36,7 +36,7 @@ def _start(state: Path, job: str, work: float, rate: float, gpus: str | None,
 def _wait_running(state: Path, job: str, proc: subprocess.Popen[str]) -> dict:
     """Wait for the run's first progress file: from then on its stop signals are caught."""
     path = state / f"{job}.progress"
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 120  # "never started", not "slow": a busy machine is slow
     while time.monotonic() < deadline:
         if path.exists():
             data = json.loads(path.read_text())
@@ -174,3 +174,13 @@ def test_raised_target_clears_stale_done_marker(tmp_path: Path) -> None:
     assert proc.wait(timeout=10) == 0
     segs = _segments(tmp_path, "t")
     assert segs[0]["end"] == 2.0 and segs[1]["start"] == 2.0
+
+
+def test_a_job_id_starting_with_a_dash_runs(tmp_path: Path) -> None:
+    """``--job-id=-x`` (how the executors pass ids) is a value, not an option: such an id once
+    crash-looped the stand-in under the controller."""
+    proc = _start(tmp_path, "-x", 2.0, 10.0, "0")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert (tmp_path / "-x.done").exists()
+    assert_tiles(_segments(tmp_path, "-x"), 2.0)

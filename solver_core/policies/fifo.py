@@ -4,7 +4,7 @@ Running jobs are never preempted. Pending jobs are considered in queue order; ea
 its requested GPUs or nothing (gang). Without backfill the first job that does not fit blocks
 everyone behind it (strict FIFO); with backfill later jobs that fit in the leftover GPUs start.
 This is Slurm's "backfill" without reservations: it can delay the head job (documented in
-docs/policies.md).
+docs/algorithms/baselines-rigid.md).
 """
 
 from __future__ import annotations
