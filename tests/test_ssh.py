@@ -555,7 +555,11 @@ def test_elastic_jobs_end_to_end_grow_shrink_preempt(harness: Harness) -> None:
     check_run(engine, ex, jobs)
     kinds = action_kinds(ex)
     preemptions = sum(r.preemptions for r in engine.result().jobs)
-    assert preemptions >= 1 and kinds.get("preempt", 0) >= 1, kinds  # by the policy, not evictions
+    # Whether AFS-P's time-slicing preempts here depends on how long real restarts take on this
+    # machine (a loaded one once gave 4 grows, 4 shrinks, 3 evictions and no preemption), so
+    # this run asserts that jobs were stopped and resumed at all; the policy-driven preemption
+    # has its own deterministic test below.
+    assert preemptions >= 1 and kinds.get("preempt", 0) + kinds.get("evict", 0) >= 1, kinds
     if policy != "srtf":
         assert kinds.get("grow", 0) >= 1 and kinds.get("shrink", 0) >= 1, kinds
     assert any(len(a["after_placement"]) > 1 for a in ex.action_log), "a multi-node run"
@@ -564,6 +568,26 @@ def test_elastic_jobs_end_to_end_grow_shrink_preempt(harness: Harness) -> None:
     assert ex.capabilities.resize == "restart" and ex.capabilities.pin_gpus
     print(f"\n{policy}: {kinds}, {preemptions} preemptions, wall {wall:.1f} s, restart "
           f"latency median {ex.capabilities.restart_latency_s:.2f} s")
+
+
+def test_policy_preemption_checkpoints_and_resumes_the_job(harness: Harness) -> None:
+    """SRTF must preempt a long job for a short one that needs every GPU, whatever the
+    machine's speed (remaining ~60 s against 1 s): the long job is checkpoint-stopped, the short
+    one runs, and the long one resumes from its checkpoint and completes exactly its work."""
+    jobs = [rigid("long", 0.0, 4, 8.0), rigid("short", 1.0, 4, 1.0)]
+    cluster = cluster_of(["node1"], 4)
+    launcher = harness.standin()
+    ex = harness.executor(cluster, jobs, launcher=launcher)
+    engine = Engine(cluster, make_policy("srtf"), ex, sample_interval_s=None)
+    engine.run()
+    check_run(engine, ex, jobs)
+    kinds = action_kinds(ex)
+    records = {r.job_id: r for r in engine.result().jobs}
+    assert kinds.get("preempt", 0) == 1 and records["long"].preemptions == 1, kinds
+    assert records["short"].preemptions == 0
+    assert records["short"].finish_time < records["long"].finish_time  # type: ignore[operator]
+    runs = segments(launcher, "long", ranks=1)[0]
+    assert len(runs) == 2 and runs[0]["reason"] != "complete" and runs[1]["reason"] == "complete"
 
 
 def test_crashed_training_process_is_restarted_from_its_checkpoint(harness: Harness) -> None:
