@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuplan.models import ActiveJob, AllocationPlan, Event
+from gpuplan.models import ActiveJob, AllocationPlan, ClusterView, Event, PlanRefused
+from gpuplan.solver_core.diff import check_actions
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,9 @@ class ExecutorCapabilities:
 
     ``resize``: ``none`` (a running job keeps its size), ``restart`` (stop, checkpoint, restart at
     the new size), ``in_place`` (stop-free scaling, EDL/CoDDL). ``restart_latency_s`` is the
-    measured or modelled cost of one restart.
+    measured or modelled cost of one restart. ``fractional_gpus``: the executor can run a job
+    on a fraction of a GPU beside others (``JobAllocation.share`` < 1); Slurm without GPU
+    sharding and the SSH executor cannot, and refuse such plans.
     """
 
     resize: Literal["none", "restart", "in_place"]
@@ -35,6 +38,26 @@ class Executor(ABC):
     """Carries out plans and reports events."""
 
     capabilities: ExecutorCapabilities
+
+    def accept(self, view: ClusterView, plan: AllocationPlan) -> None:
+        """Check ``plan`` against the cluster and this executor's capabilities before anything
+        is carried out; raise :class:`~gpuplan.models.PlanRefused` naming the first problem.
+
+        The engine calls it for every plan, so a policy bug (a GPU given twice, a node that is
+        gone) or a plan this executor cannot honour stops the run with a clear message instead
+        of corrupting state or half-running. Executors with more limits extend it.
+        """
+        where = f"plan of {plan.policy} at t={plan.time:g}"
+        if not self.capabilities.fractional_gpus:
+            for action in plan.actions:
+                if action.after is not None and action.after.share < 1.0:
+                    raise PlanRefused(
+                        f"{where}: job {action.job_id} would get {action.after.share:g} of each "
+                        f"GPU, but {type(self).__name__} cannot share GPUs between jobs")
+        try:
+            check_actions(view, plan)
+        except ValueError as err:
+            raise PlanRefused(f"{where}: {err}") from None
 
     @abstractmethod
     def next_events(self) -> tuple[float, list[Event]] | None:

@@ -29,21 +29,22 @@ from gpuplan.models import (
     Node,
     NodeFailure,
     NodeRecovery,
+    PlanRefused,
     ReclaimRequest,
     RunResult,
     Sample,
     ThroughputMeasured,
+    occupy_gpu,
     placement_rate,
+    vacate_gpu,
 )
 from gpuplan.solver_core.diff import build_plan
-from gpuplan.solver_core.policy import Policy
+from gpuplan.solver_core.policy import Policy, Reclaimer
 
 from .base import Executor
 from .metrics import take_sample
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
-Reclaimer = Callable[[ClusterView, list[str], int], list[str]]
-"""(view, on-loan node names in loan order, count) -> the nodes to give back."""
 
 
 def reclaim_least_used(view: ClusterView, on_loan: list[str], count: int) -> list[str]:
@@ -62,7 +63,13 @@ ProgressHook = Callable[[int, float], None]
 
 
 class Engine:
-    """Runs ``policy`` over ``executor`` on ``cluster``."""
+    """Runs ``policy`` over ``executor`` on ``cluster``.
+
+    The policy decides admission (:meth:`Policy.admit`), allocations, its wake-ups and — unless
+    ``reclaimer`` is given — which on-loan servers to give back (``policy.reclaimer``, else
+    :func:`reclaim_least_used`). GPUs have capacity 1: whole-GPU jobs take a free GPU, jobs
+    with ``share`` < 1 share a GPU while their shares sum to at most 1 (``self.shared``).
+    """
 
     def __init__(
         self,
@@ -74,7 +81,7 @@ class Engine:
         sample_interval_s: float | None = 3600.0,
         round_interval_s: float | None = None,
         on_plan: PlanHook | None = None,
-        reclaimer: Reclaimer = reclaim_least_used,
+        reclaimer: Reclaimer | None = None,
     ) -> None:
         self.cluster = cluster
         self.policy = policy
@@ -86,6 +93,8 @@ class Engine:
         )
         self.usable: dict[str, Node] = {}
         self.free: dict[str, set[int]] = {}
+        self.shared: dict[str, dict[int, float]] = {}
+        """node -> GPU -> summed share, for GPUs held by jobs with share < 1 only."""
         for name in names:
             self._add_node(name)
         self.running: dict[str, ActiveJob] = {}
@@ -104,14 +113,16 @@ class Engine:
         self.start_time: float | None = None
         self.gpu_seconds_allocated = 0.0
         self.gpu_seconds_capacity = 0.0
-        self._allocated = 0
+        self._allocated = 0.0
+        """GPUs allocated, shares counted as fractions (for utilisation)."""
         self._sample_interval = sample_interval_s
         self._next_sample: float | None = None
         self._round = round_interval_s
         self._timer_at: float | None = None
         self._recoveries: list[tuple[float, str]] = []
         self.on_plan = on_plan
-        self.reclaimer = reclaimer
+        self.reclaimer: Reclaimer = reclaimer or policy.reclaimer or reclaim_least_used
+        self.plans_refused = 0
         self.on_loan: list[str] = []
         self.down: set[str] = set()
         self.reclaim_log: list[tuple[float, list[str]]] = []
@@ -124,6 +135,7 @@ class Engine:
         if name not in self.usable:
             self.usable[name] = node
             self.free[name] = set(range(node.gpus))
+            self.shared[name] = {}
 
     def _remove_node(self, name: str, now: float, graceful: bool) -> None:
         if name not in self.usable:
@@ -156,6 +168,7 @@ class Engine:
             job.preemptions += 1
         del self.usable[name]
         del self.free[name]
+        del self.shared[name]
 
     @property
     def capacity(self) -> int:
@@ -163,22 +176,25 @@ class Engine:
 
     # ------------------------------------------------------------------ job state helpers
     def _release(self, job: ActiveJob) -> None:
-        if job.allocation is None:
+        alloc = job.allocation
+        if alloc is None:
             return
-        for node, gpus in job.allocation.placement.items():
+        for node, gpus in alloc.placement.items():
             if node in self.free:
-                self.free[node].update(gpus)
-        self._allocated -= job.gpus
+                free, shared = self.free[node], self.shared[node]
+                for g in gpus:
+                    vacate_gpu(free, shared, g, alloc.share)
+        self._allocated -= job.gpus * alloc.share
 
     def _acquire(self, job: ActiveJob) -> None:
-        assert job.allocation is not None
-        for node, gpus in job.allocation.placement.items():
-            free = self.free[node]
+        alloc = job.allocation
+        assert alloc is not None
+        for node, gpus in alloc.placement.items():
+            free, shared = self.free[node], self.shared[node]
             for g in gpus:
-                if g not in free:
+                if not occupy_gpu(free, shared, g, alloc.share):
                     raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
-                free.remove(g)
-        self._allocated += job.gpus
+        self._allocated += job.gpus * alloc.share
 
     def _to_pending(self, job: ActiveJob, now: float) -> None:
         self.running.pop(job.id, None)
@@ -209,10 +225,9 @@ class Engine:
         if spec.id in self.running or spec.id in self.pending:
             self.rejected.append((spec.id, "duplicate job id"))
             return
-        if spec.min_gpus > self.cluster.total_gpus:
-            self.rejected.append(
-                (spec.id, f"needs {spec.min_gpus} GPUs; the cluster has {self.cluster.total_gpus}")
-            )
+        refused = self.policy.admit(spec, self.cluster)
+        if refused is not None:
+            self.rejected.append((spec.id, refused))
             return
         job = ActiveJob(spec=spec, anchor_time=now, resume_time=now, pending_since=now)
         self.pending[spec.id] = job
@@ -349,6 +364,7 @@ class Engine:
             free={n: sorted(g) for n, g in self.free.items()},
             running=self.running,
             pending=self.pending,
+            shared={n: dict(g) for n, g in self.shared.items() if g},
         )
 
     def decide(self, now: float) -> AllocationPlan:
@@ -364,6 +380,11 @@ class Engine:
         self.solver_ms.extend(s.wall_ms for s in decision.stats)
         if self.on_plan is not None:
             self.on_plan(view, plan)
+        try:
+            self.executor.accept(view, plan)
+        except PlanRefused:
+            self.plans_refused += 1
+            raise
         self._apply(plan, now)
         self._schedule_wakeup(view)
         return plan
@@ -457,7 +478,7 @@ class Engine:
             self.executor.apply(plan, {j: touched[j] for j in touched if j not in relabels})
 
     def _schedule_wakeup(self, view: ClusterView) -> None:
-        wanted = self.policy.next_wakeup(view) if hasattr(self.policy, "next_wakeup") else None
+        wanted = self.policy.next_wakeup(view)
         if self._round is not None and self.running:
             boundary = view.now + self._round
             wanted = boundary if wanted is None else min(wanted, boundary)

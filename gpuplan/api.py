@@ -33,9 +33,12 @@ from gpuplan.scenarios.build import build, fit_error, resolve_scenario
 from gpuplan.scenarios.inference import InferenceLoad, PoolUsage, loaning_metrics
 from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, ReclaimOutcome, evaluate
 from gpuplan.solver_core.diff import build_plan
+from gpuplan.solver_core.params import PolicyConfig
+from gpuplan.solver_core.policy import Policy
 from gpuplan.solver_core.registry import make_policy
 
-__all__ = ["PreparedScenario", "compare", "plan", "prepare", "run", "run_scenario"]
+__all__ = ["PreparedScenario", "compare", "plan", "policy_configs", "prepare", "run",
+           "run_scenario"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,22 @@ class PreparedScenario:
     jobs: list[JobSpec]
     events: tuple[Event, ...] = ()
     load: InferenceLoad | None = None
+
+    @property
+    def configs(self) -> dict[str, PolicyConfig]:
+        """The scenario's named policy configurations (its ``policies:`` block)."""
+        return policy_configs(self.spec)
+
+    def make_policy(self, policy: str) -> Policy:
+        """``policy`` (a registered name, one of this scenario's configurations, or inline
+        ``base(key=value)``) built with the scenario's seed."""
+        return make_policy(policy, seed=self.spec.seed, configs=self.configs)
+
+
+def policy_configs(spec: ScenarioSpec) -> dict[str, PolicyConfig]:
+    """A scenario's ``policies:`` block as configurations (one line per bad entry)."""
+    return {name: PolicyConfig.from_mapping(name, raw, where=f"{spec.name}: policies")
+            for name, raw in spec.policies.items()}
 
 
 def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> PreparedScenario:
@@ -81,13 +100,13 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         ) -> RunResult:
     """Simulate ``policy`` on a prepared scenario (with its loan events, if any)."""
     spec = prepared.spec
-    chosen = make_policy(policy, seed=spec.seed)
+    chosen = prepared.make_policy(policy)
     usage = reclaimer = None
     if spec.loaning is not None:
         # Usage over [first decision, last submission], as the Aryl results page measures it.
         last = max((j.submit_time for j in prepared.jobs), default=0.0)
         usage = PoolUsage(prepared.cluster, prepared.load, until=last)
-        reclaimer = getattr(chosen, "reclaimer", None) or _ScoredDefaultReclaimer()
+        reclaimer = chosen.reclaimer or _ScoredDefaultReclaimer()
     result, _, _ = simulate(
         prepared.cluster,
         prepared.jobs,

@@ -37,7 +37,8 @@ from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.models.bounds import MAX_SEED
 from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
 from gpuplan.scenarios.input_files import parse_structured, read_stdin, read_text
-from gpuplan.solver_core.registry import make_policy, policy_names
+from gpuplan.solver_core.params import describe_params, split_policy_list
+from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
 from . import api
 
@@ -103,9 +104,10 @@ def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
     names: list[str] = []
     try:
         for r in results:
-            write_job_csv(r, staging / f"{r.policy}-jobs.csv")
-            write_samples_csv(r, staging / f"{r.policy}-samples.csv")
-            names += [f"{r.policy}-jobs.csv", f"{r.policy}-samples.csv"]
+            stem = _file_stem(r.policy)
+            write_job_csv(r, staging / f"{stem}-jobs.csv")
+            write_samples_csv(r, staging / f"{stem}-samples.csv")
+            names += [f"{stem}-jobs.csv", f"{stem}-samples.csv"]
         summaries = [(r.policy, summarize(r)) for r in results]
         (staging / "summary.json").write_text(json.dumps(compare_json(summaries), indent=2))
         by_policy = {r.policy: r for r in results}
@@ -134,6 +136,7 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
 def cmd_simulate(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
     prepared = api.prepare(args.scenario, seed=args.seed)
+    prepared.make_policy(args.policy)  # a bad name or parameter fails before the run
     result = _run_with_progress(prepared, args.policy, args.json)
     summary = summarize(result)
     if out is not None:
@@ -156,17 +159,20 @@ def _parse_seeds(text: str | None) -> list[int | None]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = split_policy_list(args.policies)
     if not policies:
         raise InputError("--policies needs at least one policy name", field="policies")
-    for policy in policies:
-        make_policy(policy)  # fail fast on a typo, before minutes of simulation
+    if len(set(policies)) != len(policies):
+        raise InputError("a policy is named twice", field="policies")
     seeds = [args.seed] if args.seeds is None else _parse_seeds(args.seeds)
     out = _check_out(args.out)
     per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
     last: list[RunResult] = []
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         prepared = api.prepare(args.scenario, seed=seed)
+        if i == 0:
+            for policy in policies:  # fail fast on a typo, before minutes of simulation
+                prepared.make_policy(policy)
         last = [_run_with_progress(prepared, p, args.json) for p in policies]
         for result in last:
             per_policy[result.policy].append(summarize(result))
@@ -228,13 +234,63 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
+    if args.name:
+        return _show_policy(args.name)
     table = Table(title="Policies")
     table.add_column("name")
     table.add_column("what it does")
     for name, desc in policy_names().items():
         table.add_row(name, desc)
     _console().print(table)
+    wrappers = Table(title="Wrappers (wrappers: [...] in a configuration)")
+    wrappers.add_column("name")
+    wrappers.add_column("what it does")
+    for name, desc in wrapper_names().items():
+        wrappers.add_row(name, desc)
+    _console().print(wrappers)
     return 0
+
+
+def _show_policy(name: str) -> int:
+    """One policy (or wrapper): what it is and its parameters."""
+    if name in wrapper_names():
+        w = wrapper_def(name)
+        title, models, notes = f"wrapper {name}: {w.description}", [w.params], []
+    else:
+        d = policy_def(name)
+        chain = [d]
+        while chain[-1].base is not None:
+            chain.append(policy_def(chain[-1].base))
+        base = chain[-1]
+        wrappers = [wrapper_def(w) for c in chain for w in c.wrappers]
+        title = f"{name}: {d.description}"
+        models = [base.params, *(w.params for w in wrappers)]
+        notes = []
+        if d.base is not None:
+            values = {k: v for c in reversed(chain) for k, v in c.values.items()}
+            notes.append(f"preset of {base.name}"
+                         + (f" with wrappers {', '.join(w.name for w in wrappers)}"
+                            if wrappers else "")
+                         + (f" and {', '.join(f'{k}={v!r}' for k, v in values.items())}"
+                            if values else ""))
+    table = Table(title=escape(title))
+    for col in ("parameter", "type", "default", "help"):
+        table.add_column(col)
+    for model in models:
+        for row in describe_params(model):
+            table.add_row(*(escape(c) for c in row))
+    console = _console()
+    console.print(table)
+    for note in notes:
+        console.print(escape(note))
+    if not table.rows:
+        console.print("no parameters")
+    return 0
+
+
+def _file_stem(policy: str) -> str:
+    """A file name for a policy (inline configurations hold brackets, commas, quotes)."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in policy)[:120]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("scenarios", help="list embedded scenarios")
     sc.set_defaults(func=cmd_scenarios)
-    po = sub.add_parser("policies", help="list policies")
+    po = sub.add_parser("policies", help="list policies and wrappers, or show one's parameters")
+    po.add_argument("name", nargs="?", help="a policy or wrapper: show its parameters")
     po.set_defaults(func=cmd_policies)
     # The controller's options live beside it (executors/control/command.py); registering
     # them loads no Slurm code.

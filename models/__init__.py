@@ -4,7 +4,7 @@ Imports no solver and no executor: it is the bottom of the dependency stack.
 """
 
 from .cluster import Cluster, Node, Pool
-from .errors import GpuplanError, InfeasibleError, InputError
+from .errors import GpuplanError, InfeasibleError, InputError, PlanRefused
 from .events import (
     CapacityChange,
     Event,
@@ -30,7 +30,16 @@ from .scenario import (
     ScenarioSpec,
     WorkloadSpec,
 )
-from .state import ActiveJob, ClusterState, ClusterView, JobSnapshot, placement_rate
+from .state import (
+    SHARE_EPS,
+    ActiveJob,
+    ClusterState,
+    ClusterView,
+    JobSnapshot,
+    occupy_gpu,
+    placement_rate,
+    vacate_gpu,
+)
 from .throughput import ThroughputProfile, allocatable_units
 
 __all__ = [
@@ -39,7 +48,8 @@ __all__ = [
     "EngineSpec", "Event", "GpuplanError", "GpuType", "InfeasibleError", "InputError",
     "JobAllocation", "JobArrival", "JobCompletion", "JobFailure", "JobRecord", "JobSnapshot",
     "JobSpec", "KNOWN_GPU_TYPES", "LearningSpec", "LoanOffer", "MemoryProfile", "Node",
-    "NodeFailure", "NodeRecovery", "Overheads", "placement_rate", "Pool", "ReclaimRequest",
+    "NodeFailure", "NodeRecovery", "occupy_gpu", "PlanRefused", "Overheads", "placement_rate",
+    "SHARE_EPS", "vacate_gpu", "Pool", "ReclaimRequest",
     "RunResult", "Sample", "ScenarioSpec", "SolverStats", "SolverStatus", "ThroughputMeasured",
     "ThroughputProfile", "Timer", "WorkloadSpec",
 ]

@@ -39,3 +39,8 @@ class InputError(GpuplanError):
 
 class InfeasibleError(GpuplanError):
     """A request that no allocation can satisfy (e.g. more GPUs than the cluster has)."""
+
+
+class PlanRefused(GpuplanError):
+    """An executor will not carry out a plan: it breaks the cluster's capacity or asks for
+    something the executor cannot do (e.g. fractional GPU shares on Slurm without sharding)."""

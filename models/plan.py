@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ActionKind = Literal["start", "resize", "preempt", "migrate", "keep"]
+ActionKind = Literal["start", "resize", "preempt", "migrate", "reshare", "keep"]
+"""``reshare``: same GPUs, another ``share`` of each (co-located jobs; no restart)."""
 SolverStatus = Literal[
     "optimal", "feasible", "infeasible", "timeout", "heuristic", "error", "not_solved"
 ]

@@ -8,7 +8,7 @@ loan / reclaim events. These are pure data specs: the models layer imports no sc
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -217,3 +217,15 @@ class ScenarioSpec(BaseModel):
     engine: EngineSpec = Field(default_factory=EngineSpec)
     learning: LearningSpec = Field(default_factory=LearningSpec)
     loaning: LoaningSpec | None = None
+    policies: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="named policy configurations: {name: {base: POLICY, wrappers: [...], "
+        "PARAM: VALUE}}, usable wherever a policy name is (resolved by the policy registry)",
+    )
+
+    @model_validator(mode="after")
+    def _policy_names(self) -> ScenarioSpec:
+        for name in self.policies:
+            if not name or len(name) > 200 or any(c in name for c in "/,()\\"):
+                raise ValueError(f"policies: {name!r} is not a usable configuration name")
+        return self

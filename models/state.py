@@ -116,11 +116,13 @@ class ClusterView:
 
     ``running`` and ``pending`` are kept incrementally by the engine (pending in the order jobs
     entered the queue), so a policy never scans finished jobs. ``free`` maps each usable node to
-    its free GPU indices (ascending). Policies read the view and return a decision; they never
-    mutate it.
+    its *wholly* free GPU indices (ascending). ``shared`` maps a node to the GPUs that jobs hold
+    only a fraction of (``JobAllocation.share`` < 1) and the fraction in use on each: such a GPU
+    is in neither ``free`` nor a whole-GPU job's placement, and has ``1 - used`` left for more
+    co-located jobs. Policies read the view and return a decision; they never mutate it.
     """
 
-    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running")
+    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running", "shared")
 
     def __init__(
         self,
@@ -130,6 +132,7 @@ class ClusterView:
         free: dict[str, list[int]],
         running: dict[str, ActiveJob],
         pending: dict[str, ActiveJob],
+        shared: dict[str, dict[int, float]] | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -137,6 +140,29 @@ class ClusterView:
         self.free = free
         self.running = running
         self.pending = pending
+        self.shared = shared if shared is not None else {}
+
+    def gpu_load(self, node: str, gpu: int) -> float:
+        """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""
+        used = self.shared.get(node, {}).get(gpu)
+        if used is not None:
+            return used
+        return 0.0 if gpu in self.free.get(node, ()) else 1.0
+
+    def capacity_by_type(self) -> dict[str, int]:
+        """Usable GPUs per GPU type (name order)."""
+        out: dict[str, int] = {}
+        for node in self.nodes.values():
+            out[node.gpu_type] = out.get(node.gpu_type, 0) + node.gpus
+        return dict(sorted(out.items()))
+
+    def free_by_type(self) -> dict[str, int]:
+        """Wholly free GPUs per GPU type (name order; types with none free included as 0), so
+        heterogeneity-aware policies see what each type has left."""
+        out = dict.fromkeys(self.capacity_by_type(), 0)
+        for name, gpus in self.free.items():
+            out[self.nodes[name].gpu_type] += len(gpus)
+        return out
 
     @property
     def capacity(self) -> int:
@@ -209,6 +235,7 @@ class ClusterState(BaseModel):
                 raise ValueError(f"usable_nodes: unknown node {name!r}")
             nodes[name] = self.cluster.node_by_name[name]
         free = {name: set(range(node.gpus)) for name, node in nodes.items()}
+        shared: dict[str, dict[int, float]] = {}
         running: dict[str, ActiveJob] = {}
         pending: dict[str, ActiveJob] = {}
         for i, snap in enumerate(self.jobs):
@@ -232,11 +259,11 @@ class ClusterState(BaseModel):
                     if node not in free:
                         raise ValueError(f"jobs[{i}].allocation: node {node!r} is not usable")
                     for g in gpus:
-                        if g not in free[node]:
+                        if not occupy_gpu(free[node], shared.setdefault(node, {}), g,
+                                     snap.allocation.share):
                             raise ValueError(
                                 f"jobs[{i}].allocation: GPU {node}:{g} is taken or out of range"
                             )
-                        free[node].discard(g)
                 job.set_allocation(snap.allocation)
                 job.status = "running"
                 job.rate = placement_rate(snap.spec, self.cluster, snap.allocation)
@@ -251,4 +278,42 @@ class ClusterState(BaseModel):
             free={n: sorted(g) for n, g in free.items()},
             running=running,
             pending=pending,
+            shared={n: dict(sorted(g.items())) for n, g in shared.items() if g},
         )
+
+
+SHARE_EPS = 1e-9
+"""Slack when shares on one GPU are summed (0.1 + 0.2 + 0.7 must fit)."""
+
+
+def occupy_gpu(free: set[int], shared: dict[int, float], gpu: int, share: float) -> bool:
+    """Occupy ``share`` of ``gpu`` on one node, given the node's wholly free GPUs and its
+    shared-GPU loads; False (nothing changed) if it does not fit. Shares on a GPU sum to at
+    most one; a whole-GPU holder (share 1) needs a wholly free GPU."""
+    if share >= 1.0:
+        if gpu not in free:
+            return False
+        free.discard(gpu)
+        return True
+    if gpu in free:
+        free.discard(gpu)
+        shared[gpu] = share
+        return True
+    used = shared.get(gpu)
+    if used is None or used + share > 1.0 + SHARE_EPS:
+        return False
+    shared[gpu] = used + share
+    return True
+
+
+def vacate_gpu(free: set[int], shared: dict[int, float], gpu: int, share: float) -> None:
+    """Undo :func:`occupy_gpu`: a GPU whose last share leaves becomes wholly free again."""
+    if share >= 1.0 or gpu not in shared:
+        free.add(gpu)
+        return
+    left = shared[gpu] - share
+    if left <= SHARE_EPS:
+        del shared[gpu]
+        free.add(gpu)
+    else:
+        shared[gpu] = left

@@ -1,18 +1,25 @@
-"""Turn a decision into an :class:`AllocationPlan`: allocations plus the actions to get there.
+"""Turn a decision into an :class:`AllocationPlan`, and check a plan before anyone carries it out.
 
 Action rules, per job:
 
 * pending -> placed: ``start``;
 * running -> not placed: ``preempt``;
-* running, same GPUs: ``keep`` (listed only with ``include_keep``; the simulator does not need
-  thousands of no-op actions per event);
+* running, same GPUs and share: ``keep`` (listed only with ``include_keep``; the simulator does
+  not need thousands of no-op actions per event);
+* running, same GPUs, another share: ``reshare`` (co-located jobs change their fraction of each
+  GPU; nothing restarts);
 * running, different GPU count: ``resize``;
 * running, same count on different GPUs: ``migrate``.
+
+:func:`check_plan` validates a whole plan (``gpuplan plan`` and the test suite run it on every
+plan); :func:`check_actions` validates only what a plan changes, against the view's free and
+shared GPUs, in time proportional to the actions — every executor runs it through
+:meth:`~gpuplan.executors.base.Executor.accept` before it carries a plan out.
 """
 
 from __future__ import annotations
 
-from gpuplan.models import Action, AllocationPlan, ClusterView
+from gpuplan.models import SHARE_EPS, Action, AllocationPlan, ClusterView, JobAllocation
 
 from .policy import Decision
 
@@ -32,10 +39,14 @@ def build_plan(
         if after is None:
             actions.append(Action.model_construct(kind="preempt", job_id=job_id, before=before,
                                                   after=None))
-        elif after is before or after.placement == before.placement:  # type: ignore[union-attr]
+        elif after is before or (after.placement == before.placement  # type: ignore[union-attr]
+                                 and after.share == before.share):  # type: ignore[union-attr]
             if include_keep:
                 actions.append(Action.model_construct(kind="keep", job_id=job_id, before=before,
                                                       after=after))
+        elif after.placement == before.placement:  # type: ignore[union-attr]
+            actions.append(Action.model_construct(kind="reshare", job_id=job_id, before=before,
+                                                  after=after))
         elif after.gpus != job.gpus:
             actions.append(Action.model_construct(kind="resize", job_id=job_id, before=before,
                                                   after=after))
@@ -56,20 +67,77 @@ def build_plan(
     )
 
 
+def _check_gpus(view: ClusterView, job_id: str, alloc: JobAllocation) -> None:
+    for node, gpus in alloc.placement.items():
+        if node not in view.nodes:
+            raise ValueError(f"job {job_id}: node {node!r} is not usable")
+        size = view.nodes[node].gpus
+        for g in gpus:
+            if not 0 <= g < size:
+                raise ValueError(f"job {job_id}: GPU {node}:{g} does not exist")
+
+
 def check_plan(view: ClusterView, plan: AllocationPlan) -> None:
-    """Raise ``ValueError`` if the plan uses a GPU twice (beyond shares of 1), an unusable node,
-    or a GPU index that does not exist. The test suite runs it on every plan of every simulated
-    run (``tests/conftest.py``); executors do not call it yet (the core-v2 issue adds that)."""
+    """Raise ``ValueError`` if the plan uses a GPU beyond its capacity (shares on one GPU sum
+    to at most 1), an unusable node, a GPU index that does not exist, or a job the view does
+    not know; then check its actions with :func:`check_actions`."""
     load: dict[tuple[str, int], float] = {}
     for job_id, alloc in plan.allocations.items():
+        _check_gpus(view, job_id, alloc)
         for node, gpus in alloc.placement.items():
-            if node not in view.nodes:
-                raise ValueError(f"job {job_id}: node {node!r} is not usable")
-            size = view.nodes[node].gpus
             for g in gpus:
-                if not 0 <= g < size:
-                    raise ValueError(f"job {job_id}: GPU {node}:{g} does not exist")
                 key = (node, g)
                 load[key] = load.get(key, 0.0) + alloc.share
-                if load[key] > 1.0 + 1e-9:
+                if load[key] > 1.0 + SHARE_EPS:
                     raise ValueError(f"job {job_id}: GPU {node}:{g} is over-committed")
+    for job_id, alloc in plan.allocations.items():
+        if job_id not in view.running and job_id not in view.pending:
+            raise ValueError(f"job {job_id}: not an active job")
+        if alloc.job_id != job_id:
+            raise ValueError(f"job {job_id}: its allocation names job {alloc.job_id!r}")
+    check_actions(view, plan)
+
+
+def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
+    """Raise ``ValueError`` unless every action can be carried out on the view's cluster.
+
+    Each action must name an active job in the right state (``start`` a pending job, the rest a
+    running one, ``before`` its current allocation, ``after`` what the plan allocates), use
+    usable nodes and existing GPUs, and after all releases no GPU may hold more than one whole
+    job or shares summing past 1. Costs O(GPUs the actions touch), so executors run it on every
+    plan.
+    """
+    delta: dict[tuple[str, int], float] = {}
+    for a in plan.actions:
+        job = view.running.get(a.job_id)
+        if a.kind == "start":
+            if a.job_id not in view.pending:
+                raise ValueError(f"job {a.job_id}: start of a job that is not pending")
+        elif job is None:
+            raise ValueError(f"job {a.job_id}: {a.kind} of a job that is not running")
+        elif a.before != job.allocation:
+            raise ValueError(f"job {a.job_id}: {a.kind} from an allocation it does not hold")
+        if a.kind in ("keep", "preempt"):
+            if a.kind == "preempt" and a.job_id in plan.allocations:
+                raise ValueError(f"job {a.job_id}: preempted but still allocated")
+            if a.kind == "preempt" and a.before is not None:
+                for node, gpus in a.before.placement.items():
+                    for g in gpus:
+                        delta[(node, g)] = delta.get((node, g), 0.0) - a.before.share
+            continue
+        after = a.after
+        if after is None or plan.allocations.get(a.job_id) != after:
+            raise ValueError(f"job {a.job_id}: {a.kind} to an allocation the plan does not hold")
+        if after.job_id != a.job_id:
+            raise ValueError(f"job {a.job_id}: its allocation names job {after.job_id!r}")
+        _check_gpus(view, a.job_id, after)
+        if a.before is not None:
+            for node, gpus in a.before.placement.items():
+                for g in gpus:
+                    delta[(node, g)] = delta.get((node, g), 0.0) - a.before.share
+        for node, gpus in after.placement.items():
+            for g in gpus:
+                delta[(node, g)] = delta.get((node, g), 0.0) + after.share
+    for (node, g), change in delta.items():
+        if change > SHARE_EPS and view.gpu_load(node, g) + change > 1.0 + SHARE_EPS:
+            raise ValueError(f"GPU {node}:{g} is over-committed by the plan")

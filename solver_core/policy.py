@@ -1,28 +1,115 @@
-"""Policies as small compositions of stages: admission -> shares -> placement.
+"""The policy interface: admission -> allocation -> placement, plus wake-ups and reclaim choice.
 
-A *shares* stage decides how many GPUs each job gets (``{job_id: count}``; jobs left out get 0).
-A *placement* stage turns counts into concrete GPUs (``{job_id: JobAllocation}``); it may place
-fewer jobs than asked when the free GPUs are too fragmented, and those jobs simply stay pending.
-Both stages read a :class:`~gpuplan.models.ClusterView` and append a
-:class:`~gpuplan.models.SolverStats` for every solver call they make. This is the Blox split
-(admission -> shares -> placement -> launch); launch is the executor's job.
+This is the Blox split (admission -> allocation -> placement -> launch; launch is the
+executor's job) written in Gavel's style of small functions:
 
-Policies may keep state between calls (AFS-P counters, Tiresias queues); everything they need
-about jobs comes from the view, so one policy object drives simulated and real clusters alike.
+* **admission** (:data:`Admission`) is asked once per arriving job and may refuse it with a
+  reason (default :func:`admit_if_fits`: refuse only what could never run on the cluster);
+* **allocation** (:data:`AllocationStage`, historically the *shares* stage) decides what each
+  job gets: a whole-GPU count (``int``) or a :class:`Demand` — a count on one GPU type, a
+  fraction of each GPU (co-location), or a placement already chosen by a joint policy such as
+  Aryl's. Jobs left out get nothing;
+* **placement** (:data:`PlacementStage`) turns whole-GPU counts into GPUs
+  (``{job_id: JobAllocation}``); it may place fewer jobs than asked when free GPUs are too
+  fragmented, and those jobs stay pending. Typed, fractional and pre-placed demands are routed
+  around it by :func:`~.placement.demands.place_demands`, so every placement stage works with
+  them unchanged;
+* **wake-ups** (:data:`Wakeup`): the absolute time a policy wants to decide again without an
+  event (Tiresias' demotions, Themis' leases, AFS-P's unit boundaries, round-based policies);
+* **reclaim choice** (:data:`Reclaimer`): which on-loan servers to give back when the
+  inference side asks (Aryl's dependent-value reclaim); None leaves the engine's default.
+
+Every stage reads a :class:`~gpuplan.models.ClusterView` and appends a
+:class:`~gpuplan.models.SolverStats` for every solver call it makes. Policies may keep state
+between calls (AFS-P counters, Tiresias queues); everything they know about jobs comes from the
+view, so one policy object drives simulated and real clusters alike. Wrappers
+(:mod:`.wrappers`) transform a :class:`StagedPolicy` into another, so network packing, reuse
+placement, throughput learning and co-location compose with any policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from gpuplan.models import ClusterView, JobAllocation, SolverStats
+from gpuplan.models import Cluster, ClusterView, JobAllocation, JobSpec, SolverStats
+
+__all__ = [
+    "Admission",
+    "Allocation",
+    "AllocationStage",
+    "Decision",
+    "Demand",
+    "PlacementStage",
+    "Placements",
+    "Policy",
+    "PolicyBase",
+    "Reclaimer",
+    "Shares",
+    "SharesStage",
+    "StagedPolicy",
+    "Wakeup",
+    "admit_if_fits",
+    "demand_counts",
+    "with_counts",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What an allocation stage asks for one job, beyond a plain whole-GPU count.
+
+    ``gpus`` GPUs, each used at ``share`` (< 1: co-located with other jobs on the same GPUs),
+    all of ``gpu_type`` when set (heterogeneity-aware policies decide per type). ``placement``
+    set means the allocation stage chose the GPUs itself (a joint policy); the placement stage
+    keeps it as it is.
+    """
+
+    gpus: int
+    share: float = 1.0
+    gpu_type: str | None = None
+    placement: JobAllocation | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0:
+            raise ValueError(f"Demand.gpus must be >= 0, got {self.gpus}")
+        if not 0.0 < self.share <= 1.0:
+            raise ValueError(f"Demand.share must be in (0, 1], got {self.share}")
+
 
 Shares = dict[str, int]
+"""Whole-GPU counts per job (what placement stages take)."""
+Allocation = Mapping[str, "int | Demand"]
+"""An allocation stage's answer: a count or a :class:`Demand` per job."""
 Placements = dict[str, JobAllocation]
-SharesStage = Callable[[ClusterView, list[SolverStats]], Shares]
+AllocationStage = Callable[[ClusterView, list[SolverStats]], Allocation]
+SharesStage = AllocationStage
+"""The allocation stage's older name (most stages return plain counts)."""
 PlacementStage = Callable[[ClusterView, Shares, list[SolverStats]], Placements]
+Admission = Callable[[JobSpec, Cluster], "str | None"]
+"""(arriving job, cluster) -> None to admit, or the reason it is refused."""
+Wakeup = Callable[[ClusterView], "float | None"]
+Reclaimer = Callable[[ClusterView, list[str], int], list[str]]
+"""(view, on-loan node names in loan order, count) -> the nodes to give back."""
+
+
+def admit_if_fits(spec: JobSpec, cluster: Cluster) -> str | None:
+    """Refuse only a job that could never run: its minimum GPU count exceeds the cluster's GPUs
+    (of its GPU type, when it is pinned to one). Everything else waits in the queue."""
+    if spec.gpu_type is not None:
+        have = sum(n.gpus for n in cluster.nodes if n.gpu_type == spec.gpu_type)
+        if spec.min_gpus > have:
+            return f"needs {spec.min_gpus} {spec.gpu_type} GPUs; the cluster has {have}"
+        return None
+    if spec.min_gpus > cluster.total_gpus:
+        return f"needs {spec.min_gpus} GPUs; the cluster has {cluster.total_gpus}"
+    return None
+
+
+def demand_counts(allocation: Allocation) -> Shares:
+    """GPU counts of an allocation (``Decision.shares``), whatever its entries' form."""
+    return {j: (d if isinstance(d, int) else d.gpus) for j, d in allocation.items()}
 
 
 @dataclass(slots=True)
@@ -35,9 +122,12 @@ class Decision:
 
 
 class Policy(Protocol):
-    """Anything with a name that maps a view to a decision."""
+    """What the engine drives: admission, a decision per event, wake-ups, reclaim choice."""
 
     name: str
+    reclaimer: Reclaimer | None
+
+    def admit(self, spec: JobSpec, cluster: Cluster) -> str | None: ...
 
     def decide(self, view: ClusterView) -> Decision: ...
 
@@ -46,20 +136,70 @@ class Policy(Protocol):
         ...
 
 
+class PolicyBase:
+    """Defaults for a hand-written policy class (one that decides placements itself, as tests'
+    scripted policies do): admit what fits, no wake-ups, the engine's default reclaim."""
+
+    name: str = "policy"
+    reclaimer: Reclaimer | None = None
+
+    def admit(self, spec: JobSpec, cluster: Cluster) -> str | None:
+        return admit_if_fits(spec, cluster)
+
+    def next_wakeup(self, view: ClusterView) -> float | None:
+        return None
+
+
+def with_counts(allocation: Allocation, counts: Mapping[str, int]) -> dict[str, int | Demand]:
+    """``allocation`` with the GPU counts ``counts`` (a wrapper regulated them): entries whose
+    count is unchanged keep their form; a changed :class:`Demand` keeps its type and share but
+    loses a pre-chosen placement (it no longer fits the count)."""
+    out: dict[str, int | Demand] = {}
+    for job_id, count in counts.items():
+        d = allocation.get(job_id)
+        if isinstance(d, Demand):
+            out[job_id] = d if d.gpus == count else replace(d, gpus=count, placement=None)
+        else:
+            out[job_id] = count
+    return out
+
+
 @dataclass
 class StagedPolicy:
-    """shares stage, then placement stage."""
+    """admission, then allocation (``shares``), then placement; optional wake-ups and reclaim.
+
+    An allocation of plain counts goes straight to ``placement``; one with :class:`Demand`
+    entries goes through :func:`~.placement.demands.place_demands`, which places typed demands
+    per GPU type with the same stage, keeps pre-placed ones, and co-locates fractional ones.
+    """
 
     name: str
-    shares: SharesStage
+    shares: AllocationStage
     placement: PlacementStage
-    wakeup: Callable[[ClusterView], float | None] | None = None
+    wakeup: Wakeup | None = None
+    admission: Admission = admit_if_fits
+    reclaimer: Reclaimer | None = None
+    no_network_sharing: bool = False
+    """Set by the network-packing wrapper: later placement wrappers must keep the rule."""
+
+    def admit(self, spec: JobSpec, cluster: Cluster) -> str | None:
+        return self.admission(spec, cluster)
 
     def decide(self, view: ClusterView) -> Decision:
         stats: list[SolverStats] = []
-        shares = self.shares(view, stats)
-        placements = self.placement(view, shares, stats)
-        return Decision(shares=shares, placements=placements, stats=stats)
+        allocation = self.shares(view, stats)
+        if all(type(d) is int for d in allocation.values()):
+            placements = self.placement(view, allocation, stats)  # type: ignore[arg-type]
+            return Decision(shares=allocation, placements=placements,  # type: ignore[arg-type]
+                            stats=stats)
+        from .placement.demands import place_demands  # placement imports this module
+
+        placements = place_demands(view, allocation, self.placement, stats)
+        return Decision(shares=demand_counts(allocation), placements=placements, stats=stats)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         return self.wakeup(view) if self.wakeup else None
+
+    def renamed(self, name: str) -> StagedPolicy:
+        """The same stages under another name (configurations and wrappers name their result)."""
+        return replace(self, name=name)

@@ -33,14 +33,14 @@ class CapacityChecker:
 
     def __call__(self, view: ClusterView, plan: AllocationPlan) -> None:
         check_plan(view, plan)
-        used = plan.gpus_used
-        assert used <= view.capacity, f"{used} GPUs used > capacity {view.capacity}"
-        per_node: dict[str, int] = defaultdict(int)
+        used = sum(a.gpus * a.share for a in plan.allocations.values())
+        assert used <= view.capacity + 1e-6, f"{used} GPUs used > capacity {view.capacity}"
+        per_node: dict[str, float] = defaultdict(float)
         for alloc in plan.allocations.values():
             for node, gpus in alloc.placement.items():
-                per_node[node] += len(gpus)
+                per_node[node] += len(gpus) * alloc.share
         for node, n in per_node.items():
-            assert n <= view.nodes[node].gpus
+            assert n <= view.nodes[node].gpus + 1e-6
         self.plans += 1
         self.max_used = max(self.max_used, used)
 

@@ -24,13 +24,30 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command or args.workers < 0:
         parser.error("give a command after --, and --workers >= 0")
+    # A SIGTERM/SIGHUP (a CI timeout, a killed make) must still stop the spinners: turn it
+    # into an exception so the ``finally`` below runs, instead of leaving them orphaned.
+    def _stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
                                  start_new_session=True) for _ in range(args.workers)]
-    print(f"test-load: {args.workers} busy processes; load average {os.getloadavg()}",
+    print(f"test-load: {args.workers} busy processes (pids "
+          f"{' '.join(str(p.pid) for p in spinners)}); load average {os.getloadavg()}",
           flush=True)
+    child: subprocess.Popen[bytes] | None = None
     try:
-        return subprocess.call(command)
+        child = subprocess.Popen(command)
+        return child.wait()
     finally:
+        if child is not None and child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
         print(f"test-load: load average {os.getloadavg()}; stopping the busy processes",
               flush=True)
         for proc in spinners:

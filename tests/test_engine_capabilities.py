@@ -17,10 +17,10 @@ from gpuplan.models import (
     Overheads,
     ThroughputProfile,
 )
-from gpuplan.solver_core.policy import Decision
+from gpuplan.solver_core.policy import Decision, PolicyBase
 
 
-class _SwapIndices:
+class _SwapIndices(PolicyBase):
     """Job ``a`` on GPUs 0-1 of node000 alone; once ``b`` arrives, ``b`` takes 0-1 and ``a``
     moves to 2-3 of the same node for good: a migrate that changes only GPU indices."""
 
@@ -64,7 +64,7 @@ def test_index_only_migrations_are_relabelled_when_the_executor_cannot_pin(pin_g
     assert engine.running == {} and all(len(g) == 4 for g in engine.free.values())
 
 
-class _GrowWhenAlone:
+class _GrowWhenAlone(PolicyBase):
     """``a`` on GPUs 0-1 and ``b`` on 2-3; once ``b`` is gone, ``a`` grows onto all four."""
 
     name = "grow-when-alone"

@@ -20,6 +20,11 @@ cancelling: orders run back to back). Cancelling applies to reconfigurations onl
 inside its start (or restart) pause cannot be reconfigured before it is up, so an order during
 that pause begins when the start ends (the start's cost is never cancelled away).
 
+Shared GPUs: a job with ``share`` < 1 runs at that fraction of its rate, times the factor an
+:class:`~gpuplan.models.interference.InterferenceModel` gives for the jobs co-located on its
+GPUs (none by default). Whenever the set of jobs on a shared GPU changes (a start, a move, a
+``reshare``, a preemption or a completion), every job left on it is re-rated at that instant.
+
 Throughput learning (AFS §4.5): with a :class:`LearningSpec` enabled, the engine is told only a
 linear belief on arrival and then measured points (``ThroughputMeasured`` events) after a job
 has run on a share; the simulator alone keeps the true curves.
@@ -48,6 +53,7 @@ from gpuplan.models import (
     placement_rate,
 )
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
+from gpuplan.models.interference import InterferenceModel
 
 from ..base import Executor, ExecutorCapabilities
 
@@ -77,8 +83,12 @@ class SimulatedCluster(Executor):
         record_segments: bool = False,
         learning: LearningSpec | None = None,
         horizon_s: float = SIMULATION_HORIZON_S,
+        interference: InterferenceModel | None = None,
     ) -> None:
         self.cluster = cluster
+        self.interference = interference
+        self._colocated: dict[tuple[str, int], set[str]] = {}
+        """(node, GPU) -> jobs holding a share < 1 of it."""
         self.horizon_s = horizon_s
         """Simulated time at which the run ends, jobs still running or pending reported as
         unfinished (see ``models/bounds.py``)."""
@@ -129,6 +139,7 @@ class SimulatedCluster(Executor):
                     if self._version.get(job_id) != version:
                         continue
                     self._close_segment(job_id, time)
+                    self._leave_shared(job_id, time)
                     batch.append(JobCompletion.model_construct(time=time, kind="completion",
                                                                job_id=job_id))
                 elif kind == _ARRIVAL:
@@ -161,16 +172,77 @@ class SimulatedCluster(Executor):
 
     def true_rate(self, job: ActiveJob) -> float:
         spec = self._true.get(job.id, job.spec)
-        return placement_rate(spec, self.cluster, job.allocation)
+        rate = placement_rate(spec, self.cluster, job.allocation)
+        alloc = job.allocation
+        if self.interference is None or alloc is None or alloc.share >= 1.0 or rate <= 0:
+            return rate
+        worst = 1.0
+        for node, gpus in alloc.placement.items():
+            for g in gpus:
+                others = [self._true.get(o) or self._jobs_by_id[o].spec
+                          for o in sorted(self._colocated.get((node, g), ())) if o != job.id]
+                if others:
+                    worst = min(worst, self.interference.factor(spec, others))
+        return rate * worst
+
+    # ------------------------------------------------------------------ shared GPUs
+    def _shared_gpus(self, alloc: object) -> list[tuple[str, int]]:
+        if alloc is None or alloc.share >= 1.0:  # type: ignore[attr-defined]
+            return []
+        return [(n, g) for n, gs in alloc.placement.items() for g in gs]  # type: ignore[attr-defined]
+
+    def _leave_shared(self, job_id: str, now: float) -> None:
+        """A job left its shared GPUs outside a plan (completion): re-rate who stays."""
+        job = self._jobs_by_id.get(job_id)
+        if job is None:
+            return
+        touched: set[tuple[str, int]] = set()
+        for key in self._shared_gpus(job.allocation):
+            self._colocated.get(key, set()).discard(job_id)
+            touched.add(key)
+        self._rerate(touched, {job_id}, now)
+
+    def _rerate(self, gpus: set[tuple[str, int]], skip: set[str], now: float) -> None:
+        """Re-rate running jobs on ``gpus`` (other than ``skip``) whose neighbours changed."""
+        if self.interference is None or not gpus:
+            return
+        for job_id in sorted({j for key in gpus for j in self._colocated.get(key, ())} - skip):
+            job = self._jobs_by_id[job_id]
+            if job.status != "running" or job.rate <= 0:
+                continue
+            job.settle(now)
+            self._close_segment(job_id, now)
+            job.segment_start = now
+            job.rate = self.true_rate(job)
+            self._predict_completion(job)
 
     def apply(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob]) -> None:
         now = plan.time
+        touched: set[tuple[str, int]] = set()
+        for action in plan.actions:  # who sits on which shared GPU after this plan
+            self._jobs_by_id[action.job_id] = jobs[action.job_id]
+            for key in self._shared_gpus(action.before):
+                self._colocated.get(key, set()).discard(action.job_id)
+                touched.add(key)
+            for key in self._shared_gpus(action.after):
+                self._colocated.setdefault(key, set()).add(action.job_id)
+                touched.add(key)
+        self._apply_actions(plan, jobs, now)
+        self._rerate(touched, {a.job_id for a in plan.actions}, now)
+
+    def _apply_actions(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob],
+                       now: float) -> None:
         ov = self.overheads
         for action in plan.actions:
             job = jobs[action.job_id]
-            self._jobs_by_id[job.id] = job
             kind = action.kind
             if kind == "keep":
+                continue
+            if kind == "reshare":  # a new fraction of the same GPUs: no restart, no pause
+                self._close_segment(job.id, now)
+                job.segment_start = now
+                job.rate = self.true_rate(job)
+                self._predict_completion(job)
                 continue
             if kind == "preempt":
                 self._stop(job, now, graceful=True)
@@ -245,6 +317,11 @@ class SimulatedCluster(Executor):
 
     def evict(self, job: ActiveJob, now: float, graceful: bool) -> None:
         self._stop(job, now, graceful)
+        touched: set[tuple[str, int]] = set()
+        for key in self._shared_gpus(job.allocation):
+            self._colocated.get(key, set()).discard(job.id)
+            touched.add(key)
+        self._rerate(touched, {job.id}, now)
 
     def _stop(self, job: ActiveJob, now: float, graceful: bool) -> None:
         """Take a job off its GPUs, rolling progress back to its last checkpoint."""

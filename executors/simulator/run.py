@@ -7,9 +7,10 @@ from collections.abc import Iterable, Sequence
 
 from gpuplan.models import Cluster, Event, JobSpec, LearningSpec, Overheads, RunResult
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
-from gpuplan.solver_core.policy import Policy
+from gpuplan.models.interference import InterferenceModel
+from gpuplan.solver_core.policy import Policy, Reclaimer
 
-from ..engine import Engine, PlanHook, ProgressHook, Reclaimer, reclaim_least_used
+from ..engine import Engine, PlanHook, ProgressHook
 from .cluster import SimulatedCluster
 
 
@@ -30,18 +31,19 @@ def simulate(
     learning: LearningSpec | None = None,
     reclaimer: Reclaimer | None = None,
     horizon_s: float = SIMULATION_HORIZON_S,
+    interference: InterferenceModel | None = None,
 ) -> tuple[RunResult, Engine, SimulatedCluster]:
     """Replay ``jobs`` under ``policy``; return the result, the engine and the executor.
 
     ``reclaimer`` picks the on-loan servers to give back on a ``ReclaimRequest``; by default the
-    policy's own ``reclaimer`` attribute if it has one (Aryl's), else the engine's default.
+    policy's own ``reclaimer`` (Aryl's), else the engine's default.
     The run ends at ``horizon_s`` of simulated time at the latest; jobs still running then are
-    reported unfinished, never simulated for ever.
+    reported unfinished, never simulated for ever. ``interference`` slows co-located jobs
+    (shares < 1) down; None: shares alone set their speed.
     """
-    if reclaimer is None:
-        reclaimer = getattr(policy, "reclaimer", None) or reclaim_least_used
     executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
-                                learning=learning, horizon_s=horizon_s)
+                                learning=learning, horizon_s=horizon_s,
+                                interference=interference)
     engine = Engine(
         cluster,
         policy,

@@ -5,11 +5,10 @@ so every shares policy (AFS, Tiresias, FIFO, ...) can get a "packed" variant wit
 about it. The regulation runs inside the shares stage, after the policy's own shares, so
 ``Decision.shares`` already holds the regulated counts and the placement places exactly those.
 
-The registry is not touched here: policy modules expose packed variants through their
-``POLICIES`` dicts (``solver_core/policies/packed.py`` registers ``<base>-packed`` this way), e.g.::
-
-    POLICIES = {"srtf-packed": (lambda: packed_variant(make_policy("srtf")),
-                                "SRTF with network packing")}
+The registry is not touched here: the ``network-packing`` and ``reuse`` wrappers
+(:mod:`gpuplan.solver_core.wrappers`) build on these functions, and
+``solver_core/policies/packed.py`` registers ``<base>-packed`` / ``<base>-reuse`` as presets of
+them.
 
 Solver budgets: the exact regulation and the exact reuse placement take
 :class:`~gpuplan.solver_core.limits.SolveLimits`; ``None`` (the default) is each stage's
@@ -24,12 +23,20 @@ shares are guaranteed to fit that way), ``ffd`` (Prop. 1 from scratch, migrates 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
 from gpuplan.models import ClusterView, SolverStats
 
 from ..limits import SolveLimits
-from ..policy import PlacementStage, Shares, SharesStage, StagedPolicy
+from ..policy import (
+    Allocation,
+    PlacementStage,
+    SharesStage,
+    StagedPolicy,
+    demand_counts,
+    with_counts,
+)
 from .best_fit import best_fit_placement
 from .network_packing import packed_placement, regulate_view
 from .reuse import reuse_placement
@@ -62,9 +69,11 @@ def regulated_shares(
     if regulation not in REGULATIONS:
         raise ValueError(f"regulation must be one of {REGULATIONS} or None, got {regulation!r}")
 
-    def stage(view: ClusterView, stats: list[SolverStats]) -> Shares:
-        return regulate_view(view, shares_stage(view, stats), stats, method=regulation,
-                             backend=backend, limits=limits)
+    def stage(view: ClusterView, stats: list[SolverStats]) -> Allocation:
+        allocation = shares_stage(view, stats)
+        counts = regulate_view(view, demand_counts(allocation), stats, method=regulation,
+                               backend=backend, limits=limits)
+        return with_counts(allocation, counts)
 
     stage.__name__ = f"regulated_{getattr(shares_stage, '__name__', 'shares')}"
     return stage
@@ -112,7 +121,7 @@ def packed_policy(
                                   limits=regulation_limits)
     place = make_placement(placement, no_network_sharing=regulation is not None,
                            backend=backend, limits=placement_limits)
-    return StagedPolicy(name, shares, place, wakeup)
+    return StagedPolicy(name, shares, place, wakeup, no_network_sharing=regulation is not None)
 
 
 def packed_variant(
@@ -127,6 +136,7 @@ def packed_variant(
 ) -> StagedPolicy:
     """``base``'s shares stage and wake-ups with packing and a reuse placement; the default
     name is ``"<base>-packed"``."""
-    return packed_policy(name or f"{base.name}-packed", base.shares, regulation, placement,
-                         backend=backend, regulation_limits=regulation_limits,
-                         placement_limits=placement_limits, wakeup=base.wakeup)
+    packed = packed_policy(name or f"{base.name}-packed", base.shares, regulation, placement,
+                           backend=backend, regulation_limits=regulation_limits,
+                           placement_limits=placement_limits, wakeup=base.wakeup)
+    return replace(packed, admission=base.admission, reclaimer=base.reclaimer)

@@ -41,6 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
 
 from gpuplan.models import ActiveJob, ClusterView, JobAllocation, Node, SolverStats
 
@@ -49,7 +52,10 @@ from ..aryl.mckp import MckpGroup, solve_mckp
 from ..aryl.placement import Placement, ServerBook
 from ..aryl.reclaim import Reclaimer
 from ..limits import SolveLimits
-from ..policy import Decision
+from ..params import Params
+from ..placement.best_fit import best_fit_placement
+from ..policy import Decision, Demand, StagedPolicy
+from ..registry import PolicyDef
 
 __all__ = ["POLICIES", "ArylConfig", "ArylPolicy"]
 
@@ -127,8 +133,20 @@ class ArylPolicy:
         self._train: list[str] = []
         self._loan: list[str] = []
 
-    def next_wakeup(self, view: ClusterView) -> float | None:
-        return None
+    def allocate(self, view: ClusterView, stats: list[SolverStats]) -> dict[str, Demand]:
+        """Aryl as an allocation stage: its joint decision as pre-placed demands, so the
+        policy runs through :class:`~..policy.StagedPolicy` like every other (and keeps every
+        wrapper: one that changes a count drops the placement and lets the placement stage
+        place it)."""
+        decision = self.decide(view)
+        stats.extend(decision.stats)
+        return {j: Demand(gpus=a.gpus, share=a.share, placement=a)
+                for j, a in decision.placements.items()}
+
+    def staged(self) -> StagedPolicy:
+        """The registered form: allocation = :meth:`allocate`, Aryl's reclaim choice."""
+        return StagedPolicy(self.name, self.allocate, best_fit_placement,
+                            reclaimer=self.reclaimer)
 
     # ------------------------------------------------------------------ helpers
     def _elastic(self, job: ActiveJob) -> bool:
@@ -453,44 +471,59 @@ class ArylPolicy:
                     extra -= give
 
 
-def _make(name: str, **kw: object) -> Callable[..., ArylPolicy]:
-    def factory(seed: int = 0) -> ArylPolicy:
-        return ArylPolicy(name, ArylConfig(**kw, seed=seed))  # type: ignore[arg-type]
+class ArylParams(Params):
+    scaling: bool = Field(True, description="phase 2: elastic jobs get flexible workers")
+    loaning: bool = Field(True, description="use on-loan inference servers")
+    mckp: Literal["dp", "greedy", "cp-sat", "scip", "highs", "cbc", "pulp-cbc"] = Field(
+        "dp", description="phase-2 multiple-choice knapsack solver")
+    grouped: bool = Field(True, description="separate base / flexible on-loan server groups")
+    elastic_on_loan: bool = Field(True, description="elastic jobs prefer on-loan servers")
+    reclaim: Literal["aryl", "exact", "scf", "random"] = Field(
+        "aryl", description="which on-loan servers to give back")
+    work_limit_s: float = Field(1.0, gt=0, le=3600,
+                                description="deterministic budget of every exact solve")
+    heterogeneous: bool = Field(False, description="flagged jobs may span GPU types (App. A)")
+    hetero_efficiency: float = Field(ADVANCED_EFFICIENCY, gt=0, le=1,
+                                     description="mixed-type throughput vs App. A's theory")
 
-    return factory
+
+def _build(name: str) -> Callable[[ArylParams, int], StagedPolicy]:
+    def build(p: ArylParams, seed: int) -> StagedPolicy:
+        return ArylPolicy(name, ArylConfig(**p.model_dump(), seed=seed)).staged()
+
+    return build
 
 
-POLICIES: dict[str, tuple[Callable[..., ArylPolicy], str]] = {
-    "aryl": (_make("aryl"),
-             "Aryl: capacity loaning + elastic scaling (SJF + MCKP DP, grouped BFD, "
-             "cost-greedy reclaim)"),
-    "aryl-scaling": (_make("aryl-scaling", loaning=False),
-                     "Aryl elastic scaling only: two-phase allocation on training servers"),
-    "aryl-loaning": (_make("aryl-loaning", scaling=False),
-                     "Aryl capacity loaning only: rigid SJF on training + on-loan servers, "
-                     "cost-greedy reclaim"),
-    "aryl-loaning-scf": (_make("aryl-loaning-scf", scaling=False, reclaim="scf"),
-                         "capacity loaning only, Smallest-Count-First reclaim"),
-    "aryl-loaning-random": (_make("aryl-loaning-random", scaling=False, reclaim="random"),
-                            "capacity loaning only, random reclaim (the run's seed)"),
-    "aryl-loaning-exact": (_make("aryl-loaning-exact", scaling=False, reclaim="exact"),
-                           "capacity loaning only, exact (CP-SAT) reclaim"),
-    "aryl-exact": (_make("aryl-exact", reclaim="exact"),
-                   "Aryl with the exact (CP-SAT) reclaim instead of the greedy"),
-    "aryl-cpsat": (_make("aryl-cpsat", mckp="cp-sat"),
-                   "Aryl with phase 2 solved by CP-SAT instead of DP"),
-    "aryl-greedy": (_make("aryl-greedy", mckp="greedy"),
-                    "Aryl with phase 2 solved by the marginal-gain greedy"),
-    "aryl-naive": (_make("aryl-naive", grouped=False, elastic_on_loan=False),
-                   "Aryl with naive BFD placement (no server groups; Tab. 6 ablation)"),
-    "aryl-sjf": (_make("aryl-sjf", scaling=False, loaning=False),
-                 "SJF with skip (Aryl phase 1 alone): no loaning, no scaling"),
-    "aryl-hetero": (_make("aryl-hetero", heterogeneous=True,
-                          hetero_efficiency=ADVANCED_EFFICIENCY),
-                    "Aryl + heterogeneous training (App. A): flagged jobs may span training and "
-                    "loaned GPUs at 70 % of theoretical throughput (Advanced scenario)"),
-    "aryl-hetero-ideal": (_make("aryl-hetero-ideal", heterogeneous=True,
-                                hetero_efficiency=IDEAL_EFFICIENCY),
-                          "Aryl + heterogeneous training at 100 % efficiency (Ideal scenario's "
-                          "hetero performance)"),
-}
+def _preset(name: str, description: str, **values: object) -> PolicyDef:
+    return PolicyDef(name, description, base="aryl", values=values)
+
+
+POLICIES: list[PolicyDef] = [
+    PolicyDef("aryl", "Aryl: capacity loaning + elastic scaling (SJF + MCKP DP, grouped BFD, "
+              "cost-greedy reclaim)", _build("aryl"), ArylParams),
+    _preset("aryl-scaling", "Aryl elastic scaling only: two-phase allocation on training "
+            "servers", loaning=False),
+    _preset("aryl-loaning", "Aryl capacity loaning only: rigid SJF on training + on-loan "
+            "servers, cost-greedy reclaim", scaling=False),
+    _preset("aryl-loaning-scf", "capacity loaning only, Smallest-Count-First reclaim",
+            scaling=False, reclaim="scf"),
+    _preset("aryl-loaning-random", "capacity loaning only, random reclaim (the run's seed)",
+            scaling=False, reclaim="random"),
+    _preset("aryl-loaning-exact", "capacity loaning only, exact (CP-SAT) reclaim",
+            scaling=False, reclaim="exact"),
+    _preset("aryl-exact", "Aryl with the exact (CP-SAT) reclaim instead of the greedy",
+            reclaim="exact"),
+    _preset("aryl-cpsat", "Aryl with phase 2 solved by CP-SAT instead of DP", mckp="cp-sat"),
+    _preset("aryl-greedy", "Aryl with phase 2 solved by the marginal-gain greedy",
+            mckp="greedy"),
+    _preset("aryl-naive", "Aryl with naive BFD placement (no server groups; Tab. 6 ablation)",
+            grouped=False, elastic_on_loan=False),
+    _preset("aryl-sjf", "SJF with skip (Aryl phase 1 alone): no loaning, no scaling",
+            scaling=False, loaning=False),
+    _preset("aryl-hetero", "Aryl + heterogeneous training (App. A): flagged jobs may span "
+            "training and loaned GPUs at 70 % of theoretical throughput (Advanced scenario)",
+            heterogeneous=True, hetero_efficiency=ADVANCED_EFFICIENCY),
+    _preset("aryl-hetero-ideal", "Aryl + heterogeneous training at 100 % efficiency (Ideal "
+            "scenario's hetero performance)", heterogeneous=True,
+            hetero_efficiency=IDEAL_EFFICIENCY),
+]

@@ -33,12 +33,18 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
-from gpuplan.models import ActiveJob, ClusterView, SolverStats
+from pydantic import Field
 
+from gpuplan.models import ActiveJob, ClusterView, InputError, SolverStats
+
+from ..params import Params
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import PolicyDef
 
+Service = Literal["gpu_time", "time"]
 SizeFn = Callable[[ActiveJob, int], int]
 """(job, usable capacity) -> the rigid GPU count the job runs at (0: cannot run)."""
 
@@ -203,7 +209,10 @@ class TiresiasL:
         thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS_GPU_S,
         promote_knob: float | None = TIRESIAS_PROMOTE_KNOB,
         size: SizeFn = requested_size,
+        service: Service = "gpu_time",
     ) -> None:
+        if service not in ("gpu_time", "time"):
+            raise ValueError(f"service must be 'gpu_time' or 'time', got {service!r}")
         if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(set(thresholds)):
             raise ValueError(f"thresholds must be positive and increasing, got {thresholds}")
         if promote_knob is not None and promote_knob < 0:
@@ -211,6 +220,7 @@ class TiresiasL:
         self.thresholds = tuple(float(t) for t in thresholds)
         self.promote_knob = promote_knob or None
         self.size = size
+        self.service = service
         self._last = len(self.thresholds)  # index of the lowest-priority queue
         self._state: dict[str, _Stint] = {}
         # waiting jobs, entries (queue, 1, seq, id): running jobs (queue, 0, seq, id) go first
@@ -254,8 +264,15 @@ class TiresiasL:
         due = now + self.promote_knob * executed - waited
         heapq.heappush(self._promote, (due, st.version, job.spec.id))
 
+    def _service(self, job: ActiveJob, now: float) -> float:
+        """Attained service: GPU-seconds (AFS's Tiresias-L) or executed wall seconds (what the
+        upstream Tiresias simulator's ``dlas`` counts)."""
+        if self.service == "time":
+            return job.held_time_at(now)
+        return job.attained_service_at(now)
+
     def _demote(self, job: ActiveJob, st: _Stint, now: float) -> None:
-        service = job.attained_service_at(now) - st.service_base
+        service = self._service(job, now) - st.service_base
         while st.queue < self._last and service >= self.thresholds[st.queue] - _SERVICE_EPS:
             st.queue += 1
             st.seq = self._next_seq()
@@ -271,7 +288,7 @@ class TiresiasL:
             self._waiting.remove(job_id)
             st.queue = 0
             st.seq = self._next_seq()
-            st.service_base = job.attained_service_at(now)
+            st.service_base = self._service(job, now)
             st.held_base = job.held_time_at(now)
             st.pend_base = None
             st.version += 1
@@ -324,8 +341,9 @@ class TiresiasL:
             st = self._state.get(job_id)
             if st is None or st.queue >= self._last or job.gpus <= 0:
                 continue
-            left = self.thresholds[st.queue] - (job.attained_service_at(now) - st.service_base)
-            best = min(best, now + max(left, 0.0) / job.gpus)
+            left = self.thresholds[st.queue] - (self._service(job, now) - st.service_base)
+            pace = job.gpus if self.service == "gpu_time" else 1
+            best = min(best, now + max(left, 0.0) / pace)
         heap = self._promote
         while heap:
             due, version, job_id = heap[0]
@@ -342,9 +360,10 @@ class TiresiasL:
 def tiresias_l_shares(
     thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS_GPU_S,
     promote_knob: float | None = TIRESIAS_PROMOTE_KNOB,
+    service: Service = "gpu_time",
 ) -> TiresiasL:
     """A fresh Tiresias-L shares stage (rigid at requested GPUs)."""
-    return TiresiasL(thresholds, promote_knob)
+    return TiresiasL(thresholds, promote_knob, service=service)
 
 
 def tiresias_l_policy(name: str = "tiresias-l", **kwargs: object) -> StagedPolicy:
@@ -353,9 +372,27 @@ def tiresias_l_policy(name: str = "tiresias-l", **kwargs: object) -> StagedPolic
     return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup)
 
 
-POLICIES = {
-    "tiresias-l": (
-        tiresias_l_policy,
-        "Tiresias-L: discretised 2D-LAS (GPU x time), 2 queues, rigid, preemptive, length-unaware",
-    ),
-}
+class TiresiasParams(Params):
+    thresholds: tuple[float, ...] = Field(
+        TIRESIAS_THRESHOLDS_GPU_S, min_length=1, max_length=16,
+        description="upper service limits of Q0..Q(K-2), increasing (K queues)")
+    promote_knob: float | None = Field(
+        TIRESIAS_PROMOTE_KNOB, ge=0, le=1e6,
+        description="promote to Q0 when waiting >= knob x executed time; null/0: off")
+    service: Service = Field(
+        "gpu_time", description="gpu_time: GPU-seconds (AFS); time: executed seconds "
+        "(upstream Tiresias dlas)")
+
+
+def _build(p: TiresiasParams, seed: int) -> StagedPolicy:
+    try:
+        return tiresias_l_policy(thresholds=p.thresholds, promote_knob=p.promote_knob,
+                                 service=p.service)
+    except ValueError as err:
+        raise InputError(str(err), field="policies.tiresias-l") from None
+
+
+POLICIES = [
+    PolicyDef("tiresias-l", "Tiresias-L: discretised 2D-LAS (GPU x time), 2 queues, rigid, "
+              "preemptive, length-unaware", _build, TiresiasParams),
+]
