@@ -27,7 +27,7 @@ from gpuplan.models import (
 )
 from gpuplan.scenarios.zoo import load_afs_zoo
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies import afs as afs_mod
+from gpuplan.solver_core.policies import afs_l_fast as fast_mod
 from gpuplan.solver_core.policies.afs import (
     AfsJob,
     AfsL,
@@ -257,7 +257,7 @@ def test_ladders_that_break_the_guard_are_rejected() -> None:
 
 
 # ----------------------------------------------------------------------- production == reference
-class _CheckedSolver(afs_mod._AfsLSolver):
+class _CheckedSolver(fast_mod._AfsLSolver):
     """The production solver, asserting its eligibility invariant around every phase.
 
     While GPUs are left, a job the fast paths still treat as eligible (``has_next``) must have a
@@ -458,7 +458,7 @@ def test_production_equals_reference(case: tuple[int, list[AfsJob]]) -> None:
 def test_production_equals_reference_on_zoo_workloads_through_every_fast_path(monkeypatch) -> None:
     """Sizes where rounds of Condorcet winners and exact incremental steps both occur."""
     taken = {"batch": 0, "exact": 0}
-    batch, exact = afs_mod._AfsLSolver.batch, afs_mod._AfsLSolver.exact_step
+    batch, exact = fast_mod._AfsLSolver.batch, fast_mod._AfsLSolver.exact_step
 
     def counting_batch(self):
         k = batch(self)
@@ -469,14 +469,14 @@ def test_production_equals_reference_on_zoo_workloads_through_every_fast_path(mo
         taken["exact"] += 1
         return exact(self)
 
-    monkeypatch.setattr(afs_mod._AfsLSolver, "batch", counting_batch)
-    monkeypatch.setattr(afs_mod._AfsLSolver, "exact_step", counting_exact)
+    monkeypatch.setattr(fast_mod._AfsLSolver, "batch", counting_batch)
+    monkeypatch.setattr(fast_mod._AfsLSolver, "exact_step", counting_exact)
     for n, total, seed in [(60, 400, 1), (40, 700, 2), (150, 100, 3), (80, 240, 4)]:
         jobs = zoo_instance(n, total, seed)
         shares = afs_l_shares(jobs, total)
         assert sum(shares) <= total, (n, total, seed)
         assert shares == afs_l_reference(jobs, total), (n, total, seed)
-    assert taken["batch"] >= afs_mod._BATCH_MIN
+    assert taken["batch"] >= fast_mod._BATCH_MIN
     assert taken["exact"] > 50
 
 

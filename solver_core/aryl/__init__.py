@@ -2,6 +2,8 @@
 
 * :mod:`.reclaim` -- which on-loan servers to return (flexible group first, Alg. 1's server
   preemption cost greedy, an exact ILP, SCF and Random baselines) and the reclaim metrics;
+  split by concept into :mod:`.reclaim_model`, :mod:`.reclaim_greedy` and :mod:`.reclaim_exact`,
+  all re-exported by :mod:`.reclaim`;
 * :mod:`.mckp` -- the multiple-choice knapsack of phase 2 (DP, CP-SAT / MIP, greedy);
 * :mod:`.two_phase` -- Alg. 2 over plain worker-level jobs (the paper's worked examples);
 * :mod:`.placement` -- best-fit decreasing with base / flexible server groups;

@@ -13,7 +13,7 @@ Only the additions the paper leaves unspecified are made here, identically to pr
   shorter job, then test (3) in the ``else`` branch;
 * ``j* <- any job in J`` is the first *eligible* job in the given (fixed) scan order, and the
   loop visits jobs in that order, because (3) is not transitive and the result depends on it;
-* a job is *eligible* for the next step only if its ladder (:class:`~.afs.AfsJob`) has a next
+* a job is *eligible* for the next step only if its ladder (:class:`~.afs_job.AfsJob`) has a next
   count and the step fits in the GPUs left; the loop stops when no job is eligible (leftover
   GPUs stay idle). A "step" is one GPU for an ordinary elastic job, and the jump to the next
   allowed count (``0 -> min_gpus``, or between allowed counts) otherwise;
@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from .afs import AfsJob
+from .afs_job import AfsJob
 
 INF = float("inf")
 

@@ -24,7 +24,7 @@ from gpuplan.models import ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
-from .max_gpus import Ladders
+from .ladders import Ladders
 from .ranked_queue import RankedQueue, RankKey
 from .shortest_first import remaining_service, remaining_time, rigid_by_rank
 

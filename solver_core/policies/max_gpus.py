@@ -7,76 +7,33 @@ at which its throughput profile reaches its peak, capped by the job's ``max_gpus
 cluster. The paper reports this makes average JCT worse by up to 4.85x / 5.84x / 16.14x, because
 a big rigid share lowers cluster efficiency; these policies let the project reproduce that.
 
-The same notion caps every elastic baseline (Max-Min, Optimus, Themis, SRTF-E/SRSF-E), so the
-helper lives here: :func:`useful_ladder` lists the counts worth stepping through, and
-:class:`Ladders` caches it per job.
+The same notion caps every elastic baseline (Max-Min, Optimus, Themis, SRTF-E/SRSF-E):
+:func:`~.ladders.useful_ladder` lists the counts worth stepping through and
+:class:`~.ladders.Ladders` caches it per job. Both live in :mod:`.ladders` (with AFS's ladders)
+and are re-exported here, where they used to be defined.
 """
 
 from __future__ import annotations
 
 import math
 
-from gpuplan.models import ActiveJob, ClusterView, JobSpec, SolverStats
+from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from .ladders import Ladders, max_useful_gpus, useful_ladder
 from .tiresias import Entry, SizedQueue, TiresiasL
 
-
-def useful_ladder(spec: JobSpec, limit: int) -> tuple[int, ...]:
-    """Allowed GPU counts (ascending, at most ``min(max_gpus, limit)``) that each raise throughput.
-
-    A count whose (monotone-envelope) rate is no higher than a smaller allowed count's is left
-    out: a scheduler stepping through the ladder never hands out a GPU that buys nothing. The
-    last element is the job's max useful count (the smallest count reaching the peak within the
-    cap); the ladder is empty when not even the smallest allowed count fits under ``limit``.
-    """
-    rate = spec.throughput.rate
-    cap = min(spec.max_gpus, limit)
-    ladder: list[int] = []
-    best = 0.0
-    for count in spec.allowed_counts():
-        if count > cap:
-            break
-        r = rate(count)
-        if r > best:
-            ladder.append(count)
-            best = r
-    return tuple(ladder)
-
-
-def max_useful_gpus(spec: JobSpec, limit: int) -> int:
-    """Smallest allowed count reaching the profile's peak, capped by ``max_gpus`` and ``limit``."""
-    ladder = useful_ladder(spec, limit)
-    return ladder[-1] if ladder else 0
-
-
-class Ladders:
-    """Per-policy cache of :func:`useful_ladder`.
-
-    Keyed by job id and validated against the spec *object*: throughput learning (AFS §4.5)
-    replaces a job's spec when measurements arrive, and a new belief may move the peak. The
-    limit is part of the key because loans and failures change the usable capacity.
-    """
-
-    __slots__ = ("_cache",)
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[JobSpec, int, tuple[int, ...]]] = {}
-
-    def __call__(self, job: ActiveJob, limit: int) -> tuple[int, ...]:
-        spec = job.spec
-        hit = self._cache.get(spec.id)
-        if hit is not None and hit[0] is spec and hit[1] == limit:
-            return hit[2]
-        ladder = useful_ladder(spec, limit)
-        self._cache[spec.id] = (spec, limit, ladder)
-        return ladder
-
-    def max_useful(self, job: ActiveJob, limit: int) -> int:
-        """Max useful count of ``job`` under ``limit`` (0 when it cannot run at all)."""
-        ladder = self(job, limit)
-        return ladder[-1] if ladder else 0
+__all__ = [
+    "POLICIES",
+    "Ladders",
+    "MaxGpusShortestFirst",
+    "max_useful_gpus",
+    "srsf_max_shares",
+    "srtf_max_shares",
+    "tiresias_l_max_shares",
+    "useful_ladder",
+]
 
 
 class MaxGpusShortestFirst:

@@ -5,7 +5,7 @@ fairness" with individual-GPU-level preemption and no knowledge of job lengths. 
 (digest's inferred reading, made exact here):
 
 * each job may hold the counts of its *useful ladder* — its allowed counts up to its max useful
-  GPUs (:func:`~.max_gpus.useful_ladder`): GPUs past the throughput peak would be wasted;
+  GPUs (:func:`~.ladders.useful_ladder`): GPUs past the throughput peak would be wasted;
 * **first steps in arrival order**: every job, oldest first, gets its smallest allowed count
   (1 GPU for the AFS mapping) while GPUs last; a job whose smallest count no longer fits is
   skipped. So when jobs outnumber GPUs (n > M) the M oldest jobs run on one GPU each — the
@@ -21,20 +21,21 @@ Cost per decision: the arrival-ordered queue is kept sorted across decisions (st
 first-step walk stops when GPUs run out, and water-filling touches only jobs holding GPUs (at
 most M) through a heap: O(M log M) plus the walk.
 
-:func:`progressive_fill` is shared with Optimus, which differs only in the heap's priority.
+:func:`progressive_fill` is shared with Optimus, which differs only in the heap's priority, and
+its core, :func:`~.water_fill.water_fill`, with AFS-S.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
-from .max_gpus import Ladders
+from .ladders import Ladders
 from .ranked_queue import RankedQueue
+from .water_fill import water_fill
 
 StepScore = Callable[[ActiveJob, int, int], float | None]
 """(job, current count, next count) -> priority of that step (lower first), None = never."""
@@ -46,51 +47,32 @@ def arrival_key(job: ActiveJob, now: float) -> float:
 
 
 def progressive_fill(
-    view: ClusterView, order: Iterable[ActiveJob], ladders: Ladders, score: StepScore
+    view: ClusterView, order: Iterable[ActiveJob], ladders: Ladders,
+    score: StepScore | None = None,
 ) -> Shares:
     """First ladder step to each job of ``order`` while GPUs last, then grow by ``score``.
 
-    Phase 1 walks ``order`` and stops as soon as no GPU is free, so a 50k-job queue costs only
-    the jobs actually served. Phase 2 repeatedly grants the next ladder step with the lowest
-    score among jobs already holding GPUs (ties: the order of phase 1); a job whose next step
-    does not fit, or whose score is None, stops growing.
+    :func:`~.water_fill.water_fill` over the jobs' useful ladders on ``view.capacity`` GPUs:
+    phase 1 walks ``order`` lazily and stops as soon as no GPU is free, so a 50k-job queue
+    costs only the jobs actually served; phase 2 repeatedly grants the next ladder step with
+    the lowest score (default: fewest GPUs held, i.e. max-min) among jobs already holding GPUs
+    (ties: the order of phase 1); a job whose next step does not fit, or whose score is None,
+    stops growing. Shares are keyed in the order jobs were first served.
     """
     capacity = view.capacity
-    free = capacity
-    shares: Shares = {}
-    heap: list[tuple[float, int, int, ActiveJob, tuple[int, ...]]] = []
-    rank = 0
-    for job in order:
-        if free == 0:
-            return shares
-        ladder = ladders(job, capacity)
-        if not ladder or ladder[0] > free:
-            continue
-        count = ladder[0]
-        shares[job.spec.id] = count
-        free -= count
-        if len(ladder) > 1:
-            s = score(job, count, ladder[1])
-            if s is not None:
-                heap.append((s, rank, 0, job, ladder))
-        rank += 1
-    heapq.heapify(heap)
-    while free > 0 and heap:
-        _, r, i, job, ladder = heapq.heappop(heap)
-        count, nxt = ladder[i], ladder[i + 1]
-        if nxt - count > free:
-            continue
-        shares[job.spec.id] = nxt
-        free -= nxt - count
-        if i + 2 < len(ladder):
-            s = score(job, nxt, ladder[i + 2])
-            if s is not None:
-                heapq.heappush(heap, (s, r, i + 1, job, ladder))
-    return shares
+    seen: list[ActiveJob] = []
 
+    def walk() -> Iterator[tuple[int, ...]]:
+        for job in order:
+            seen.append(job)
+            yield ladders(job, capacity)
 
-def _fewest_first(job: ActiveJob, count: int, nxt: int) -> float:
-    return float(count)
+    def step(pos: int, count: int, nxt: int) -> float | None:
+        assert score is not None
+        return score(seen[pos], count, nxt)
+
+    filled = water_fill(walk(), capacity, None if score is None else step)
+    return {seen[pos].spec.id: count for pos, count in filled.items()}
 
 
 class MaxMinShares:
@@ -101,7 +83,7 @@ class MaxMinShares:
         self._queue = RankedQueue(arrival_key)
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
-        return progressive_fill(view, self._queue.ranked(view), self.ladders, _fewest_first)
+        return progressive_fill(view, self._queue.ranked(view), self.ladders)
 
 
 def maxmin_shares() -> MaxMinShares:

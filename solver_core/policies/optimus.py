@@ -26,7 +26,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
-from .max_gpus import Ladders
+from .ladders import Ladders
 from .maxmin import arrival_key, progressive_fill
 from .ranked_queue import RankedQueue
 

@@ -57,7 +57,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
-from .max_gpus import Ladders
+from .ladders import Ladders
 from .ranked_queue import RankedQueue
 
 THEMIS_FAIRNESS_KNOB = 0.8
