@@ -30,6 +30,7 @@ __all__ = [
     "PolicyDef",
     "WrapperDef",
     "make_policy",
+    "parameterless",
     "policy_def",
     "policy_names",
     "register",
@@ -94,24 +95,16 @@ def _builtin() -> list[PolicyDef]:
 
 
 def _defs(declared: object) -> Iterable[PolicyDef]:
-    if isinstance(declared, Mapping):
-        items = list(declared.items())
-    else:
-        items = [(None, d) for d in declared]  # type: ignore[attr-defined]
-    for key, d in items:
-        if isinstance(d, tuple) and key is not None:  # LEGACY: (factory, description)
-            factory, description = d
-            d = PolicyDef(key, description, _legacy_build(factory))
+    items = declared.values() if isinstance(declared, Mapping) else declared
+    for d in items:  # type: ignore[attr-defined]
         if not isinstance(d, PolicyDef):
             raise TypeError(f"POLICIES entries must be PolicyDef, got {d!r}")
         yield d
 
 
-def _legacy_build(factory: Callable[..., Policy]) -> Callable[[Any, int], Policy]:
-    import inspect
-
-    seeded = "seed" in inspect.signature(factory).parameters
-    return lambda _params, seed: factory(seed=seed) if seeded else factory()
+def parameterless(name: str, description: str, make: Callable[[], Policy]) -> PolicyDef:
+    """A base policy with no parameters and no random choices."""
+    return PolicyDef(name, description, lambda _params, _seed: make())
 
 
 def _discover() -> None:

@@ -101,7 +101,7 @@ def test_learning_extrapolates_linearly_from_last_unit() -> None:
 
 
 def test_fair_share_cap_until_measured() -> None:
-    from gpuplan.solver_core.policies.learning import FairShareUntilMeasured
+    from gpuplan.solver_core.wrappers import FairShareUntilMeasured
 
     true = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.6, 8: 6.4})
     jobs = [JobSpec(id=n, submit_time=0, requested_gpus=1, total_iterations=500,

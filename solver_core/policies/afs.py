@@ -40,10 +40,15 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from gpuplan.models import ActiveJob, ClusterView, SolverStats
+from pydantic import Field
 
+from gpuplan.models import ActiveJob, ClusterView, SolverStats
+from gpuplan.models.bounds import MAX_TIME_S
+
+from ..params import Params
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import PolicyDef, parameterless
 from .afs_job import AfsJob, scan_order
 from .afs_l_fast import afs_l_shares
 from .ladders import Ladder, LadderCache, build_ladder
@@ -278,27 +283,26 @@ def _staged(name: str, shares: Callable[[ClusterView, list[SolverStats]], Shares
     return StagedPolicy(name, shares, best_fit_placement, wakeup)
 
 
-def _afs_p(seed: int = 0) -> StagedPolicy:
-    stage = AfsP(seed=seed)
-    return _staged("afs-p", stage, stage.next_wakeup)
+class AfsPParams(Params):
+    unit_time_s: float = Field(DEFAULT_UNIT_TIME_S, gt=0, le=MAX_TIME_S,
+                               description="processor-sharing unit (counter window), seconds")
+    preemptive: bool = Field(False, description="re-rank running jobs at every decision "
+                             "instead of letting them keep their slot until a unit ends")
 
 
-def _afs_s(seed: int = 0) -> StagedPolicy:
-    stage = AfsS(seed=seed)
-    return _staged("afs-s", stage, stage.next_wakeup)
+def _afs_p_like(name: str, cls: type[AfsP]) -> Callable[[AfsPParams, int], StagedPolicy]:
+    def build(p: AfsPParams, seed: int) -> StagedPolicy:
+        stage = cls(unit_time=p.unit_time_s, seed=seed, preemptive=p.preemptive)
+        return _staged(name, stage, stage.next_wakeup)
+
+    return build
 
 
-POLICIES = {
-    "afs-l": (
-        lambda: _staged("afs-l", AfsL()),
-        "AFS-L: elastic GPU-by-GPU sharing by inequality (3), job lengths known",
-    ),
-    "afs-p": (
-        _afs_p,
-        "AFS-P: length-unaware AFS, (3) both ways + 2 h processor-sharing counters",
-    ),
-    "afs-s": (
-        _afs_s,
-        "AFS-S: AFS-P knowing only peak-throughput counts (capped max-min sharing)",
-    ),
-}
+POLICIES = [
+    parameterless("afs-l", "AFS-L: elastic GPU-by-GPU sharing by inequality (3), job lengths "
+                  "known", lambda: _staged("afs-l", AfsL())),
+    PolicyDef("afs-p", "AFS-P: length-unaware AFS, (3) both ways + 2 h processor-sharing "
+              "counters", _afs_p_like("afs-p", AfsP), AfsPParams),
+    PolicyDef("afs-s", "AFS-S: AFS-P knowing only peak-throughput counts (capped max-min "
+              "sharing)", _afs_p_like("afs-s", AfsS), AfsPParams),
+]

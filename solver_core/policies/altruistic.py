@@ -24,6 +24,7 @@ from gpuplan.models import ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import parameterless
 from .ladders import Ladders
 from .ranked_queue import RankedQueue, RankKey
 from .shortest_first import remaining_service, remaining_time, rigid_by_rank
@@ -86,13 +87,11 @@ def srsf_e_shares() -> AltruisticShortestFirst:
     return AltruisticShortestFirst(remaining_service)
 
 
-POLICIES = {
-    "srtf-e": (
-        lambda: StagedPolicy("srtf-e", srtf_e_shares(), best_fit_placement),
-        "SRTF at requested GPUs, leftover GPUs to the largest throughput gain (AFS §5.5)",
-    ),
-    "srsf-e": (
-        lambda: StagedPolicy("srsf-e", srsf_e_shares(), best_fit_placement),
-        "SRSF at requested GPUs, leftover GPUs to the largest throughput gain (AFS §5.5)",
-    ),
-}
+POLICIES = [
+    parameterless("srtf-e", "SRTF at requested GPUs, leftover GPUs to the largest throughput "
+                  "gain (AFS §5.5)",
+                  lambda: StagedPolicy("srtf-e", srtf_e_shares(), best_fit_placement)),
+    parameterless("srsf-e", "SRSF at requested GPUs, leftover GPUs to the largest throughput "
+                  "gain (AFS §5.5)",
+                  lambda: StagedPolicy("srsf-e", srsf_e_shares(), best_fit_placement)),
+]

@@ -21,6 +21,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import parameterless
 from .ladders import Ladders, max_useful_gpus, useful_ladder
 from .tiresias import Entry, SizedQueue, TiresiasL
 
@@ -94,17 +95,12 @@ def _staged(name: str, stage: MaxGpusShortestFirst | TiresiasL) -> StagedPolicy:
     return StagedPolicy(name, stage, best_fit_placement, wakeup)
 
 
-POLICIES = {
-    "srtf-max": (
-        lambda: _staged("srtf-max", srtf_max_shares()),
-        "SRTF, each job rigid at its max useful GPUs (AFS Fig. 6)",
-    ),
-    "srsf-max": (
-        lambda: _staged("srsf-max", srsf_max_shares()),
-        "SRSF, each job rigid at its max useful GPUs (AFS Fig. 6)",
-    ),
-    "tiresias-l-max": (
-        lambda: _staged("tiresias-l-max", tiresias_l_max_shares()),
-        "Tiresias-L (2D-LAS), each job rigid at its max useful GPUs (AFS Fig. 6)",
-    ),
-}
+POLICIES = [
+    parameterless("srtf-max", "SRTF, each job rigid at its max useful GPUs (AFS Fig. 6)",
+                  lambda: _staged("srtf-max", srtf_max_shares())),
+    parameterless("srsf-max", "SRSF, each job rigid at its max useful GPUs (AFS Fig. 6)",
+                  lambda: _staged("srsf-max", srsf_max_shares())),
+    parameterless("tiresias-l-max", "Tiresias-L (2D-LAS), each job rigid at its max useful "
+                  "GPUs (AFS Fig. 6)",
+                  lambda: _staged("tiresias-l-max", tiresias_l_max_shares())),
+]

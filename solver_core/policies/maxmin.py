@@ -33,6 +33,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import parameterless
 from .ladders import Ladders
 from .ranked_queue import RankedQueue
 from .water_fill import water_fill
@@ -91,10 +92,8 @@ def maxmin_shares() -> MaxMinShares:
     return MaxMinShares()
 
 
-POLICIES = {
-    "max-min": (
-        lambda: StagedPolicy("max-min", maxmin_shares(), best_fit_placement),
-        "elastic max-min fair water-filling up to max useful GPUs; FIFO when jobs outnumber "
-        "GPUs (length-unaware)",
-    ),
-}
+POLICIES = [
+    parameterless("max-min", "elastic max-min fair water-filling up to max useful GPUs; FIFO "
+                  "when jobs outnumber GPUs (length-unaware)",
+                  lambda: StagedPolicy("max-min", maxmin_shares(), best_fit_placement)),
+]

@@ -26,6 +26,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import parameterless
 from .ladders import Ladders
 from .maxmin import arrival_key, progressive_fill
 from .ranked_queue import RankedQueue
@@ -60,10 +61,8 @@ def optimus_shares() -> OptimusShares:
     return OptimusShares()
 
 
-POLICIES = {
-    "optimus": (
-        lambda: StagedPolicy("optimus", optimus_shares(), best_fit_placement),
-        "Optimus: one GPU each in arrival order, then greedy largest remaining-time reduction "
-        "per GPU (estimates assumed exact)",
-    ),
-}
+POLICIES = [
+    parameterless("optimus", "Optimus: one GPU each in arrival order, then greedy largest "
+                  "remaining-time reduction per GPU (estimates assumed exact)",
+                  lambda: StagedPolicy("optimus", optimus_shares(), best_fit_placement)),
+]

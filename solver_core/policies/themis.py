@@ -53,10 +53,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuplan.models import ActiveJob, ClusterView, SolverStats
+from pydantic import Field
 
+from gpuplan.models import ActiveJob, ClusterView, SolverStats
+from gpuplan.models.bounds import MAX_TIME_S
+
+from ..params import Params
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
+from ..registry import PolicyDef
 from .ladders import Ladders
 from .ranked_queue import RankedQueue
 
@@ -421,10 +426,20 @@ def themis_policy(name: str = "themis", seed: int = 0, **kwargs: object) -> Stag
     return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup)
 
 
-POLICIES = {
-    "themis": (
-        themis_policy,
-        "Themis: finish-time fairness (rho) partial auctions among the worst 20%, random "
-        "leftovers, 20-min GPU leases",
-    ),
-}
+class ThemisParams(Params):
+    fairness_knob: float = Field(THEMIS_FAIRNESS_KNOB, ge=0, lt=1,
+                                 description="auction among the worst (1 - knob) of jobs by rho")
+    lease_s: float = Field(THEMIS_LEASE_S, gt=0, le=MAX_TIME_S,
+                           description="GPU lease length, seconds")
+    ideal: Ideal = Field("afs", description="rho's ideal: afs (AFS paper) or cluster-share")
+
+
+def _build(p: ThemisParams, seed: int) -> StagedPolicy:
+    return themis_policy(seed=seed, fairness_knob=p.fairness_knob, lease_s=p.lease_s,
+                         ideal=p.ideal)
+
+
+POLICIES = [
+    PolicyDef("themis", "Themis: finish-time fairness (rho) partial auctions among the worst "
+              "20%, random leftovers, 20-min GPU leases", _build, ThemisParams),
+]
