@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from rich.markup import escape
 from rich.table import Table
 
 from gpuplan.models import ActiveJob, JobRecord, RunResult, Sample
@@ -305,7 +306,7 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
     for name, s in summaries:
         ratio = _ratio(baseline, s.avg_jct_s)
         cells = [
-            name,
+            escape(name),  # inline configurations hold [...]: text, not rich markup
             format_duration(s.avg_jct_s),
             format_duration(s.p99_jct_s),
             format_duration(s.avg_queueing_s),
@@ -339,10 +340,10 @@ def loaning_table(summaries: list[tuple[str, RunSummary]]) -> Table | None:
     for name, s in summaries:
         m = s.loaning
         if m is None:
-            table.add_row(name, *["—"] * 8)
+            table.add_row(escape(name), *["—"] * 8)
             continue
         table.add_row(
-            name, _pct(m.usage_training), _pct(m.usage_overall), _pct(m.usage_loaned),
+            escape(name), _pct(m.usage_training), _pct(m.usage_overall), _pct(m.usage_loaned),
             _pct(m.preemption_ratio), _pct(m.collateral_damage), _pct(m.met_by_flexible),
             str(m.loan_offers), f"{m.reclaims} ({m.servers_reclaimed})",
         )

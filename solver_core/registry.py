@@ -1,8 +1,10 @@
 """Policy names -> policies, assembled at run time from registered stages, wrappers and values.
 
-A policy module declares ``POLICIES = [PolicyDef(...), ...]`` (or a dict of them); the registry
-imports every module of ``gpuplan.solver_core.policies`` and registers what it finds, so adding
-a policy edits nothing else. A :class:`PolicyDef` is either
+A policy module declares ``POLICIES = [PolicyDef(...), ...]`` (and may declare
+``WRAPPERS = [WrapperDef(...), ...]``); the registry imports every module of
+``gpuplan.solver_core.policies`` and registers what it finds, so adding a policy, a placement
+stage or a wrapper is one new file there (docs/architecture.md, "Adding a policy").
+A :class:`PolicyDef` is either
 
 * a **base**: ``build(params, seed) -> Policy`` with its parameter model, or
 * a **preset**: another policy plus wrappers and values (``afs-l-packed`` is ``afs-l`` with
@@ -71,6 +73,7 @@ class WrapperDef:
 
 
 _POLICIES: dict[str, PolicyDef] = {}
+_WRAPPERS: dict[str, WrapperDef] = {}
 _discovered = False
 
 
@@ -116,11 +119,18 @@ def _discover() -> None:
     for d in _builtin():
         _POLICIES.setdefault(d.name, d)
     from . import policies
+    from .wrappers import WRAPPERS
 
+    for w in WRAPPERS.values():
+        _WRAPPERS.setdefault(w.name, w)
     for info in sorted(pkgutil.iter_modules(policies.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{policies.__name__}.{info.name}")
         for d in _defs(getattr(module, "POLICIES", ())):
             _POLICIES.setdefault(d.name, d)
+        for w in getattr(module, "WRAPPERS", ()):
+            if not isinstance(w, WrapperDef):
+                raise TypeError(f"WRAPPERS entries must be WrapperDef, got {w!r}")
+            _WRAPPERS.setdefault(w.name, w)
 
 
 def register(definition: PolicyDef) -> None:
@@ -149,18 +159,17 @@ def policy_def(name: str) -> PolicyDef:
 
 
 def wrapper_names() -> dict[str, str]:
-    from .wrappers import WRAPPERS
-
-    return {name: w.description for name, w in WRAPPERS.items()}
+    """Every registered wrapper name and its one-line description."""
+    _discover()
+    return {name: w.description for name, w in _WRAPPERS.items()}
 
 
 def wrapper_def(name: str, where: str = "wrappers") -> WrapperDef:
-    from .wrappers import WRAPPERS
-
+    _discover()
     try:
-        return WRAPPERS[name]
+        return _WRAPPERS[name]
     except KeyError:
-        raise InputError(f"unknown wrapper {name!r}; choose one of {', '.join(WRAPPERS)}",
+        raise InputError(f"unknown wrapper {name!r}; choose one of {', '.join(_WRAPPERS)}",
                          field=where) from None
 
 
