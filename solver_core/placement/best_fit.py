@@ -12,7 +12,9 @@ Turns GPU counts into GPUs while moving as little as possible:
    so the job spans as few nodes as possible.
 
 Jobs are placed largest first (best-fit decreasing). A job restricted to one GPU type only sees
-nodes of that type. A job that cannot be placed is left out and stays pending.
+nodes of that type; on a mixed cluster a job not flagged ``heterogeneous`` also stays on one
+type: the one it already holds, else the fastest for it with enough free GPUs
+(:func:`.gpu_types.one_type_nodes`). A job that cannot be placed is left out and stays pending.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from gpuplan.models import ClusterView, JobAllocation, SolverStats
 
 from ..policy import Placements, Shares
+from .gpu_types import one_type_nodes
 
 
 def _take_best_fit(
@@ -100,6 +103,7 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
             nodes = [n for n in all_nodes if view.nodes[n].gpu_type == job.spec.gpu_type]
         held = job.allocation.placement if job.allocation else {}
         extra = want - sum(len(g) for g in held.values())
+        nodes = one_type_nodes(view, job, nodes, free, extra)
         got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)))
         if got is None:
             if held:  # cannot grow: keep what it has
@@ -108,3 +112,8 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         merged = {n: tuple(sorted(held.get(n, ()) + got.get(n, ()))) for n in {*held, *got}}
         result[job_id] = JobAllocation.fast(job_id, dict(sorted(merged.items())))
     return result
+
+
+take_best_fit = _take_best_fit
+"""Public name of the best-fit GPU picker, for placement stages that choose the nodes
+(e.g. max-min-perf's one-type-per-round placement)."""
