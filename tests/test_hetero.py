@@ -108,9 +108,8 @@ def test_gavel_artifact_rigid_2gpu_job_does_not_span_types() -> None:
 
 @pytest.mark.parametrize("policy", ["fifo", "srtf", "afs-l", "srtf-packed", "max-min-perf"])
 def test_no_job_spans_gpu_types_on_a_mixed_cluster(policy: str) -> None:
-    nodes = [Node(name="v0", gpus=2, gpu_type="v100"), Node(name="v1", gpus=2, gpu_type="v100"),
-             Node(name="p0", gpus=2, gpu_type="p100"), Node(name="k0", gpus=2, gpu_type="k80"),
-             Node(name="k1", gpus=2, gpu_type="k80")]
+    nodes = [Node(name=f"{t[0]}{i}", gpus=1, gpu_type=t)
+             for t, n in (("v100", 3), ("p100", 2), ("k80", 3)) for i in range(n)]
     prepared = prepare(_gavel_spec(nodes, "gavel/physical_cluster/small_test.trace", "elastic"))
     cluster = prepared.cluster
     seen: list[int] = []
