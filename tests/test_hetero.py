@@ -193,3 +193,28 @@ def test_rounds_attain_the_lp_time_fractions() -> None:
     assert rounds_a >= 1000
     assert on_type["a"]["v100"] / rounds_a == pytest.approx(7 / 12, abs=0.01)
     assert on_type["b"]["v100"] / sum(on_type["b"].values()) == pytest.approx(5 / 12, abs=0.01)
+
+
+# ------------------------------------------------------------------ topology tie-breaking
+def _rack_view(racks: dict[str, str]) -> ClusterView:
+    cluster = Cluster(nodes=[Node(name=n, gpus=4, rack=r, switch="s0") for n, r in racks.items()])
+    free = {n: [0, 1, 2, 3] for n in racks}
+    job = JobSpec(id="big", submit_time=0.0, requested_gpus=8, duration=10.0)
+    from gpuplan.models import ActiveJob
+
+    return ClusterView(0.0, cluster, dict(cluster.node_by_name), free, {},
+                       {"big": ActiveJob(spec=job)})
+
+
+def test_best_fit_keeps_a_multi_node_job_in_one_rack() -> None:
+    from gpuplan.solver_core.placement.best_fit import best_fit_placement
+
+    # equal free counts: plain best-fit takes n2 (largest), then n0 (smallest name that
+    # fits): two racks; the hop tie-break takes n1, n2's rack mate
+    view = _rack_view({"n0": "rack1", "n1": "rack0", "n2": "rack0"})
+    assert view.cluster.hops("n1", "n2") == 2.0 and view.cluster.hops("n0", "n2") == 4.0
+    got = best_fit_placement(view, {"big": 8}, [])
+    assert sorted(got["big"].placement) == ["n1", "n2"]
+    # one rack: the plain best-fit choice, unchanged
+    flat = _rack_view({"n0": "rack0", "n1": "rack0", "n2": "rack0"})
+    assert sorted(best_fit_placement(flat, {"big": 8}, [])["big"].placement) == ["n0", "n2"]

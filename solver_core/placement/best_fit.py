@@ -19,16 +19,21 @@ type: the one it already holds, else the fastest for it with enough free GPUs
 
 from __future__ import annotations
 
-from gpuplan.models import ClusterView, JobAllocation, SolverStats
+from gpuplan.models import Cluster, ClusterView, JobAllocation, SolverStats
 
 from ..policy import Placements, Shares
 from .gpu_types import one_type_nodes
 
 
 def _take_best_fit(
-    free: dict[str, list[int]], need: int, nodes: list[str], prefer: tuple[str, ...] = ()
+    free: dict[str, list[int]], need: int, nodes: list[str], prefer: tuple[str, ...] = (),
+    cluster: Cluster | None = None,
 ) -> dict[str, tuple[int, ...]] | None:
-    """Pick ``need`` GPUs from ``free`` on ``nodes``; mutate ``free``; None if impossible."""
+    """Pick ``need`` GPUs from ``free`` on ``nodes``; mutate ``free``; None if impossible.
+
+    With a multi-rack ``cluster``, once a job holds a node, ties in the free-GPU count are
+    broken by hop distance to the nodes it already has (same rack first), then by name; on a
+    single rack every distance is equal and the choice is the plain best-fit one."""
     if sum(len(free[n]) for n in nodes) < need:
         return None
     taken: dict[str, list[int]] = {}
@@ -45,14 +50,21 @@ def _take_best_fit(
             count = min(need, len(free[node]))
             take(node, count)
             need -= count
+    topo = cluster if cluster is not None and cluster.multi_rack else None
+
+    def near(node: str) -> float:
+        if topo is None or not taken:
+            return 0.0
+        return min(topo.hops(node, t) for t in taken)
+
     while need > 0:
         fitting = [n for n in nodes if len(free[n]) >= need]
         if fitting:
-            node = min(fitting, key=lambda n: (len(free[n]), n))
+            node = min(fitting, key=lambda n: (len(free[n]), near(n), n))
             take(node, need)
             need = 0
         else:
-            node = max(nodes, key=lambda n: (len(free[n]), n))
+            node = max(nodes, key=lambda n: (len(free[n]), -near(n), n))
             count = len(free[node])
             take(node, count)
             need -= count
@@ -104,7 +116,8 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         held = job.allocation.placement if job.allocation else {}
         extra = want - sum(len(g) for g in held.values())
         nodes = one_type_nodes(view, job, nodes, free, extra)
-        got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)))
+        got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)),
+                             cluster=view.cluster)
         if got is None:
             if held:  # cannot grow: keep what it has
                 result[job_id] = job.allocation  # type: ignore[assignment]
