@@ -218,3 +218,15 @@ def test_best_fit_keeps_a_multi_node_job_in_one_rack() -> None:
     # one rack: the plain best-fit choice, unchanged
     flat = _rack_view({"n0": "rack0", "n1": "rack0", "n2": "rack0"})
     assert sorted(best_fit_placement(flat, {"big": 8}, [])["big"].placement) == ["n0", "n2"]
+
+
+def test_a_job_larger_than_every_type_may_span_rather_than_starve() -> None:
+    cluster = Cluster(nodes=_mixed_nodes())  # 2 V100 + 4 K80
+    jobs = [JobSpec(id="five", submit_time=0.0, requested_gpus=5, duration=100.0),
+            JobSpec(id="two", submit_time=0.0, requested_gpus=2, duration=100.0)]
+    placed: dict[str, dict] = {}
+    for policy in ("fifo", "srtf"):
+        result, _, _ = simulate(cluster, jobs, make_policy(policy), on_plan=lambda v, p: placed
+                                .update({j: a.placement for j, a in p.allocations.items()}))
+        assert all(j.finish_time is not None for j in result.jobs)
+        assert spans_types(cluster, placed["five"]) and not spans_types(cluster, placed["two"])

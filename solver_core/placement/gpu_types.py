@@ -19,6 +19,7 @@ from gpuplan.models import ActiveJob, Cluster, ClusterView, JobSpec
 
 __all__ = [
     "assign_types",
+    "fits_one_type",
     "free_by_type",
     "held_types",
     "nodes_by_type",
@@ -83,7 +84,8 @@ def one_type_nodes(view: ClusterView, job: ActiveJob, nodes: list[str],
     A job that may span types, or a cluster part of one type, keeps ``nodes``. A running
     type-restricted job stays on the types it holds. Otherwise the fastest type for the job
     whose free GPUs (``free``: node -> GPU indices or a count) cover ``need``; none (an empty
-    list, so the job stays pending) when no single type has room.
+    list, so the job stays pending) when no single type has room now. A job larger than every
+    type's usable GPUs keeps ``nodes``: spanning is its only way to run.
     """
     groups = nodes_by_type(view, nodes)
     if len(groups) <= 1 or not type_restricted(view, job):
@@ -96,10 +98,18 @@ def one_type_nodes(view: ClusterView, job: ActiveJob, nodes: list[str],
         value = free.get(node, 0)
         return value if isinstance(value, int) else len(list(value))
 
+    if not fits_one_type(view, groups, need):
+        return nodes
     for gpu_type in ranked_types(view.cluster, job.spec, groups):
         if sum(room(n) for n in groups[gpu_type]) >= need:
             return groups[gpu_type]
     return []
+
+
+def fits_one_type(view: ClusterView, groups: Mapping[str, list[str]], count: int) -> bool:
+    """Whether some type's usable nodes have ``count`` GPUs in all. A job larger than every
+    type may span types (at the slowest one's speed) rather than wait for ever."""
+    return any(sum(view.nodes[n].gpus for n in names) >= count for names in groups.values())
 
 
 def assign_types(view: ClusterView, counts: Mapping[str, int],
@@ -111,7 +121,8 @@ def assign_types(view: ClusterView, counts: Mapping[str, int],
     mixed cluster (empty on a one-type cluster, and without heterogeneous or pinned jobs):
     a running job keeps the type(s) it holds; the others, largest first, get the fastest type
     whose remaining capacity covers them (or the fastest type at all when none does, so the
-    solver reports the job unplaced rather than spreading it over types).
+    solver reports the job unplaced rather than spreading it over types). A job larger than
+    every type's usable GPUs is left unrestricted: spanning is its only way to run.
     """
     groups = nodes_by_type(view, capacity)
     if len(groups) <= 1:
@@ -131,6 +142,8 @@ def assign_types(view: ClusterView, counts: Mapping[str, int],
         else:
             fresh.append((count, job_id))
     for count, job_id in sorted(fresh, key=lambda c: (-c[0], c[1])):
+        if not fits_one_type(view, groups, count):
+            continue  # larger than every type: may span types rather than never run
         spec = (view.running.get(job_id) or view.pending[job_id]).spec
         ranked = ranked_types(view.cluster, spec, groups)
         chosen = next((t for t in ranked if left[t] >= count), ranked[0])
