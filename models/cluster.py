@@ -102,8 +102,8 @@ class Cluster(BaseModel):
     def topology(self) -> nx.Graph:
         """Switch - rack - node - GPU tree. Edge attribute ``level`` names the link kind.
 
-        For reports and future topology-aware placement; today's placements work on the
-        node/rack fields directly and do not read this graph.
+        Best-fit placement reads node-to-node hop distances from it (:meth:`hops`) to keep a
+        multi-node job's servers close.
         """
         graph = nx.Graph()
         for node in self.nodes:
@@ -112,3 +112,27 @@ class Cluster(BaseModel):
             for gpu in range(node.gpus):
                 graph.add_edge(f"node:{node.name}", f"gpu:{node.name}:{gpu}", level="pcie")
         return graph
+
+    @cached_property
+    def multi_rack(self) -> bool:
+        """Whether the nodes sit in more than one rack (hop distances then differ)."""
+        return len({n.rack for n in self.nodes}) > 1
+
+    @cached_property
+    def _hop_cache(self) -> tuple[nx.Graph, dict[tuple[str, str], float]]:
+        return self.topology(), {}
+
+    def hops(self, a: str, b: str) -> float:
+        """Links between nodes ``a`` and ``b`` in :meth:`topology` (0 same node, 2 same rack,
+        4 same switch); ``inf`` when the tree has no path (different switches are not
+        linked in it, i.e. the farthest apart)."""
+        if a == b:
+            return 0.0
+        graph, cache = self._hop_cache
+        key = (a, b) if a < b else (b, a)
+        if key not in cache:
+            try:
+                cache[key] = float(nx.shortest_path_length(graph, f"node:{a}", f"node:{b}"))
+            except nx.NetworkXNoPath:
+                cache[key] = float("inf")
+        return cache[key]

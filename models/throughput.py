@@ -12,8 +12,11 @@ turned into a function of any GPU count by three explicit rules:
   grows proportionally to the count from the last point (the AFS §4.5 "overestimate first"
   assumption), ``none`` refuses (raises) so a caller can't silently use an unmeasured size.
 
-Per-GPU-type scaling multiplies the rate by ``type_speed[type]`` if given, else by the ratio of
-the GPU types' relative speeds. A spread placement (job over more than one node) multiplies by
+Per-GPU-type scaling multiplies the rate by ``type_speed[type]`` if given (a per-model measured
+speed relative to ``reference_gpu``, e.g. Gavel's K80/V100 ratio of that model, which ranges
+from about 0.1 to 0.95), else by the ratio of the GPU types' relative speeds (the flat
+:data:`~gpuplan.models.gpu.KNOWN_GPU_TYPES` numbers), so profiles without per-type data
+behave exactly as before. A spread placement (job over more than one node) multiplies by
 ``spread_factor`` (Gavel's unconsolidated / consolidated measurements; 1.0 = insensitive).
 """
 
@@ -60,6 +63,14 @@ class ThroughputProfile(BaseModel):
             if not rate > 0:
                 raise ValueError(f"points[{gpus}]: throughput {rate} must be > 0")
         return dict(sorted(points.items()))
+
+    @field_validator("type_speed")
+    @classmethod
+    def _check_type_speed(cls, speeds: dict[str, float]) -> dict[str, float]:
+        for name, speed in speeds.items():
+            if not speed > 0:
+                raise ValueError(f"type_speed[{name}]: multiplier {speed} must be > 0")
+        return speeds
 
     def model_post_init(self, __context: object) -> None:
         counts = sorted(self.points)
@@ -153,7 +164,9 @@ class ThroughputProfile(BaseModel):
     def type_multiplier(
         self, gpu_type: str, relative_speed: float, reference_speed: float
     ) -> float:
-        """Factor converting reference-type throughput to ``gpu_type`` throughput."""
+        """Factor converting reference-type throughput to ``gpu_type`` throughput: the
+        measured ``type_speed`` entry when there is one, else ``relative_speed /
+        reference_speed`` (the two types' generic speeds)."""
         if gpu_type in self.type_speed:
             return self.type_speed[gpu_type]
         return relative_speed / reference_speed

@@ -5,7 +5,8 @@ numbers are:
 
 * **Gavel** (``gavel/simulation_throughputs.json``, V100/P100/K80, 1/2/4/8 GPUs): whole-job
   training steps/s of 26 job types, isolated (``"null"``) and co-located in pairs, packed on one
-  server and spread ("unconsolidated").
+  server and spread ("unconsolidated"). The only source with per-GPU-type measurements, so
+  its profiles carry a per-type speed table (``ThroughputProfile.type_speed``).
 * **Pollux** (``pollux/profiles/<model>/``, T4, 4 GPUs per node): seconds per step at a fixed
   *per-GPU* batch for each placement, i.e. weak scaling: the global batch grows with the GPUs.
 * **ElasticFlow** (``elasticflow_profiles/throughputs_A100/*.csv``, A100, 1..64 GPUs):
@@ -176,6 +177,24 @@ def _gavel_isolated(
     return out
 
 
+def _gavel_type_speeds(
+    by_job: dict[tuple[str, str], dict[int, float]], job_type: str, worker: str
+) -> dict[str, float]:
+    """``{other worker type: its 1-GPU steps/s / worker's 1-GPU steps/s}`` for one job type.
+
+    The 1-GPU ratio is the one every type has measured (all 26 job types run on one GPU of
+    each type); empty when ``worker`` itself has no 1-GPU number.
+    """
+    base = by_job.get((job_type, worker), {}).get(1)
+    if base is None:
+        return {}
+    return {
+        other: rates[1] / base
+        for (name, other), rates in sorted(by_job.items())
+        if name == job_type and other != worker and 1 in rates
+    }
+
+
 def gavel_profiles(
     path: Path | str, *, extrapolation: Extrapolation = "flat"
 ) -> dict[tuple[str, str], ThroughputProfile]:
@@ -188,6 +207,13 @@ def gavel_profiles(
     ``<type>`` at ``k > 1`` GPUs, **clamped to 1**: the profile contract defines spreading as a
     penalty, and the ratios above 1 in the table (e.g. V100 ResNet-50 bs64 at 4 GPUs, 1.18) are
     measurement noise of the packed run, not a reason for a placer to prefer spreading.
+
+    ``type_speed[other]`` = the job type's measured 1-GPU steps/s on ``other`` / on ``worker``
+    (e.g. ResNet-18 bs16: K80 0.148 x and P100 1.109 x a V100), so a profile placed on another
+    Gavel type runs at that model's measured speed there instead of the flat ratio of
+    :data:`~gpuplan.models.gpu.KNOWN_GPU_TYPES` (0.25 for a K80). One ratio per type is a
+    simplification: the table's multi-GPU ratios differ (the K80/V100 ratio of that job is
+    0.087 at 2 GPUs); the 1-GPU ratio is the one measured for every job type.
 
     Note Gavel's multi-GPU numbers are steps/s of the whole job as Gavel ran it (its scale factor
     keeps the per-worker batch), so some speedups are super-linear; use the ElasticFlow tables
@@ -204,6 +230,7 @@ def gavel_profiles(
             by_job.setdefault((job_type, worker), {})[scale] = value
     profiles: dict[tuple[str, str], ThroughputProfile] = {}
     for (job_type, worker), points in sorted(by_job.items()):
+        speeds = _gavel_type_speeds(by_job, job_type, worker)
         spread_table = isolated.get(worker + _UNCONSOLIDATED, {})
         spread = {
             scale: min(1.0, spread_table[(job_type, scale)] / rate)
@@ -216,6 +243,7 @@ def gavel_profiles(
             reference_gpu=worker,
             extrapolation=extrapolation,
             spread_factor=spread,
+            type_speed=speeds,
             source=f"{label} {worker} '{job_type}' isolated steps/s",
         )
     return profiles

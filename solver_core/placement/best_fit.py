@@ -12,20 +12,28 @@ Turns GPU counts into GPUs while moving as little as possible:
    so the job spans as few nodes as possible.
 
 Jobs are placed largest first (best-fit decreasing). A job restricted to one GPU type only sees
-nodes of that type. A job that cannot be placed is left out and stays pending.
+nodes of that type; on a mixed cluster a job not flagged ``heterogeneous`` also stays on one
+type: the one it already holds, else the fastest for it with enough free GPUs
+(:func:`.gpu_types.one_type_nodes`). A job that cannot be placed is left out and stays pending.
 """
 
 from __future__ import annotations
 
-from gpuplan.models import ClusterView, JobAllocation, SolverStats
+from gpuplan.models import Cluster, ClusterView, JobAllocation, SolverStats
 
 from ..policy import Placements, Shares
+from .gpu_types import one_type_nodes
 
 
 def _take_best_fit(
-    free: dict[str, list[int]], need: int, nodes: list[str], prefer: tuple[str, ...] = ()
+    free: dict[str, list[int]], need: int, nodes: list[str], prefer: tuple[str, ...] = (),
+    cluster: Cluster | None = None,
 ) -> dict[str, tuple[int, ...]] | None:
-    """Pick ``need`` GPUs from ``free`` on ``nodes``; mutate ``free``; None if impossible."""
+    """Pick ``need`` GPUs from ``free`` on ``nodes``; mutate ``free``; None if impossible.
+
+    With a multi-rack ``cluster``, once a job holds a node, ties in the free-GPU count are
+    broken by hop distance to the nodes it already has (same rack first), then by name; on a
+    single rack every distance is equal and the choice is the plain best-fit one."""
     if sum(len(free[n]) for n in nodes) < need:
         return None
     taken: dict[str, list[int]] = {}
@@ -42,14 +50,21 @@ def _take_best_fit(
             count = min(need, len(free[node]))
             take(node, count)
             need -= count
+    topo = cluster if cluster is not None and cluster.multi_rack else None
+
+    def near(node: str) -> float:
+        if topo is None or not taken:
+            return 0.0
+        return min(topo.hops(node, t) for t in taken)
+
     while need > 0:
         fitting = [n for n in nodes if len(free[n]) >= need]
         if fitting:
-            node = min(fitting, key=lambda n: (len(free[n]), n))
+            node = min(fitting, key=lambda n: (len(free[n]), near(n), n))
             take(node, need)
             need = 0
         else:
-            node = max(nodes, key=lambda n: (len(free[n]), n))
+            node = max(nodes, key=lambda n: (len(free[n]), -near(n), n))
             count = len(free[node])
             take(node, count)
             need -= count
@@ -100,7 +115,9 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
             nodes = [n for n in all_nodes if view.nodes[n].gpu_type == job.spec.gpu_type]
         held = job.allocation.placement if job.allocation else {}
         extra = want - sum(len(g) for g in held.values())
-        got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)))
+        nodes = one_type_nodes(view, job, nodes, free, extra)
+        got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)),
+                             cluster=view.cluster)
         if got is None:
             if held:  # cannot grow: keep what it has
                 result[job_id] = job.allocation  # type: ignore[assignment]
@@ -108,3 +125,8 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         merged = {n: tuple(sorted(held.get(n, ()) + got.get(n, ()))) for n in {*held, *got}}
         result[job_id] = JobAllocation.fast(job_id, dict(sorted(merged.items())))
     return result
+
+
+take_best_fit = _take_best_fit
+"""Public name of the best-fit GPU picker, for placement stages that choose the nodes
+(e.g. max-min-perf's one-type-per-round placement)."""

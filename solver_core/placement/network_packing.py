@@ -45,6 +45,7 @@ from gpuplan.models import ClusterView, JobAllocation, SolverStats
 from ..backends import MipModel, Solution, lin_sum, solve_with_fallback
 from ..limits import SolveLimits, resolve_limits
 from ..policy import Placements, Shares
+from .gpu_types import assign_types
 
 __all__ = [
     "REGULATION_WORK_S",
@@ -556,7 +557,8 @@ def packed_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]
     Ignores current placements except that a job landing on a node where it already holds GPUs
     keeps them (free, via :func:`assign_gpus`). It migrates freely, so it is the reference for
     "always succeeds", not for production; use :mod:`.reuse` for that. Jobs restricted to one
-    GPU type only see nodes of that type (and may then stay pending).
+    GPU type only see nodes of that type (and may then stay pending); on a mixed cluster every
+    job not flagged heterogeneous is restricted to one type (:func:`.gpu_types.assign_types`).
     """
     start = time.perf_counter()
     unit = packing_unit(view)
@@ -570,6 +572,8 @@ def packed_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]
         counts[job_id] = count
         if job.spec.gpu_type is not None:
             eligible[job_id] = {n for n in pools if view.nodes[n].gpu_type == job.spec.gpu_type}
+    # on a mixed cluster, a job not flagged heterogeneous stays on one (its fastest) type
+    eligible.update(assign_types(view, counts, {n: len(g) for n, g in pools.items()}))
     sizes = {n: len(g) for n, g in pools.items()}
     node_counts, unplaced = ffd_node_counts(counts, sizes, unit, eligible)
     held = {j: dict(view.running[j].allocation.placement)  # type: ignore[union-attr]

@@ -44,6 +44,7 @@ from gpuplan.models import ClusterView, JobAllocation, SolverStats
 from ..backends import LinExpr, MipModel, Solution, Var, lin_sum, solve_with_fallback
 from ..limits import SolveLimits, resolve_limits
 from ..policy import Placements, PlacementStage, Shares
+from .gpu_types import assign_types
 from .network_packing import assign_gpus, envelope, node_pools, packing_unit
 
 __all__ = [
@@ -118,8 +119,11 @@ class ReuseScore:
 
 def problem_from_view(view: ClusterView, shares: Shares,
                       no_network_sharing: bool = True) -> PlacementProblem:
-    """The placement problem of ``shares`` on ``view`` (jobs with a positive count)."""
+    """The placement problem of ``shares`` on ``view`` (jobs with a positive count); on a
+    mixed cluster a job not flagged heterogeneous may use one GPU type's nodes only."""
     pools = {n: tuple(g) for n, g in node_pools(view).items()}
+    one_type = assign_types(view, {j: c for j, c in shares.items() if c > 0},
+                            {n: len(g) for n, g in pools.items()})
     jobs = []
     for job_id in sorted(shares):
         count = shares[job_id]
@@ -135,6 +139,7 @@ def problem_from_view(view: ClusterView, shares: Shares,
         nodes = None
         if job.spec.gpu_type is not None:
             nodes = frozenset(n for n in pools if view.nodes[n].gpu_type == job.spec.gpu_type)
+        nodes = one_type.get(job_id, nodes)
         jobs.append(PlacementJob(job_id, count, held, nodes))
     return PlacementProblem(pools, packing_unit(view), tuple(jobs), no_network_sharing)
 
