@@ -19,7 +19,7 @@ from gpuplan.models import (
 )
 from gpuplan.models.scenario import ScenarioSpec
 from gpuplan.scenarios.profiles import gavel_profiles
-from gpuplan.solver_core.placement.gpu_types import free_by_type, spans_types
+from gpuplan.solver_core.placement.gpu_types import spans_types
 from gpuplan.solver_core.policies.maxmin_perf import max_min_perf, solve_allocation
 from gpuplan.solver_core.registry import make_policy
 
@@ -83,7 +83,7 @@ def test_free_by_type_counts_free_gpus_of_each_type() -> None:
     cluster = Cluster(nodes=_mixed_nodes())
     view = ClusterView(0.0, cluster, dict(cluster.node_by_name),
                        {"v0": [1], "k0": [0], "k1": [], "k2": [0], "k3": [0]}, {}, {})
-    assert free_by_type(view) == {"v100": 1, "k80": 3}
+    assert view.free_by_type() == {"v100": 1, "k80": 3}
 
 
 # ------------------------------------------------------------------ one type per job

@@ -20,7 +20,6 @@ from gpuplan.models import ActiveJob, Cluster, ClusterView, JobSpec
 __all__ = [
     "assign_types",
     "fits_one_type",
-    "free_by_type",
     "held_types",
     "nodes_by_type",
     "one_type_nodes",
@@ -29,14 +28,6 @@ __all__ = [
     "type_restricted",
     "type_speed",
 ]
-
-
-def free_by_type(view: ClusterView) -> dict[str, int]:
-    """Free GPUs per GPU type among the view's usable nodes (types with none free are 0)."""
-    out: dict[str, int] = {}
-    for name, node in view.nodes.items():
-        out[node.gpu_type] = out.get(node.gpu_type, 0) + len(view.free.get(name, ()))
-    return out
 
 
 def nodes_by_type(view: ClusterView, names: Iterable[str] | None = None) -> dict[str, list[str]]:

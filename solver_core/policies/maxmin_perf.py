@@ -28,12 +28,16 @@ import time
 from dataclasses import dataclass, field
 
 from ortools.linear_solver import pywraplp
+from pydantic import Field
 
 from gpuplan.models import ActiveJob, ClusterView, JobAllocation, SolverStats
+from gpuplan.models.bounds import MAX_TIME_S
 
+from ..params import Params
 from ..placement.best_fit import take_best_fit
 from ..placement.gpu_types import nodes_by_type, type_speed
 from ..policy import Placements, Shares, StagedPolicy
+from ..registry import PolicyDef
 
 __all__ = ["POLICIES", "Allocation", "MaxMinPerf", "equal_share", "solve_allocation"]
 
@@ -280,9 +284,13 @@ def max_min_perf(round_s: float = ROUND_S) -> StagedPolicy:
     return policy
 
 
-POLICIES = {
-    "max-min-perf": (
-        max_min_perf,
-        "Gavel heterogeneity-aware max-min fairness (LP over time on GPU types, 360 s rounds)",
-    ),
-}
+class MaxMinPerfParams(Params):
+    round_s: float = Field(ROUND_S, gt=0, le=MAX_TIME_S,
+                           description="round length, seconds (Gavel: 360 s)")
+
+
+POLICIES = [
+    PolicyDef("max-min-perf", "Gavel heterogeneity-aware max-min fairness (LP over time on GPU "
+              "types, 360 s rounds)", lambda p, _seed: max_min_perf(p.round_s),
+              MaxMinPerfParams),
+]
