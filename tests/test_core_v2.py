@@ -262,3 +262,16 @@ def test_learning_wrapper_caps_unmeasured_jobs_at_the_fair_share() -> None:
     plain = make_policy("afs-l").decide(view).shares
     capped = make_policy("afs-l(wrappers=[learning])").decide(view).shares
     assert max(plain.values()) > 4 and max(capped.values()) <= 4
+
+
+@pytest.mark.parametrize(("service", "b_starts"), [("gpu_time", 50.0), ("time", 100.0)])
+def test_tiresias_service_counts_gpu_seconds_or_executed_seconds(service: str,
+                                                                   b_starts: float) -> None:
+    """a (4 GPUs) runs alone from 0; b (4 GPUs) arrives at 50. Threshold 100: in GPU-seconds a
+    leaves Q0 at t = 25, so b (Q0) preempts it on arrival; in executed seconds a stays in Q0
+    until t = 100, and only then does b take the GPUs."""
+    jobs = [_job("a", 4, work=4000.0), _job("b", 4, work=400.0, submit=50.0)]
+    policy = make_policy(f"tiresias-l(thresholds=[100],promote_knob=null,service={service})")
+    result, _, _ = simulate(Cluster.uniform(1, 4), jobs, policy, overheads=NO_OVERHEADS)
+    b = next(r for r in result.jobs if r.job_id == "b")
+    assert b.first_start == pytest.approx(b_starts)
