@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuplan.models import Cluster, ClusterView, JobAllocation, JobSpec, SolverStats
 
@@ -49,6 +49,7 @@ __all__ = [
     "Shares",
     "SharesStage",
     "StagedPolicy",
+    "Stateful",
     "Wakeup",
     "admit_if_fits",
     "demand_counts",
@@ -121,13 +122,29 @@ class Decision:
     stats: list[SolverStats] = field(default_factory=list)
 
 
+class Stateful(Protocol):
+    """A stage that remembers things between decisions (AFS-P counters, Tiresias queues,
+    Themis leases, max-min-perf's attained time). ``snapshot`` returns plain JSON data;
+    ``restore`` on a fresh object of the same configuration makes it decide exactly as the
+    original would have, so a controller that restarts changes no decision."""
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def restore(self, state: dict[str, Any]) -> None: ...
+
+
 class Policy(Protocol):
-    """What the engine drives: admission, a decision per event, wake-ups, reclaim choice."""
+    """What the engine drives: admission, a decision per event, wake-ups, reclaim choice, and
+    the memory a restart must carry over (``snapshot``/``restore``)."""
 
     name: str
     reclaimer: Reclaimer | None
 
     def admit(self, spec: JobSpec, cluster: Cluster) -> str | None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def restore(self, state: dict[str, Any]) -> None: ...
 
     def decide(self, view: ClusterView) -> Decision: ...
 
@@ -148,6 +165,13 @@ class PolicyBase:
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         return None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"policy {self.name} keeps no state, got {sorted(state)}")
 
 
 def with_counts(allocation: Allocation, counts: Mapping[str, int]) -> dict[str, int | Demand]:
@@ -181,6 +205,8 @@ class StagedPolicy:
     reclaimer: Reclaimer | None = None
     no_network_sharing: bool = False
     """Set by the network-packing wrapper: later placement wrappers must keep the rule."""
+    memory: Stateful | None = None
+    """The stage whose state outlives a decision (None: the policy is memoryless)."""
 
     def admit(self, spec: JobSpec, cluster: Cluster) -> str | None:
         return self.admission(spec, cluster)
@@ -199,6 +225,17 @@ class StagedPolicy:
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         return self.wakeup(view) if self.wakeup else None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The policy's memory as JSON data (``{}`` for a memoryless policy)."""
+        return self.memory.snapshot() if self.memory is not None else {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load what :meth:`snapshot` returned, on a freshly built policy."""
+        if self.memory is not None:
+            self.memory.restore(state)
+        elif state:
+            raise ValueError(f"policy {self.name} keeps no state, got {sorted(state)}")
 
     def renamed(self, name: str) -> StagedPolicy:
         """The same stages under another name (configurations and wrappers name their result)."""

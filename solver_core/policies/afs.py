@@ -39,6 +39,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 from pydantic import Field
 
@@ -191,6 +193,14 @@ class AfsP:
         self.time_slicing = False
         """Whether the last decision was in the jobs-outnumber-GPUs mode."""
 
+    def snapshot(self) -> dict[str, Any]:
+        """Counters seen at the last decision and the mode: what decides who keeps a slot."""
+        return {"counters": dict(self._counters), "time_slicing": self.time_slicing}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
+        self.time_slicing = bool(state.get("time_slicing", False))
+
     def counter(self, job: ActiveJob, now: float) -> int:
         """Whole units ``job`` has held GPUs for (a 1e-9 unit tolerance absorbs float drift so a
         wakeup scheduled exactly at a boundary counts it)."""
@@ -293,7 +303,7 @@ class AfsPParams(Params):
 def _afs_p_like(name: str, cls: type[AfsP]) -> Callable[[AfsPParams, int], StagedPolicy]:
     def build(p: AfsPParams, seed: int) -> StagedPolicy:
         stage = cls(unit_time=p.unit_time_s, seed=seed, preemptive=p.preemptive)
-        return _staged(name, stage, stage.next_wakeup)
+        return replace(_staged(name, stage, stage.next_wakeup), memory=stage)
 
     return build
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -144,9 +144,19 @@ class ArylPolicy:
                 for j, a in decision.placements.items()}
 
     def staged(self) -> StagedPolicy:
-        """The registered form: allocation = :meth:`allocate`, Aryl's reclaim choice."""
+        """The registered form: allocation = :meth:`allocate`, Aryl's reclaim choice, and this
+        object as the policy's memory (which of each elastic job's GPUs are flexible)."""
         return StagedPolicy(self.name, self.allocate, best_fit_placement,
-                            reclaimer=self.reclaimer)
+                            reclaimer=self.reclaimer, memory=self)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Each elastic job's flexible GPUs (node -> indices): reclaim releases those first."""
+        return {"flexible": {j: {n: list(g) for n, g in nodes.items()}
+                             for j, nodes in self._flex.items()}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._flex = {str(j): {str(n): tuple(int(x) for x in g) for n, g in nodes.items()}
+                      for j, nodes in state.get("flexible", {}).items()}
 
     # ------------------------------------------------------------------ helpers
     def _elastic(self, job: ActiveJob) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ortools.linear_solver import pywraplp
 from pydantic import Field
@@ -151,6 +152,22 @@ class MaxMinPerf:
     """this round's job -> GPU type"""
     _alloc: Allocation | None = None
     _alloc_jobs: frozenset[str] = frozenset()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Round clock, attained time per job and type, this round's assignment (the LP is
+        re-solved from the jobs, deterministically)."""
+        return {"round_end": self._round_end, "last": self._last, "seen": dict(self._seen),
+                "received": {j: dict(t) for j, t in self._received.items()},
+                "assigned": dict(self._assigned)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._round_end = state.get("round_end")
+        self._last = state.get("last")
+        self._seen = {str(j): float(v) for j, v in state.get("seen", {}).items()}
+        self._received = {str(j): {str(t): float(v) for t, v in d.items()}
+                          for j, d in state.get("received", {}).items()}
+        self._assigned = {str(j): str(t) for j, t in state.get("assigned", {}).items()}
+        self._alloc, self._alloc_jobs = None, frozenset()
 
     # ------------------------------------------------------------------ bookkeeping
     def _credit(self, view: ClusterView) -> None:
@@ -279,9 +296,8 @@ def max_min_perf(round_s: float = ROUND_S) -> StagedPolicy:
     if not round_s > 0:
         raise ValueError(f"round_s must be > 0, got {round_s}")
     state = MaxMinPerf(round_s=round_s)
-    policy = StagedPolicy("max-min-perf", state.shares, state.placement, state.wakeup)
-    policy.state = state  # type: ignore[attr-defined]
-    return policy
+    return StagedPolicy("max-min-perf", state.shares, state.placement, state.wakeup,
+                        memory=state)
 
 
 class MaxMinPerfParams(Params):

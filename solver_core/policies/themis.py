@@ -51,7 +51,7 @@ import heapq
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -138,6 +138,19 @@ class Themis:
         self._times: list[float] = []
         self._areas: list[float] = []
         self._active = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
+        return {"leases": {j: [[lease.gpus, lease.expires] for lease in ls]
+                           for j, ls in self._leases.items()},
+                "times": list(self._times), "areas": list(self._areas), "active": self._active}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._leases = {str(j): [Lease(int(g), float(e)) for g, e in ls]
+                        for j, ls in state.get("leases", {}).items()}
+        self._times = [float(t) for t in state.get("times", [])]
+        self._areas = [float(a) for a in state.get("areas", [])]
+        self._active = int(state.get("active", 0))
 
     # ------------------------------------------------------------------ helpers
     def _key(self, job: ActiveJob, now: float = 0.0) -> float:
@@ -423,7 +436,7 @@ def themis_shares(
 def themis_policy(name: str = "themis", seed: int = 0, **kwargs: object) -> StagedPolicy:
     """Themis with best-fit placement and its lease timers wired in."""
     stage = themis_shares(seed=seed, **kwargs)  # type: ignore[arg-type]
-    return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup)
+    return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup, memory=stage)
 
 
 class ThemisParams(Params):

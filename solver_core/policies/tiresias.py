@@ -32,8 +32,8 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -247,6 +247,20 @@ class TiresiasL:
             st = self._state[job_id] = _Stint(queue=0, seq=self._next_seq())
         return st
 
+    def snapshot(self) -> dict[str, Any]:
+        """Each known job's queue and counter bases, the sequence counter and the jobs that
+        ran at the last decision. Waiting order and promotion timers are rebuilt from these at
+        the next decision (their due times depend only on the bases)."""
+        return {"stints": {j: asdict(st) for j, st in self._state.items()}, "seq": self._seq,
+                "running_at_decision": list(self._running_at_decision)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._state = {str(j): _Stint(**st) for j, st in state.get("stints", {}).items()}
+        self._seq = int(state.get("seq", 0))
+        self._running_at_decision = [str(j) for j in state.get("running_at_decision", [])]
+        self._waiting = SizedQueue(self._entry_of, self.size)
+        self._promote = []
+
     def _entry_of(self, job: ActiveJob, now: float) -> Entry:
         st = self._stint(job.spec.id)
         return (st.queue, 1, st.seq, job.spec.id)
@@ -369,7 +383,7 @@ def tiresias_l_shares(
 def tiresias_l_policy(name: str = "tiresias-l", **kwargs: object) -> StagedPolicy:
     """Tiresias-L with best-fit placement and its demotion/promotion timers wired in."""
     stage = tiresias_l_shares(**kwargs)  # type: ignore[arg-type]
-    return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup)
+    return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup, memory=stage)
 
 
 class TiresiasParams(Params):
