@@ -12,9 +12,11 @@ decision (the policy's own reclaimer, or the engine's default scored the same wa
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuplan.executors.engine import ProgressHook, reclaim_least_used
 from gpuplan.executors.simulator.run import simulate
@@ -29,7 +31,7 @@ from gpuplan.models import (
     RunResult,
     ScenarioSpec,
 )
-from gpuplan.scenarios.build import build, fit_error, resolve_scenario
+from gpuplan.scenarios.build import build, embedded_scenarios, fit_error, resolve_scenario
 from gpuplan.scenarios.inference import InferenceLoad, PoolUsage, loaning_metrics
 from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, ReclaimOutcome, evaluate
 from gpuplan.solver_core.diff import build_plan
@@ -51,6 +53,8 @@ class PreparedScenario:
     jobs: list[JobSpec]
     events: tuple[Event, ...] = ()
     load: InferenceLoad | None = None
+    notes: tuple[str, ...] = ()
+    """Warnings about the selection (fewer jobs than asked) for the caller to show."""
 
     @property
     def configs(self) -> dict[str, PolicyConfig]:
@@ -69,16 +73,42 @@ def policy_configs(spec: ScenarioSpec) -> dict[str, PolicyConfig]:
             for name, raw in spec.policies.items()}
 
 
+def _check_scenario_name(name: str) -> None:
+    """A name that is neither embedded nor a file: one line, with the closest embedded names."""
+    embedded = embedded_scenarios()
+    if name in embedded or Path(name).expanduser().exists():
+        return
+    close = difflib.get_close_matches(name, list(embedded), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise InputError(f"no scenario named {name!r} and no such file; {hint}`gpuplan scenarios` "
+                     f"lists the {len(embedded)} embedded ones", field="scenario")
+
+
 def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> PreparedScenario:
-    """Load an embedded scenario name, a scenario file, or a spec object."""
+    """Load an embedded scenario name, a scenario file, or a spec object.
+
+    A scenario that selects no job is an error (a window past the trace's end would otherwise
+    "succeed" with a table of dashes); one that selects fewer jobs than its ``max_jobs`` asks
+    for carries a note (``PreparedScenario.notes``) the CLI prints as a warning.
+    """
     if isinstance(scenario, ScenarioSpec):
         spec, base = scenario, None
     else:
+        _check_scenario_name(scenario)
         spec, base = resolve_scenario(scenario)
     if seed is not None:
         spec = spec.model_copy(update={"seed": seed})
     built = build(spec, base)
-    return PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events), built.load)
+    if not built.jobs:
+        raise InputError("selects no jobs (check the window start_s/end_s, vc, max_gpus and "
+                         "the trace path)", source=spec.name, field="workload")
+    notes: tuple[str, ...] = ()
+    wanted = spec.workload.max_jobs
+    if wanted is not None and len(built.jobs) < wanted:
+        notes = (f"scenario {spec.name}: workload.max_jobs asks for {wanted} jobs, the "
+                 f"selection holds {len(built.jobs)}",)
+    return PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events), built.load,
+                            notes)
 
 
 class _ScoredDefaultReclaimer:

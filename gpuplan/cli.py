@@ -94,6 +94,20 @@ def _check_out(text: str | None) -> Path | None:
     return out
 
 
+def _write_mean(out: Path, summaries: list[tuple[str, RunSummary]],
+                per_policy: dict[str, list[RunSummary]], seeds: list[int | None]) -> None:
+    """``summary.json`` in ``out``: the mean over seeds, with every seed's numbers (written by
+    rename, like every other output)."""
+    rows = compare_json(summaries)
+    for row in rows:
+        row["seeds"] = seeds
+        row["per_seed"] = [s.model_dump() for s in per_policy[row["policy"]]]
+    fd, tmp = tempfile.mkstemp(prefix=".gpuplan-", dir=out)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(rows, fh, indent=2)
+    os.replace(tmp, out / "summary.json")
+
+
 def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
     """Every file is written in a private temporary directory inside ``out`` and renamed into
     place: a rename replaces a symlink planted at the name instead of following it, and a
@@ -133,9 +147,16 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
         console.print(loans)
 
 
+def _warn(prepared: api.PreparedScenario) -> None:
+    for note in prepared.notes:
+        _console(err=True).print(f"[yellow]warning:[/yellow] {escape(note)}", markup=True,
+                                 highlight=False, soft_wrap=True)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
     prepared = api.prepare(args.scenario, seed=args.seed)
+    _warn(prepared)
     prepared.make_policy(args.policy)  # a bad name or parameter fails before the run
     result = _run_with_progress(prepared, args.policy, args.json)
     summary = summarize(result)
@@ -167,18 +188,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     seeds = [args.seed] if args.seeds is None else _parse_seeds(args.seeds)
     out = _check_out(args.out)
     per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
-    last: list[RunResult] = []
     for i, seed in enumerate(seeds):
         prepared = api.prepare(args.scenario, seed=seed)
         if i == 0:
+            _warn(prepared)
             for policy in policies:  # fail fast on a typo, before minutes of simulation
                 prepared.make_policy(policy)
-        last = [_run_with_progress(prepared, p, args.json) for p in policies]
-        for result in last:
+        results = [_run_with_progress(prepared, p, args.json) for p in policies]
+        for result in results:
             per_policy[result.policy].append(summarize(result))
+        if out is not None:  # one folder per seed when there are several
+            where = out if len(seeds) == 1 else _check_out(str(out / f"seed-{prepared.spec.seed}"))
+            _write_outputs(where, results)  # type: ignore[arg-type]
     summaries = [(p, mean_summary(s)) for p, s in per_policy.items()]
-    if out is not None:
-        _write_outputs(out, last)
+    if out is not None and len(seeds) > 1:
+        _write_mean(out, summaries, per_policy, seeds)
     if args.json:
         rows = compare_json(summaries)
         if len(seeds) > 1:
@@ -301,25 +325,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate one policy on a scenario")
     sim.add_argument("--scenario", required=True, help="embedded scenario name or file path")
-    sim.add_argument("--policy", required=True)
+    sim.add_argument("--policy", required=True,
+                     help="a policy name, a configuration of the scenario's policies: block, or "
+                     "inline base(key=value,...)")
     sim.add_argument("--seed", type=seed_arg, default=None, help="override the scenario's seed")
     sim.add_argument("--out", help="folder for per-job CSV, samples, summary and plots")
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sim.set_defaults(func=cmd_simulate)
 
     cmp_ = sub.add_parser("compare", help="compare policies on one scenario")
-    cmp_.add_argument("--scenario", required=True)
-    cmp_.add_argument("--policies", required=True, help="comma-separated; the first is the base")
-    cmp_.add_argument("--seed", type=seed_arg, default=None)
+    cmp_.add_argument("--scenario", required=True, help="embedded scenario name or file path")
+    cmp_.add_argument("--policies", required=True,
+                      help="comma-separated policies or configurations; the first is the base "
+                      "of the ratio column")
+    cmp_.add_argument("--seed", type=seed_arg, default=None, help="override the scenario's seed")
     cmp_.add_argument("--seeds", default=None,
-                      help="comma-separated seeds; the table shows means over them")
-    cmp_.add_argument("--out")
-    cmp_.add_argument("--json", action="store_true")
+                      help="comma-separated seeds; the table shows means over them, --out "
+                      "writes seed-N/ folders plus the mean's summary.json")
+    cmp_.add_argument("--out", help="folder for per-job CSV, samples, summary and plots")
+    cmp_.add_argument("--json", action="store_true", help="print JSON instead of a table")
     cmp_.set_defaults(func=cmd_compare)
 
     pl = sub.add_parser("plan", help="one decision for a cluster state file; plan JSON on stdout")
     pl.add_argument("--state", required=True, help="ClusterState JSON file, or - for stdin")
-    pl.add_argument("--policy", required=True)
+    pl.add_argument("--policy", required=True, help="a policy name or inline base(key=value,...)")
     pl.add_argument("--seed", type=seed_arg, default=0, help="seed of the policy's random choices")
     pl.set_defaults(func=cmd_plan)
 

@@ -17,6 +17,7 @@ Themis' leftover order, Aryl's random reclaim); policies that make none ignore i
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
@@ -146,8 +147,10 @@ def policy_names() -> dict[str, str]:
 
 
 def _unknown_policy(name: str, where: str) -> InputError:
-    return InputError(f"unknown policy {name!r}; choose one of {', '.join(sorted(_POLICIES))} "
-                      f"(or base(key=value, ...))", field=where)
+    close = difflib.get_close_matches(name, list(_POLICIES), n=3, cutoff=0.6)
+    hint = (f"did you mean {' or '.join(repr(c) for c in close)}? " if close else "")
+    return InputError(f"unknown policy {name!r}; {hint}`gpuplan policies` lists all "
+                      f"{len(_POLICIES)} (or write base(key=value, ...))", field=where)
 
 
 def policy_def(name: str) -> PolicyDef:
@@ -169,8 +172,10 @@ def wrapper_def(name: str, where: str = "wrappers") -> WrapperDef:
     try:
         return _WRAPPERS[name]
     except KeyError:
-        raise InputError(f"unknown wrapper {name!r}; choose one of {', '.join(_WRAPPERS)}",
-                         field=where) from None
+        close = difflib.get_close_matches(name, list(_WRAPPERS), n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise InputError(f"unknown wrapper {name!r}; {hint}choose one of "
+                         f"{', '.join(_WRAPPERS)}", field=where) from None
 
 
 def resolve_config(name: str, configs: Mapping[str, PolicyConfig] | None = None
