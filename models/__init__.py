@@ -19,7 +19,7 @@ from .events import (
     Timer,
 )
 from .gpu import KNOWN_GPU_TYPES, GpuType
-from .job import Checkpointing, Elasticity, JobSpec, MemoryProfile
+from .job import Checkpointing, Elasticity, JobSpec, MemoryProfile, NodeShape
 from .plan import Action, ActionKind, AllocationPlan, JobAllocation, SolverStats, SolverStatus
 from .records import JobRecord, RunResult, Sample
 from .scenario import (
@@ -47,7 +47,7 @@ __all__ = [
     "Checkpointing", "Cluster", "ClusterSpec", "ClusterState", "ClusterView", "Elasticity",
     "EngineSpec", "Event", "GpuplanError", "GpuType", "InfeasibleError", "InputError",
     "JobAllocation", "JobArrival", "JobCompletion", "JobFailure", "JobRecord", "JobSnapshot",
-    "JobSpec", "KNOWN_GPU_TYPES", "LearningSpec", "LoanOffer", "MemoryProfile", "Node",
+    "JobSpec", "KNOWN_GPU_TYPES", "LearningSpec", "LoanOffer", "MemoryProfile", "Node", "NodeShape",
     "NodeFailure", "NodeRecovery", "occupy_gpu", "PlanRefused", "Overheads", "placement_rate",
     "SHARE_EPS", "vacate_gpu", "Pool", "ReclaimRequest",
     "RunResult", "Sample", "ScenarioSpec", "SolverStats", "SolverStatus", "ThroughputMeasured",

@@ -8,6 +8,8 @@ policy and executor reasons in iterations.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_ITERATIONS, MAX_TIME_S
@@ -82,6 +84,38 @@ class MemoryProfile(BaseModel):
         return self
 
 
+class NodeShape(BaseModel):
+    """How a job's GPUs may be spread over nodes: what Slurm's ``--nodes`` and
+    ``--gpus-per-node`` say, so a placement is one the job (and Slurm) can honour.
+
+    ``max_nodes`` caps the nodes used (1: a single-node job, the shape of a batch script that does
+    not start its own ranks — a second node's GPUs would sit idle); ``gpus_per_node`` makes every
+    node used hold exactly that many (N x G). ``starts_ranks`` records that the job launches
+    its own ranks on every node (``srun``/``torchrun``), the only case where spanning nodes is
+    useful; the Slurm hook sets ``max_nodes: 1`` when it is false.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_nodes: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE)
+    starts_ranks: bool = False
+
+    def allows(self, placement: Mapping[str, Sequence[int]]) -> bool:
+        """True when ``placement`` (node -> GPU indices) has this shape."""
+        if self.max_nodes is not None and len(placement) > self.max_nodes:
+            return False
+        g = self.gpus_per_node
+        return g is None or all(len(gpus) == g for gpus in placement.values())
+
+    def allows_count(self, gpus: int) -> bool:
+        """True when some placement of ``gpus`` GPUs can have this shape."""
+        g = self.gpus_per_node
+        if g is None:
+            return True
+        return gpus % g == 0 and (self.max_nodes is None or gpus // g <= self.max_nodes)
+
+
 class JobSpec(BaseModel):
     """A training job as submitted. Immutable; runtime state lives in :class:`ActiveJob`."""
 
@@ -109,6 +143,8 @@ class JobSpec(BaseModel):
         "training); ignored when gpu_type is set",
     )
     gpus_per_worker: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
+    node_shape: NodeShape | None = Field(
+        default=None, description="how its GPUs may spread over nodes; None: any way")
     throughput: ThroughputProfile = Field(default_factory=ThroughputProfile.linear)
 
     @model_validator(mode="after")
@@ -118,6 +154,11 @@ class JobSpec(BaseModel):
         if self.total_iterations is None:
             work = self.duration * self.throughput.rate(self.requested_gpus)  # type: ignore[operator]
             object.__setattr__(self, "total_iterations", work)
+        if self.node_shape is not None and not self.node_shape.allows_count(self.requested_gpus):
+            raise ValueError(f"requested_gpus: {self.requested_gpus} cannot have the node shape "
+                             f"{self.node_shape.gpus_per_node} GPUs per node"
+                             + (f" on at most {self.node_shape.max_nodes} nodes"
+                                if self.node_shape.max_nodes else ""))
         if self.elasticity is not None:
             e = self.elasticity
             if not e.min_gpus <= self.requested_gpus <= e.max_gpus:
@@ -145,4 +186,9 @@ class JobSpec(BaseModel):
         return self.elasticity.max_gpus if self.elasticity else self.requested_gpus
 
     def allowed_counts(self) -> tuple[int, ...]:
-        return self.elasticity.counts() if self.elasticity else (self.requested_gpus,)
+        """Every GPU count the job may run at (its elasticity, and its node shape's
+        ``gpus_per_node`` multiples when it has one)."""
+        counts = self.elasticity.counts() if self.elasticity else (self.requested_gpus,)
+        if self.node_shape is not None and self.node_shape.gpus_per_node is not None:
+            counts = tuple(c for c in counts if self.node_shape.allows_count(c))
+        return counts

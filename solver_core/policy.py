@@ -195,6 +195,8 @@ class StagedPolicy:
     An allocation of plain counts goes straight to ``placement``; one with :class:`Demand`
     entries goes through :func:`~.placement.demands.place_demands`, which places typed demands
     per GPU type with the same stage, keeps pre-placed ones, and co-locates fractional ones.
+    Placements that break a job's ``node_shape`` are then left out
+    (:func:`~.placement.shapes.enforce_shapes`).
     """
 
     name: str
@@ -213,15 +215,18 @@ class StagedPolicy:
 
     def decide(self, view: ClusterView) -> Decision:
         stats: list[SolverStats] = []
+        from .placement.demands import place_demands  # placement imports this module
+        from .placement.shapes import enforce_shapes
+
         allocation = self.shares(view, stats)
         if all(type(d) is int for d in allocation.values()):
             placements = self.placement(view, allocation, stats)  # type: ignore[arg-type]
-            return Decision(shares=allocation, placements=placements,  # type: ignore[arg-type]
-                            stats=stats)
-        from .placement.demands import place_demands  # placement imports this module
-
-        placements = place_demands(view, allocation, self.placement, stats)
-        return Decision(shares=demand_counts(allocation), placements=placements, stats=stats)
+            shares: Shares = allocation  # type: ignore[assignment]
+        else:
+            placements = place_demands(view, allocation, self.placement, stats)
+            shares = demand_counts(allocation)
+        return Decision(shares=shares, placements=enforce_shapes(view, placements),
+                        stats=stats)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         return self.wakeup(view) if self.wakeup else None

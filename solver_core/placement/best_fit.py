@@ -14,7 +14,9 @@ Turns GPU counts into GPUs while moving as little as possible:
 Jobs are placed largest first (best-fit decreasing). A job restricted to one GPU type only sees
 nodes of that type; on a mixed cluster a job not flagged ``heterogeneous`` also stays on one
 type: the one it already holds, else the fastest for it with enough free GPUs
-(:func:`.gpu_types.one_type_nodes`). A job that cannot be placed is left out and stays pending.
+(:func:`.gpu_types.one_type_nodes`). A job with a ``node_shape`` (single node, or N nodes x G
+GPUs) is placed, grown and shrunk only in that shape (:mod:`.shapes`). A job that cannot be
+placed is left out and stays pending.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gpuplan.models import Cluster, ClusterView, JobAllocation, SolverStats
 
 from ..policy import Placements, Shares
 from .gpu_types import one_type_nodes
+from .shapes import shrink_shaped, take_shaped
 
 
 def _take_best_fit(
@@ -89,6 +92,15 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
             for node, gpus in alloc.placement.items():
                 if node in free:
                     free[node].extend(gpus)
+        elif want < have and job.spec.node_shape is not None:
+            kept = shrink_shaped(alloc, want, job.spec.node_shape)
+            if kept is None:  # no legal smaller shape: keep the job as it is
+                result[job_id] = alloc
+                continue
+            for node, gpus in alloc.placement.items():
+                if node in free:
+                    free[node].extend(g for g in gpus if g not in kept.get(node, ()))
+            result[job_id] = JobAllocation.fast(job_id, kept, alloc.share, alloc.efficiency)
         elif want < have:
             keep: dict[str, tuple[int, ...]] = {}
             budget = want
@@ -116,8 +128,12 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         held = job.allocation.placement if job.allocation else {}
         extra = want - sum(len(g) for g in held.values())
         nodes = one_type_nodes(view, job, nodes, free, extra)
-        got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)),
-                             cluster=view.cluster)
+        shape = job.spec.node_shape
+        if shape is not None and (shape.max_nodes == 1 or shape.gpus_per_node is not None):
+            got = take_shaped(free, extra, nodes, shape, dict(held), job.spec.allowed_counts())
+        else:
+            got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)),
+                                 cluster=view.cluster)
         if got is None:
             if held:  # cannot grow: keep what it has
                 result[job_id] = job.allocation  # type: ignore[assignment]
