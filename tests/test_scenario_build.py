@@ -124,7 +124,12 @@ def test_map_rigid_require_profile_rejects_unknown_models() -> None:
         map_rigid(rows, {"m": prof}, require_profile="job_type")
     assert str(err.value).startswith("/x/v.trace, row 2, field 'job_type': no throughput "
                                      "profile for model 'ResNet-9000'")
-    assert map_rigid(rows, {"m": prof})[1].throughput.extrapolation == "linear"  # default
+    # without require_profile the unknown model's iterations still cannot become time
+    with pytest.raises(InputError) as err:
+        map_rigid(rows, {"m": prof})
+    assert str(err.value).startswith("/x/v.trace, row 2, field 'iterations':")
+    timed = rows[1].model_copy(update={"duration": 50.0})
+    assert map_rigid([timed], {"m": prof})[0].throughput.extrapolation == "linear"  # fallback
 
 
 def test_gavel_scenario_with_unknown_job_type_fails(tmp_path: Path) -> None:
