@@ -245,3 +245,25 @@ def test_elastic_mapping_is_applied(tmp_path: Path) -> None:
     jobs = _build(tmp_path, data).jobs
     # [1, 2 x request] capped at the cluster's 8 GPUs (before: silently rigid)
     assert [(j.min_gpus, j.requested_gpus, j.max_gpus) for j in jobs] == [(1, 2, 4), (1, 6, 8)]
+
+
+# ------------------------------------------------------------------------- embedded ITP scenarios
+def test_embedded_itp_scenarios_follow_the_sizing_rule() -> None:
+    """Each itp-clusterNN scenario replays its whole raw file rigidly on the cluster the
+    documented rule (scenarios/itp_sizing.py) derives from that file."""
+    from gpuplan.scenarios.build import load_rows
+    from gpuplan.scenarios.itp_sizing import itp_cluster_nodes, offered_load
+
+    try:
+        shared_traces_dir()
+    except InputError as err:  # pragma: no cover - depends on the machine
+        pytest.skip(f"needs the ITP traces: {err.message}")
+    names = [n for n in embedded_scenarios() if n.startswith("itp-")]
+    assert names == [f"itp-cluster{c}" for c in ("01", "04", "05", "07", "09", "10")]
+    for name in names:
+        spec, base = resolve_scenario(name)
+        rows = load_rows(spec.workload, base, spec.seed)
+        assert spec.workload.mapping == "rigid" and spec.cluster.gpus_per_node == 8
+        assert spec.cluster.nodes == itp_cluster_nodes(rows), name
+        capacity = spec.cluster.nodes * 8  # type: ignore[operator]
+        assert offered_load(rows) <= 0.8 * capacity or max(r.gpus for r in rows) > capacity - 8
