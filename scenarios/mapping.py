@@ -204,9 +204,9 @@ def map_afs(
     * ``requested_gpus = min(request, largest zoo max if above it, cluster_gpus)``: a job must
       be able to run at its requested size, and the trace duration is reproduced there;
     * ``total_iterations = duration x P_model(requested_gpus)`` (the job takes its trace
-      duration at the requested size). A row with iterations but no duration keeps them only
-      when the drawn model is the row's own model (they count its steps); otherwise its work
-      cannot be derived and it is an :class:`InputError` naming the row;
+      duration at the requested size). A row with iterations but no duration keeps them when
+      it names no model or the drawn model is its own (they count that model's steps); a row
+      naming another model has no derivable work: :class:`InputError` naming the row;
     * elasticity ``[1, min(model max_gpus, cluster_gpus)]``: CoDDL jobs are submitted as
       single-GPU models and scaled by the scheduler up to the peak; more GPUs would not help.
 
@@ -228,8 +228,9 @@ def map_afs(
         if row.duration is not None:
             work = row.duration * model.profile.rate(requested)
         else:
-            # iterations count steps of the row's own model: usable only when the draw is it
-            work = row_work(row, row.model == model.name)
+            # iterations count steps of the row's model: usable when the row names none (they
+            # are then read in the drawn model's steps) or the draw is that model
+            work = row_work(row, row.model is None or row.model == model.name)
         jobs.append(_job(
             row,
             id=row.id,
