@@ -315,7 +315,8 @@ def _map_rows(spec: ScenarioSpec, rows: list[TraceJob], base: Path | None, capac
     if workload.source == "pollux":
         from .pollux_jobs import map_pollux
 
-        return map_pollux(rows, resolve_trace_path("pollux/profiles", base))
+        return map_pollux(rows, resolve_trace_path("pollux/profiles", base), workload.mapping,
+                          capacity)
     if workload.mapping == "afs":
         from .mapping import map_afs
         from .zoo import load_afs_zoo

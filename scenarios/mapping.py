@@ -4,9 +4,10 @@ A trace says when a job came, how many GPUs it asked for and how long it ran; it
 what it trained. A *mapping* fills that in, and the choice changes results a lot, so each one is
 a separate, seeded, deterministic function:
 
-* :func:`map_rigid` — the job runs on exactly its requested GPUs; a known model gets its
-  profile, otherwise linear scaling (the only assumption that reproduces the trace duration
-  without inventing a model). With ``require_profile`` (traces whose rows name an entry of a
+* :func:`map_rigid` — the job runs on exactly its requested GPUs for its trace duration; a
+  known model gets its profile, otherwise linear scaling (the only assumption that reproduces
+  the trace duration without inventing a model). Iteration columns count only with a profile.
+  With ``require_profile`` (traces whose rows name an entry of a
   throughput table, e.g. Gavel's) a model missing from the table is an error instead: the
   row's work is counted in that model's iterations, so a guessed profile would silently give
   it a wrong duration.
@@ -35,7 +36,7 @@ from gpuplan.models.throughput import ThroughputProfile
 from .trace_job import TraceJob
 from .zoo import ZooModel
 
-__all__ = ["afs_candidates", "map_afs", "map_elastic", "map_rigid"]
+__all__ = ["afs_candidates", "map_afs", "map_elastic", "map_rigid", "row_work"]
 
 
 def _where(row: TraceJob) -> str:
@@ -72,12 +73,18 @@ def map_rigid(
     *,
     require_profile: str | None = None,
 ) -> list[JobSpec]:
-    """Rigid jobs at the trace's GPU count.
+    """Rigid jobs at the trace's GPU count, each taking its trace duration there.
 
-    Profile: ``profiles[row.model]`` when the row names a known model, else
+    Profile: ``profiles[row.model]`` when the row names a model of the table, else
     :meth:`ThroughputProfile.linear` (at a rigid size only ``rate(gpus)`` matters, and linear
-    makes the work equal GPU-seconds). Work: the row's iterations if given (they were counted
-    for that model), else ``duration x rate(gpus)`` so the job takes its trace duration.
+    makes the work equal GPU-seconds).
+
+    Work (:func:`row_work`): a row's ``iterations`` are counted in steps of *its* model, so
+    they are used only when that model has a real profile here; otherwise the work is
+    ``duration x rate(gpus)``, which reproduces the trace duration. A row with iterations but
+    neither a profile nor a duration has no derivable work and is an :class:`InputError`
+    naming the row (earlier versions ran such iterations at 1 iteration/s per GPU, silently
+    turning a 164-s Tiresias job into a 606-s one).
 
     ``require_profile``: the trace column that names the model (e.g. ``"job_type"``); when
     set, a row whose model is missing from ``profiles`` raises :class:`InputError` naming the
@@ -100,12 +107,30 @@ def map_rigid(
             user=row.user,
             submit_time=row.submit_time,
             requested_gpus=row.gpus,
-            total_iterations=row.iterations,
+            total_iterations=row_work(row, profile is not None),
             duration=row.duration,
             model=row.model,
             throughput=profile if profile is not None else ThroughputProfile.linear(),
         ))
     return jobs
+
+
+def row_work(row: TraceJob, has_profile: bool) -> float | None:
+    """The iterations a rigid job must run, or ``None`` to derive them from the duration.
+
+    Iterations count steps of the row's model, so without that model's profile they say
+    nothing about time; the duration does. Raises :class:`InputError` naming the row when
+    neither can be used.
+    """
+    if has_profile and row.iterations is not None:
+        return row.iterations
+    if row.duration is not None:
+        return None
+    raise InputError(
+        f"job {row.id}: its iterations count steps of model {row.model!r}, which has no "
+        "throughput profile, and the row has no duration; the work cannot be derived",
+        source=_where(row), field="iterations",
+    )
 
 
 def map_elastic(
@@ -179,8 +204,9 @@ def map_afs(
     * ``requested_gpus = min(request, largest zoo max if above it, cluster_gpus)``: a job must
       be able to run at its requested size, and the trace duration is reproduced there;
     * ``total_iterations = duration x P_model(requested_gpus)`` (the job takes its trace
-      duration at the requested size). A row with iterations but no duration keeps its
-      iterations as the work (the zoo model then only shapes the speedup);
+      duration at the requested size). A row with iterations but no duration keeps them when
+      it names no model or the drawn model is its own (they count that model's steps); a row
+      naming another model has no derivable work: :class:`InputError` naming the row;
     * elasticity ``[1, min(model max_gpus, cluster_gpus)]``: CoDDL jobs are submitted as
       single-GPU models and scaled by the scheduler up to the peak; more GPUs would not help.
 
@@ -199,10 +225,12 @@ def map_afs(
         model = candidates[rng.randrange(len(candidates))]
         upper = min(model.max_gpus, total)
         requested = min(kept, upper)
-        work = (
-            row.duration * model.profile.rate(requested)
-            if row.duration is not None else row.iterations
-        )
+        if row.duration is not None:
+            work = row.duration * model.profile.rate(requested)
+        else:
+            # iterations count steps of the row's model: usable when the row names none (they
+            # are then read in the drawn model's steps) or the draw is that model
+            work = row_work(row, row.model is None or row.model == model.name)
         jobs.append(_job(
             row,
             id=row.id,

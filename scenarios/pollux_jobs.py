@@ -1,57 +1,182 @@
-"""Pollux workload rows -> jobs, using the Pollux per-model profiles.
+"""Pollux workload rows -> jobs, as the Pollux simulator runs its baselines.
 
-A Pollux workload row names a model (``application``), a GPU count and a global batch, but no
-duration: a job ends when its model reaches the target epoch count (Pollux ``simulator.py``).
-The profile folder's ``validation-<batch>.csv`` has one row per epoch, so its last row's
-``iteration`` is the number of steps at that global batch to reach the target. The work is then
-``steps x batch`` samples, expressed in the profile's iterations (one *local* batch of samples,
-see :func:`gpuplan.scenarios.profiles.pollux_profile`): ``work = steps x batch / local_bsz``.
-When no validation file exists for the row's batch, the nearest one is used and the steps are
-scaled by the batch ratio (same epochs = same samples). Jobs are rigid at the row's count (the
-"TunedJobs" size Pollux gives its non-adaptive baselines).
+A Pollux workload row names a model (``application``), a GPU count and a **global** batch, but
+no duration: a job ends after its model's epoch count (Pollux ``applications.py``:
+bert 2, cifar10 100, ncf 10, imagenet 90, deepspeech2 80, yolov3 50 -- the length of the
+shortest ``validation-<batch>.csv``). Each job here keeps its own batch and GPU count:
+
+* **work** (:func:`pollux_steps`): optimizer steps at the row's global batch ``B``. Pollux
+  advances a job's *progress* (scale-invariant iterations) by ``gain`` per step, with
+  ``gain = (var + sqr) / (var / scale + sqr)``, ``scale = B / init_batch`` and the gradient
+  statistics of the current epoch interpolated between the validated batches that bracket
+  ``B``; epoch ``e`` ends at the smallest ``progress[e]`` over the validation files. So the
+  steps are ``sum_e (P(e+1) - P(e)) / gain_e``, computed once per (model, B).
+* **step time**: Pollux splits ``B`` over ``k`` replicas as ``update_local_bsz`` does
+  (``local = ceil(B / k)``, accumulation steps when ``local`` exceeds the model's largest
+  per-GPU batch, one step at least on a single GPU above the initial batch; ``atomic =
+  ceil(local / (accum + 1))``, capped so the batch stays within the largest validated batch)
+  and the step time is the fitted Pollux model
+  (:func:`~gpuplan.scenarios.throughput_fit.predict_step_time`) on the packed placement
+  (``ceil(k / 4)`` nodes), with ``spread_factor`` for one GPU per node.
+* **mapping**: ``rigid`` (Pollux's Tiresias baseline) runs each job at ``num_replicas``;
+  ``elastic`` (its Optimus baseline) lets it use ``1 .. B // min_local_bsz`` GPUs (ncf: 1),
+  capped at the cluster, the batch staying ``B`` -- exactly ``get_optimus_job_info``.
+
+Differences kept (``docs/results/fidelity.md``): the steps are counted at ``B`` for every
+``k`` (Pollux counts them at the rounded batch ``k x atomic x (accum + 1)``, within a few
+percent of ``B``), and the epoch ends are not rounded to whole seconds.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from gpuplan.models import InputError, JobSpec, ThroughputProfile
+from gpuplan.models import Elasticity, InputError, JobSpec, ThroughputProfile
 
-from .profiles import pollux_default_local_bsz, pollux_profile
+from .throughput_fit import FitResult, fit_pollux_params, pollux_samples, predict_step_time
 from .trace_job import TraceJob
+
+__all__ = ["PolluxApp", "map_pollux", "pollux_app", "pollux_steps", "pollux_step_time"]
+
+NODE_GPUS = 4
+"""GPUs per node of the Pollux testbed and simulator (g4dn.12xlarge, 4 x T4)."""
+MAX_LOCAL_BSZ = {"yolov3": 8}
+"""Upstream ``APPLICATIONS`` overrides of the per-GPU batch ceiling (else placements' max)."""
+
+
+@dataclass(frozen=True)
+class PolluxApp:
+    """What Pollux's ``Application`` derives from one profile folder."""
+
+    name: str
+    validation: dict[int, list[dict[str, float]]]  # global batch -> per-epoch rows
+    init_batch: int
+    max_batch: int
+    min_local: int
+    max_local: int
+    epochs: int
+    fit: FitResult
+
+
+def _read_csv(path: Path) -> list[dict[str, float]]:
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out = []
+    for i, r in enumerate(rows, start=1):
+        try:
+            out.append({k: float(v) for k, v in r.items()})
+        except (TypeError, ValueError):
+            raise InputError("not a number", source=str(path), row=i) from None
+    if not out:
+        raise InputError("no rows", source=str(path))
+    return out
 
 
 @cache
-def _target_samples(model_dir: Path, batch: int) -> float:
-    """Samples needed to reach the model's target epoch at global ``batch``."""
+def pollux_app(model_dir: Path) -> PolluxApp:
+    """Parse a ``pollux/profiles/<model>`` folder and fit its step-time model (cached)."""
     files = {int(p.stem.split("-")[1]): p for p in model_dir.glob("validation-*.csv")}
     if not files:
         raise InputError("no validation-<batch>.csv files", source=str(model_dir))
-    nearest = min(files, key=lambda b: (abs(b - batch), b))
-    with files[nearest].open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows or "iteration" not in rows[-1]:
-        raise InputError("missing 'iteration' column or rows", source=str(files[nearest]),
-                         field="iteration")
-    try:
-        steps = float(rows[-1]["iteration"])
-    except ValueError:
-        raise InputError("not a number", source=str(files[nearest]), row=len(rows),
-                         field="iteration") from None
-    return steps * nearest
+    validation = {b: _read_csv(files[b]) for b in sorted(files)}
+    for b, rows in validation.items():
+        missing = {"progress", "grad_sqr", "grad_var"} - rows[0].keys()
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(sorted(missing))}",
+                             source=str(files[b]), field=sorted(missing)[0])
+    samples = pollux_samples(model_dir)
+    placements = _read_csv(model_dir / "placements.csv")
+    local = [int(r["local_bsz"]) for r in placements]
+    return PolluxApp(
+        name=model_dir.name,
+        validation=validation,
+        init_batch=min(validation),
+        max_batch=max(validation),
+        min_local=min(local),
+        max_local=MAX_LOCAL_BSZ.get(model_dir.name, max(local)),
+        epochs=min(len(rows) for rows in validation.values()),
+        fit=fit_pollux_params(samples),
+    )
+
+
+def _interp(app: PolluxApp, batch: float, epoch: int, column: str) -> float:
+    """``column`` at ``epoch``, linear in the batch between the bracketing validated batches."""
+    sizes = list(app.validation)
+    lower = max((b for b in sizes if b <= batch), default=sizes[0])
+    upper = min((b for b in sizes if b >= batch), default=sizes[-1])
+    lo, hi = app.validation[lower][epoch][column], app.validation[upper][epoch][column]
+    if lower == upper:
+        return lo
+    return ((batch - lower) * hi + (upper - batch) * lo) / (upper - lower)
 
 
 @cache
-def _profile(model_dir: Path) -> tuple[ThroughputProfile, int]:
-    local = pollux_default_local_bsz(model_dir)
-    return pollux_profile(model_dir, local), local
+def pollux_steps(model_dir: Path, batch: int) -> float:
+    """Optimizer steps at global ``batch`` until the model's last epoch (see module doc)."""
+    app = pollux_app(model_dir)
+    b = min(max(batch, app.init_batch), app.max_batch)
+    scale = b / app.init_batch
+
+    def progress(epoch: int) -> float:
+        if epoch == 0:
+            return 0.0
+        return min(rows[epoch - 1]["progress"] for rows in app.validation.values())
+
+    steps = 0.0
+    for epoch in range(app.epochs):
+        sqr = _interp(app, b, epoch, "grad_sqr")
+        var = _interp(app, b, epoch, "grad_var")
+        gain = (var + sqr) / (var / scale + sqr)
+        steps += (progress(epoch + 1) - progress(epoch)) / gain
+    return steps
 
 
-def map_pollux(rows: Sequence[TraceJob], profiles_dir: Path) -> list[JobSpec]:
-    """Rigid jobs for Pollux workload rows; errors name the row's source and field."""
+def split_batch(app: PolluxApp, batch: int, gpus: int) -> tuple[int, int]:
+    """``(atomic per-GPU batch, accumulation steps)`` as Pollux's ``update_local_bsz``."""
+    local = math.ceil(batch / gpus - 1e-8)
+    accum = math.ceil(local / app.max_local - 1e-8) - 1
+    if gpus == 1 and batch > app.init_batch:
+        accum = max(1, accum)
+    atomic = math.ceil(local / (accum + 1) - 1e-8)
+    atomic = min(atomic, int(app.max_batch / (gpus * (accum + 1))))
+    return max(1, atomic), accum
+
+
+def pollux_step_time(model_dir: Path, batch: int, gpus: int, nodes: int) -> float:
+    """Seconds per optimizer step of a job with global ``batch`` on ``gpus`` over ``nodes``."""
+    app = pollux_app(model_dir)
+    atomic, accum = split_batch(app, batch, gpus)
+    return predict_step_time(app.fit.params, gpus, nodes, atomic, accum)
+
+
+@cache
+def _profile(model_dir: Path, batch: int, max_gpus: int) -> ThroughputProfile:
+    """Steps/s at global ``batch`` for 1..``max_gpus`` packed GPUs (+ spread factors)."""
+    points = {k: 1.0 / pollux_step_time(model_dir, batch, k, -(-k // NODE_GPUS))
+              for k in range(1, max_gpus + 1)}
+    spread = {k: min(1.0, 1.0 / pollux_step_time(model_dir, batch, k, k) / points[k])
+              for k in range(2, min(NODE_GPUS, max_gpus) + 1)}
+    return ThroughputProfile(
+        points=points, reference_gpu="t4", spread_factor=spread,
+        source=f"Pollux {model_dir.name} fitted step time, global batch {batch}, steps/s",
+    )
+
+
+def map_pollux(rows: Sequence[TraceJob], profiles_dir: Path, mapping: str = "rigid",
+               cluster_gpus: int | None = None) -> list[JobSpec]:
+    """Jobs for Pollux workload rows under ``mapping`` (``rigid`` or ``elastic``).
+
+    Errors name the row's source and field: a missing model folder (``application``), a
+    mapping Pollux rows cannot take (``workload.mapping``), a request above the cluster.
+    """
+    if mapping not in ("rigid", "elastic"):
+        raise InputError(f"Pollux workloads take mapping 'rigid' or 'elastic', not {mapping!r}",
+                         field="workload.mapping")
     jobs = []
     for row in rows:
         if row.model is None or row.batch_size is None:
@@ -61,9 +186,20 @@ def map_pollux(rows: Sequence[TraceJob], profiles_dir: Path) -> list[JobSpec]:
         if not model_dir.is_dir():
             raise InputError(f"no Pollux profile for model {row.model!r}", source=row.source,
                              field="application")
-        profile, local = _profile(model_dir)
-        work = _target_samples(model_dir, row.batch_size) / local
-        jobs.append(JobSpec(id=row.id, user=row.user, submit_time=row.submit_time,
-                            requested_gpus=row.gpus, total_iterations=work, model=row.model,
-                            throughput=profile))
+        app = pollux_app(model_dir)
+        upper = row.gpus
+        elasticity = None
+        if mapping == "elastic":
+            upper = 1 if app.name == "ncf" else max(1, row.batch_size // app.min_local)
+            if cluster_gpus is not None:
+                upper = min(upper, cluster_gpus)
+            elasticity = Elasticity(min_gpus=1, max_gpus=upper)
+        top = max(upper, row.gpus)
+        jobs.append(JobSpec(
+            id=row.id, user=row.user, submit_time=row.submit_time,
+            requested_gpus=min(row.gpus, top) if elasticity is None else min(row.gpus, upper),
+            elasticity=elasticity,
+            total_iterations=pollux_steps(model_dir, row.batch_size), model=row.model,
+            throughput=_profile(model_dir, row.batch_size, top),
+        ))
     return jobs

@@ -124,7 +124,12 @@ def test_map_rigid_require_profile_rejects_unknown_models() -> None:
         map_rigid(rows, {"m": prof}, require_profile="job_type")
     assert str(err.value).startswith("/x/v.trace, row 2, field 'job_type': no throughput "
                                      "profile for model 'ResNet-9000'")
-    assert map_rigid(rows, {"m": prof})[1].throughput.extrapolation == "linear"  # default
+    # without require_profile the unknown model's iterations still cannot become time
+    with pytest.raises(InputError) as err:
+        map_rigid(rows, {"m": prof})
+    assert str(err.value).startswith("/x/v.trace, row 2, field 'iterations':")
+    timed = rows[1].model_copy(update={"duration": 50.0})
+    assert map_rigid([timed], {"m": prof})[0].throughput.extrapolation == "linear"  # fallback
 
 
 def test_gavel_scenario_with_unknown_job_type_fails(tmp_path: Path) -> None:
@@ -240,3 +245,25 @@ def test_elastic_mapping_is_applied(tmp_path: Path) -> None:
     jobs = _build(tmp_path, data).jobs
     # [1, 2 x request] capped at the cluster's 8 GPUs (before: silently rigid)
     assert [(j.min_gpus, j.requested_gpus, j.max_gpus) for j in jobs] == [(1, 2, 4), (1, 6, 8)]
+
+
+# ------------------------------------------------------------------------- embedded ITP scenarios
+def test_embedded_itp_scenarios_follow_the_sizing_rule() -> None:
+    """Each itp-clusterNN scenario replays its whole raw file rigidly on the cluster the
+    documented rule (scenarios/itp_sizing.py) derives from that file."""
+    from gpuplan.scenarios.build import load_rows
+    from gpuplan.scenarios.itp_sizing import itp_cluster_nodes, offered_load
+
+    try:
+        shared_traces_dir()
+    except InputError as err:  # pragma: no cover - depends on the machine
+        pytest.skip(f"needs the ITP traces: {err.message}")
+    names = [n for n in embedded_scenarios() if n.startswith("itp-")]
+    assert names == [f"itp-cluster{c}" for c in ("01", "04", "05", "07", "09", "10")]
+    for name in names:
+        spec, base = resolve_scenario(name)
+        rows = load_rows(spec.workload, base, spec.seed)
+        assert spec.workload.mapping == "rigid" and spec.cluster.gpus_per_node == 8
+        assert spec.cluster.nodes == itp_cluster_nodes(rows), name
+        capacity = spec.cluster.nodes * 8  # type: ignore[operator]
+        assert offered_load(rows) <= 0.8 * capacity or max(r.gpus for r in rows) > capacity - 8
