@@ -342,8 +342,8 @@ class SlurmController:
                 continue
             if sj.state == "PENDING" and not sj.held:
                 sj = self.adoption.hold(sj)
-            if sj.state in RUNNING_STATES and self.adoption.adopt_running(engine, ex, spec, sj, row,
-                                                                  now, wall):
+            if sj.state in RUNNING_STATES and self.adoption.adopt_running(
+                    engine, ex, spec, sj, row, now, wall):
                 adopted_running += 1
                 continue
             if sj.state in RUNNING_STATES:
@@ -356,7 +356,7 @@ class SlurmController:
                 continue
             if spec.min_gpus > engine.cluster.total_gpus:
                 self.adoption.reject(sj, f"needs {spec.min_gpus} GPUs; the cluster has "
-                             f"{engine.cluster.total_gpus}")
+                                         f"{engine.cluster.total_gpus}")
                 continue
             ex.adopt_pending(spec, sj, stopped_at=wall if sj.restart_count else 0.0)
             done = row.done if row is not None else 0.0
@@ -472,7 +472,7 @@ class SlurmController:
                 except Exception as err:  # the job at fault fails open; the rest are served
                     log.exception("adopting Slurm job %d failed", sj.job_id)
                     self.adoption.reject(sj, f"internal error while adopting it: "
-                                     f"{type(err).__name__}: {err}")
+                                             f"{type(err).__name__}: {err}")
             elif not tracked.running and not tracked.completed and sj.finished:
                 reason = f"{sj.state.lower()} while pending"
                 ex.forget(eid, reason)

@@ -276,7 +276,7 @@ class SlurmExecutor(Executor):
                     relaunch.append((tracked, action.kind, before))
         if stops:
             self.jobs.stop([t for t, _ in stops], plan.time, graceful=True,
-                       reasons={t.spec.id: k for t, k in stops})
+                           reasons={t.spec.id: k for t, k in stops})
         for tracked, kind, _ in relaunch:
             if tracked.job is None:
                 continue
@@ -289,8 +289,8 @@ class SlurmExecutor(Executor):
                 continue
             self.jobs.prepare(tracked, tracked.job.allocation, kind)
         self.jobs.release({t.spec.id: (t, k) for t, k, _ in relaunch if t.job is not None
-                       and not t.completed and t.job.status == "running"
-                       and t.job.allocation is not None})
+                           and not t.completed and t.job.status == "running"
+                           and t.job.allocation is not None})
         took = time.time() - t0
         for action in plan.actions:
             if action.kind == "keep":
