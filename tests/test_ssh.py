@@ -626,7 +626,7 @@ def test_crashed_training_process_is_restarted_from_its_checkpoint(harness: Harn
     # lost = last reported progress - checkpoint: about one checkpoint interval of work (0.3 s
     # at 2 GPUs), plus however late a loaded machine ran the stand-in's timer (up to 1 s here)
     assert 0.0 <= record.lost_iterations <= 2 * RATE * (0.3 + 1.0)
-    assert ex._runs["crash"].restarts == 1
+    assert ex.restarts_of("crash") == 1
 
 
 def test_sshd_killed_node_fails_jobs_move_and_node_recovers(harness: Harness) -> None:

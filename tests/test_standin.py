@@ -184,3 +184,106 @@ def test_a_job_id_starting_with_a_dash_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert (tmp_path / "-x.done").exists()
     assert_tiles(_segments(tmp_path, "-x"), 2.0)
+
+
+# ------------------------------------------------------------------ the executors' shared core
+
+
+def test_progress_core_reads_the_files_a_real_standin_writes(tmp_path: Path) -> None:
+    """``standin_paths``/``read_state_file`` name and read exactly what the stand-in writes:
+    a checkpoint-stop leaves ``.ckpt`` equal to the ``.progress`` it last reported, and a run to
+    the end leaves the ``.done`` marker."""
+    from gpuplan.executors.progress_core import read_state_file, standin_paths
+
+    files = standin_paths(tmp_path, "core-job")
+    assert files == {role: str(tmp_path / f"core-job{suffix}") for role, suffix in
+                     (("progress", ".progress"), ("checkpoint", ".ckpt"), ("done", ".done"),
+                      ("log", ".log"))}
+    proc = _start(tmp_path, "core-job", 1e9, 100.0, "0")
+    _wait_running(tmp_path, "core-job", proc)
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=60) == 0
+    ckpt = read_state_file(files["checkpoint"])
+    assert ckpt is not None and 0.0 < ckpt["done"] < 1e9
+    assert ckpt["done"] == _ckpt(tmp_path, "core-job")
+    assert not Path(files["done"]).exists()
+    proc = _start(tmp_path, "core-job", ckpt["done"] + 5.0, 100.0, "0")
+    assert proc.wait(timeout=60) == 0
+    assert Path(files["done"]).exists()
+    assert read_state_file(files["checkpoint"])["done"] == pytest.approx(ckpt["done"] + 5.0)
+    assert read_state_file(tmp_path / "missing.ckpt") is None
+    (tmp_path / "half.ckpt").write_text('{"done": 1')
+    assert read_state_file(tmp_path / "half.ckpt") is None
+    (tmp_path / "list.ckpt").write_text("[1, 2]")
+    assert read_state_file(tmp_path / "list.ckpt") is None
+
+
+def test_progress_core_rewind_budget_latencies_and_events() -> None:
+    """Worked examples of what both real executors delegate to the core."""
+    import statistics
+
+    from gpuplan.executors.base import ExecutorCapabilities
+    from gpuplan.executors.progress_core import (
+        ArrivalQueue,
+        ProgressCore,
+        WakeTimers,
+        extrapolate,
+        mean,
+        mean_ms,
+    )
+    from gpuplan.models import ActiveJob, JobCompletion, JobFailure, JobSpec
+
+    spec = JobSpec(id="j", submit_time=0, requested_gpus=1, total_iterations=1000.0)
+    job = ActiveJob(spec=spec, status="running", done=100.0, anchor_time=0.0, resume_time=0.0)
+    job.rate = 10.0
+    # At t=20 the model says 300 done; the checkpoint kept 250, the run had reached 280.
+    ProgressCore.rewind(job, 20.0, 250.0, 280.0)
+    assert (job.done, job.last_checkpoint_done, job.lost_work) == (250.0, 250.0, 30.0)
+    assert job.anchor_time == 20.0
+    ProgressCore.rewind(job, 20.0, 250.0, 240.0)  # reached below the checkpoint: no loss
+    assert job.lost_work == 30.0
+    ProgressCore.rewind(job, 20.0, None, 260.0)  # no checkpoint accounting: progress kept
+    assert (job.done, job.lost_work) == (250.0, 40.0)
+    assert extrapolate(10.0, 2.0, 3.0) == 16.0 and extrapolate(10.0, 2.0, -3.0) == 10.0
+
+    caps = ExecutorCapabilities(resize="restart", pin_gpus=False, preempt_modes=("checkpoint",),
+                                restart_latency_s=3.0)
+    slurm_like = ProgressCore(caps, max_restarts=2, restart_summary=mean_ms, start_summary=mean)
+    assert slurm_like.start_estimate(1.0) == 1.0
+    for s in (1.0, 2.0, 2.0004):
+        slurm_like.record_restart_latency(s)
+    assert slurm_like.capabilities.restart_latency_s == round((1.0 + 2.0 + 2.0004) / 3, 3)
+    assert caps.restart_latency_s == 3.0  # a new capabilities object, the old one unchanged
+    slurm_like.record_start_latency(0.5)
+    slurm_like.record_start_latency(1.5)
+    assert slurm_like.start_estimate(9.0) == 1.0
+    ssh_like = ProgressCore(caps, max_restarts=1)
+    for s in (5.0, 1.0, 2.0):
+        ssh_like.record_restart_latency(s)
+    assert ssh_like.capabilities.restart_latency_s == statistics.median([5.0, 1.0, 2.0]) == 2.0
+
+    assert [slurm_like.spend_restart("a") for _ in range(3)] == [1, 2, 3]
+    assert slurm_like.over_budget("a") and not slurm_like.over_budget("b")
+    assert slurm_like.restarts_of("a") == 3 and slurm_like.restarts_of("b") == 0
+
+    assert not slurm_like.has_events()
+    slurm_like.complete(4.0, "a")
+    slurm_like.fail(5.0, "b", "gave up")
+    events = slurm_like.drain()
+    assert isinstance(events[0], JobCompletion) and events[0].job_id == "a"
+    assert isinstance(events[1], JobFailure) and events[1].reason == "gave up"
+    assert slurm_like.failures == {"b": "gave up"} and slurm_like.drain() == []
+
+    specs = [JobSpec(id=i, submit_time=t, requested_gpus=1, total_iterations=1.0)
+             for i, t in (("b", 5.0), ("a", 5.0), ("c", 1.0))]
+    by_time = ArrivalQueue(specs)
+    assert [s.id for s in by_time.due(0.5)] == [] and by_time.next_time() == 1.0
+    assert [s.id for s in by_time.due(10.0)] == ["c", "b", "a"]  # stable: submit order kept
+    assert not by_time and by_time.next_time() is None
+    by_id = ArrivalQueue(specs, order=lambda s: (s.submit_time, s.id))
+    assert [s.id for s in by_id.due(10.0)] == ["c", "a", "b"]
+    timers = WakeTimers()
+    for t in (3.0, 1.0, 2.0):
+        timers.push(t)
+    assert not timers.fire(0.5) and timers.next_time() == 1.0
+    assert timers.fire(2.0) and timers.next_time() == 3.0

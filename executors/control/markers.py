@@ -1,0 +1,229 @@
+"""What a Slurm job means to the controller: the hook's marker, comment options, its JobSpec.
+
+The site's ``job_submit.lua`` marks engine-managed jobs (``AdminComment=gpuplan:held;gpus=N;
+min=A;max=B``); users state work and speed in ``--comment gpuplan:work=...,rate=...``. This module
+reads both (with the hook's bounds, so a hostile value is refused, never trusted), tells which
+jobs the controller manages, and turns one into the engine's :class:`JobSpec`. Pure functions of
+``squeue --json`` rows: no Slurm command is run here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from collections.abc import Iterable
+
+from gpuplan.models import (
+    Checkpointing,
+    Cluster,
+    Elasticity,
+    InputError,
+    JobAllocation,
+    JobSpec,
+    ThroughputProfile,
+)
+
+from ..slurm.cli import SlurmJob, gpus_in_tres
+
+MARK = "gpuplan:"
+"""Prefix of the hook's ``AdminComment`` marker (``gpuplan:<state>;gpus=N;min=A;max=B``)."""
+FAILOPEN = "failopen"
+REJECTED = "rejected"
+"""Marker state of a job the controller could not schedule and released to Slurm's own
+scheduler (out-of-range hook values, a fault while adopting it): not managed, not taken back."""
+MAX_WORK = 1e15
+"""Largest ``work=`` (iterations) a job may state; the hook enforces the same bound."""
+MAX_DURATION_S = 10 * 365 * 86400.0
+"""Largest ``duration=`` (ten years); the hook enforces the same bound."""
+MAX_RATE = 1e9
+"""Largest ``rate=`` (iterations per second per GPU); the hook enforces the same bound."""
+NO_LIMIT = 0xFFFFFFFE
+STOP_KINDS = frozenset({"resize", "migrate", "preempt", "evict", "stop"})
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "SIGNALING", "RESIZING",
+                            "STAGE_OUT"})
+
+
+def marker(admin_comment: str) -> tuple[str, dict[str, str]] | None:
+    """``gpuplan:held;gpus=2;min=1;max=4`` -> ("held", {"gpus": "2", ...}); None if unmarked."""
+    if not admin_comment.startswith(MARK):
+        return None
+    head, _, rest = admin_comment[len(MARK):].partition(";")
+    return head, dict(re.findall(r"([A-Za-z_]+)=([^,;]*)", rest))
+
+
+def with_marker_state(admin_comment: str, state: str) -> str:
+    """The same marker with another state word (``held`` <-> ``failopen``)."""
+    found = marker(admin_comment)
+    if found is None:
+        return admin_comment
+    _, _, rest = admin_comment[len(MARK):].partition(";")
+    return f"{MARK}{state};{rest}" if rest else f"{MARK}{state}"
+
+
+def comment_options(comment: str) -> dict[str, str]:
+    """The job's ``--comment gpuplan:min=1,max=8,work=5000`` options (the hook's convention:
+    ``,`` or ``;`` between ``key=value`` fields)."""
+    if not comment.startswith("gpuplan"):
+        return {}
+    return dict(re.findall(r"([A-Za-z_]+)=([^,;]*)", comment[len("gpuplan"):]))
+
+
+def engine_id(slurm_id: int) -> str:
+    """The engine's id for a Slurm job (stable across controller restarts)."""
+    return f"slurm-{slurm_id}"
+
+
+def fingerprint(sj: SlurmJob) -> str:
+    """What a Slurm job *is* (owner, name, comment, command, directory, output): stable across
+    requeues — unlike its submit time, which Slurm resets at every requeue — so a journal row
+    can tell its job from a later one that got the same id after slurmctld lost its state."""
+    raw = sj.raw
+    text = "\0".join(str(x) for x in (sj.user_id, sj.name, sj.comment, raw.get("command"),
+                                      raw.get("current_working_directory"),
+                                      raw.get("standard_output")))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _partitions(sj: SlurmJob) -> set[str]:
+    return {p for p in sj.partition.split(",") if p}
+
+
+def is_managed(sj: SlurmJob, partitions: Iterable[str] = ()) -> bool:
+    """Marked by the hook, not released by fail-open, in one of ``partitions`` (all if empty),
+    and not submitted by a library-driven :class:`SlurmExecutor` (comment ``gpuplan:run=...``:
+    that engine owns it)."""
+    found = marker(sj.admin_comment)
+    if found is None or found[0] in (FAILOPEN, REJECTED) or "run" in comment_options(sj.comment):
+        return False
+    wanted = set(partitions)
+    return not wanted or bool(_partitions(sj) & wanted)
+
+
+def is_failopen(sj: SlurmJob, partitions: Iterable[str] = ()) -> bool:
+    """Released to Slurm's own scheduler by the fail-open watchdog (and in ``partitions``)."""
+    found = marker(sj.admin_comment)
+    wanted = set(partitions)
+    return found is not None and found[0] == FAILOPEN and (
+        not wanted or bool(_partitions(sj) & wanted))
+
+
+def requested_type(sj: SlurmJob) -> str | None:
+    """The GPU type the job asked for (``--gpus=a100:2``), None when untyped."""
+    for spec in (sj.tres_per_node, sj.tres_per_job):
+        match = re.search(r"gpu:([^:=,(]+):\d+", spec or "")
+        if match:
+            return match.group(1)
+    return None
+
+
+def requested_gpus(sj: SlurmJob) -> int:
+    """GPUs the job asks for: the hook's ``gpus=`` field, else its TRES."""
+    found = marker(sj.admin_comment)
+    if found is not None and found[1].get("gpus", "").isdigit():
+        return int(found[1]["gpus"])
+    per_node = gpus_in_tres(sj.tres_per_node)
+    if per_node:
+        return per_node * max(1, int(sj.raw.get("node_count") or 1))
+    return gpus_in_tres(sj.tres_per_job)
+
+
+def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
+                    default_duration_s: float) -> JobSpec:
+    """The engine's view of a hook-marked Slurm job.
+
+    * GPU range: the hook's marker (``min``/``max``; rigid when equal);
+    * work: ``--comment gpuplan:...,work=ITERATIONS[,rate=ITER_PER_S_PER_GPU]`` or
+      ``duration=SECONDS`` (at the requested size); else the job's time limit; else
+      ``default_duration_s`` — length-aware policies (SRTF, AFS-L) need *some* estimate, and the
+      time limit is the one every Slurm user already gives;
+    * GPU type: only when the job asked for one (``--gpus=a100:2``).
+    """
+    found = marker(sj.admin_comment)
+    fields = found[1] if found else {}
+    opts = comment_options(sj.comment)
+    requested = requested_gpus(sj)
+    capacity = cluster.total_gpus
+    if not 1 <= requested <= capacity:
+        raise InputError(f"Slurm job {sj.job_id} requests {requested} GPUs; the managed "
+                         f"partition has {capacity}", field="gpus")
+    lo = bounded_int(fields.get("min"), requested, 1, capacity, sj.job_id, "min")
+    hi = bounded_int(fields.get("max"), requested, 1, capacity, sj.job_id, "max")
+    if not lo <= requested <= hi:
+        raise InputError(f"Slurm job {sj.job_id}: GPU request {requested} is outside its range "
+                         f"min={lo} max={hi}", field="min")
+    gtype = requested_type(sj)
+    types = {n.gpu_type for n in cluster.nodes}
+    ref = gtype if gtype in types else sorted(types)[0]
+    rate = bounded_float(opts.get("rate"), 1.0, MAX_RATE, sj.job_id, "rate")
+    throughput = ThroughputProfile.linear(rate, reference_gpu=ref)
+    work: dict[str, float] = {}
+    if opts.get("work"):
+        work["total_iterations"] = bounded_float(opts["work"], None, MAX_WORK, sj.job_id,
+                                                  "work")
+    elif opts.get("duration"):
+        work["duration"] = bounded_float(opts["duration"], None, MAX_DURATION_S, sj.job_id,
+                                          "duration")
+    else:
+        limit = sj.raw.get("time_limit")
+        minutes = int(limit) if isinstance(limit, int | float) else 0
+        work["duration"] = minutes * 60.0 if 0 < minutes < NO_LIMIT else default_duration_s
+    submit = sj.raw.get("submit_time")
+    submit_wall = float(submit) if isinstance(submit, int | float) else time.time()
+    user = str(sj.raw.get("user_name") or sj.user_id or "")
+    return JobSpec(
+        id=engine_id(sj.job_id), user=user, submit_time=max(0.0, submit_wall - origin),
+        requested_gpus=requested,
+        elasticity=Elasticity(min_gpus=lo, max_gpus=hi) if hi > lo else None,
+        throughput=throughput, gpu_type=gtype, checkpoint=Checkpointing(on_signal=True),
+        model=opts.get("model") or None, **work,
+    )
+
+
+def bounded_int(text: str | None, default: int, lo: int, hi: int, job_id: int,
+                 field: str) -> int:
+    """A hook-supplied integer in ``[lo, hi]`` (``default`` when absent); else InputError."""
+    if text is None or text == "":
+        return default
+    if not text.isdigit() or len(text) > 9 or not lo <= int(text) <= hi:
+        raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be an integer in "
+                         f"[{lo}, {hi}]", field=field)
+    return int(text)
+
+
+def bounded_float(text: str | None, default: float | None, hi: float, job_id: int,
+                   field: str) -> float:
+    """A hook-supplied number in ``(0, hi]`` (``default`` when absent); else InputError."""
+    if text is None or text == "":
+        if default is None:
+            raise InputError(f"Slurm job {job_id}: {field} is empty", field=field)
+        return default
+    try:
+        value = float(text[:40])
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= hi) or len(text) > 40:
+        raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be a number in "
+                         f"(0, {hi:g}]", field=field)
+    return value
+
+
+def allocation_counts(alloc: JobAllocation | None) -> dict[str, int]:
+    """node -> GPUs of an engine allocation (empty for none)."""
+    return {n: len(g) for n, g in alloc.placement.items()} if alloc is not None else {}
+
+
+def slurm_shape(sj: SlurmJob) -> dict[str, int]:
+    """node -> GPUs of a running job (per-node TRES; an uneven per-job count is split evenly,
+    which is all ``squeue`` tells without ``scontrol show job -d``)."""
+    nodes = list(sj.nodes)
+    if not nodes:
+        return {}
+    per_node = gpus_in_tres(sj.tres_per_node)
+    if per_node:
+        return dict.fromkeys(nodes, per_node)
+    total = gpus_in_tres(sj.tres_per_job)
+    base, extra = divmod(total, len(nodes))
+    return {n: base + (1 if i < extra else 0) for i, n in enumerate(nodes)}
+
