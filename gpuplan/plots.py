@@ -233,7 +233,8 @@ def metric_bars_figure(scenario: str, metrics: Sequence[tuple[str, float]],
             spans.append(points)
             mean = float(points.mean())
             ax.bar(x, mean, color=colours[x], alpha=0.75,
-                   yerr=[[mean - points.min()], [points.max() - mean]], capsize=3)
+                   yerr=[[max(0.0, mean - points.min())], [max(0.0, points.max() - mean)]],
+                   capsize=3)  # max(0, .): a mean of equal values can be off by one ulp
             ax.plot(np.full(points.size, x), points, "o", color="black", markersize=2.5)
         scale = _apply_scale(ax, spans) if spans else "linear"
         ax.set_title(metric if scale == "linear" else f"{metric} ({scale})", fontsize="small")

@@ -361,6 +361,7 @@ def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00
 def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
                  slurm_options: dict[str, str]) -> Iterator[Any]:
     import logging
+    import warnings
 
     from distributed import Client, LocalCluster
 
@@ -372,8 +373,11 @@ def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
         cluster.scale(jobs=workers)
         client = Client(cluster)
     else:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+        with warnings.catch_warnings():
+            # its HTTP endpoint moves off a busy port 8787 by itself: nothing to warn about
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
     try:
         yield client
