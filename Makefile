@@ -18,8 +18,11 @@ $(VENV)/.core: $(BIN)/python pyproject.toml
 	$(PIP) install -q -e .
 	@touch $@
 
+# The report test opens report.html in headless Chromium (Debian's package, root on CI).
 $(VENV)/.test: $(VENV)/.core
 	$(PIP) install -q -e '.[test]'
+	@test -x /usr/bin/chromium || { echo "installing chromium"; \
+	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 	@touch $@
 
 demo: $(VENV)/.core

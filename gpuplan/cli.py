@@ -40,7 +40,7 @@ from gpuplan.scenarios.input_files import parse_structured, read_stdin, read_tex
 from gpuplan.solver_core.params import describe_params, split_policy_list
 from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
-from . import api
+from . import api, sweep
 
 PROGRESS_MIN_JOBS = 2000
 """Show a progress bar for runs with at least this many jobs."""
@@ -360,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The controller's options live beside it (executors/control/command.py); registering
     # them loads no Slurm code.
     slurm_controller.add_subcommand(sub)
+    sweep.add_subcommand(sub)
     return parser
 
 

@@ -2,8 +2,10 @@
 
 ``python -m tests.bench.afs_vcs [--seeds 0,1,2] [--vcs 2869ce,b436b2] [--write docs/results]``
 runs the length-aware group (SRTF, SRSF, AFS-L) and the length-unaware group (Tiresias-L, Max-Min,
-Optimus, Themis, AFS-P) through the same engine the CLI uses (``gpuplan compare`` per VC), prints
-one row per VC with the reduction ratios, and optionally writes ``afs.md`` plus QL/CE/BI plots.
+Optimus, Themis, AFS-P) through the sweep runner (``gpuplan sweep``: every VC x policy x seed on
+``--workers`` Dask processes), prints one row per VC with the reduction ratios, and optionally
+writes ``afs.json`` plus QL/CE/BI plots. ``--sweep-out DIR`` keeps the sweep's own outputs
+(results.csv, per-run JSON, report.html) so a killed reproduction resumes where it stopped.
 Policies that are not registered are skipped and named in the output.
 """
 
@@ -11,13 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+import tempfile
 from pathlib import Path
 
-from gpuplan import api
-from gpuplan.executors.metrics import RunSummary, mean_summary, summarize
+import yaml
+
+from gpuplan.executors.metrics import RunSummary, mean_summary
 from gpuplan.models import RunResult
 from gpuplan.solver_core.registry import policy_names
+from gpuplan.sweep import RunRecord, SweepFile, run_sweep
 
 # AFS Table 3 order: trace id -> VC
 TRACES: dict[int, str] = {
@@ -31,23 +36,37 @@ UNAWARE = ["tiresias-l", "max-min", "optimus", "themis", "afs-p"]
 PLOTTED = ("2869ce", "b436b2", "ee9e8c")
 
 
-def run_vc(vc: str, seeds: list[int], policies: list[str]
-           ) -> tuple[dict[str, RunSummary], dict[str, RunResult], float,
-                      dict[str, list[RunSummary]]]:
-    """Mean summary per policy over seeds, the first seed's results (for plots), wall seconds,
-    and the per-seed summaries (for the spread)."""
-    t0 = time.perf_counter()
+def run_sweep_vcs(vcs: list[str], seeds: list[int], policies: list[str], out: Path,
+                  workers: int) -> dict[str, list[RunRecord]]:
+    """Every VC x policy x seed through the sweep runner; records grouped by VC."""
+    sweep = SweepFile(name="AFS reproduction", scenarios=[f"philly-{vc}" for vc in vcs],
+                      policies=list(policies), seeds=list(seeds))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "afs-sweep.yaml"  # beside the results, so the folder says what it holds
+    path.write_text(yaml.safe_dump(sweep.model_dump(exclude_none=True), sort_keys=False))
+    outcome = run_sweep(sweep, path, out, workers=workers, progress=sys.stderr)
+    grouped: dict[str, list[RunRecord]] = {vc: [] for vc in vcs}
+    for record in outcome.records:
+        grouped[record.scenario.removeprefix("philly-")].append(record)
+    return grouped
+
+
+def vc_summaries(records: list[RunRecord], seeds: list[int], policies: list[str]
+                 ) -> tuple[dict[str, RunSummary], float, dict[str, list[RunSummary]]]:
+    """Mean summary per policy over seeds, the VC's run seconds (sum over its runs, as if run
+    one after another) and the per-seed summaries (for the spread), seeds in order."""
     per: dict[str, list[RunSummary]] = {p: [] for p in policies}
-    first: dict[str, RunResult] = {}
     for seed in seeds:
-        prepared = api.prepare(f"philly-{vc}", seed=seed)
-        for policy in policies:
-            result = api.run(prepared, policy)
-            per[policy].append(summarize(result))
-            if seed == seeds[0]:
-                first[policy] = result
+        for record in records:
+            if record.seed == seed:
+                per[record.policy].append(record.summary)
     means = {p: mean_summary(s) for p, s in per.items()}
-    return means, first, time.perf_counter() - t0, per
+    return means, sum(r.elapsed_s for r in records), per
+
+
+def first_seed_results(records: list[RunRecord], seed: int) -> dict[str, RunResult]:
+    """The full results of one seed, by policy (for the plots)."""
+    return {r.policy: r.result() for r in records if r.seed == seed}
 
 
 def _h(seconds: float | None) -> str:
@@ -66,7 +85,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--vcs", default=",".join(TRACES.values()))
     parser.add_argument("--write", default=None, help="folder for afs.json and plots")
+    parser.add_argument("--workers", type=int, default=1, help="Dask worker processes")
+    parser.add_argument("--sweep-out", default=None,
+                        help="keep the sweep outputs here (resumable); default: a temporary dir")
     args = parser.parse_args(argv)
+    if args.sweep_out is None:
+        with tempfile.TemporaryDirectory(prefix="afs-sweep-") as tmp:
+            return _main(args, Path(tmp))
+    return _main(args, Path(args.sweep_out))
+
+
+def _main(args: argparse.Namespace, sweep_out: Path) -> dict:
     seeds = [int(s) for s in args.seeds.split(",")]
     known = policy_names()
     policies = [p for p in AWARE + UNAWARE if p in known]
@@ -76,8 +105,10 @@ def main(argv: list[str] | None = None) -> dict:
     out: dict = {"seeds": seeds, "policies": policies, "vcs": {}}
     ids = {vc: i for i, vc in TRACES.items()}
     total = 0.0
-    for vc in args.vcs.split(","):
-        summaries, first, wall, per_seed = run_vc(vc, seeds, policies)
+    vcs = args.vcs.split(",")
+    grouped = run_sweep_vcs(vcs, seeds, policies, sweep_out, args.workers)
+    for vc in vcs:
+        summaries, wall, per_seed = vc_summaries(grouped[vc], seeds, policies)
         total += wall
         row = {p: {"avg_jct_s": s.avg_jct_s, "p99_jct_s": s.p99_jct_s,
                    "unfinished": s.unfinished, "preemptions": s.preemptions,
@@ -99,9 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
             if vc in PLOTTED:
                 from gpuplan.plots import plot_jct_cdf, plot_timeseries
 
+                first = first_seed_results(grouped[vc], seeds[0])
                 plot_timeseries(first, folder / f"afs-{vc}-timeseries.png")
                 plot_jct_cdf(first, folder / f"afs-{vc}-jct-cdf.png")
-            # Written after every VC so a long run leaves usable partial results.
             out["total_wall_s"] = total
             (folder / "afs.json").write_text(json.dumps(out, indent=2))
     out["total_wall_s"] = total

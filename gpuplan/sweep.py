@@ -1,0 +1,589 @@
+"""``gpuplan sweep``: every scenario x policy x seed of a sweep file, on Dask, resumable.
+
+Runs are independent simulations, so they are spread over a Dask cluster: a ``LocalCluster`` of
+``--workers`` processes (one thread each: a run is CPU-bound Python), an existing cluster
+(``--scheduler tcp://host:port``) or Slurm jobs through dask-jobqueue (``--slurm PARTITION``).
+With one worker and no cluster named, runs execute in this process: the same function on the
+same inputs, so the numbers are the same whatever the worker count.
+
+Each finished run is written at once as ``DIR/runs/<key>.json`` (written to a temporary name and
+renamed, so a killed sweep never leaves half a file). A rerun with the same ``--out`` skips every
+run whose file exists with the same *fingerprint* (a hash of the run's fully resolved scenario,
+policy and seed): editing the sweep file recomputes exactly the runs it changed. Results are
+sent back to the client, which alone writes files, so workers need no shared file system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from gpuplan.executors.metrics import RunSummary, summarize
+from gpuplan.models import GpuplanError, InputError, RunResult, ScenarioSpec
+from gpuplan.models.bounds import MAX_SEED
+from gpuplan.scenarios.build import build, embedded_scenarios, resolve_scenario
+from gpuplan.scenarios.input_files import parse_structured, read_text
+from gpuplan.solver_core.params import PolicyConfig
+from gpuplan.solver_core.registry import make_policy
+
+from . import api
+
+__all__ = ["RunRecord", "RunTask", "SweepFile", "SweepOutcome", "TIMING_COLUMNS",
+           "add_subcommand", "execute", "load_sweep", "plan_runs", "run_sweep",
+           "slurm_cluster"]
+
+FORMAT = 1
+"""Version of the per-run JSON layout (part of the fingerprint)."""
+TIMING_COLUMNS = ("wall_s", "jobs_per_s", "decision_p50_ms", "decision_p95_ms",
+                  "decision_p99_ms", "decision_max_ms", "solver_p50_ms", "solver_p95_ms",
+                  "solver_p99_ms", "elapsed_s")
+"""results.csv columns measuring this machine, not the schedule: they differ between reruns."""
+
+
+# --------------------------------------------------------------------------- sweep file
+class ScenarioEntry(BaseModel):
+    """A scenario with a label of its own and overrides (``{dotted.field: value}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str = Field(min_length=1, description="embedded name or scenario file")
+    name: str | None = Field(default=None, min_length=1, max_length=100)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class OverrideRule(BaseModel):
+    """Scenario fields set for the runs it matches (every run when it names nothing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str | None = None
+    policy: str | None = None
+    seed: StrictInt | None = None
+    set: dict[str, Any] = Field(min_length=1)
+
+
+class SweepFile(BaseModel):
+    """A sweep: the runs are the product scenarios x policies x seeds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    scenarios: list[str | ScenarioEntry] = Field(min_length=1, max_length=10_000)
+    policies: list[str | dict[str, Any]] = Field(min_length=1, max_length=10_000)
+    seeds: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1,
+                                   max_length=10_000)
+    overrides: list[OverrideRule] = Field(default_factory=list)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: list[int]) -> list[int]:
+        if any(not 0 <= s <= MAX_SEED for s in seeds):
+            raise ValueError(f"seeds must be integers in [0, {MAX_SEED}]")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("a seed is listed twice")
+        return seeds
+
+
+def load_sweep(path: Path) -> SweepFile:
+    """Parse and validate a sweep file; errors name the file and the field."""
+    data = parse_structured(read_text(path, "sweep file"), str(path),
+                            json_only=path.suffix == ".json")
+    if not isinstance(data, dict):
+        raise InputError("a sweep file must hold a mapping", source=str(path))
+    try:
+        return SweepFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"] if not str(x).startswith(("str", "dict",
+                                                                               "Scenario")))
+        raise InputError(first["msg"], source=str(path), field=loc or None) from None
+
+
+# --------------------------------------------------------------------------- planning
+@dataclass(frozen=True)
+class RunTask:
+    """One run, fully resolved: what a worker needs and nothing from the client's disk."""
+
+    key: str
+    scenario: str
+    policy: str
+    seed: int
+    spec: ScenarioSpec
+    base: str | None
+    fingerprint: str
+
+
+def _stem(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:80]
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str, field: str) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise InputError(f"{key!r} is not a mapping", source=source, field=field)
+        node = child
+    node[keys[-1]] = value
+
+
+def _override(spec: ScenarioSpec, values: dict[str, Any], source: str, where: str
+              ) -> ScenarioSpec:
+    if not values:
+        return spec
+    data = spec.model_dump(mode="json", exclude_unset=False)
+    for dotted, value in values.items():
+        _set_dotted(data, dotted, value, source, f"{where}.{dotted}")
+    try:
+        return ScenarioSpec.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise InputError(f"{loc}: {first['msg']}", source=source, field=where) from None
+
+
+def _resolve(text: str, folder: Path, source: str, field: str) -> tuple[ScenarioSpec, Path]:
+    """An embedded scenario, or a file relative to the sweep file (then to the cwd)."""
+    if text not in embedded_scenarios() and (folder / text).exists():
+        text = str(folder / text)
+    try:
+        return resolve_scenario(text)
+    except InputError as err:
+        if err.source is not None:  # an error inside the scenario file names that file
+            raise
+        raise InputError(err.message, source=source, field=field) from None
+
+
+def _fingerprint(spec: ScenarioSpec, base: str | None, policy: str, seed: int) -> str:
+    blob = json.dumps({"format": FORMAT, "spec": spec.model_dump(mode="json"), "base": base,
+                       "policy": policy, "seed": seed}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _policies(sweep: SweepFile, source: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Policy texts in order, and the sweep's named configurations."""
+    names: list[str] = []
+    configs: dict[str, dict[str, Any]] = {}
+    for j, entry in enumerate(sweep.policies):
+        if isinstance(entry, str):
+            names.append(entry.strip())
+            continue
+        raw = dict(entry)
+        name = raw.pop("name", None)
+        if not isinstance(name, str) or not name:
+            raise InputError("a policy configuration needs 'name'", source=source,
+                             field=f"policies[{j}].name")
+        try:
+            PolicyConfig.from_mapping(name, raw, where=f"policies[{j}]")
+        except InputError as err:
+            raise InputError(err.message, source=source, field=err.field) from None
+        configs[name] = raw
+        names.append(name)
+    stems = [_stem(n) for n in names]
+    if len(set(stems)) != len(stems):
+        raise InputError("two policies are the same or differ only in punctuation (they would "
+                         "share result files)", source=source, field="policies")
+    return names, configs
+
+
+def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
+    """Every run of ``sweep`` (read from ``path``), in report order: scenario, policy, seed.
+
+    Every policy is built once per scenario here, so a typo fails in a second, not after
+    hours of simulation on a cluster.
+    """
+    source = str(path)
+    policies, configs = _policies(sweep, source)
+    entries = [ScenarioEntry(scenario=e) if isinstance(e, str) else e for e in sweep.scenarios]
+    resolved = []
+    for i, entry in enumerate(entries):
+        spec, folder = _resolve(entry.scenario, path.parent, source, f"scenarios[{i}]")
+        spec = _override(spec, entry.overrides, source, f"scenarios[{i}].overrides")
+        spec = spec.model_copy(update={"policies": {**spec.policies, **configs}})
+        resolved.append((entry.name or spec.name, spec, str(folder.resolve())))
+    labels = [label for label, _, _ in resolved]
+    if len({_stem(label) for label in labels}) != len(labels):
+        raise InputError("two scenarios have the same label; give one a 'name'", source=source,
+                         field="scenarios")
+    for k, rule in enumerate(sweep.overrides):
+        if rule.scenario is not None and rule.scenario not in labels:
+            raise InputError(f"matches no scenario (labels: {', '.join(labels)})",
+                             source=source, field=f"overrides[{k}].scenario")
+        if rule.policy is not None and rule.policy not in policies:
+            raise InputError("matches no policy", source=source, field=f"overrides[{k}].policy")
+    tasks = []
+    for label, spec, base in resolved:
+        for j, policy in enumerate(policies):
+            for seed in sweep.seeds:
+                run_spec = spec.model_copy(update={"seed": seed})
+                for k, rule in enumerate(sweep.overrides):
+                    if (rule.scenario in (None, label) and rule.policy in (None, policy)
+                            and rule.seed in (None, seed)):
+                        run_spec = _override(run_spec, rule.set, source, f"overrides[{k}].set")
+                if seed == sweep.seeds[0]:
+                    try:
+                        make_policy(policy, seed=seed, configs=api.policy_configs(run_spec))
+                    except InputError as err:
+                        raise InputError(err.message, source=source,
+                                         field=f"policies[{j}]") from None
+                key = f"{_stem(label)}__{_stem(policy)}__seed{seed}"
+                tasks.append(RunTask(key, label, policy, seed, run_spec, base,
+                                     _fingerprint(run_spec, base, policy, seed)))
+    return tasks
+
+
+# --------------------------------------------------------------------------- execution
+_PREPARED: OrderedDict[str, api.PreparedScenario] = OrderedDict()
+"""A worker's last few built scenarios: consecutive runs usually share one."""
+
+
+def _prepare(spec: ScenarioSpec, base: str | None) -> api.PreparedScenario:
+    key = json.dumps([spec.model_dump(mode="json"), base], sort_keys=True)
+    if key in _PREPARED:
+        _PREPARED.move_to_end(key)
+        return _PREPARED[key]
+    built = build(spec, Path(base) if base else None)
+    prepared = api.PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events),
+                                    built.load)
+    _PREPARED[key] = prepared
+    while len(_PREPARED) > 4:
+        _PREPARED.popitem(last=False)
+    return prepared
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "in-process"
+
+
+def execute(task: RunTask) -> tuple[str, str | None, str]:
+    """Run one task (on a worker): ``(key, error or None, run JSON text)``.
+
+    Bad input found while building the scenario comes back as text, not as an exception, so
+    the client can report it as one line naming the run.
+    """
+    t0 = time.perf_counter()
+    try:
+        result = api.run(_prepare(task.spec, task.base), task.policy)
+    except GpuplanError as err:
+        return task.key, str(err), ""
+    payload = {"format": FORMAT, "key": task.key, "fingerprint": task.fingerprint,
+               "scenario": task.scenario, "policy": task.policy, "seed": task.seed,
+               "elapsed_s": time.perf_counter() - t0, "worker": _worker_name(),
+               "summary": summarize(result).model_dump(mode="json"),
+               "result": result.model_dump(mode="json")}
+    return task.key, None, json.dumps(payload)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A finished run as read back from its JSON file (the full result stays on disk)."""
+
+    key: str
+    scenario: str
+    policy: str
+    seed: int
+    summary: RunSummary
+    elapsed_s: float
+    worker: str
+    path: Path
+
+    def result(self) -> RunResult:
+        """The run's full :class:`RunResult` (jobs, samples), read from its file."""
+        data = json.loads(self.path.read_text(encoding="utf-8"))
+        return RunResult.model_validate(data["result"])
+
+
+def _read_record(path: Path, fingerprint: str) -> RunRecord | None:
+    """The record at ``path`` if it is a finished run of this fingerprint, else None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("fingerprint") != fingerprint or data.get("format") != FORMAT:
+            return None
+        return RunRecord(data["key"], data["scenario"], data["policy"], data["seed"],
+                         RunSummary.model_validate(data["summary"]), data["elapsed_s"],
+                         data.get("worker", ""), path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00:00",
+                  python: str | None = None) -> Any:
+    """A dask-jobqueue ``SLURMCluster`` whose every Slurm job is one single-threaded worker on
+    ``partition`` (scale it with ``cluster.scale(jobs=N)``); nothing is submitted yet."""
+    from dask_jobqueue import SLURMCluster
+
+    return SLURMCluster(queue=partition, cores=1, processes=1, memory=memory,
+                        walltime=walltime, python=python or sys.executable,
+                        job_name="gpuplan-sweep", silence_logs="error")
+
+
+@contextmanager
+def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
+                 slurm_options: dict[str, str]) -> Iterator[Any]:
+    import logging
+    import warnings
+
+    from distributed import Client, LocalCluster
+
+    cluster: Any = None
+    if scheduler:
+        client = Client(scheduler, timeout="60s")
+    elif slurm:
+        cluster = slurm_cluster(slurm, **slurm_options)
+        cluster.scale(jobs=workers)
+        client = Client(cluster)
+    else:
+        with warnings.catch_warnings():
+            # its HTTP endpoint moves off a busy port 8787 by itself: nothing to warn about
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _results(tasks: Sequence[RunTask], workers: int, scheduler: str | None, slurm: str | None,
+             slurm_options: dict[str, str]) -> Iterator[tuple[str, str | None, str]]:
+    """Finished runs in completion order, in this process or on a Dask cluster."""
+    if workers == 1 and not scheduler and not slurm:
+        for task in tasks:
+            yield execute(task)
+        return
+    from distributed import as_completed
+
+    with _dask_client(workers, scheduler, slurm, slurm_options) as client:
+        futures = client.map(execute, list(tasks), pure=False,
+                             key=[f"gpuplan-sweep-{t.key}-{t.fingerprint}" for t in tasks])
+        for future in as_completed(futures):
+            yield future.result()
+            future.release()
+
+
+# --------------------------------------------------------------------------- progress
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class _Progress:
+    """A rich bar on a terminal; otherwise one plain line per finished run (at most one every
+    ``every`` seconds, and always the last), since logs have no cursor to redraw."""
+
+    def __init__(self, total: int, reused: int, stream: TextIO, every: float = 2.0) -> None:
+        self.total, self.done, self.reused = total, reused, reused
+        self.stream, self.every = stream, every
+        self.start = self.last = time.monotonic()
+        self.bar: Any = None
+        if stream.isatty():
+            self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(),
+                                console=Console(file=stream), transient=True)
+            self.task = self.bar.add_task("sweep", total=total, completed=reused)
+            self.bar.start()
+        else:
+            self._line()
+
+    def _line(self) -> None:
+        elapsed = time.monotonic() - self.start
+        computed, left = self.done - self.reused, self.total - self.done
+        eta = _clock(elapsed / computed * left) if computed else "?"
+        print(f"sweep: {self.done}/{self.total} runs, elapsed {_clock(elapsed)}, ETA {eta}",
+              file=self.stream, flush=True)
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every or self.done == self.total:
+            self.last = now
+            self._line()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# --------------------------------------------------------------------------- outputs
+def _csv_text(records: Sequence[RunRecord]) -> str:
+    """results.csv: one row per run, every summary field (loaning flattened)."""
+    skip = {"scenario", "policy", "seed", "loaning"}
+    fields = [f for f in RunSummary.model_fields if f not in skip]
+    loan_fields: list[str] = []
+    for r in records:
+        if r.summary.loaning is not None:
+            loan_fields = list(type(r.summary.loaning).model_fields)
+            break
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["scenario", "policy", "seed", "scenario_name", *fields,
+                     *(f"loaning_{f}" for f in loan_fields), "elapsed_s"])
+    for r in records:
+        s = r.summary
+        loan = [getattr(s.loaning, f) if s.loaning else None for f in loan_fields]
+        row = [r.scenario, r.policy, r.seed, s.scenario,
+               *(getattr(s, f) for f in fields), *loan, r.elapsed_s]
+        writer.writerow(["" if v is None else v for v in row])
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    records: list[RunRecord]
+    computed: int
+    reused: int
+    elapsed_s: float
+    out: Path
+
+
+def _check_out(out: Path) -> Path:
+    if out.is_symlink():
+        raise InputError("is a symlink; give a real directory", source=str(out), field="out")
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", source=str(out), field="out")
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the output directory: {err.strerror}",
+                         source=str(out), field="out") from None
+    return out
+
+
+def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
+              scheduler: str | None = None, slurm: str | None = None,
+              slurm_options: dict[str, str] | None = None, report: bool = True,
+              progress: TextIO | None = None) -> SweepOutcome:
+    """Run every pending run of ``sweep``, then write results.csv and report.html."""
+    t0 = time.perf_counter()
+    tasks = plan_runs(sweep, path)
+    runs_dir = _check_out(out) / "runs"
+    records: dict[str, RunRecord] = {}
+    for task in tasks:
+        record = _read_record(runs_dir / f"{task.key}.json", task.fingerprint)
+        if record is not None:
+            records[task.key] = record
+    pending = [t for t in tasks if t.key not in records]
+    reused = len(records)
+    # Submission order groups a scenario's seeds so a worker reuses its built scenario.
+    order = {t.scenario: i for i, t in enumerate(tasks)}
+    pending.sort(key=lambda t: (order[t.scenario], t.seed))
+    by_key = {t.key: t for t in tasks}
+    bar = _Progress(len(tasks), reused, progress or sys.stderr)
+    try:
+        for key, error, text in _results(pending, workers, scheduler, slurm,
+                                         slurm_options or {}):
+            if error is not None:
+                raise InputError(error, field=f"run {key}")
+            target = runs_dir / f"{key}.json"
+            _write_atomic(target, text)
+            record = _read_record(target, by_key[key].fingerprint)
+            assert record is not None, f"{target} did not read back"
+            records[key] = record
+            bar.advance()
+    finally:
+        bar.close()
+    ordered = [records[t.key] for t in tasks]
+    _write_atomic(out / "results.csv", _csv_text(ordered))
+    if report:
+        from .report import write_report  # matplotlib loads only when a report is written
+
+        examples: dict[str, dict[str, RunResult]] = {}
+        for r in ordered:
+            if r.seed == sweep.seeds[0]:
+                examples.setdefault(r.scenario, {})[r.policy] = r.result()
+        notes = [f"{len(tasks)} runs: {len(sweep.scenarios)} scenarios x "
+                 f"{len(sweep.policies)} policies x {len(sweep.seeds)} seeds; results in "
+                 "results.csv and runs/*.json beside this page."]
+        tmp = out / f".report.html.{os.getpid()}.tmp"
+        write_report(tmp, sweep.name or f"Sweep {path.name}", ordered, examples, notes)
+        os.replace(tmp, out / "report.html")
+    return SweepOutcome(ordered, len(tasks) - reused, reused, time.perf_counter() - t0, out)
+
+
+# --------------------------------------------------------------------------- command line
+def _workers_arg(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 4096:
+        raise argparse.ArgumentTypeError(f"must be an integer in [1, 4096], got {text[:30]!r}")
+    return int(text)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    sweep = load_sweep(path)
+    if args.scheduler and not args.scheduler.startswith(("tcp://", "tls://", "ucx://",
+                                                          "inproc://")):
+        raise InputError("give the scheduler as tcp://host:port", field="scheduler")
+    workers = args.workers or (os.cpu_count() or 1)
+    outcome = run_sweep(sweep, path, Path(args.out), workers=workers,
+                        scheduler=args.scheduler, slurm=args.slurm,
+                        slurm_options={"memory": args.slurm_memory,
+                                       "walltime": args.slurm_walltime})
+    print(f"{len(outcome.records)} runs ({outcome.computed} computed, {outcome.reused} reused) "
+          f"in {outcome.elapsed_s:.1f} s; results: {outcome.out / 'results.csv'}; report: "
+          f"{outcome.out / 'report.html'}")
+    return 0
+
+
+def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``sweep`` on an ``argparse`` subparsers object (Dask loads only when used)."""
+    p = subparsers.add_parser("sweep", help="run scenarios x policies x seeds (on Dask), "
+                              "resumable; writes results.csv, per-run JSON and report.html")
+    p.add_argument("file", help="sweep file (YAML or JSON): scenarios, policies, seeds")
+    p.add_argument("--out", required=True, help="output folder; rerun with it to resume")
+    p.add_argument("--workers", type=_workers_arg, default=None,
+                   help="worker processes (default: one per CPU; 1 runs in this process); "
+                   "with --slurm, Slurm jobs")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", help="join an existing Dask cluster (tcp://host:port)")
+    where.add_argument("--slurm", metavar="PARTITION",
+                       help="start workers as Slurm jobs on PARTITION (dask-jobqueue)")
+    p.add_argument("--slurm-memory", default="4GB", help="memory per Slurm worker job")
+    p.add_argument("--slurm-walltime", default="04:00:00", help="walltime per Slurm worker job")
+    p.set_defaults(func=cmd_sweep)
+    return p
