@@ -331,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     # The controller's options live beside it (executors/control/command.py); registering
     # them loads no Slurm code.
     slurm_controller.add_subcommand(sub)
+    from . import solve  # gpuplan solve PROBLEM --instance FILE (gpuplan/solve.py)
+    solve.add_subcommand(sub)
     return parser
 
 
