@@ -92,6 +92,6 @@ def check_solution(inst: OjppInstance, gpus: list[list[str]]) -> list[str]:
     for job_id, values in slow.items():
         spread = max(values) - min(values)
         if spread > inst.theta_balance + TOL:
-            problems.append(f"job {job_id}: slowdown spread {spread:.6g} > "
+            problems.append(f"job {job_id}: spread of slowdowns {spread:.6g} > "
                             f"{inst.theta_balance}")
     return problems

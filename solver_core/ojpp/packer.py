@@ -166,19 +166,27 @@ class Packer:
             self.slow = saved_slow
         return None
 
-    def place_fixed(self, i: int, devices: list[int]) -> bool:
-        """Put one worker of job ``i`` on each of ``devices`` (a running job keeping its
-        GPUs) when every enforced rule holds for each; otherwise change nothing."""
-        saved = {b: self.devices[b].copy() for b in set(devices)}
-        saved_slow = [dict(s) for s in self.slow]
-        for b in devices:
-            if self.evaluate(i, b, alone_min=False) is None:
-                for d, dev in saved.items():
-                    self.devices[d] = dev
-                self.slow = saved_slow
-                return False
-            self.add(i, b)
-        return True
+    def broken_job(self) -> int | None:
+        """A job to evict so the current state meets every enforced rule (None: it does): the
+        last-listed job on a device that breaks a device rule, else a job whose slowdown
+        spread is too wide. Used to re-check jobs that keep their GPUs, whose final state is
+        what counts (balance is not monotone, so worker-by-worker checks would be wrong)."""
+        inst, rules = self.inst, self.rules
+        for dev in self.devices:
+            if not dev.counts:
+                continue
+            theta = max(self._slowdowns(dev.counts).values())
+            if (dev.alpha > 1 + OJPP_TOL or dev.gamma + dev.delta > 1 + OJPP_TOL
+                    or (rules.collision and dev.coll.tau > inst.tau_max + OJPP_TOL)
+                    or (rules.interference and theta > inst.theta_max + OJPP_TOL)
+                    or (rules.distinct and max(dev.counts.values()) > 1)):
+                return max(dev.counts)
+        if rules.balance:
+            for q, values in enumerate(self.slow):
+                if values and max(values.values()) - min(values.values()) \
+                        > inst.theta_balance + OJPP_TOL:
+                    return q
+        return None
 
     def solution(self, worker_devices: list[list[int]]) -> list[list[str]]:
         """Worker ids per device from ``worker_devices[i]`` (job i's device per worker)."""

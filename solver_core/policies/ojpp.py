@@ -132,19 +132,35 @@ class _Pack:
         return self.device[gpu]
 
     def keep_running(self, counts: dict[str, int]) -> set[str]:
-        kept: set[str] = set()
+        """Running OJPP jobs whose count is unchanged keep their GPUs, as long as the state
+        they form together meets the rules; offenders are evicted one at a time (and placed
+        again like new jobs)."""
+        wanted: dict[int, list[Gpu]] = {}
         for i, job_id in enumerate(self.ids):
             job = self.view.running.get(job_id)
             alloc = job.allocation if job is not None else None
-            if job_id not in counts or alloc is None or alloc.gpus != counts[job_id] or \
-                    any(n not in self.view.nodes for n in alloc.placement):
-                continue
-            devices = [self._device((n, g)) for n, gs in sorted(alloc.placement.items())
-                       for g in gs]
-            if self.packer.place_fixed(i, devices):
-                self.placed[i] = devices
-                kept.add(job_id)
-        return kept
+            if job_id in counts and alloc is not None and alloc.gpus == counts[job_id] and \
+                    all(n in self.view.nodes for n in alloc.placement):
+                wanted[i] = sorted(alloc.gpu_set())
+        while wanted:
+            trial = Packer(self.inst, self.packer.rules)
+            index: dict[Gpu, int] = {}
+            for i, gpus in wanted.items():
+                for gpu in gpus:
+                    if gpu not in index:
+                        index[gpu] = len(trial.devices)
+                        trial.devices.append(Device())
+                    trial.add(i, index[gpu])
+            bad = trial.broken_job()
+            if bad is None:
+                break
+            del wanted[bad]
+        for i, gpus in wanted.items():
+            devices = [self._device(gpu) for gpu in gpus]
+            for b in devices:
+                self.packer.add(i, b)
+            self.placed[i] = devices
+        return {self.ids[i] for i in wanted}
 
     def pool(self, kept: set[str]) -> list[Gpu]:
         """GPUs with nothing else on them: wholly free, or held only by OJPP jobs that moved."""
