@@ -31,7 +31,7 @@ def instances(draw: st.DrawFn, max_workers: int = 7) -> OjppInstance:
         gamma = draw(st.integers(0, 60)) / 100
         jobs.append({"id": f"j{i}", "workers": workers,
                      "alpha": draw(st.integers(0, 70)) / 100, "gamma": gamma,
-                     "delta": draw(st.integers(0, 100 - int(round(gamma * 100)))) / 100,
+                     "delta": draw(st.integers(0, 100 - round(gamma * 100))) / 100,
                      "p": draw(st.integers(0, 50)) / 100,
                      "type": draw(st.sampled_from(TYPES[:3]))})
     types = sorted({j["type"] for j in jobs})

@@ -53,7 +53,7 @@ class OjppChecker(CapacityChecker):
             assert alloc.share == self.specs[job_id].memory.compute  # type: ignore[union-attr]
             for i, (node, g) in enumerate(sorted(alloc.gpu_set())):
                 gpus.setdefault((node, g), []).append(f"{job_id}#{i}")
-        for (node, g), workers in gpus.items():
+        for node, g in gpus:
             assert not any(g in a.placement.get(node, ()) for j, a in plan.allocations.items()
                            if j not in ojpp), "a whole-GPU job on an OJPP GPU"
         self.max_sharing = max([self.max_sharing, *(len(w) for w in gpus.values())])
