@@ -69,6 +69,20 @@ class Packer:
         comp = self.inst.composition
         return {q: counts_slowdown(q, counts, self.matrix, comp) for q in counts}
 
+    def _after(self, i: int, b: int) -> dict[int, float]:
+        """Slowdown of every job's workers on device ``b`` once a worker of job ``i`` joins,
+        updated from the current ones in O(jobs on b) (each neighbour term enters once)."""
+        counts = self.devices[b].counts
+        comp = self.inst.composition
+        out: dict[int, float] = {}
+        for q in counts:
+            s, t = self.slow[q][b], self.matrix[q][i]
+            out[q] = s + t if comp == "additive" else max(s, t) if comp == "max" \
+                else (1.0 + s) * (1.0 + t) - 1.0
+        if i not in counts:
+            out[i] = counts_slowdown(i, {**counts, i: 1}, self.matrix, comp)
+        return out
+
     def evaluate(self, i: int, b: int, alone_min: bool) -> tuple[float, float] | None:
         """(device slowdown after adding a worker of job ``i`` to device ``b``, residual
         capacity after) when every enforced rule holds, else None."""
@@ -79,21 +93,25 @@ class Packer:
         memory = dev.gamma + job.gamma + max(dev.delta, job.delta)
         if alpha > 1 + OJPP_TOL or memory > 1 + OJPP_TOL:
             return None
-        if rules.collision and dev.coll.add(job.p).tau > inst.tau_max + OJPP_TOL:
-            return None
-        counts = dict(dev.counts)
-        counts[i] = counts.get(i, 0) + 1
-        slow = self._slowdowns(counts)
+        if rules.collision:  # Collision.add inlined: this is the hot path
+            c, q = dev.coll, job.p
+            if 1.0 - c.p0 * (1.0 - q) - (c.p1 * (1.0 - q) + c.p0 * q) \
+                    > inst.tau_max + OJPP_TOL:
+                return None
+        slow = self._after(i, b)
         theta = max(slow.values())
         if rules.interference and theta > inst.theta_max + OJPP_TOL:
             return None
         if rules.balance:
+            limit = inst.theta_balance + OJPP_TOL
             for q, s in slow.items():
-                values = [v for d, v in self.slow[q].items() if d != b]
-                values.append(s)
+                lo = hi = s
                 if q == i and alone_min:
-                    values.append(0.0)
-                if max(values) - min(values) > inst.theta_balance + OJPP_TOL:
+                    lo = 0.0
+                for d, v in self.slow[q].items():
+                    if d != b:
+                        lo, hi = min(lo, v), max(hi, v)
+                if hi - lo > limit:
                     return None
         return theta, (1.0 - alpha) + (1.0 - memory)
 
@@ -106,13 +124,13 @@ class Packer:
 
     def add(self, i: int, b: int) -> None:
         job, dev = self.jobs[i], self.devices[b]
+        for q, s in self._after(i, b).items():
+            self.slow[q][b] = s
         dev.counts[i] = dev.counts.get(i, 0) + 1
         dev.alpha += job.alpha
         dev.gamma += job.gamma
         dev.delta = max(dev.delta, job.delta)
         dev.coll = dev.coll.add(job.p)
-        for q, s in self._slowdowns(dev.counts).items():
-            self.slow[q][b] = s
 
     def fits_alone(self, i: int) -> bool:
         job = self.jobs[i]
@@ -122,7 +140,12 @@ class Packer:
     def _choose(self, i: int, candidates: range | list[int], alone_min: bool) -> int | None:
         best: tuple[float, ...] | None = None
         chosen = None
-        for b in candidates:
+        job = self.jobs[i]
+        a_cap, g_cap = 1 + OJPP_TOL - job.alpha, 1 + OJPP_TOL - job.gamma
+        devs = self.devices
+        # cheap compute/memory filter first: most devices are ruled out here
+        for b in [b for b in candidates if devs[b].alpha <= a_cap
+                  and devs[b].gamma + max(devs[b].delta, job.delta) <= g_cap]:
             got = self.evaluate(i, b, alone_min)
             if got is None:
                 continue

@@ -14,6 +14,7 @@ BENCHMARKS = [
     ("AFS share computation, production vs Algorithm 1", "afs_shares", []),
     ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
     ("Aryl: reclaim and MCKP", "aryl", []),
+    ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
 ]
 
 
