@@ -101,3 +101,23 @@ def test_strict_bounds_keep_workers_alone() -> None:
     simulate(Cluster.uniform(2, 4), jobs, make_policy("fifo-ojpp(theta_max=0)"),
              overheads=NO_OVERHEADS, on_plan=checker)
     assert checker.max_sharing == 1
+
+
+def test_the_interference_parameter_replaces_the_default_matrix() -> None:
+    """theta_max = 0 forbids sharing under the default matrix, not under an all-zero one."""
+    jobs = _jobs(3)
+    zero = "{a: {a: 0, b: 0}, b: {a: 0, b: 0}}"
+    sharing = []
+
+    def hook(view: ClusterView, plan: AllocationPlan) -> None:
+        CapacityChecker()(view, plan)
+        load: dict[tuple[str, int], int] = {}
+        for alloc in plan.allocations.values():
+            for gpu in alloc.gpu_set():
+                load[gpu] = load.get(gpu, 0) + 1
+        sharing.append(max(load.values(), default=0))
+
+    simulate(Cluster.uniform(2, 4), jobs,
+             make_policy(f"fifo-ojpp(theta_max=0,interference={zero})"),
+             overheads=NO_OVERHEADS, on_plan=hook)
+    assert max(sharing) >= 2

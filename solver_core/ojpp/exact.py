@@ -5,10 +5,11 @@ The loop: solve; decode the counts; check every used device's compute, memory, c
 (Eq. 4) and slowdown rules with the exact float arithmetic; on a violation add the collision
 tangent at the device's R (or a no-good cut on its count vector) and solve again. The model is
 a relaxation of OJPP (up to CP-SAT's 1e-6 rounding), so the first answer that passes is
-optimal when the backend proved it optimal. The heuristic's answer sets the device count
-``K`` and is the fallback: a budget that runs out returns it (``timeout`` when the solver had
-nothing better), never blocks. When the heuristic already meets the simple lower bound
-``max(ceil(sum alpha), ceil(sum gamma))`` it is proven optimal without a solve.
+optimal when the backend proved it optimal. The best packing (Alg. 3 and Alg. 1 orders,
+either device choice) sets the device count ``K`` and is the fallback: a budget that runs out
+returns it (``timeout`` when the solver had nothing better), never blocks. When it already
+meets the simple lower bound ``max(ceil(sum alpha), ceil(sum gamma))`` it is proven optimal
+without a solve.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from gpuplan.models.ojpp import OJPP_TOL, OjppInstance
 from ..backends import solve as mip_solve
 from ..limits import SolveLimits
 from .check import check_solution
-from .heuristic import run_heuristic
+from .greedy import greedy_order, pack
+from .heuristic import heuristic_order
 from .model import OjppModel, build_model, device_violation
+from .packer import Rules
 
-__all__ = ["MAX_ROUNDS", "OjppAnswer", "lower_bound", "solve_exact"]
+__all__ = ["MAX_ROUNDS", "OjppAnswer", "best_packing", "lower_bound", "solve_exact"]
 
 MAX_ROUNDS = 40
 """Lazy-cut rounds before giving up (each round adds at least one cut)."""
@@ -45,6 +48,20 @@ def lower_bound(inst: OjppInstance) -> int:
     alpha = math.fsum(j.alpha * j.workers for j in inst.jobs)
     gamma = math.fsum(j.gamma * j.workers for j in inst.jobs)
     return max(1, math.ceil(alpha - OJPP_TOL), math.ceil(gamma - OJPP_TOL))
+
+
+def best_packing(inst: OjppInstance) -> list[list[str]] | None:
+    """The fewest GPUs among Alg. 3 and Alg. 1 orders with either device choice (all rules
+    enforced): the exact model's device count ``K``, hint and fallback."""
+    best = None
+    for order in (heuristic_order(inst), greedy_order(inst)):
+        for select in ("theta", "best-fit"):
+            got = pack(inst, order, Rules(select=select))  # type: ignore[arg-type]
+            if got is None:
+                return None
+            if best is None or len(got) < len(best):
+                best = got
+    return best
 
 
 def _counts_of(inst: OjppInstance, gpus: list[list[str]]) -> list[list[int]]:
@@ -107,7 +124,7 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
     if inst.composition == "multiplicative":
         return done("error", None, None, "multiplicative composition is not linear: the exact "
                     "models support additive and max (use heuristic or greedy)")
-    heuristic = run_heuristic(inst)
+    heuristic = best_packing(inst)
     if heuristic is None:
         return done("infeasible", None, None, "a worker does not fit on a GPU even alone")
     lb = lower_bound(inst)

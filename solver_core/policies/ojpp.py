@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -77,7 +77,7 @@ class OjppParams(Params):
         Field("heuristic", description="OJPP packer (Alg. 3, Alg. 1, Table 4 baselines)")
     work_limit_s: float | None = Field(
         None, gt=0, le=3600, description="reserved for exact solvers (the packers need none)")
-    interference: dict[str, dict[str, float]] | None = Field(
+    interference: dict[str, dict[str, Annotated[float, Field(ge=0, le=100)]]] | None = Field(
         None, description="slowdown I[a][b] of a model-a worker next to a model-b worker")
 
 
