@@ -361,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     # them loads no Slurm code.
     slurm_controller.add_subcommand(sub)
     sweep.add_subcommand(sub)
+    from . import solve  # gpuplan solve PROBLEM --instance FILE (gpuplan/solve.py)
+    solve.add_subcommand(sub)
     return parser
 
 

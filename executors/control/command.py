@@ -105,7 +105,8 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--watch", type=_seconds, default=None, metavar="S",
                    help="watchdog: repeat the check every S seconds instead of once")
     p.add_argument("--log-level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="controller log verbosity (default INFO)")
     p.set_defaults(func=run)
     return p
 

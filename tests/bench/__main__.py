@@ -15,6 +15,7 @@ BENCHMARKS = [
     ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
+    ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
 ]
 
 

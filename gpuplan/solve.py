@@ -1,0 +1,154 @@
+"""``gpuplan solve PROBLEM --instance FILE``: one decision problem, every solver, side by side.
+
+The instance formats and the ``--json`` output are specified in shared/problems/README.md.
+Problems live in :data:`PROBLEMS`, a small table: adding ``mckp`` or ``reclaim`` is one
+:class:`Problem` entry (a loader that validates the file and a runner per solver), nothing else
+in this module changes. Bad input raises :class:`~gpuplan.models.InputError` (one line naming
+file and field, exit 2, printed by the CLI's ``main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpuplan.models import InputError, SolverStats
+from gpuplan.models.ojpp import load_ojpp
+from gpuplan.scenarios.input_files import parse_structured, read_text
+from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits
+
+__all__ = ["PROBLEMS", "Problem", "add_subcommand", "cmd_solve", "run_problem"]
+
+Runner = Callable[[Any, str, SolveLimits], tuple[SolverStats, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One decision problem: how to read its file and how to run each of its solvers."""
+
+    description: str
+    load: Callable[[Any, str], Any]
+    """(parsed JSON, source name) -> validated instance; raises InputError."""
+    solvers: Callable[[], tuple[str, ...]]
+    """Every solver name, in table order."""
+    default_solvers: Callable[[], tuple[str, ...]]
+    """The solvers run when ``--solvers`` is not given (those available here)."""
+    run: Runner
+
+
+def _ojpp_solvers() -> tuple[str, ...]:
+    from gpuplan.solver_core.ojpp import SOLVERS
+
+    return SOLVERS
+
+
+def _ojpp_defaults() -> tuple[str, ...]:
+    from gpuplan.solver_core.mip_backends import available_backends
+    from gpuplan.solver_core.ojpp import EXACT_SOLVERS, HEURISTIC_SOLVERS
+
+    have = set(available_backends())
+    return (*(s for s in EXACT_SOLVERS if s in have), *HEURISTIC_SOLVERS)
+
+
+def _ojpp_run(inst: Any, solver: str, limits: SolveLimits) -> tuple[SolverStats, dict[str, Any]]:
+    from gpuplan.solver_core.ojpp import solve
+
+    answer = solve(inst, solver, limits)
+    return answer.stats, {"gpus": answer.gpus}
+
+
+PROBLEMS: dict[str, Problem] = {
+    "ojpp": Problem("opportunistic job placement: co-located workers on the fewest GPUs "
+                    "(paper 002)", load_ojpp, _ojpp_solvers, _ojpp_defaults, _ojpp_run),
+}
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def run_problem(problem: str, instance_path: Path, solvers: list[str] | None,
+                limits: SolveLimits) -> list[dict[str, Any]]:
+    """The README's JSON list: one object per solver, in the order asked."""
+    if problem not in PROBLEMS:
+        raise InputError(f"unknown problem {problem!r}; choose one of "
+                         f"{', '.join(PROBLEMS)}", field="problem")
+    spec = PROBLEMS[problem]
+    known = spec.solvers()
+    chosen = solvers if solvers else list(spec.default_solvers())
+    for s in chosen:
+        if s not in known:
+            raise InputError(f"unknown solver {s!r} for {problem}; choose from "
+                             f"{', '.join(known)}", field="solvers")
+    source = str(instance_path)
+    data = parse_structured(read_text(instance_path, f"{problem} instance"), source,
+                            json_only=True)
+    inst = spec.load(data, source)
+    rows = []
+    for s in chosen:
+        stats, solution = spec.run(inst, s, limits)
+        rows.append({"solver": s, "status": stats.status, "objective": _finite(stats.objective),
+                     "bound": _finite(stats.bound), "gap": _finite(stats.gap),
+                     "wall_ms": round(stats.wall_ms, 3), "solution": solution})
+    return rows
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, width=None if Console().is_terminal else 160)
+    if args.list:
+        table = Table(title="gpuplan solve: problems and solvers")
+        table.add_column("problem")
+        table.add_column("solvers")
+        table.add_column("description")
+        for name, spec in PROBLEMS.items():
+            table.add_row(name, ", ".join(spec.solvers()), escape(spec.description))
+        console.print(table)
+        return 0
+    if not args.problem or not args.instance:
+        raise InputError("give PROBLEM and --instance FILE (or --list)", field="instance")
+    if args.time_limit is not None and not (math.isfinite(args.time_limit)
+                                            and args.time_limit > 0):
+        raise InputError(f"must be a finite number > 0, got {args.time_limit}",
+                         field="time-limit")
+    limits = SolveLimits.wall(args.time_limit if args.time_limit else DEFAULT_TIME_LIMIT_S)
+    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers \
+        else None
+    rows = run_problem(args.problem, Path(args.instance), solvers, limits)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    table = Table(title=f"{escape(args.problem)}: {escape(args.instance)}")
+    for col in ("solver", "status", "objective", "bound", "gap", "wall ms"):
+        table.add_column(col, justify="left" if col in ("solver", "status") else "right")
+    for r in rows:
+        table.add_row(escape(r["solver"]), r["status"], _fmt(r["objective"]),
+                      _fmt(r["bound"]), _fmt(r["gap"]), f"{r['wall_ms']:.1f}")
+    console.print(table)
+    return 0
+
+
+def add_subcommand(sub: Any) -> None:
+    """Register ``gpuplan solve`` on the CLI's sub-parsers."""
+    p = sub.add_parser("solve", help="solve one decision problem from an instance file with "
+                       "every solver (ojpp)")
+    p.add_argument("problem", nargs="?", help=f"one of {', '.join(PROBLEMS)}")
+    p.add_argument("--instance", help="instance JSON file (shared/problems/README.md format)")
+    p.add_argument("--solvers", help="comma-separated solver names (default: all available)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help=f"wall-clock seconds per exact solver (default {DEFAULT_TIME_LIMIT_S:g})")
+    p.add_argument("--json", action="store_true", help="print the JSON list")
+    p.add_argument("--list", action="store_true", help="list problems and their solvers")
+    p.set_defaults(func=cmd_solve)

@@ -1,0 +1,171 @@
+"""Exact OJPP: the job-level model of :mod:`.model` solved with lazy cuts until every device
+meets Eq. (4) exactly (CP-SAT here; the MIP backends through :mod:`.milp`).
+
+The loop: solve; decode the counts; check every used device's compute, memory, collision
+(Eq. 4) and slowdown rules with the exact float arithmetic; on a violation add the collision
+tangent at the device's R (or a no-good cut on its count vector) and solve again. The model is
+a relaxation of OJPP (up to CP-SAT's 1e-6 rounding), so the first answer that passes is
+optimal when the backend proved it optimal. The best packing (Alg. 3 and Alg. 1 orders,
+either device choice) sets the device count ``K`` and is the fallback: a budget that runs out
+returns it (``timeout`` when the solver had nothing better), never blocks. When it already
+meets the simple lower bound ``max(ceil(sum alpha), ceil(sum gamma))`` it is proven optimal
+without a solve.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from gpuplan.models import SolverStats
+from gpuplan.models.ojpp import OJPP_TOL, OjppInstance
+
+from ..backends import solve as mip_solve
+from ..limits import SolveLimits
+from .check import check_solution
+from .greedy import greedy_order, pack
+from .heuristic import heuristic_order
+from .model import OjppModel, build_model, device_violation
+from .packer import Rules
+
+__all__ = ["MAX_ROUNDS", "OjppAnswer", "best_packing", "lower_bound", "solve_exact"]
+
+MAX_ROUNDS = 40
+"""Lazy-cut rounds before giving up (each round adds at least one cut)."""
+
+
+@dataclass(frozen=True)
+class OjppAnswer:
+    stats: SolverStats
+    gpus: list[list[str]] | None
+
+
+def lower_bound(inst: OjppInstance) -> int:
+    """GPUs no solution can beat: total compute and total basic memory, rounded up."""
+    if not inst.jobs:
+        return 0
+    alpha = math.fsum(j.alpha * j.workers for j in inst.jobs)
+    gamma = math.fsum(j.gamma * j.workers for j in inst.jobs)
+    return max(1, math.ceil(alpha - OJPP_TOL), math.ceil(gamma - OJPP_TOL))
+
+
+def best_packing(inst: OjppInstance) -> list[list[str]] | None:
+    """The fewest GPUs among Alg. 3 and Alg. 1 orders with either device choice (all rules
+    enforced): the exact model's device count ``K``, hint and fallback."""
+    best = None
+    for order in (heuristic_order(inst), greedy_order(inst)):
+        for select in ("theta", "best-fit"):
+            got = pack(inst, order, Rules(select=select))  # type: ignore[arg-type]
+            if got is None:
+                return None
+            if best is None or len(got) < len(best):
+                best = got
+    return best
+
+
+def _counts_of(inst: OjppInstance, gpus: list[list[str]]) -> list[list[int]]:
+    index = {job.id: i for i, job in enumerate(inst.jobs)}
+    out = [[0] * len(gpus) for _ in inst.jobs]
+    for k, gpu in enumerate(gpus):
+        for w in gpu:
+            out[index[w.rpartition("#")[0]]][k] += 1
+    return out
+
+
+def _decode(om: OjppModel, values: list[list[int]]) -> list[list[str]]:
+    gpus: list[list[str]] = []
+    nxt = [0] * len(om.inst.jobs)
+    for k in range(om.devices):
+        gpu = []
+        for i, job in enumerate(om.inst.jobs):
+            for _ in range(values[i][k]):
+                gpu.append(f"{job.id}#{nxt[i]}")
+                nxt[i] += 1
+        if gpu:
+            gpus.append(gpu)
+    return gpus
+
+
+def _violation(om: OjppModel, counts: dict[int, int]) -> bool:
+    """Add a cut when the device holding ``counts`` breaks a device rule; True if so."""
+    jobs = om.inst.jobs
+    broken = device_violation(om.inst, om.matrix, counts)
+    if broken is None:
+        return False
+    if broken == "collision" and max(jobs[i].p for i in counts) < 1.0:
+        rho = math.fsum(jobs[i].p / (1 - jobs[i].p) * c for i, c in counts.items())
+        if rho not in om.tangents:
+            om.tangent(rho)
+            return True
+    om.no_good(counts)
+    return True
+
+
+def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits | None = None,
+                shortcut: bool = True) -> OjppAnswer:
+    """Proven-optimal GPUs when the budget allows; the heuristic's answer otherwise."""
+    start = time.perf_counter()
+    limits = limits or SolveLimits.deterministic_budget(10.0)
+    base = dict(stage="ojpp", backend=backend, time_limit_s=limits.wall_s,
+                work_limit_s=limits.work_s, node_limit=limits.nodes,
+                deterministic=limits.deterministic)
+
+    def done(status: str, gpus: list[list[str]] | None, bound: float | None,
+             message: str = "", fell_back: bool = False) -> OjppAnswer:
+        objective = float(len(gpus)) if gpus is not None else None
+        gap = (None if objective is None or bound is None
+               else abs(objective - bound) / max(1.0, objective))
+        stats = SolverStats(status=status, objective=objective, bound=bound, gap=gap,  # type: ignore[arg-type]
+                            wall_ms=(time.perf_counter() - start) * 1000.0, message=message,
+                            fell_back=fell_back, **base)  # type: ignore[arg-type]
+        return OjppAnswer(stats, gpus)
+
+    if inst.composition == "multiplicative":
+        return done("error", None, None, "multiplicative composition is not linear: the exact "
+                    "models support additive and max (use heuristic or greedy)")
+    heuristic = best_packing(inst)
+    if heuristic is None:
+        return done("infeasible", None, None, "a worker does not fit on a GPU even alone")
+    lb = lower_bound(inst)
+    if not heuristic or (shortcut and len(heuristic) <= lb):
+        return done("optimal", heuristic, float(len(heuristic)),
+                    "the heuristic's answer meets the lower bound")
+    om = build_model(inst, len(heuristic), backend == "cp-sat", lb,
+                     _counts_of(inst, heuristic))
+    bound: float | None = float(lb)
+    for _ in range(MAX_ROUNDS):
+        left = start + limits.wall_s - time.perf_counter()
+        if left <= 0:
+            break
+        sol = mip_solve(om.model, backend, stage="ojpp",
+                        limits=SolveLimits(wall_s=left, work_s=limits.work_s,
+                                           nodes=limits.nodes))
+        st = sol.stats
+        if st.bound is not None:
+            bound = max(bound or 0.0, math.ceil(st.bound - 1e-6))
+        if st.status == "infeasible":
+            # K = the heuristic's count satisfies the relaxation, so only rounding refused it
+            return done("feasible", heuristic, bound, "model infeasible at the heuristic's "
+                        "count (rounding); kept the heuristic's answer", fell_back=True)
+        if not sol.ok:
+            return done("timeout", heuristic, bound, f"{backend}: {st.status} "
+                        f"{st.message}".strip(), fell_back=True)
+        values = [[int(sol.value(v)) for v in row] for row in om.n]
+        cut = False
+        for k in range(om.devices):
+            counts = {i: values[i][k] for i in range(len(inst.jobs)) if values[i][k]}
+            if counts and _violation(om, counts):
+                cut = True
+        if cut:
+            continue
+        gpus = _decode(om, values)
+        if check_solution(inst, gpus):
+            return done("feasible", heuristic, bound, "the model's answer failed the "
+                        "checker (rounding); kept the heuristic's", fell_back=True)
+        if st.status == "optimal":
+            return done("optimal", gpus, float(len(gpus)))
+        best = gpus if len(gpus) <= len(heuristic) else heuristic
+        return done("feasible", best, bound)
+    return done("timeout", heuristic, bound, "budget spent in lazy-cut rounds",
+                fell_back=True)

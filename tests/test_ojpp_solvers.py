@@ -1,0 +1,166 @@
+"""OJPP solvers: exact optima against brute force, every heuristic answer checked independently,
+CP-SAT and a MIP backend agreeing, infeasible instances, the checker catching each rule."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan.models.ojpp import OjppInstance
+from gpuplan.solver_core.limits import SolveLimits
+from gpuplan.solver_core.mip_backends import available_backends
+from gpuplan.solver_core.ojpp import HEURISTIC_SOLVERS, check_solution, solve
+from gpuplan.solver_core.ojpp.exact import lower_bound, solve_exact
+from gpuplan.solver_core.ojpp.heuristic import gregariousness, heuristic_order
+
+from .ojpp_gen import TYPES, brute_force, random_instance
+
+GRID = st.integers(0, 100).map(lambda v: v / 100)
+
+
+@st.composite
+def instances(draw: st.DrawFn, max_workers: int = 7) -> OjppInstance:
+    """Instances within the README's rules, on a 0.01 grid, with <= ``max_workers`` workers."""
+    n_jobs = draw(st.integers(1, 4))
+    jobs = []
+    total = 0
+    for i in range(n_jobs):
+        workers = draw(st.integers(1, max(1, min(3, max_workers - total - (n_jobs - i - 1)))))
+        total += workers
+        gamma = draw(st.integers(0, 60)) / 100
+        jobs.append({"id": f"j{i}", "workers": workers,
+                     "alpha": draw(st.integers(0, 70)) / 100, "gamma": gamma,
+                     "delta": draw(st.integers(0, 100 - round(gamma * 100))) / 100,
+                     "p": draw(st.integers(0, 50)) / 100,
+                     "type": draw(st.sampled_from(TYPES[:3]))})
+    types = sorted({j["type"] for j in jobs})
+    matrix = {a: {b: draw(st.integers(0, 30)) / 100 for b in types} for a in types}
+    return OjppInstance.model_validate({
+        "tau_max": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3])),
+        "theta_max": draw(st.sampled_from([0.1, 0.3, 0.6])),
+        "theta_balance": draw(st.sampled_from([0.05, 0.2, 1.0])),
+        "composition": draw(st.sampled_from(["additive", "max"])),
+        "jobs": jobs, "interference": matrix})
+
+
+SLOW = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+@SLOW
+@given(instances())
+def test_cp_sat_equals_brute_force(inst: OjppInstance) -> None:
+    best = brute_force(inst)
+    answer = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
+    if best is None:
+        assert answer.stats.status == "infeasible"
+        return
+    assert answer.stats.status == "optimal", answer.stats.message
+    assert answer.stats.objective == best == len(answer.gpus or [])
+    assert check_solution(inst, answer.gpus or []) == []
+    assert lower_bound(inst) <= best
+
+
+def test_exact_beats_the_heuristic_somewhere_and_matches_brute_force() -> None:
+    """Fixed seeds where Alg. 3 is not optimal: the exact answer is strictly better."""
+    better = 0
+    for seed in range(100, 130):
+        inst = random_instance(seed, 7, "additive", max_per_job=4)
+        best = brute_force(inst)
+        exact = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
+        heur = solve(inst, "heuristic")
+        assert exact.stats.objective == best
+        assert heur.stats.objective is not None and heur.stats.objective >= best
+        better += heur.stats.objective > best
+    assert better >= 1
+
+
+@pytest.mark.parametrize("backend", [b for b in ("scip", "highs") if b in available_backends()])
+@pytest.mark.parametrize("composition", ["additive", "max"])
+def test_cp_sat_and_a_mip_backend_agree(backend: str, composition: str) -> None:
+    for seed in range(8):
+        inst = random_instance(seed, 12, composition, max_per_job=4)
+        cp = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
+        mip = solve_exact(inst, backend, SolveLimits.wall(60), shortcut=False)
+        assert cp.stats.status == mip.stats.status == "optimal"
+        assert cp.stats.objective == mip.stats.objective
+        assert check_solution(inst, mip.gpus or []) == []
+
+
+ENFORCED = {  # what each heuristic promises (compute and memory always)
+    "heuristic": ("collision", ": slowdown", "spread"),
+    "greedy": ("collision", ": slowdown", "spread"),
+    "best-fit": (), "i-greedy": (": slowdown",), "b-greedy": ("spread",),
+    "c-greedy": ("collision",),
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances(max_workers=12))
+def test_every_heuristic_answer_passes_the_checker(inst: OjppInstance) -> None:
+    for solver in HEURISTIC_SOLVERS:
+        answer = solve(inst, solver)
+        assert answer.stats.status == "heuristic"
+        gpus = answer.gpus or []
+        assert sum(len(g) for g in gpus) == inst.total_workers
+        kept = ("compute", "memory", "not placed", "twice", *ENFORCED[solver])
+        broken = [v for v in check_solution(inst, gpus) if any(k in v for k in kept)]
+        assert broken == [], (solver, broken)
+        assert lower_bound(inst) <= len(gpus) <= inst.total_workers
+
+
+def test_gregariousness_orders_low_volatility_jobs_first() -> None:
+    inst = random_instance(3, 10, "additive")
+    order = heuristic_order(inst)
+    first = inst.jobs[order[0]]
+    g = gregariousness(inst, list(range(len(inst.jobs))))
+    assert g[order[0]] == min(g.values())
+    assert first.p <= sorted(j.p for j in inst.jobs)[1]
+
+
+def _one(**job: object) -> OjppInstance:
+    base = {"id": "a", "workers": 1, "alpha": 0.5, "gamma": 0.5, "delta": 0.5, "p": 0.1,
+            "type": "t"}
+    return OjppInstance.model_validate({
+        "tau_max": 0.1, "theta_max": 0.2, "theta_balance": 0.2,
+        "jobs": [{**base, **job}], "interference": {"t": {"t": 0.1}}})
+
+
+def test_a_worker_that_fits_nowhere_is_infeasible_for_every_solver() -> None:
+    inst = _one(gamma=0.6, delta=0.3, alpha=1.0)  # fits alone: memory 0.9
+    assert solve(inst, "heuristic").stats.objective == 1.0
+    bad = OjppInstance.model_validate({
+        **inst.model_dump(), "jobs": [{**inst.jobs[0].model_dump(), "gamma": 0.6,
+                                       "delta": 0.4 + 0.01}]})
+    for solver in ("cp-sat", "highs", "heuristic", "best-fit"):
+        answer = solve(bad, solver)
+        assert answer.stats.status == "infeasible" and answer.gpus is None
+
+
+def test_multiplicative_is_refused_by_exact_solvers_but_packed_by_heuristics() -> None:
+    inst = OjppInstance.model_validate({**random_instance(1, 6).model_dump(),
+                                        "composition": "multiplicative"})
+    assert solve(inst, "cp-sat").stats.status == "error"
+    answer = solve(inst, "heuristic")
+    assert check_solution(inst, answer.gpus or []) == []
+
+
+def test_the_checker_names_each_broken_rule() -> None:
+    inst = OjppInstance.model_validate({
+        "tau_max": 0.05, "theta_max": 0.15, "theta_balance": 0.05,
+        "jobs": [{"id": "a", "workers": 2, "alpha": 0.6, "gamma": 0.3, "delta": 0.5, "p": 0.3,
+                  "type": "x"},
+                 {"id": "b", "workers": 1, "alpha": 0.1, "gamma": 0.1, "delta": 0.1, "p": 0.3,
+                  "type": "y"}],
+        "interference": {"x": {"x": 0.1, "y": 0.2}, "y": {"x": 0.1, "y": 0.1}}})
+    assert check_solution(inst, [["a#0"], ["a#1"], ["b#0"]]) == []
+    both = " ".join(check_solution(inst, [["a#0", "a#1"], ["b#0"]]))
+    assert "compute" in both and "memory" in both and "collision" in both
+    mixed = " ".join(check_solution(inst, [["a#0", "b#0"], ["a#1"]]))
+    assert "slowdown 0.2" in mixed and "spread" in mixed and "collision" in mixed
+    assert "not placed" in " ".join(check_solution(inst, [["a#0"], ["b#0"]]))
+    assert "twice" not in " ".join(check_solution(inst, [["a#0"], ["a#0"], ["a#1"], ["b#0"]]))
+    assert "GPU 0 and GPU 1" in " ".join(check_solution(inst, [["a#0"], ["a#0", "a#1"],
+                                                                ["b#0"]]))
+    assert "not a worker" in " ".join(check_solution(inst, [["a#2", "a#0", "a#1", "b#0"]]))
