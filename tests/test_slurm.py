@@ -83,6 +83,20 @@ def test_lab_config_rejects_impossible_shapes() -> None:
         LabConfig(gpus_per_node=65)
 
 
+def test_labs_under_different_roots_get_different_ports() -> None:
+    """Two test runs on one machine (or a developer's lab beside CI's) must never share a
+    port: a shared port makes one lab restart the other's daemons."""
+    default = LabConfig()
+    assert (default.ctld_port, default.slurmd_port0) == (6917, 17101)
+    roots = [Path("/tmp/gpuplan-slurmlab-hexec"), Path("/tmp/ci/lab"), Path("/srv/lab-a"),
+             Path("/srv/lab-b"), Path("/root/gpuplan-lab")]
+    ports = {LabConfig(root=r).ctld_port for r in roots} | {6917}
+    assert len(ports) == len(roots) + 1
+    assert LabConfig(root=roots[0]).ctld_port == LabConfig(root=roots[0]).ctld_port
+    explicit = LabConfig(root=roots[0], ctld_port=7001, slurmd_port0=18001)
+    assert (explicit.ctld_port, explicit.slurmd_port0) == (7001, 18001)
+
+
 def test_hostlists_and_tres_strings() -> None:
     assert expand_hostlist("node[1-3,5],gpu07") == ["node1", "node2", "node3", "node5", "gpu07"]
     assert expand_hostlist("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]

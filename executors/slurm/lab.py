@@ -23,8 +23,9 @@ start time still match (a reused PID is never signalled), so it cannot hit anoth
 daemons or a munged someone else started. ``up`` is idempotent: an already running lab with the
 same configuration is reused.
 
-Ports default to 6917 (slurmctld) and 17101.. (slurmd), away from Slurm's standard 6817/6818,
-so the lab can coexist with a site installation or the reference lab script.
+Ports default to 6917 (slurmctld) and 17101.. (slurmd) for the default root (other roots
+derive theirs from the path), away from Slurm's standard 6817/6818, so the lab can coexist with a
+site installation, the reference lab script, or another lab under another root.
 
 Command line: ``python -m gpuplan.executors.slurm.lab up|down|status|env [--job-submit-lua]``.
 """
@@ -45,6 +46,7 @@ import stat
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -60,6 +62,10 @@ PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plu
 """Debian packages the lab needs (``slurm-wlm-basic-plugins`` has gres_gpu, cons_tres, lua)."""
 
 
+DEFAULT_ROOT = Path("/tmp/gpuplan-slurmlab")
+"""Where the lab lives unless told otherwise (its ports are the documented 6917 / 17101+)."""
+
+
 class LabError(GpuplanError):
     """The lab could not be installed, configured or started; the message says which step."""
 
@@ -68,15 +74,18 @@ class LabError(GpuplanError):
 class LabConfig:
     """Shape and location of the lab cluster."""
 
-    root: Path = Path("/tmp/gpuplan-slurmlab")
+    root: Path = field(default_factory=lambda: DEFAULT_ROOT)
     nodes: int = 4
     gpus_per_node: int = 4
     gpu_type: str = "a100"
     node_prefix: str = "node"
     cpus_per_node: int = 16
     memory_mb: int = 64000
-    ctld_port: int = 6917
-    slurmd_port0: int = 17101
+    ctld_port: int | None = None
+    """slurmctld's port; None: 6917 for the default root, else one derived from the root, so
+    two labs under different roots on one machine never share a port."""
+    slurmd_port0: int | None = None
+    """First slurmd port (one per node); None: derived like ``ctld_port``."""
     cred_expire_s: int = 10
     """``AuthInfo=cred_expire``: also how long a requeued job must wait before it may start
     again unless the executor sets ``StartTime=now`` (Slurm's default is 120 s)."""
@@ -94,6 +103,11 @@ class LabConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+        slot = 0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % 700
+        if self.ctld_port is None:
+            object.__setattr__(self, "ctld_port", 6917 + 4 * slot)
+        if self.slurmd_port0 is None:
+            object.__setattr__(self, "slurmd_port0", 17101 + 64 * slot)
         if not 1 <= self.nodes <= 64:
             raise LabError(f"nodes must be 1..64, not {self.nodes}")
         if not 1 <= self.gpus_per_node <= 64:
@@ -173,6 +187,20 @@ class SlurmLab:
         return SlurmCli(self.env, **kw)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ lifecycle
+    def _check_ports_free(self) -> None:
+        """Refuse to start on a port another process holds (a lab under another root with
+        explicit ports): two labs sharing a port restart each other's daemons."""
+        c = self.config
+        ports = [c.ctld_port, *range(c.slurmd_port0, c.slurmd_port0 + c.nodes)]
+        for port in ports:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind(("0.0.0.0", port))
+                except OSError:
+                    raise LabError(f"port {port} is in use by another process; give this lab "
+                                   "another --root (ports follow the root) or free it") from None
+
     def up(self, timeout_s: float = 90.0, owner: str = "cli") -> float:
         """Install, configure and start the lab if needed; return the seconds it took.
 
@@ -204,6 +232,7 @@ class SlurmLab:
         self.reused = False
         self.owner = owner
         self.down()
+        self._check_ports_free()
         shutil.rmtree(self.root / "state", ignore_errors=True)
         shutil.rmtree(self.root / "log", ignore_errors=True)
         self._write(configs, fingerprint)
