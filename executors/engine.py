@@ -80,6 +80,7 @@ class Engine:
         usable_nodes: Iterable[str] | None = None,
         sample_interval_s: float | None = 3600.0,
         round_interval_s: float | None = None,
+        decide_only_at_rounds: bool = False,
         on_plan: PlanHook | None = None,
         reclaimer: Reclaimer | None = None,
     ) -> None:
@@ -118,6 +119,11 @@ class Engine:
         self._sample_interval = sample_interval_s
         self._next_sample: float | None = None
         self._round = round_interval_s
+        if decide_only_at_rounds and not round_interval_s:
+            raise InputError("decide_only_at_rounds needs round_interval_s", field="engine")
+        self._only_rounds = decide_only_at_rounds
+        self._next_round: float | None = None
+        """With ``decide_only_at_rounds``: the next boundary at which the policy is asked."""
         self._timer_at: float | None = None
         self._recoveries: list[tuple[float, str]] = []
         self.on_plan = on_plan
@@ -316,7 +322,30 @@ class Engine:
                 self.down.discard(event.node)
                 self._add_node(event.node)
         self._recover_due(now)
+        if self._only_rounds:
+            return self._round_gate(now)
         return self.decide(now)
+
+    def _round_gate(self, now: float) -> AllocationPlan:
+        """Pollux/Gavel rounds: decide at boundaries only; between them events just update
+        state (a finished job's GPUs stay idle until the next boundary)."""
+        assert self._round is not None
+        if self._next_round is None:
+            self._next_round = now  # the first event opens the first round
+        if now + 1e-9 >= self._next_round:
+            while self._next_round <= now + 1e-9:
+                self._next_round += self._round
+            plan = self.decide(now)
+        else:
+            plan = AllocationPlan.model_construct(time=now, policy=self.policy.name,
+                                                  allocations={}, actions=[], stats=[],
+                                                  decision_ms=0.0)
+        if (self.running or self.pending) and (
+                self._timer_at is None or self._timer_at <= now
+                or self._next_round < self._timer_at):
+            self.executor.wake_at(self._next_round)
+            self._timer_at = self._next_round
+        return plan
 
     def _recover_due(self, now: float) -> None:
         due = [n for t, n in self._recoveries if t <= now]

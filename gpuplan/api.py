@@ -147,6 +147,7 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         seed=spec.seed,
         sample_interval_s=spec.engine.sample_interval_s,
         round_interval_s=spec.engine.round_interval_s,
+        decide_only_at_rounds=spec.engine.decide_only_at_rounds,
         on_plan=usage,
         progress=progress,
         learning=spec.learning,

@@ -154,6 +154,16 @@ class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     round_interval_s: float | None = Field(default=None, gt=0)
+    decide_only_at_rounds: bool = Field(
+        default=False,
+        description="decide only at round boundaries (every round_interval_s), as Pollux's "
+        "60-s rounds and Gavel's rounds do; events between boundaries only update state")
+
+    @model_validator(mode="after")
+    def _rounds(self) -> EngineSpec:
+        if self.decide_only_at_rounds and self.round_interval_s is None:
+            raise ValueError("decide_only_at_rounds needs round_interval_s")
+        return self
     sample_interval_s: float = Field(default=3600.0, gt=0)
 
 

@@ -275,3 +275,19 @@ def test_tiresias_service_counts_gpu_seconds_or_executed_seconds(service: str,
     result, _, _ = simulate(Cluster.uniform(1, 4), jobs, policy, overheads=NO_OVERHEADS)
     b = next(r for r in result.jobs if r.job_id == "b")
     assert b.first_start == pytest.approx(b_starts)
+
+
+def test_decisions_only_at_round_boundaries() -> None:
+    """Pollux's 60-s rounds: a holds all four GPUs until 100; b (t = 10) starts only at the
+    next boundary, 120 (the GPUs idle from 100 to 120); c (t = 130) waits for 180. Deciding at
+    every event, b would start at 100 and c at 130."""
+    jobs = [_job("a", 4, work=400.0), _job("b", 1, work=10.0, submit=10.0),
+            _job("c", 4, work=40.0, submit=130.0)]
+    result, _, _ = simulate(Cluster.uniform(1, 4), jobs, make_policy("fifo-backfill"),
+                            overheads=NO_OVERHEADS, round_interval_s=60.0,
+                            decide_only_at_rounds=True)
+    starts = {r.job_id: r.first_start for r in result.jobs}
+    assert starts == {"a": 0.0, "b": 120.0, "c": 180.0}
+    plain, _, _ = simulate(Cluster.uniform(1, 4), jobs, make_policy("fifo-backfill"),
+                           overheads=NO_OVERHEADS)
+    assert {r.job_id: r.first_start for r in plain.jobs} == {"a": 0.0, "b": 100.0, "c": 130.0}

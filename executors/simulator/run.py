@@ -25,6 +25,7 @@ def simulate(
     seed: int = 0,
     sample_interval_s: float | None = 3600.0,
     round_interval_s: float | None = None,
+    decide_only_at_rounds: bool = False,
     on_plan: PlanHook | None = None,
     progress: ProgressHook | None = None,
     record_segments: bool = False,
@@ -50,6 +51,7 @@ def simulate(
         executor,
         sample_interval_s=sample_interval_s,
         round_interval_s=round_interval_s,
+        decide_only_at_rounds=decide_only_at_rounds,
         on_plan=on_plan,
         reclaimer=reclaimer,
     )
