@@ -100,6 +100,8 @@ class Engine:
             self._add_node(name)
         self.running: dict[str, ActiveJob] = {}
         self.pending: dict[str, ActiveJob] = {}
+        self.shaped: set[str] = set()
+        """Active jobs with a node shape (the view passes it on; see ClusterView.shaped)."""
         self.records: list[JobRecord] = []
         self.rejected: list[tuple[str, str]] = []
         self.samples: list[Sample] = []
@@ -237,6 +239,8 @@ class Engine:
             return
         job = ActiveJob(spec=spec, anchor_time=now, resume_time=now, pending_since=now)
         self.pending[spec.id] = job
+        if spec.node_shape is not None:
+            self.shaped.add(spec.id)
 
     def _on_completion(self, job_id: str, now: float) -> None:
         job = self.running.get(job_id)
@@ -247,6 +251,7 @@ class Engine:
         self._release(job)
         del self.running[job_id]
         job.status = "finished"
+        self.shaped.discard(job_id)
         job.finish_time = now
         job.set_allocation(None)
         job.rate = 0.0
@@ -262,6 +267,7 @@ class Engine:
         self.pending.pop(job_id, None)
         job.set_allocation(None)
         job.status = "finished"
+        self.shaped.discard(job_id)
         job.rate = 0.0
         record = self._record(job)
         self.records.append(record.model_copy(update={"failed": True, "failure": reason}))
@@ -394,6 +400,7 @@ class Engine:
             running=self.running,
             pending=self.pending,
             shared={n: dict(g) for n, g in self.shared.items() if g},
+            shaped=self.shaped,
         )
 
     def decide(self, now: float) -> AllocationPlan:

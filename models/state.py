@@ -119,10 +119,11 @@ class ClusterView:
     its *wholly* free GPU indices (ascending). ``shared`` maps a node to the GPUs that jobs hold
     only a fraction of (``JobAllocation.share`` < 1) and the fraction in use on each: such a GPU
     is in neither ``free`` nor a whole-GPU job's placement, and has ``1 - used`` left for more
-    co-located jobs. Policies read the view and return a decision; they never mutate it.
+    co-located jobs. ``shaped`` names the active jobs with a ``node_shape``. Policies read the
+    view and return a decision; they never mutate it.
     """
 
-    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running", "shared")
+    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running", "shaped", "shared")
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class ClusterView:
         running: dict[str, ActiveJob],
         pending: dict[str, ActiveJob],
         shared: dict[str, dict[int, float]] | None = None,
+        shaped: set[str] | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -141,6 +143,11 @@ class ClusterView:
         self.running = running
         self.pending = pending
         self.shared = shared if shared is not None else {}
+        self.shaped = shaped if shaped is not None else {
+            j for jobs in (running, pending) for j, job in jobs.items()
+            if job.spec.node_shape is not None}
+        """Active jobs with a ``node_shape`` (kept by the engine, so shape checks cost
+        O(shaped jobs) per decision)."""
 
     def gpu_load(self, node: str, gpu: int) -> float:
         """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""

@@ -25,22 +25,29 @@ def main(argv: list[str] | None = None) -> int:
     if not command or args.workers < 0:
         parser.error("give a command after --, and --workers >= 0")
     # A SIGTERM/SIGHUP (a CI timeout, a killed make) must still stop the spinners: turn it
-    # into an exception so the ``finally`` below runs, instead of leaving them orphaned.
+    # into an exception so the ``finally`` below runs. The signals stay blocked until the
+    # ``try`` is entered, so one that arrives while the spinners start is delivered there
+    # instead of leaving them orphaned.
     def _stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    caught = {signal.SIGTERM, signal.SIGHUP}
+    for sig in caught:
         signal.signal(sig, _stop)
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                 start_new_session=True) for _ in range(args.workers)]
-    print(f"test-load: {args.workers} busy processes (pids "
-          f"{' '.join(str(p.pid) for p in spinners)}); load average {os.getloadavg()}",
-          flush=True)
+    signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+    spinners: list[subprocess.Popen[bytes]] = []
     child: subprocess.Popen[bytes] | None = None
     try:
+        spinners += [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                      start_new_session=True) for _ in range(args.workers)]
+        print(f"test-load: {args.workers} busy processes (pids "
+              f"{' '.join(str(p.pid) for p in spinners)}); load average {os.getloadavg()}",
+              flush=True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
         child = subprocess.Popen(command)
         return child.wait()
     finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, caught)  # no second signal mid-cleanup
         if child is not None and child.poll() is None:
             child.terminate()
             try:

@@ -101,11 +101,12 @@ def shrink_shaped(alloc: JobAllocation, want: int, shape: NodeShape
 def enforce_shapes(view: ClusterView, placements: Placements) -> Placements:
     """Drop placements that break their job's node shape (see the module docstring)."""
     bad = []
-    for job_id, alloc in placements.items():
-        job = view.running.get(job_id) or view.pending.get(job_id)
-        if job is None:
+    for job_id in view.shaped:  # only the active jobs that have a shape: O(shaped), not O(n)
+        alloc = placements.get(job_id)
+        if alloc is None:
             continue
-        shape = job.spec.node_shape
+        job = view.running.get(job_id) or view.pending.get(job_id)
+        shape = job.spec.node_shape if job is not None else None
         if shape is not None and not shape.allows(alloc.placement):
             bad.append(job_id)
     if not bad:
