@@ -12,8 +12,9 @@ one monitoring round) on the Average queue placed by Alg. 3 at (0.1, 0.2, 0.1):
 * the EWMA trigger (a = 0.7, hold 3, starting from the plan's slowdowns) runs Alg. 4 with
   budget c-bar = 0.25 per adjustment (migration costs per worker in fractions of the job's
   standalone time, :data:`MIGRATION_COST`, placeholders scaled with model size; the paper
-  only says ~5 %), new GPUs allowed as a last resort; the trigger threshold is theta-bar + 0.02 (margin for the noise: the plan sits exactly at theta-bar).
-  After an adjustment the EWMA restarts from the new plan's slowdowns.
+  only says ~5 %), new GPUs allowed as a last resort; the trigger threshold is
+  theta-bar + 0.02 (a margin for the noise: the plan sits exactly at theta-bar). After an
+  adjustment the EWMA restarts from the new plan's slowdowns.
 
 Benefit = mean job slowdown before vs after the adjustment (matrix + collision penalty);
 cost = the migrated workers' cost, as a share of the moved jobs' standalone time.
