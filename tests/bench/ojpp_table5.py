@@ -115,6 +115,7 @@ def aip(seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
             ideal = _run(q, DEFAULT, s, matrix=measured, score=measured)
             got = _run(q, DEFAULT, s, matrix=predicted, score=measured)
             per[q] = {"ideal": ideal["performance"], "predicted": got["performance"],
+                      "gpus_ideal": ideal["gpus"], "gpus_predicted": got["gpus"],
                       "drop": 1.0 - got["performance"] / ideal["performance"]}
         cost[s] = {"queues": per, "drop": sum(v["drop"] for v in per.values()) / len(per)}
     return {"held_out": held, "block": {"chosen": pred.name, "relative": block_rel,
@@ -166,7 +167,8 @@ def main(argv: list[str]) -> None:
               f"relative {100 * h['relative']:.2f}% over {h['pairs']:.0f} unseen pairs")
     print(f"AIP stand-in block: relative {100 * result['block']['relative']:.2f}%")
     for s, c in result["placement_cost"].items():
-        print(f"  placement cost {s:10s} {100 * c['drop']:.2f}%")
+        gpus = [(v["gpus_ideal"], v["gpus_predicted"]) for v in c["queues"].values()]
+        print(f"  placement cost {s:10s} {100 * c['drop']:.2f}%  GPUs measured/predicted {gpus}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         plot(strat, out)
