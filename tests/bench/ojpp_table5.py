@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gpuplan.models.ojpp import OjppInstance
@@ -77,6 +78,25 @@ def table5() -> list[dict]:
 
 def strategies() -> dict[str, dict[str, dict[str, float]]]:
     return {s: {q: _run(q, DEFAULT, s) for q in QUEUES} for s in STRATEGIES}
+
+
+def ablation(workers: tuple[int, ...] = (1, 2, 4, 6, 8, 10)) -> list[dict]:
+    """Fig. 9: the Mixed queue with every job at ``w`` workers, OJPP with balance
+    (theta' = 0.1) and without (theta' = 100) at tau = 0.1, theta-bar = 0.4 (theta' can bind
+    only below theta-bar, see docs/results/ojpp.md)."""
+    rows = []
+    for w in workers:
+        jobs = [replace(j, workers=w) for j in workload("mixed")]
+        row: dict = {"workers": w}
+        for label, bal in (("balance", 0.1), ("no_balance", 100.0)):
+            inst = OjppInstance.model_validate(ojpp_instance_data(jobs, 0.1, 0.4, bal))
+            answer = solve(inst, "heuristic")
+            assert answer.gpus is not None
+            perf = performance(plan_slowdowns(inst, answer.gpus),
+                               {j.id: j.standalone_s for j in jobs})
+            row[label] = {"slowdown": 1.0 / perf - 1.0, "gpus": len(answer.gpus)}
+        rows.append(row)
+    return rows
 
 
 def aip(seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
@@ -159,6 +179,12 @@ def main(argv: list[str]) -> None:
         mean = sum(r["slowdown"] for r in per.values()) / len(per)
         print(f"  {s:10s} mean {100 * mean:6.2f}%  " + ", ".join(
             f"{q} {100 * r['slowdown']:.1f}%/{r['gpus']}" for q, r in per.items()))
+    abl = ablation()
+    print("Balance ablation (Mixed, all jobs w workers, theta-bar 0.4): degradation / GPUs")
+    for r in abl:
+        print(f"  w={r['workers']:2d}: with {100 * r['balance']['slowdown']:.1f}%/"
+              f"{r['balance']['gpus']}, without {100 * r['no_balance']['slowdown']:.1f}%/"
+              f"{r['no_balance']['gpus']}")
     if "--quick" in argv:
         return
     result = aip()
@@ -173,7 +199,7 @@ def main(argv: list[str]) -> None:
         out.mkdir(parents=True, exist_ok=True)
         plot(strat, out)
         (out / "ojpp.json").write_text(json.dumps(
-            {"table5": t5, "strategies": strat, "aip": result}, indent=1) + "\n")
+            {"table5": t5, "strategies": strat, "ablation": abl, "aip": result}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
