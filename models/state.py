@@ -92,7 +92,9 @@ class ActiveJob:
 
 def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | None) -> float:
     """Iterations/s of ``spec`` on ``allocation``: profile x GPU-type speed x spread x share x
-    the allocation's efficiency.
+    the allocation's efficiency. A job with a compute demand ``memory.compute`` (alpha) is
+    slowed by a share only below alpha (``min(1, share / alpha)``): co-located at its demand it
+    runs at full speed, and only interference (the simulator's model) slows it.
 
     On mixed GPU types the slowest type sets the pace (bulk-synchronous training).
     """
@@ -105,7 +107,12 @@ def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | 
         profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed, ref)
         for node in (cluster.node_by_name[n] for n in allocation.placement)
     )
-    rate = profile.rate(gpus) * slowest * allocation.share * allocation.efficiency
+    share = allocation.share
+    if share < 1.0 and spec.memory is not None:
+        # A job that declares its compute demand alpha (OJPP's model: the fraction of a
+        # dedicated GPU it uses) runs at full speed on any share >= alpha; below, pro rata.
+        share = min(1.0, share / spec.memory.compute)
+    rate = profile.rate(gpus) * slowest * share * allocation.efficiency
     if len(allocation.placement) > 1:
         rate *= profile.spread(gpus)
     return rate

@@ -250,8 +250,9 @@ def test_co_location_wrapper_shares_gpus_between_small_jobs() -> None:
     checker = CapacityChecker()
     result, _, _ = simulate(Cluster.uniform(1, 2), jobs, policy, overheads=NO_OVERHEADS,
                             on_plan=checker)
-    # four half-GPU jobs on two GPUs: all start at once, each at half speed
-    assert all(r.first_start == 0.0 and r.finish_time == pytest.approx(200.0)
+    # four jobs that each need half a GPU (alpha = 0.5) on two GPUs: all start at once and,
+    # getting their whole demand, run at full speed (no interference model)
+    assert all(r.first_start == 0.0 and r.finish_time == pytest.approx(100.0)
                for r in result.jobs)
 
 

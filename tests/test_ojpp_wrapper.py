@@ -43,11 +43,19 @@ class OjppChecker(CapacityChecker):
         self.specs = specs
         self.max_sharing = 0
         self.moves = 0
+        """Moves of running OJPP jobs while no job left the cluster (must stay 0 under FIFO:
+        only a departure can change the balance of who shares with whom)."""
+        self.previous: set[str] = set()
 
     def __call__(self, view: ClusterView, plan: AllocationPlan) -> None:
         super().__call__(view, plan)
         ojpp = {j: a for j, a in plan.allocations.items() if self.specs[j].memory is not None}
-        self.moves += sum(a.kind == "migrate" and a.job_id in ojpp for a in plan.actions)
+        moved = sum(a.kind == "migrate" and a.job_id in ojpp for a in plan.actions)
+        left = self.previous - set(view.running)  # co-runners that finished since last plan
+        if not left:
+            self.moves += moved  # a move with nothing changed around the job is a defect
+        self.previous = set(view.running) | {a.job_id for a in plan.actions
+                                             if a.kind == "start"}
         gpus: dict[tuple[str, int], list[str]] = {}
         for job_id, alloc in ojpp.items():
             assert alloc.share == self.specs[job_id].memory.compute  # type: ignore[union-attr]
