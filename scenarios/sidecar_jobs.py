@@ -1,4 +1,4 @@
-"""SideCar's Workloads One to Four (004 digest §5.2–5.3) as inline job lists.
+"""SideCar's Workloads One to Four (004 digest §5.2-5.3) as inline job lists.
 
 The embedded scenarios ``sidecar-wl1`` … ``sidecar-wl4`` (``data/sidecar-wl*.scenario.yaml``)
 were written by :func:`write_workloads`; the files, not this code, are what runs, so a change

@@ -81,7 +81,7 @@ def _transient(overheads: Overheads, policy: str, horizon: float = 3600.0) -> fl
     for k in range(int(horizon // 300)):
         events.append(CapacityChange(time=k * 300 + 30.0, change="loan", nodes=("idle",)))
         events.append(CapacityChange(time=k * 300 + 270.0, change="reclaim", nodes=("idle",)))
-    result, engine, ex = simulate(cluster, [job], make_policy(policy), overheads=overheads,
+    _, engine, _ = simulate(cluster, [job], make_policy(policy), overheads=overheads,
                                   events=events, horizon_s=horizon, sample_interval_s=None)
     return engine.running["r50"].done_at(horizon) if "r50" in engine.running else 1e6
 

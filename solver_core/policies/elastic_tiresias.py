@@ -7,7 +7,7 @@ arrival):
 * **compaction** — when *more than* ``N`` jobs wait (line 1): for each waiting job ``J`` choose
   its size ``q`` in ``[min_J, P_J]`` and the GPUs ``r_j`` taken by scale-in from running
   elastic jobs of queues ``G_i, i >= 1`` (never below ``min_j``), maximising the gain in
-  normalised cluster throughput ``U_J(q) − Σ_j [U_j(p_j) − U_j(p_j − r_j)]``, with
+  normalised cluster throughput ``U_J(q) - Σ_j [U_j(p_j) - U_j(p_j - r_j)]``, with
   ``U(p) = S(p)/S(1)`` (digest §2.1.3's formalisation, inferred). Free GPUs are used first
   (they cost nothing; the literal Alg. 1 uses released GPUs only — ``use_free: false``). For a
   fixed ``q`` the loss is separable and, on concave curves, convex in ``r_j``, so taking one GPU
@@ -15,7 +15,7 @@ arrival):
   starts only when the best gain is positive. ``min`` is ``ceil(qos x requested)`` (the
   paper's "r = 0.5 for the quality of service guarantee", inferred meaning);
 * **expansion** — when *no* job waits (line 7): each free GPU goes to the running elastic job
-  with the largest relative throughput gain ``(S(p+1) − S(p)) / S(p)`` (line 10), while that
+  with the largest relative throughput gain ``(S(p+1) - S(p)) / S(p)`` (line 10), while that
   gain exceeds ``min_gain`` (the loop's inferred guard) and the job is below its maximum;
 * between the two (``0 <`` waiting ``<= N``) it is plain Tiresias-L; jobs expanded beyond their
   request get their request back by Tiresias' rigid pass (the digest's "reclaim beyond ``P_j``

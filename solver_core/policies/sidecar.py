@@ -5,7 +5,7 @@ Every decision (digest §2.3, the combined event loop):
 
 1. **Alg. 1** for each pending job in queue order (FIFO): for every host, every optional count
    ``N_opt`` of the job (ascending), either the host's idle GPUs suffice (``T = [N_opt, null,
-   0]``) or all of them plus ``N_opt − N_idle`` GPUs of a *single* running job on that host whose
+   0]``) or all of them plus ``N_opt - N_idle`` GPUs of a *single* running job on that host whose
    remaining count stays in its ``S_opt`` (``T = [N_opt, J_i, N_remove]``). The scheme with the
    smallest predicted makespan wins (strict ``<``: the first found among equals, paper
    lines 18/28); ``tie_break: sum`` adds the sum of predicted finishes as a second key. No
@@ -95,9 +95,8 @@ def algorithm2(book: HostBook, pred: Predictor, tie_break: TieBreak,
                        tie_break)
             if best is None or key < best:
                 best, choice = key, (job_id, add)
-    if choice is not None and guard and best is not None:
-        if best >= _key(pred.makespan({}), tie_break):
-            return None
+    if guard and best is not None and best >= _key(pred.makespan({}), tie_break):
+        return None
     return choice
 
 

@@ -1,4 +1,4 @@
-"""SideCar's training-time prediction model and per-host bookkeeping (004 digest §3.1–3.4).
+"""SideCar's training-time prediction model and per-host bookkeeping (004 digest §3.1-3.4).
 
 Not a policy module (it declares no ``POLICIES``): the shared part of ``sidecar.py`` and
 ``sidecar_baselines.py``.
