@@ -44,6 +44,23 @@ class Overheads(BaseModel):
         description="CoDDL concurrent expansion: with stop_free resizes, a growing job keeps "
         "training on its old GPUs this long while the new ones load the graph, then switches",
     )
+    resize_up_s: float | None = Field(
+        default=None, ge=0,
+        description="cost of a grow, overriding resize_mode's (EDL stop-free scale-out < 1 s, "
+        "SideCar up 37 s, termination up 242 s); null: resize_mode's cost",
+    )
+    resize_down_s: float | None = Field(
+        default=None, ge=0,
+        description="cost of a shrink, overriding resize_mode's (EDL graceful exit ~0 s, "
+        "SideCar down 27 s, termination down 204 s); null: resize_mode's cost",
+    )
+    early_init_s: float = Field(
+        default=0.0, ge=0,
+        description="SideCar early initialisation (004 digest §3.4): in a plan that starts a "
+        "job and shrinks another, the shrinking job keeps training on all its GPUs this long "
+        "(the new container comes up meanwhile), then pays its shrink cost; the new job "
+        "trains once both are over. 0: off",
+    )
     cancel_inflight: bool = Field(
         default=True,
         description="CoDDL reconfiguration cancelling: a new order for a job cancels its "
@@ -56,6 +73,11 @@ class Overheads(BaseModel):
             "checkpoint_restart": self.restart_s,
             "sidecar": self.sidecar_s,
         }[self.resize_mode]
+
+    def resize_cost_for(self, grow: bool) -> float:
+        """Cost of one resize: the per-direction override when set, else ``resize_cost``."""
+        override = self.resize_up_s if grow else self.resize_down_s
+        return self.resize_cost() if override is None else override
 
 
 class LearningSpec(BaseModel):

@@ -20,6 +20,14 @@ cancelling: orders run back to back). Cancelling applies to reconfigurations onl
 inside its start (or restart) pause cannot be reconfigured before it is up, so an order during
 that pause begins when the start ends (the start's cost is never cancelled away).
 
+Per-direction resize costs and SideCar early initialisation (EDL/SideCar, 003/004 digests):
+``resize_up_s`` / ``resize_down_s`` override the mode's resize cost for grows / shrinks (EDL's
+stop-free scale-out vs graceful scale-in; SideCar's 37 s up vs 27 s down); with
+``early_init_s`` > 0 a shrink in a plan that also starts a job keeps its old rate that long,
+then pauses for its shrink cost, and the started job trains once both are over. Executor-
+internal events (``_push_internal`` / ``_internal``) let subclasses such as the straggler
+simulator (``stragglers.py``) change a job's speed without an engine event.
+
 Shared GPUs: a job with ``share`` < 1 runs at that fraction of its rate, times the factor an
 :class:`~gpuplan.models.interference.InterferenceModel` gives for the jobs co-located on its
 GPUs (none by default). Whenever the set of jobs on a shared GPU changes (a start, a move, a
@@ -57,7 +65,7 @@ from gpuplan.models.interference import InterferenceModel
 
 from ..base import Executor, ExecutorCapabilities
 
-_COMPLETION, _ARRIVAL, _OTHER, _TIMER, _SWITCH = 0, 1, 2, 3, 4
+_COMPLETION, _ARRIVAL, _OTHER, _TIMER, _SWITCH, _INTERNAL = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(slots=True)
@@ -105,7 +113,7 @@ class SimulatedCluster(Executor):
             resize="in_place" if mode == "stop_free" else "restart",
             pin_gpus=True,
             preempt_modes=("checkpoint", "kill"),
-            restart_latency_s=self.overheads.resize_cost(),
+            restart_latency_s=self.overheads.resize_cost_for(True),
             fractional_gpus=True,
         )
         self._heap: list[tuple[float, int, int, object]] = []
@@ -147,6 +155,8 @@ class SimulatedCluster(Executor):
                                                             job=self._believed(payload)))
                 elif kind == _SWITCH:
                     self._switch(time, payload)  # type: ignore[arg-type]
+                elif kind == _INTERNAL:
+                    self._internal(time, payload)
                 elif kind == _TIMER:
                     batch.append(Timer.model_construct(time=time, kind="timer", name="round"))
                 else:
@@ -233,6 +243,16 @@ class SimulatedCluster(Executor):
     def _apply_actions(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob],
                        now: float) -> None:
         ov = self.overheads
+        # SideCar early initialisation: a shrink in a plan that also starts a job is delayed
+        # while the new job's container comes up (off unless early_init_s > 0).
+        early = ov.early_init_s if ov.early_init_s > 0 and any(
+            a.kind == "start" for a in plan.actions) else 0.0
+        early_pause = 0.0
+        if early:
+            shrinks = [a for a in plan.actions
+                       if a.kind == "resize" and a.gpus_after < a.gpus_before]
+            early = early if shrinks else 0.0
+            early_pause = early + ov.resize_cost_for(False) if shrinks else 0.0
         for action in plan.actions:
             job = jobs[action.job_id]
             kind = action.kind
@@ -266,14 +286,26 @@ class SimulatedCluster(Executor):
                 # Keep the old rate (job.rate unchanged) until the new GPUs are ready.
                 switch_at = begin + ov.expand_prep_s
                 self._predict_completion(job)
-                self._push(switch_at, _SWITCH, (job.id, self._version[job.id]))
+                self._push(switch_at, _SWITCH, (job.id, self._version[job.id], ov.stop_free_s))
                 self._busy_until[job.id] = switch_at + ov.stop_free_s
                 self._measure(job, switch_at + ov.stop_free_s)
                 continue
+            if early and kind == "resize" and action.gpus_after < action.gpus_before \
+                    and job.rate > 0:
+                # Keep the old rate until the incoming job is initialised, then stop.
+                down = ov.resize_cost_for(False)
+                switch_at = begin + early
+                job.last_checkpoint_done = job.done_at(switch_at)
+                self._predict_completion(job)
+                self._push(switch_at, _SWITCH, (job.id, self._version[job.id], down))
+                self._busy_until[job.id] = switch_at + down
+                continue
             if kind == "start":
                 pause = ov.start_s if job.preemptions == 0 else ov.restart_s
+                if early_pause:
+                    pause = early_pause
             elif kind == "resize":
-                pause = ov.resize_cost()
+                pause = ov.resize_cost_for(action.gpus_after > action.gpus_before)
                 if ov.resize_mode != "stop_free":
                     job.last_checkpoint_done = job.done
             else:  # migrate
@@ -287,16 +319,24 @@ class SimulatedCluster(Executor):
             self._predict_completion(job)
             self._measure(job, job.resume_time)
 
-    def _switch(self, time: float, payload: tuple[str, int]) -> None:
-        """Concurrent expansion done: the job moves to its new (larger) share."""
-        job_id, version = payload
+    def _internal(self, time: float, payload: object) -> None:
+        """An executor-internal event (no engine event): subclasses such as the straggler
+        simulator (``stragglers.py``) push them with :meth:`_push_internal`."""
+
+    def _push_internal(self, time: float, payload: object) -> None:
+        self._push(time, _INTERNAL, payload)
+
+    def _switch(self, time: float, payload: tuple[str, int, float]) -> None:
+        """Concurrent expansion (or a SideCar early-initialised shrink) done: the job moves to
+        its new share after a pause of ``payload[2]`` seconds."""
+        job_id, version, pause = payload
         job = self._jobs_by_id.get(job_id)
         if job is None or self._version.get(job_id) != version:
             return
         job.settle(time)
         self._close_segment(job_id, time)
         job.rate = self.true_rate(job)
-        job.resume_time = time + self.overheads.stop_free_s
+        job.resume_time = time + pause
         job.segment_start = time
         self._predict_completion(job)
 
