@@ -47,8 +47,8 @@ class ReclaimJob:
                 raise ValueError(f"job {self.id!r}: GPUs on {server!r} must be an int >= 0, "
                                  f"got {gpus}")
         for a in self.allowed:
-            if isinstance(a, bool) or int(a) != a or a < 1:
-                raise ValueError(f"job {self.id!r}: allowed count {a} must be an int >= 1")
+            if isinstance(a, bool) or int(a) != a or a < 0:
+                raise ValueError(f"job {self.id!r}: allowed count {a} must be an int >= 0")
 
     @property
     def total(self) -> int:

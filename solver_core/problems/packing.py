@@ -97,9 +97,11 @@ def check(pf: PackingFile, solution: dict[str, Any]) -> float:
     used = 0
     for j, c in counts.items():
         assert pf.shares.get(j, 0) > 0 and c > 0, f"{j}: started or zero count"
+        foot = envelope(c, pf.unit)
         if pf.allowed[j] is not None:
             assert c in pf.allowed[j], f"{j}: count {c} not allowed"  # type: ignore[operator]
-        foot = envelope(c, pf.unit)
+        else:
+            assert c == foot, f"{j}: count {c} is not a legal size"
         small = foot < pf.unit and pf.unit % foot == 0 and foot & (foot - 1) == 0
         assert small or foot % pf.unit == 0, f"{j}: footprint {foot} not legal"
         used += foot
