@@ -3,7 +3,8 @@
 The instance formats and the ``--json`` output are specified in shared/problems/README.md.
 Problems live in :data:`PROBLEMS`, a small table: each is one :class:`Problem` entry (a loader
 that validates the file and a runner per solver); mckp, reclaim, placement and packing come from
-:mod:`gpuplan.solver_core.problems`, whose formats docs/solvers.md gives. Bad input raises :class:`~gpuplan.models.InputError` (one line naming
+:mod:`gpuplan.solver_core.problems`, whose formats docs/solvers.md gives.
+Bad input raises :class:`~gpuplan.models.InputError` (one line naming
 file and field, exit 2, printed by the CLI's ``main``).
 """
 
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplan.models import InputError, SolverStats
+from gpuplan.models import InputError
 from gpuplan.models.ojpp import load_ojpp
 from gpuplan.scenarios.input_files import parse_structured, read_text
 from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits

@@ -16,6 +16,7 @@ BENCHMARKS = [
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
+    ("gpuplan solve: solver x size matrix", "solvers", ["--quick"]),
 ]
 
 
