@@ -163,12 +163,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         print(json.dumps(public(rows)))
         return 0
     table = Table(title=f"{escape(args.problem)}: {escape(args.instance)}")
-    for col in ("solver", "status", "objective", "bound", "gap", "build ms", "solve ms"):
+    for col in ("solver", "status", "objective", "bound", "gap", "build ms", "solve ms",
+                "wall ms"):
         table.add_column(col, justify="left" if col in ("solver", "status") else "right")
     for r in rows:
         table.add_row(escape(r["solver"]), r["status"], _fmt(r["objective"]),
                       _fmt(r["bound"]), _fmt(r["gap"]), _fmt(r["_build_ms"]),
-                      f"{r['_solve_ms']:.1f}")
+                      f"{r['_solve_ms']:.1f}", f"{r['wall_ms']:.1f}")
     console.print(table)
     if args.out:
         console.print(f"wrote {escape(args.out)}/solve.csv and solve.png")
