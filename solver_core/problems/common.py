@@ -19,10 +19,14 @@ from gpuplan.models import SolverStats
 from ..backends import BACKENDS, MipModel, Solution, solve
 from ..limits import SolveLimits
 
-__all__ = ["MIP_SOLVERS", "Outcome", "heuristic_outcome", "mip_defaults", "solve_mip"]
+__all__ = ["MATHOPT_SOLVERS", "MIP_SOLVERS", "Outcome", "heuristic_outcome", "mip_defaults",
+           "solve_mip"]
 
 MIP_SOLVERS: tuple[str, ...] = tuple(BACKENDS)
 """Every MIP backend name, in the MIP layer's order (cp-sat, scip, cbc, highs, pulp-cbc)."""
+
+MATHOPT_SOLVERS = ("mathopt-highs", "mathopt-scip")
+"""The same models through OR-Tools MathOpt (:mod:`.mathopt`); mckp and reclaim only."""
 
 
 @dataclass
@@ -40,11 +44,12 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def mip_defaults() -> tuple[str, ...]:
-    """MIP backends usable in this environment."""
+def mip_defaults(mathopt: bool = False) -> tuple[str, ...]:
+    """MIP backends usable in this environment (and the MathOpt ones when asked)."""
     from ..mip_backends import available_backends
+    from .mathopt import mathopt_available
 
-    return tuple(available_backends())
+    return (*available_backends(), *(mathopt_available() if mathopt else ()))
 
 
 def solve_mip(build: Callable[[], MipModel], decode: Callable[[Solution], dict[str, Any]],
@@ -59,7 +64,12 @@ def solve_mip(build: Callable[[], MipModel], decode: Callable[[Solution], dict[s
     t0 = time.perf_counter()
     model = build()
     build_ms = (time.perf_counter() - t0) * 1000.0
-    sol = solve(model, backend, limits=limits, stage="solve")
+    if backend.startswith("mathopt-"):
+        from .mathopt import solve_mathopt
+
+        sol = solve_mathopt(model, backend, limits)
+    else:
+        sol = solve(model, backend, limits=limits, stage="solve")
     st: SolverStats = sol.stats
     solution: dict[str, Any] = {}
     objective = bound = gap = None

@@ -18,13 +18,20 @@ from gpuplan.models import InputError
 from ..aryl.mckp import MckpGroup, solve_dp, solve_greedy
 from ..backends import MipModel, Solution, lin_sum
 from ..limits import SolveLimits
-from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults, solve_mip
+from .common import (
+    MATHOPT_SOLVERS,
+    MIP_SOLVERS,
+    Outcome,
+    heuristic_outcome,
+    mip_defaults,
+    solve_mip,
+)
 from .fields import as_int, as_list, as_number, as_object, as_str, unique
 
 __all__ = ["EXACT", "HEURISTICS", "SOLVERS", "MckpFile", "check", "default_solvers", "load",
            "run"]
 
-EXACT = ("dp", *MIP_SOLVERS)
+EXACT = ("dp", *MIP_SOLVERS, *MATHOPT_SOLVERS)
 HEURISTICS = ("greedy",)
 SOLVERS = (*EXACT, *HEURISTICS)
 
@@ -89,7 +96,7 @@ def _answer(inst: MckpFile, choice: dict[str, int]) -> dict[str, Any]:
 
 
 def default_solvers() -> tuple[str, ...]:
-    return ("dp", *mip_defaults(), *HEURISTICS)
+    return ("dp", *mip_defaults(mathopt=True), *HEURISTICS)
 
 
 def run(inst: MckpFile, solver: str, limits: SolveLimits) -> Outcome:

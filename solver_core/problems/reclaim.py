@@ -23,13 +23,20 @@ from ..aryl.reclaim_greedy import select_aryl, select_random, select_scf
 from ..aryl.reclaim_model import ReclaimInstance, ReclaimJob, evaluate
 from ..backends import MipModel, Solution, lin_sum
 from ..limits import SolveLimits
-from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults, solve_mip
+from .common import (
+    MATHOPT_SOLVERS,
+    MIP_SOLVERS,
+    Outcome,
+    heuristic_outcome,
+    mip_defaults,
+    solve_mip,
+)
 from .fields import as_int, as_list, as_object, as_str, unique
 
 __all__ = ["EXACT", "HEURISTICS", "SOLVERS", "ReclaimFile", "check", "default_solvers", "load",
            "preempted", "run"]
 
-EXACT = (*MIP_SOLVERS, "exact")
+EXACT = (*MIP_SOLVERS, *MATHOPT_SOLVERS, "exact")
 HEURISTICS = ("aryl", "scf", "random")
 SOLVERS = (*EXACT, *HEURISTICS)
 
@@ -109,7 +116,7 @@ def _answer(rf: ReclaimFile, servers: list[str]) -> dict[str, Any]:
 
 
 def default_solvers() -> tuple[str, ...]:
-    have = mip_defaults()
+    have = mip_defaults(mathopt=True)
     return (*have, *(("exact",) if "cp-sat" in have else ()), *HEURISTICS)
 
 
