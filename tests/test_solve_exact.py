@@ -245,3 +245,20 @@ def test_placement_exact_equals_brute_force(data: dict[str, Any]) -> None:
     greedy = placement.run(p, "greedy", LIMITS)
     placement.check(p, greedy.solution)
     assert greedy.objective is not None
+
+
+def test_a_stopped_solve_is_never_called_optimal() -> None:
+    """At a 50 ms limit on 300 coupled servers no backend can prove the optimum: the answer is
+    ``feasible`` (objective above its bound), ``timeout`` or ``heuristic`` (exact fell back)."""
+    from tests.bench.solvers import gen_reclaim
+
+    rf = reclaim.load(gen_reclaim(300, 1), "t")
+    limits = SolveLimits.wall(0.05)
+    for solver in ("cp-sat", "highs", "mathopt-highs", "exact"):
+        if solver not in reclaim.default_solvers():
+            continue
+        out = reclaim.run(rf, solver, limits)
+        assert out.status in ("feasible", "timeout", "heuristic"), (solver, out.status)
+        if out.status == "feasible":
+            reclaim.check(rf, out.solution)
+            assert out.bound is None or out.bound <= out.objective + 1e-9
