@@ -1,15 +1,17 @@
 """``gpuplan solve PROBLEM --instance FILE``: one decision problem, every solver, side by side.
 
 The instance formats and the ``--json`` output are specified in shared/problems/README.md.
-Problems live in :data:`PROBLEMS`, a small table: adding ``mckp`` or ``reclaim`` is one
-:class:`Problem` entry (a loader that validates the file and a runner per solver), nothing else
-in this module changes. Bad input raises :class:`~gpuplan.models.InputError` (one line naming
+Problems live in :data:`PROBLEMS`, a small table: each is one :class:`Problem` entry (a loader
+that validates the file and a runner per solver); mckp, reclaim, placement and packing come from
+:mod:`gpuplan.solver_core.problems`, whose formats docs/solvers.md gives.
+Bad input raises :class:`~gpuplan.models.InputError` (one line naming
 file and field, exit 2, printed by the CLI's ``main``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 from collections.abc import Callable
@@ -21,14 +23,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplan.models import InputError, SolverStats
+from gpuplan.models import InputError
 from gpuplan.models.ojpp import load_ojpp
 from gpuplan.scenarios.input_files import parse_structured, read_text
 from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits
+from gpuplan.solver_core.problems.common import Outcome
 
-__all__ = ["PROBLEMS", "Problem", "add_subcommand", "cmd_solve", "run_problem"]
+__all__ = ["PROBLEMS", "Problem", "add_subcommand", "cmd_solve", "public", "run_problem"]
 
-Runner = Callable[[Any, str, SolveLimits], tuple[SolverStats, dict[str, Any]]]
+Runner = Callable[[Any, str, SolveLimits], Outcome]
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,30 @@ def _ojpp_defaults() -> tuple[str, ...]:
     return (*(s for s in EXACT_SOLVERS if s in have), *HEURISTIC_SOLVERS)
 
 
-def _ojpp_run(inst: Any, solver: str, limits: SolveLimits) -> tuple[SolverStats, dict[str, Any]]:
+def _ojpp_run(inst: Any, solver: str, limits: SolveLimits) -> Outcome:
     from gpuplan.solver_core.ojpp import solve
 
     answer = solve(inst, solver, limits)
-    return answer.stats, {"gpus": answer.gpus}
+    st = answer.stats
+    return Outcome(st.status, st.objective, st.bound, st.gap, {"gpus": answer.gpus}, None,
+                   st.wall_ms, st.message)
+
+
+def _module_problem(name: str, description: str) -> Problem:
+    """A problem whose module in :mod:`gpuplan.solver_core.problems` has load/run/SOLVERS."""
+    mod = importlib.import_module(f"gpuplan.solver_core.problems.{name}")
+    return Problem(description, mod.load, lambda: mod.SOLVERS, mod.default_solvers, mod.run)
 
 
 PROBLEMS: dict[str, Problem] = {
+    "mckp": _module_problem("mckp", "multiple-choice knapsack: flexible GPU demand "
+                            "(Aryl phase 2)"),
+    "reclaim": _module_problem("reclaim", "which loaned servers go back, fewest preemptions "
+                               "(Aryl)"),
+    "placement": _module_problem("placement", "reuse-maximising placement: fewest migrations "
+                                 "(AFS/CoDDL 4.4)"),
+    "packing": _module_problem("packing", "network-packing regulation of shares to legal "
+                               "sizes (AFS/CoDDL App. E)"),
     "ojpp": Problem("opportunistic job placement: co-located workers on the fewest GPUs "
                     "(paper 002)", load_ojpp, _ojpp_solvers, _ojpp_defaults, _ojpp_run),
 }
@@ -93,13 +112,22 @@ def run_problem(problem: str, instance_path: Path, solvers: list[str] | None,
     data = parse_structured(read_text(instance_path, f"{problem} instance"), source,
                             json_only=True)
     inst = spec.load(data, source)
-    rows = []
-    for s in chosen:
-        stats, solution = spec.run(inst, s, limits)
-        rows.append({"solver": s, "status": stats.status, "objective": _finite(stats.objective),
-                     "bound": _finite(stats.bound), "gap": _finite(stats.gap),
-                     "wall_ms": round(stats.wall_ms, 3), "solution": solution})
-    return rows
+    return [_row(s, spec.run(inst, s, limits)) for s in chosen]
+
+
+def _row(solver: str, out: Outcome) -> dict[str, Any]:
+    """The README's object; build/solve split kept under private keys for the table/CSV."""
+    wall = out.solve_ms + (out.build_ms or 0.0)
+    return {"solver": solver, "status": out.status, "objective": _finite(out.objective),
+            "bound": _finite(out.bound), "gap": _finite(out.gap), "wall_ms": round(wall, 3),
+            "solution": out.solution,
+            "_build_ms": None if out.build_ms is None else round(out.build_ms, 3),
+            "_solve_ms": round(out.solve_ms, 3)}
+
+
+def public(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with only the README's keys (``--json``)."""
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
 def _fmt(x: float | None) -> str:
@@ -127,28 +155,38 @@ def cmd_solve(args: argparse.Namespace) -> int:
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers \
         else None
     rows = run_problem(args.problem, Path(args.instance), solvers, limits)
+    if args.out:
+        from .solve_report import write_report
+
+        write_report(rows, Path(args.out), f"{args.problem}: {Path(args.instance).name}")
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps(public(rows)))
         return 0
     table = Table(title=f"{escape(args.problem)}: {escape(args.instance)}")
-    for col in ("solver", "status", "objective", "bound", "gap", "wall ms"):
+    for col in ("solver", "status", "objective", "bound", "gap", "build ms", "solve ms",
+                "wall ms"):
         table.add_column(col, justify="left" if col in ("solver", "status") else "right")
     for r in rows:
         table.add_row(escape(r["solver"]), r["status"], _fmt(r["objective"]),
-                      _fmt(r["bound"]), _fmt(r["gap"]), f"{r['wall_ms']:.1f}")
+                      _fmt(r["bound"]), _fmt(r["gap"]), _fmt(r["_build_ms"]),
+                      f"{r['_solve_ms']:.1f}", f"{r['wall_ms']:.1f}")
     console.print(table)
+    if args.out:
+        console.print(f"wrote {escape(args.out)}/solve.csv and solve.png")
     return 0
 
 
 def add_subcommand(sub: Any) -> None:
     """Register ``gpuplan solve`` on the CLI's sub-parsers."""
     p = sub.add_parser("solve", help="solve one decision problem from an instance file with "
-                       "every solver (ojpp)")
+                       "every solver (mckp, reclaim, placement, packing, ojpp)")
     p.add_argument("problem", nargs="?", help=f"one of {', '.join(PROBLEMS)}")
     p.add_argument("--instance", help="instance JSON file (shared/problems/README.md format)")
     p.add_argument("--solvers", help="comma-separated solver names (default: all available)")
     p.add_argument("--time-limit", type=float, default=None,
                    help=f"wall-clock seconds per exact solver (default {DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--json", action="store_true", help="print the JSON list")
+    p.add_argument("--out", help="directory for solve.csv and solve.png (objective and time "
+                   "per solver)")
     p.add_argument("--list", action="store_true", help="list problems and their solvers")
     p.set_defaults(func=cmd_solve)

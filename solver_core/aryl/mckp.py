@@ -38,6 +38,7 @@ from ..limits import SolveLimits, resolve_limits
 __all__ = [
     "MckpGroup",
     "MckpResult",
+    "check_groups",
     "solve_dp",
     "solve_exact",
     "solve_greedy",
@@ -57,10 +58,24 @@ class MckpGroup:
 
     def __post_init__(self) -> None:
         for weight, value in self.items:
-            if weight < 1 or int(weight) != weight:
+            if isinstance(weight, bool) or weight < 1 or int(weight) != weight:
                 raise ValueError(f"group {self.key!r}: item weight {weight} must be an int >= 1")
             if not math.isfinite(value):
                 raise ValueError(f"group {self.key!r}: item value {value} is not finite")
+        # An integral float weight (2.0, from JSON) would index numpy arrays in the DP and
+        # crash it; store it as the int it equals.
+        if any(type(w) is not int for w, _ in self.items):
+            object.__setattr__(self, "items", tuple((int(w), v) for w, v in self.items))
+
+
+def check_groups(groups: Sequence[MckpGroup]) -> None:
+    """Reject repeated group keys: answers are keyed by group, so two groups with one key would
+    collapse into one entry and every solver would report an over-capacity choice."""
+    seen: set[str] = set()
+    for g in groups:
+        if g.key in seen:
+            raise ValueError(f"duplicate MCKP group key {g.key!r}")
+        seen.add(g.key)
 
 
 @dataclass(slots=True)
@@ -110,6 +125,7 @@ def solve_dp(groups: Sequence[MckpGroup], capacity: int, *, stage: str = "mckp")
     group's most valuable item (common when the cluster is lightly loaded), and the DP is skipped.
     """
     t0 = time.perf_counter()
+    check_groups(groups)
     capacity = max(0, int(capacity))
     useful = [(g, [(i, w, v) for i, (w, v) in enumerate(g.items) if v > 0 and w <= capacity])
               for g in groups]
@@ -184,6 +200,7 @@ def solve_greedy(groups: Sequence[MckpGroup], capacity: int, *, stage: str = "mc
     efficiency is an upper bound and is simply re-evaluated when popped (lazy heap).
     """
     t0 = time.perf_counter()
+    check_groups(groups)
     room = max(0, int(capacity))
     current = {g.key: -1 for g in groups}
     heap: list[tuple[float, int, int]] = []
@@ -318,7 +335,7 @@ def solve_exact(
     """
     t0 = time.perf_counter()
     capacity = max(0, int(capacity))
-    greedy = solve_greedy(groups, capacity)
+    greedy = solve_greedy(groups, capacity)  # also rejects duplicate group keys
     chains = [_chain(g, capacity) for g in groups]
     nested = all(c is not None for c in chains)
     fixed: dict[tuple[int, int], int] = {}

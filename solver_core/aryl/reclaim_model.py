@@ -41,6 +41,15 @@ class ReclaimJob:
     gpus: Mapping[str, int]
     allowed: frozenset[int] = frozenset()
 
+    def __post_init__(self) -> None:
+        for server, gpus in self.gpus.items():
+            if isinstance(gpus, bool) or int(gpus) != gpus or gpus < 0:
+                raise ValueError(f"job {self.id!r}: GPUs on {server!r} must be an int >= 0, "
+                                 f"got {gpus}")
+        for a in self.allowed:
+            if isinstance(a, bool) or int(a) != a or a < 0:
+                raise ValueError(f"job {self.id!r}: allowed count {a} must be an int >= 0")
+
     @property
     def total(self) -> int:
         return sum(self.gpus.values())

@@ -17,6 +17,7 @@ BENCHMARKS = [
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
+    ("gpuplan solve: solver x size matrix", "solvers", ["--quick"]),
 ]
 
 
