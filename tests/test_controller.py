@@ -628,7 +628,12 @@ def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, sh
         actions = journal.actions()
         details = [a.detail for a in actions if a.status == "reconciled"]
         assert any("stop finished" in d for d in details), details
-        assert any("requeued since the intent" in d for d in details), details
+        # Run 3 reconciles the stop run 2 died in after its requeue: "requeued since the
+        # intent" when Slurm's restart count already shows the requeue, else the stop is
+        # finished again (safe either way; which one depends on how fast slurmctld updates
+        # the count on a loaded machine).
+        assert sum("requeued since the intent" in d or "stop finished" in d
+                   for d in details) >= 2, details
         assert any(a.kind == "resize" and a.status == "applied" for a in actions)
         rows = journal.jobs()
         assert {rows[engine_id(i)].state for i in ids.values()} == {"completed"}
