@@ -16,6 +16,7 @@ BENCHMARKS = [
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
+    ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
 ]
 
 
