@@ -16,14 +16,19 @@ import pytest
 
 from gpuplan.executors.control.controller import engine_id
 from gpuplan.executors.control.journal import Journal
+from gpuplan.executors.control.markers import spec_from_slurm
+from gpuplan.executors.slurm.cli import SlurmJob, SlurmNode, parse_job_gpus
 from gpuplan.executors.slurm.lab import SlurmLab
+from gpuplan.models import NodeShape
 
 from . import slurm_fixtures as fx
 from .test_controller import (  # noqa: F401 - fixtures
     LAB_WAIT_S,
     PARTITION,
     PYTHON,
+    V38_HELD,
     Controller,
+    _cluster,
     _segments,
     _states,
     _wait,
@@ -32,6 +37,50 @@ from .test_controller import (  # noqa: F401 - fixtures
     shared,
     user,
 )
+
+
+def test_scontrol_detail_gives_per_node_gpu_indices() -> None:
+    text = """JobId=5 JobName=x
+   NumNodes=2 NumCPUs=3 NodeList=node[1-2]
+     Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0,2)
+     Nodes=node2 CPU_IDs=0 Mem=0 GRES=gpu:a100:2(IDX:1-2)
+     Nodes=node3 CPU_IDs=0 Mem=0
+   MinCPUsNode=1"""
+    assert parse_job_gpus(text) == {"node1": (0, 2), "node2": (1, 2), "node3": ()}
+    assert parse_job_gpus("JobId=6 JobState=PENDING") == {}
+
+
+def test_not_responding_nodes_are_unusable_whatever_their_base_state() -> None:
+    def node(state: str, flags: list[str]) -> SlurmNode:
+        return SlurmNode.from_json({"name": "n1", "state": state, "state_flags": flags,
+                                    "gres": "gpu:a100:4"})
+
+    assert node("IDLE", []).usable and node("MIXED", []).usable
+    assert not node("IDLE", ["NOT_RESPONDING"]).usable
+    assert not node("MIXED", ["NOT_RESPONDING"]).usable
+    assert not node("IDLE", ["DRAIN"]).usable and not node("DOWN", []).usable
+
+
+@pytest.mark.parametrize(("admin", "comment", "tpn", "nodes", "shape", "counts"), [
+    # a batch job: one node, elastic maximum capped at the largest node (4 GPUs)
+    ("gpuplan:held;gpus=2;min=1;max=8;nodes=1;gpn=2", "gpuplan:work=5", "gres:gpu:2", 1,
+     NodeShape(max_nodes=1), (1, 2, 3, 4)),
+    # larger than a node and no ranks: exactly the hook's N x G (an older marker: from the TRES)
+    ("gpuplan:held;gpus=8;min=8;max=8", "", "gres:gpu:a100:4", 2,
+     NodeShape(max_nodes=2, gpus_per_node=4), (8,)),
+    # starts its own ranks: may span nodes, G per node when it asked N x G
+    ("gpuplan:held;gpus=8;min=4;max=8;nodes=2;gpn=4;ranks=1", "gpuplan:min=4", "gres:gpu:4",
+     2, NodeShape(starts_ranks=True, gpus_per_node=4), (4, 8)),
+    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:ranks,min=1", "", 1,
+     NodeShape(starts_ranks=True), (1, 2, 3, 4)),
+])
+def test_node_shape_from_the_hook_marker(admin: str, comment: str, tpn: str, nodes: int,
+                                         shape: NodeShape, counts: tuple[int, ...]) -> None:
+    job = SlurmJob.from_json({**V38_HELD, "admin_comment": admin, "comment": comment,
+                              "tres_per_node": tpn, "node_count": nodes})
+    spec = spec_from_slurm(job, origin=0, cluster=_cluster(), default_duration_s=60)
+    assert spec.node_shape == shape
+    assert spec.allowed_counts() == counts
 
 
 def _sbatch(lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int,
