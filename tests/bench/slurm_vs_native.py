@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,7 +157,6 @@ def _cpu_s(pid: int) -> float:
 def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
     shared, run = _shared(), Run(mode)
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    cli = lab.cli(timeout=30)
     managed = mode != "slurm"
     proc: subprocess.Popen[bytes] | None = None
 
@@ -169,7 +169,6 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
 
     if managed:
         proc = start()
-    stop = threading.Event()
     t0 = time.time()
 
     def submitter() -> None:
@@ -182,6 +181,20 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
 
     thread = threading.Thread(target=submitter, daemon=True)
     thread.start()
+    try:
+        return _drive(lab, items, run, shared, thread, proc, start, t0)
+    finally:
+        if not os.environ.get("GPUPLAN_KEEP_TEST_DIRS"):
+            shutil.rmtree(shared, ignore_errors=True)
+
+
+def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: threading.Thread,
+           proc: subprocess.Popen[bytes] | None, start: Callable[[], subprocess.Popen[bytes]],
+           t0: float) -> Run:
+    """Sample until every job is done; SIGKILL and restart the controller once at 70 s."""
+    cli, managed, mode = lab.cli(timeout=30), proc is not None, run.mode
+    db = shared / "state" / "controller.db"
+    stop = threading.Event()
     killed_at: dict[str, int] = {}
     last = time.time()
     while True:
@@ -214,6 +227,8 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
                 jobs.get(s) is not None and jobs[s].finished for s in run.ids.values()):
             break
         if now - t0 > 3600:
+            if proc is not None:
+                proc.kill()
             raise RuntimeError(f"{mode}: not drained after an hour")
         stop.wait(1.0)
     if proc is not None:
@@ -235,8 +250,6 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
         run.resizes = len(run.resize_latency_s)
     run_end = {j.job_id: j for j in fx_retry(lambda: cli.jobs(list(run.ids.values())))}
     run.ends = {n: float(run_end[s].raw.get("end_time") or 0) for n, s in run.ids.items()}
-    if not os.environ.get("GPUPLAN_KEEP_TEST_DIRS"):
-        shutil.rmtree(shared, ignore_errors=True)
     return run
 
 
@@ -280,7 +293,10 @@ def main(argv: list[str]) -> None:
             run = run_mode(lab, items, mode)
             got, sim = summary(run), predict(items, mode)
             rows.append((mode, got, sim, run))
-            print(f"  {mode}: done in {time.monotonic() - t:.0f} s", flush=True)
+            print(f"  {mode}: done in {time.monotonic() - t:.0f} s: lab {got}, sim {sim}, "
+                  f"split {len(run.split)}, unusable {run.unusable_gpu_s:.1f} GPU-s, resizes "
+                  f"{run.resizes}, cpu {run.cpu_s:.1f} s, stopped by restart "
+                  f"{run.stopped_by_restart}", flush=True)
     finally:
         with contextlib.suppress(StopIteration):
             next(session)
