@@ -273,7 +273,8 @@ def test_hook_holds_marks_and_normalises_engine_jobs(lab: SlurmLab, gpuuser: str
     assert sub.returncode == 0, sub.stderr
     big = _squeue(lab, int(sub.stdout.strip()))
     assert big.held and big.tres_per_node == "gres:gpu:a100:4"
-    assert big.raw["node_count"] == 2 and big.admin_comment.endswith("gpus=8;min=8;max=8")
+    assert big.raw["node_count"] == 2 and big.admin_comment.endswith(
+        "gpus=8;min=8;max=8;nodes=2;gpn=4")
 
     # A request outside its own elastic range is refused at submit time.
     bad = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=6", "--comment=gpuplan:max=4",
