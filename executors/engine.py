@@ -204,6 +204,26 @@ class Engine:
                     raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
         self._allocated += job.gpus * alloc.share
 
+    def adopt(self, job: ActiveJob, allocation: JobAllocation) -> None:
+        """Hold ``job`` as running on ``allocation``, the whole GPUs an executor observed it on
+        (a job adopted after a controller restart, or one Slurm placed otherwise than planned):
+        the books follow what runs, never an assumption. Raises RuntimeError, books unchanged,
+        when a node is not usable or one of those GPUs is held by another job."""
+        previous = job.allocation if self.running.get(job.id) is job else None
+        if previous is not None:
+            self._release(job)
+        taken = [f"{n}:{g}" for n, gpus in allocation.placement.items()
+                 for g in gpus if n not in self.free or g not in self.free[n]]
+        if taken:
+            if previous is not None:
+                self._acquire(job)
+            raise RuntimeError(f"cannot adopt {job.id}: GPUs {taken} are not free")
+        job.set_allocation(allocation)
+        self._acquire(job)
+        self.pending.pop(job.id, None)
+        job.status = "running"
+        self.running[job.id] = job
+
     def _to_pending(self, job: ActiveJob, now: float) -> None:
         self.running.pop(job.id, None)
         job.set_allocation(None)

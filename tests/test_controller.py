@@ -634,7 +634,10 @@ def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, sh
         # the count on a loaded machine).
         assert sum("requeued since the intent" in d or "stop finished" in d
                    for d in details) >= 2, details
-        assert any(a.kind == "resize" and a.status == "applied" for a in actions)
+        # A resize was planned and interrupted (run 1). Since single-node shapes (issue 16) the
+        # later runs restart A/B as stops + starts, so no later resize needs to be applied.
+        assert any(a.kind == "resize" and a.status in ("applied", "reconciled")
+                   for a in actions)
         rows = journal.jobs()
         assert {rows[engine_id(i)].state for i in ids.values()} == {"completed"}
     print(f"\n[controller: 6 jobs, 4 SIGKILLs, {wall:.1f} s; segments per job "

@@ -263,7 +263,8 @@ def test_hook_holds_marks_and_normalises_engine_jobs(lab: SlurmLab, gpuuser: str
     assert "held for the GPU engine" in sub.stderr
     job = _squeue(lab, int(sub.stdout.strip()))
     assert job.state == "PENDING" and job.held and job.priority == 0
-    assert job.admin_comment == "gpuplan:held;gpus=3;min=1;max=4"
+    # the marker also carries the request's shape (one node x 3 GPUs; no ranks of its own)
+    assert job.admin_comment == "gpuplan:held;gpus=3;min=1;max=4;nodes=1;gpn=3"
     assert (job.tres_per_node, job.tres_per_job) == ("gres:gpu:3", "")  # --gpus -> per node
 
     # Opt-in by partition; 8 GPUs on 4-GPU nodes become 2 nodes x 4.
@@ -272,7 +273,8 @@ def test_hook_holds_marks_and_normalises_engine_jobs(lab: SlurmLab, gpuuser: str
     assert sub.returncode == 0, sub.stderr
     big = _squeue(lab, int(sub.stdout.strip()))
     assert big.held and big.tres_per_node == "gres:gpu:a100:4"
-    assert big.raw["node_count"] == 2 and big.admin_comment.endswith("gpus=8;min=8;max=8")
+    assert big.raw["node_count"] == 2 and big.admin_comment.endswith(
+        "gpus=8;min=8;max=8;nodes=2;gpn=4")
 
     # A request outside its own elastic range is refused at submit time.
     bad = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=6", "--comment=gpuplan:max=4",

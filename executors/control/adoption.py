@@ -17,7 +17,14 @@ from ..slurm.cli import InvalidJobId, JobNotPending, SlurmCli, SlurmError, Slurm
 from .executor import ControllerExecutor, ControllerSettings
 from .failopen import release_to_slurm
 from .journal import JobRow, Journal
-from .markers import REJECTED, engine_id, fingerprint, slurm_shape, spec_from_slurm
+from .markers import (
+    REJECTED,
+    allocation_counts,
+    engine_id,
+    fingerprint,
+    slurm_shape,
+    spec_from_slurm,
+)
 
 log = logging.getLogger("gpuplan.executors.control.controller")
 
@@ -66,12 +73,9 @@ class JobAdoption:
                        sj: SlurmJob, row: JobRow | None, now: float, wall: float) -> bool:
         """Put a job running in Slurm into the engine's books as running (no restart), if its
         GPUs are free there; progress from the journal, extrapolated. False if not adoptable."""
-        shape = slurm_shape(sj)
-        if not shape or any(n not in engine.free or len(engine.free[n]) < c
-                            for n, c in shape.items()):
+        alloc = fit_observed(engine, spec.id, self.observed(sj))
+        if alloc is None:
             return False
-        placement = {n: tuple(sorted(engine.free[n])[:c]) for n, c in shape.items()}
-        alloc = JobAllocation.fast(spec.id, placement)
         rate = placement_rate(spec, engine.cluster, alloc)
         done = 0.0
         if row is not None:
@@ -81,11 +85,41 @@ class JobAdoption:
         job = ActiveJob(spec=spec, status="running", done=min(done, spec.work),
                         last_checkpoint_done=row.done if row else 0.0, anchor_time=now,
                         resume_time=now, first_start=now, segment_start=now)
-        job.set_allocation(alloc)
+        engine.adopt(job, alloc)
         job.rate = rate
-        engine.running[spec.id] = job
-        engine._acquire(job)  # the engine's own GPU bookkeeping (no public adopt API yet)
         ex.adopt_running(job, sj)
+        return True
+
+    def observed(self, sj: SlurmJob) -> dict[str, tuple[int, ...]]:
+        """node -> GPU indices Slurm assigned to a running job (``scontrol show job -d``); the
+        ``squeue`` view (:func:`slurm_shape`, indices unknown) when that fails."""
+        try:
+            found = self.cli.job_gpus(sj.job_id)
+        except SlurmError as err:
+            log.info("scontrol show job -d %d failed (%s); using squeue's view", sj.job_id, err)
+            found = {}
+        found = {n: g for n, g in found.items() if g}
+        if found:
+            return found
+        return {n: tuple(range(c)) for n, c in slurm_shape(sj).items()}
+
+    def read_back(self, engine: Engine, job: ActiveJob, sj: SlurmJob) -> bool:
+        """Make the engine's books hold ``job`` on the GPUs Slurm actually gave it (after a
+        start or resize); True when they changed. Left as they are (and logged) when Slurm's
+        placement collides with another job's GPUs in the books."""
+        alloc = fit_observed(engine, job.id, self.observed(sj))
+        if alloc is None:
+            log.warning("%s (Slurm %d) runs on %s, which the engine's books cannot hold",
+                        job.id, sj.job_id, ",".join(sj.nodes))
+            return False
+        if job.allocation is not None and alloc.placement == job.allocation.placement:
+            return False
+        before = allocation_counts(job.allocation)
+        engine.adopt(job, alloc)
+        job.rate = placement_rate(job.spec, engine.cluster, alloc)
+        if allocation_counts(alloc) != before:
+            log.info("%s (Slurm %d): Slurm placed it as %s, not %s; books follow Slurm",
+                     job.id, sj.job_id, allocation_counts(alloc), before)
         return True
 
     def record_end(self, sj: SlurmJob, eid: str) -> None:
@@ -111,3 +145,27 @@ class JobAdoption:
         log.warning("%s (Slurm %d) cannot be scheduled: %s; released to Slurm's own scheduler",
                     eid, sj.job_id, reason)
 
+
+
+def fit_observed(engine: Engine, job_id: str, observed: dict[str, tuple[int, ...]]
+                 ) -> JobAllocation | None:
+    """An allocation of ``job_id`` with Slurm's per-node counts, on Slurm's GPU indices where
+    the engine's books have them free (the job's own GPUs count as free), else on other free
+    GPUs of the same node (Slurm does not pin indices, so only the counts are binding). None
+    when a node is unusable in the books or lacks free GPUs."""
+    own = engine.running.get(job_id)
+    mine = own.allocation.placement if own is not None and own.allocation is not None else {}
+    placement: dict[str, tuple[int, ...]] = {}
+    for node, gpus in observed.items():
+        if node not in engine.free:
+            return None
+        free = set(engine.free[node]) | set(mine.get(node, ()))
+        keep = [g for g in gpus if g in free]
+        rest = sorted(free - set(keep))
+        need = len(gpus) - len(keep)
+        if need > len(rest):
+            return None
+        placement[node] = tuple(sorted(keep + rest[:need]))
+    if not placement:
+        return None
+    return JobAllocation.fast(job_id, placement)

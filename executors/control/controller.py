@@ -38,6 +38,7 @@ and watchdog; :mod:`.failpoints` crash injection. The names they define are re-e
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -140,6 +141,9 @@ class SlurmController:
         self._warned_failopen = False
         self._cluster_nodes: set[str] = set()
         self._nodes_checked = 0.0
+        self._policy_saved: str | None = None
+        self._read_back: dict[str, tuple[Any, ...]] = {}
+        """engine id -> (restart count, nodes, engine counts) last read back from Slurm."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
 
     # ------------------------------------------------------------------ entry point
@@ -236,11 +240,13 @@ class SlurmController:
                         sample_interval_s=None)
         self._executor, self._engine = executor, engine
         self._records_seen = 0
+        self._read_back = {}
         self._cluster_nodes = {n.name for n in cluster.nodes}
         self._nodes_checked = time.monotonic()
         try:
             if self._stop.is_set():
                 return
+            self._restore_policy(engine)
             self._reconcile(engine, executor)
             self._sync(engine, executor.now())
             self._tick = time.monotonic()
@@ -255,6 +261,63 @@ class SlurmController:
                 self._tick = time.monotonic()
         finally:
             self._executor = self._engine = None
+
+    # ------------------------------------------------------------------ policy memory
+    @property
+    def _policy_key(self) -> str:
+        return f"policy_state:{self.settings.policy}:{self.settings.seed}"
+
+    def _restore_policy(self, engine: Engine) -> None:
+        """Give the freshly built policy the memory the last run journaled (AFS-P's counters,
+        Tiresias' stints, Themis' leases...), before its first plan: without it the first plan
+        after a restart re-decides from nothing and preempts running jobs (issue 16)."""
+        assert self.journal is not None
+        text = self.journal.meta(self._policy_key)
+        self._policy_saved = text
+        if not text:
+            return
+        try:
+            engine.policy.restore(json.loads(text))
+        except Exception as err:  # a damaged or foreign snapshot: start fresh, say so
+            log.warning("policy memory in the journal could not be restored (%s: %s); the "
+                        "policy starts fresh", type(err).__name__, err)
+            return
+        log.info("restored %s's memory from the journal (%d bytes)", self.settings.policy,
+                 len(text))
+
+    def _save_policy(self, engine: Engine) -> None:
+        """Journal the policy's memory when it changed (after every completed cycle)."""
+        assert self.journal is not None
+        try:
+            text = json.dumps(engine.policy.snapshot(), sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            log.warning("policy memory is not JSON (%s); not journaled", err)
+            return
+        if text != self._policy_saved:
+            self.journal.set_meta(self._policy_key, text)
+            self._policy_saved = text
+
+    # ------------------------------------------------------------------ read-back
+    def _follow_slurm(self, engine: Engine, by_eid: Mapping[str, SlurmJob]) -> None:
+        """After each start or resize, read the nodes/GPUs Slurm actually assigned and make the
+        engine's books hold exactly those (once per incarnation and engine allocation)."""
+        for eid, job in list(engine.running.items()):
+            sj = by_eid.get(eid)
+            if sj is None or sj.state != "RUNNING" or job.allocation is None:
+                continue
+            key = (sj.restart_count, sj.nodes,
+                   tuple(sorted(allocation_counts(job.allocation).items())))
+            if self._read_back.get(eid) == key:
+                continue
+            try:
+                self.adoption.read_back(engine, job, sj)
+            except SlurmError as err:
+                log.info("read-back of %s failed (%s); next poll", eid, err)
+                continue
+            self._read_back[eid] = (sj.restart_count, sj.nodes, tuple(sorted(
+                allocation_counts(job.allocation).items())))
+        for eid in [e for e in self._read_back if e not in engine.running]:
+            del self._read_back[eid]
 
     def _cluster(self) -> Cluster:
         nodes = self._retry_ctld(self.cli.nodes)
@@ -492,6 +555,7 @@ class SlurmController:
                 continue
             ex.forget(eid, reason)
             events.append(JobFailure(time=now, job_id=eid, reason=reason))
+        self._follow_slurm(engine, by_eid)
         nodes = self._cluster_nodes_now(engine)
         if nodes is not None and nodes != self._cluster_nodes:
             raise _Recycle(f"nodes {sorted(self._cluster_nodes)} -> {sorted(nodes)}")
@@ -570,6 +634,7 @@ class SlurmController:
                                      reason=reason))
         engine.rejected.clear()
         journal.update_jobs(updates)
+        self._save_policy(engine)
         # Records are journaled: drop them (and other per-decision lists) so memory stays flat.
         del engine.records[:]
         self._records_seen = 0

@@ -22,6 +22,7 @@ from gpuplan.models import (
     InputError,
     JobAllocation,
     JobSpec,
+    NodeShape,
     ThroughputProfile,
 )
 
@@ -138,7 +139,8 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
       ``duration=SECONDS`` (at the requested size); else the job's time limit; else
       ``default_duration_s`` — length-aware policies (SRTF, AFS-L) need *some* estimate, and the
       time limit is the one every Slurm user already gives;
-    * GPU type: only when the job asked for one (``--gpus=a100:2``).
+    * GPU type: only when the job asked for one (``--gpus=a100:2``);
+    * node shape: :func:`node_shape` (single node unless the job starts its own ranks).
     """
     found = marker(sj.admin_comment)
     fields = found[1] if found else {}
@@ -153,6 +155,10 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
     if not lo <= requested <= hi:
         raise InputError(f"Slurm job {sj.job_id}: GPU request {requested} is outside its range "
                          f"min={lo} max={hi}", field="min")
+    shape = node_shape(sj, fields, opts, requested, cluster)
+    if shape.max_nodes == 1:
+        # A single-node job can never use more GPUs than the largest node has.
+        hi = min(hi, max(n.gpus for n in cluster.nodes))
     gtype = requested_type(sj)
     types = {n.gpu_type for n in cluster.nodes}
     ref = gtype if gtype in types else sorted(types)[0]
@@ -176,9 +182,45 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
         id=engine_id(sj.job_id), user=user, submit_time=max(0.0, submit_wall - origin),
         requested_gpus=requested,
         elasticity=Elasticity(min_gpus=lo, max_gpus=hi) if hi > lo else None,
+        node_shape=shape,
         throughput=throughput, gpu_type=gtype, checkpoint=Checkpointing(on_signal=True),
         model=opts.get("model") or None, **work,
     )
+
+
+def starts_ranks(fields: dict[str, str], opts: dict[str, str], comment: str) -> bool:
+    """The job launches its own ranks on every node: the hook's ``ranks=1`` (from
+    ``--ntasks-per-node`` or the comment), or ``ranks`` / ``ranks=1`` in the comment itself (a
+    marker written by an older hook)."""
+    if fields.get("ranks") == "1" or opts.get("ranks") == "1":
+        return True
+    body = comment[len("gpuplan"):] if comment.startswith("gpuplan") else ""
+    return "ranks" in re.split(r"[,;:]", body)
+
+
+def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, str], requested: int,
+               cluster: Cluster) -> NodeShape:
+    """How the job's GPUs may spread over nodes, from the hook's ``nodes=``/``gpn=``/``ranks=``.
+
+    A batch script that does not start its own ranks sees only its first node's GPUs, so it is
+    a single-node job (``max_nodes=1``) — unless its request cannot fit one node, in which case
+    it keeps exactly the hook's N x G. A job that starts ranks may span nodes; with a multi-node
+    per-node request (``--nodes=N --gpus-per-node=G``) every node it uses holds G GPUs.
+    """
+    gpn = fields.get("gpn", "")
+    per_node = int(gpn) if gpn.isdigit() and 0 < int(gpn) <= 64 else (
+        gpus_in_tres(sj.tres_per_node) or None)  # a marker from an older hook: the TRES
+    nodes_text = fields.get("nodes", "") or str(sj.raw.get("node_count") or "")
+    nodes = int(nodes_text) if nodes_text.isdigit() and 0 < int(nodes_text) <= 4096 else 1
+    if starts_ranks(fields, opts, sj.comment):
+        even = per_node if nodes > 1 and per_node is not None and \
+            requested % per_node == 0 else None
+        return NodeShape(starts_ranks=True, gpus_per_node=even)
+    if requested <= max(n.gpus for n in cluster.nodes):
+        return NodeShape(max_nodes=1)
+    if per_node is not None and per_node * nodes == requested:
+        return NodeShape(max_nodes=nodes, gpus_per_node=per_node)
+    return NodeShape()  # an uneven multi-node request: Slurm picks the split, so may we
 
 
 def bounded_int(text: str | None, default: int, lo: int, hi: int, job_id: int,

@@ -176,6 +176,25 @@ def expand_hostlist(expr: str) -> list[str]:
     return names
 
 
+def parse_job_gpus(text: str) -> dict[str, tuple[int, ...]]:
+    """The per-node GPU indices of ``scontrol show job -d`` output (see :meth:`SlurmCli.job_gpus`);
+    a node line without GPU indices counts as holding none."""
+    found: dict[str, tuple[int, ...]] = {}
+    for match in re.finditer(r"^\s*Nodes=(\S+)\s.*?(?:GRES=(\S*))?\s*$", text, re.M):
+        gres = match.group(2) or ""
+        gpus: list[int] = []
+        for idx in re.findall(r"gpu[^(,]*\(IDX:([^)]*)\)", gres):
+            for part in idx.split(","):
+                if "-" in part:
+                    lo, hi = part.split("-", 1)
+                    gpus.extend(range(int(lo), int(hi) + 1))
+                elif part.isdigit():
+                    gpus.append(int(part))
+        for node in expand_hostlist(match.group(1)):
+            found[node] = tuple(sorted(set(gpus)))
+    return found
+
+
 def compress_hostlist(names: Iterable[str]) -> str:
     """Comma-separated names; Slurm accepts this everywhere a hostlist is expected."""
     return ",".join(sorted(set(names), key=_natural_key))
@@ -279,10 +298,13 @@ class SlurmNode:
 
     @property
     def usable(self) -> bool:
-        """Can run (new or restarted) jobs: not down, drained, failed or unreachable."""
+        """Can run (new or restarted) jobs: not down, drained, failed or unreachable.
+
+        ``NOT_RESPONDING`` (``sinfo``'s ``*``) counts at once, whatever the base state: slurmctld
+        keeps such a node IDLE/MIXED until ``SlurmdTimeout`` marks it DOWN, and a job placed
+        there in between fails to launch (issue 16: two jobs started 88 s late)."""
         states = {self.state, *self.flags}
-        return not (states & NODE_BAD_STATES or ("NOT_RESPONDING" in states and
-                    self.state in ("DOWN", "UNKNOWN")))
+        return not (states & NODE_BAD_STATES or "NOT_RESPONDING" in states)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> SlurmNode:
@@ -439,6 +461,13 @@ class SlurmCli:
     def job(self, job_id: int) -> SlurmJob | None:
         found = self.jobs([job_id])
         return found[0] if found else None
+
+    def job_gpus(self, job_id: int) -> dict[str, tuple[int, ...]]:
+        """node -> GPU indices Slurm actually assigned to a running job (``scontrol show job
+        -d``: ``Nodes=n1 ... GRES=gpu:a100:2(IDX:0-1)``); empty when it runs nowhere. The only
+        source of an uneven split's per-node counts: ``squeue --json`` gives nodes only."""
+        out = self.run([self._exe("scontrol"), "show", "job", "-d", str(job_id)])
+        return parse_job_gpus(out)
 
     def nodes(self) -> list[SlurmNode]:
         """Nodes from ``sinfo --json`` (one record per node, deduplicated across partitions)."""

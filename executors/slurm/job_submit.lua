@@ -26,7 +26,13 @@ What it does, and why:
    must be a finite number within the bounds below; `run=` is reserved for gpuplan's own
    executor (submitted by an operator uid). Anything else is refused at submit with a message,
    so no user can make the controller allocate for "max=1000000000" or hold a job for ever.
-6. No bypass. Users (any uid not in OPERATOR_UIDS) may not modify an engine-managed job:
+6. Node shape. The marker also records the request's shape for the controller: `nodes=N` (the
+   node count after normalisation), `gpn=G` (GPUs per node when the request is per node) and
+   `ranks=1` when the job starts its own ranks on every node (an explicit `--ntasks-per-node`,
+   or `ranks` / `ranks=1` in the comment, e.g. `--comment gpuplan:ranks,min=2,max=8`). A job that
+   does not start ranks is a single-node job for the engine (its batch step sees only the first
+   node's GPUs), so the controller never splits it over nodes.
+7. No bypass. Users (any uid not in OPERATOR_UIDS) may not modify an engine-managed job:
    `scontrol release` is a job update, so without this check the owner could release the held job
    and run it unmanaged. Users can still `scancel` their jobs (cancel is not an update).
 
@@ -99,6 +105,20 @@ local function bounded_count(text, hi)
         return nil
     end
     return value
+end
+
+-- true when the comment carries the bare flag `name` or `name=1` ("gpuplan:ranks,min=1")
+local function has_flag(comment, name)
+    if not starts_with(comment, COMMENT_TAG) then
+        return false
+    end
+    local body = string.sub(comment, #COMMENT_TAG + 1)
+    for item in string.gmatch(body, "[^,;:]+") do
+        if item == name or item == name .. "=1" then
+            return true
+        end
+    end
+    return false
 end
 
 -- "gpuplan:min=1,max=8;foo=bar" -> { min = "1", max = "8", foo = "bar" }
@@ -201,11 +221,23 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         return slurm.ERROR
     end
 
+    -- The request's shape: nodes, GPUs per node, whether the job starts its own ranks.
+    local ntpn = job_desc.ntasks_per_node
+    local ranks = has_flag(job_desc.comment, "ranks") or
+                  (ntpn ~= nil and ntpn > 0 and ntpn < 65534)
+    local shape = string.format(";nodes=%d", nodes)
+    if per_node ~= nil then
+        shape = shape .. string.format(";gpn=%d", per_node)
+    end
+    if ranks then
+        shape = shape .. ";ranks=1"
+    end
+
     -- Hold for the engine and leave the marker it polls for.
     job_desc.priority = 0
     job_desc.requeue = 1
-    job_desc.admin_comment = string.format("%sheld;gpus=%d;min=%d;max=%d", MARK, total, min_gpus,
-                                           max_gpus)
+    job_desc.admin_comment = string.format("%sheld;gpus=%d;min=%d;max=%d%s", MARK, total,
+                                           min_gpus, max_gpus, shape)
     slurm.log_info("gpuplan: held job from uid %u: gpus=%d min=%d max=%d tres_per_node=%s",
                    submit_uid, total, min_gpus, max_gpus, tostring(job_desc.tres_per_node))
     slurm.log_user("gpuplan: job held for the GPU engine (min=%d max=%d GPUs)", min_gpus, max_gpus)

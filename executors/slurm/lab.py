@@ -282,6 +282,20 @@ class SlurmLab:
         self.start_controller(timeout_s)
         return time.monotonic() - t0
 
+    def stop_node(self, name: str) -> None:
+        """Stop one node's slurmd (SIGTERM): slurmctld sees it stop responding (``*``), as after
+        a crash of the daemon or a network cut. :meth:`start_node` brings it back."""
+        started = self._manifest()
+        if f"slurmd-{name}" not in started:
+            raise LabError(f"slurmd of {name} was not started by this lab")
+        self._stop([f"slurmd-{name}"], started)
+
+    def start_node(self, name: str) -> None:
+        """Start one node's slurmd again (it registers; ``ReturnToService=1`` clears DOWN)."""
+        entry = self._manifest().get(f"slurmd-{name}")
+        if entry is None or not _alive(entry):
+            self._start(f"slurmd-{name}", ["slurmd", "-D", "-f", str(self.conf_path), "-N", name])
+
     def is_up(self) -> bool:
         started = self._manifest()
         names = ["slurmctld", *(f"slurmd-{n}" for n in self.node_names)]
