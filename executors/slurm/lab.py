@@ -46,72 +46,16 @@ import stat
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Literal
 
 from gpuplan.models import GpuplanError
 
 from ..pidlock import lock_with_pid
 from .cli import SlurmCli, SlurmError
-
-PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plugins")
-"""Debian packages the lab needs (``slurm-wlm-basic-plugins`` has gres_gpu, cons_tres, lua)."""
-
-
-DEFAULT_ROOT = Path("/tmp/gpuplan-slurmlab")
-"""Where the lab lives unless told otherwise (its ports are the documented 6917 / 17101+)."""
-
-
-class LabError(GpuplanError):
-    """The lab could not be installed, configured or started; the message says which step."""
-
-
-@dataclass(frozen=True, slots=True)
-class LabConfig:
-    """Shape and location of the lab cluster."""
-
-    root: Path = field(default_factory=lambda: DEFAULT_ROOT)
-    nodes: int = 4
-    gpus_per_node: int = 4
-    gpu_type: str = "a100"
-    node_prefix: str = "node"
-    cpus_per_node: int = 16
-    memory_mb: int = 64000
-    ctld_port: int | None = None
-    """slurmctld's port; None: 6917 for the default root, else one derived from the root, so
-    two labs under different roots on one machine never share a port."""
-    slurmd_port0: int | None = None
-    """First slurmd port (one per node); None: derived like ``ctld_port``."""
-    cred_expire_s: int = 10
-    """``AuthInfo=cred_expire``: also how long a requeued job must wait before it may start
-    again unless the executor sets ``StartTime=now`` (Slurm's default is 120 s)."""
-    job_submit_lua: bool | str = False
-    """True: install the shipped ``job_submit.lua`` (``JobSubmitPlugins=lua``); a path: that
-    file instead."""
-    engine_partition: str = "gpuplan"
-    """A second partition over the same nodes; the hook treats jobs submitted to it as
-    engine-managed (opt-in by partition)."""
-    cgroup: Literal["auto", "v1", "off"] = "auto"
-    """``v1``: proctrack/cgroup + ConstrainDevices (real-site semantics, nothing escapes a
-    killed job). ``off``: proctrack/pgid. ``auto``: v1 when its controllers are writable."""
-    install: bool = True
-    """Install missing Debian packages (needs root and the Debian archive)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
-        slot = 0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % 700
-        if self.ctld_port is None:
-            object.__setattr__(self, "ctld_port", 6917 + 4 * slot)
-        if self.slurmd_port0 is None:
-            object.__setattr__(self, "slurmd_port0", 17101 + 64 * slot)
-        if not 1 <= self.nodes <= 64:
-            raise LabError(f"nodes must be 1..64, not {self.nodes}")
-        if not 1 <= self.gpus_per_node <= 64:
-            raise LabError(f"gpus_per_node must be 1..64, not {self.gpus_per_node}")
+from .lab_config import PACKAGES, LabConfig, LabError
 
 
 @dataclass(slots=True)
@@ -129,6 +73,22 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
     rest = raw[raw.rfind(")") + 2:].split()
     return rest[0], int(rest[19])
+
+
+def _other_slurm_daemons() -> bool:
+    """Any slurmctld/slurmd still running on this machine (after ours were stopped)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            name = (proc / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name in ("slurmctld", "slurmd"):
+            stat = _proc_stat(int(proc.name))
+            if stat is not None and stat[0] != "Z":
+                return True
+    return False
 
 
 def _alive(entry: _Started) -> bool:
@@ -254,7 +214,9 @@ class SlurmLab:
             self._cancel_all_jobs(timeout_s)
         daemons = [k for k in started if k != "munged"]
         self._stop(daemons, started)
-        self._stop([k for k in started if k == "munged"], started)
+        if "munged" in started and not _other_slurm_daemons():
+            # munged is machine-wide: another lab (another root) still authenticates with it
+            self._stop(["munged"], started)
         self._clean_cgroups()
 
     def stop_controller(self) -> None:
@@ -579,8 +541,10 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
             shutil.chown(d, "munge", "munge")
         Path("/run/munge").chmod(0o755)
         # setpriv exec()s munged, so the PID we record is munged's own (munged refuses root).
+        # Ten threads, munge's own advice for a busy host: with the default two, a loaded
+        # machine running two labs sees "If munged is up, restart with --num-threads=10".
         self._start("munged", ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
-                               "/usr/sbin/munged", "-F"])
+                               "/usr/sbin/munged", "-F", "--num-threads=10"])
         while not _munge_works():
             if time.monotonic() > deadline:
                 raise LabError("munged did not start; see log/munged.stdio")

@@ -16,12 +16,9 @@ BENCHMARKS = [
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
-<<<<<<< HEAD
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
     ("gpuplan solve: solver x size matrix", "solvers", ["--quick"]),
-=======
     ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
->>>>>>> h-slurm16
 ]
 
 

@@ -1,0 +1,73 @@
+"""The Slurm lab's configuration: its shape, location and ports (see :mod:`.lab`).
+
+Kept apart from the lab's process management so the shape of a lab can be checked and printed
+without touching any daemon. Ports follow the root: the default root keeps the documented
+6917 (slurmctld) and 17101.. (slurmd); any other root gets ports derived from its path, so two
+labs on one machine (a developer's and a test run's, or two test runs) never share a port.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpuplan.models import GpuplanError
+
+__all__ = ["DEFAULT_ROOT", "PACKAGES", "LabConfig", "LabError"]
+
+PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plugins")
+"""Debian packages the lab needs (``slurm-wlm-basic-plugins`` has gres_gpu, cons_tres, lua)."""
+
+
+DEFAULT_ROOT = Path("/tmp/gpuplan-slurmlab")
+"""Where the lab lives unless told otherwise (its ports are the documented 6917 / 17101+)."""
+
+
+class LabError(GpuplanError):
+    """The lab could not be installed, configured or started; the message says which step."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabConfig:
+    """Shape and location of the lab cluster."""
+
+    root: Path = field(default_factory=lambda: DEFAULT_ROOT)
+    nodes: int = 4
+    gpus_per_node: int = 4
+    gpu_type: str = "a100"
+    node_prefix: str = "node"
+    cpus_per_node: int = 16
+    memory_mb: int = 64000
+    ctld_port: int | None = None
+    """slurmctld's port; None: 6917 for the default root, else one derived from the root, so
+    two labs under different roots on one machine never share a port."""
+    slurmd_port0: int | None = None
+    """First slurmd port (one per node); None: derived like ``ctld_port``."""
+    cred_expire_s: int = 10
+    """``AuthInfo=cred_expire``: also how long a requeued job must wait before it may start
+    again unless the executor sets ``StartTime=now`` (Slurm's default is 120 s)."""
+    job_submit_lua: bool | str = False
+    """True: install the shipped ``job_submit.lua`` (``JobSubmitPlugins=lua``); a path: that
+    file instead."""
+    engine_partition: str = "gpuplan"
+    """A second partition over the same nodes; the hook treats jobs submitted to it as
+    engine-managed (opt-in by partition)."""
+    cgroup: Literal["auto", "v1", "off"] = "auto"
+    """``v1``: proctrack/cgroup + ConstrainDevices (real-site semantics, nothing escapes a
+    killed job). ``off``: proctrack/pgid. ``auto``: v1 when its controllers are writable."""
+    install: bool = True
+    """Install missing Debian packages (needs root and the Debian archive)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+        slot = 0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % 700
+        if self.ctld_port is None:
+            object.__setattr__(self, "ctld_port", 6917 + 4 * slot)
+        if self.slurmd_port0 is None:
+            object.__setattr__(self, "slurmd_port0", 17101 + 64 * slot)
+        if not 1 <= self.nodes <= 64:
+            raise LabError(f"nodes must be 1..64, not {self.nodes}")
+        if not 1 <= self.gpus_per_node <= 64:
+            raise LabError(f"gpus_per_node must be 1..64, not {self.gpus_per_node}")
