@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuplan.models import InputError
 
-__all__ = ["as_int", "as_list", "as_number", "as_object", "as_str", "unique"]
+__all__ = ["as_int", "as_list", "as_number", "as_object", "as_str", "instance_object", "unique"]
 
 
 def as_object(x: Any, source: str, field: str) -> dict[str, Any]:
@@ -20,6 +20,20 @@ def as_object(x: Any, source: str, field: str) -> dict[str, Any]:
         raise InputError(f"must be a JSON object, got {type(x).__name__}", source=source,
                          field=field)
     return x
+
+
+def instance_object(data: Any, source: str, required: tuple[str, ...],
+                    optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The instance file's top-level object: an unknown key, then a missing required one (in
+    ``required`` order), is the error, naming that field."""
+    obj = as_object(data, source, "instance")
+    for key in obj:
+        if key not in required and key not in optional:
+            raise InputError(f"unknown field {key!r}", source=source, field=key)
+    for key in required:
+        if key not in obj:
+            raise InputError("missing", source=source, field=key)
+    return obj
 
 
 def as_list(x: Any, source: str, field: str) -> list[Any]:

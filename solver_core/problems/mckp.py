@@ -13,8 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.models import InputError
-
 from ..aryl.mckp import MckpGroup, solve_dp, solve_greedy
 from ..backends import MipModel, Solution, lin_sum
 from ..limits import SolveLimits
@@ -26,7 +24,7 @@ from .common import (
     mip_defaults,
     solve_mip,
 )
-from .fields import as_int, as_list, as_number, as_object, as_str, unique
+from .fields import as_int, as_list, as_number, as_object, as_str, instance_object, unique
 
 __all__ = ["EXACT", "HEURISTICS", "SOLVERS", "MckpFile", "check", "default_solvers", "load",
            "run"]
@@ -45,13 +43,7 @@ class MckpFile:
 def load(data: Any, source: str) -> MckpFile:
     """Validate an ``mckp`` file (README): integer capacity >= 0, unique group ids, integer
     weights >= 1, finite values >= 0."""
-    obj = as_object(data, source, "instance")
-    for key in obj:
-        if key not in ("capacity", "groups"):
-            raise InputError(f"unknown field {key!r}", source=source, field=key)
-    if "capacity" not in obj or "groups" not in obj:
-        raise InputError("missing", source=source,
-                         field="capacity" if "capacity" not in obj else "groups")
+    obj = instance_object(data, source, ("capacity", "groups"))
     capacity = as_int(obj["capacity"], source, "capacity", low=0)
     groups = []
     for gi, g in enumerate(as_list(obj["groups"], source, "groups")):

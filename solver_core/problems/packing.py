@@ -24,7 +24,7 @@ from ..placement.network_packing import (
     regulation_options,
 )
 from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults
-from .fields import as_int, as_list, as_object, as_str, unique
+from .fields import as_int, as_list, as_object, as_str, instance_object, unique
 
 __all__ = ["HEURISTICS", "SOLVERS", "PackingFile", "check", "default_solvers", "load", "run",
            "score"]
@@ -54,13 +54,7 @@ class PackingFile:
 
 
 def load(data: Any, source: str) -> PackingFile:
-    obj = as_object(data, source, "instance")
-    for key in obj:
-        if key not in ("unit", "capacity", "jobs"):
-            raise InputError(f"unknown field {key!r}", source=source, field=key)
-    for key in ("unit", "capacity", "jobs"):
-        if key not in obj:
-            raise InputError("missing", source=source, field=key)
+    obj = instance_object(data, source, ("unit", "capacity", "jobs"))
     unit = as_int(obj["unit"], source, "unit", low=1)
     capacity = as_int(obj["capacity"], source, "capacity", low=0)
     shares: dict[str, int] = {}

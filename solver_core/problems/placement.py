@@ -21,7 +21,7 @@ from ..placement.reuse_exact import place_exact
 from ..placement.reuse_greedy import place_greedy
 from ..placement.reuse_problem import PlacementJob, PlacementProblem, reuse_score, score_key
 from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults
-from .fields import as_int, as_list, as_object, as_str, unique
+from .fields import as_int, as_list, as_object, as_str, instance_object, unique
 
 __all__ = ["HEURISTICS", "SOLVERS", "check", "default_solvers", "load", "objective", "run"]
 
@@ -31,13 +31,7 @@ SOLVERS = (*MIP_SOLVERS, *HEURISTICS)
 
 def load(data: Any, source: str) -> PlacementProblem:
     """Validate a ``placement`` file; held GPUs get indices per node in job order."""
-    obj = as_object(data, source, "instance")
-    for key in obj:
-        if key not in ("unit", "nodes", "jobs", "no_network_sharing"):
-            raise InputError(f"unknown field {key!r}", source=source, field=key)
-    for key in ("unit", "nodes", "jobs"):
-        if key not in obj:
-            raise InputError("missing", source=source, field=key)
+    obj = instance_object(data, source, ("unit", "nodes", "jobs"), ("no_network_sharing",))
     unit = as_int(obj["unit"], source, "unit", low=1)
     nodes = {as_str(n, source, "nodes"): as_int(g, source, f"nodes.{n}", low=0)
              for n, g in as_object(obj["nodes"], source, "nodes").items()}

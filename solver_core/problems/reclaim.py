@@ -31,7 +31,7 @@ from .common import (
     mip_defaults,
     solve_mip,
 )
-from .fields import as_int, as_list, as_object, as_str, unique
+from .fields import as_int, as_list, as_object, as_str, instance_object, unique
 
 __all__ = ["EXACT", "HEURISTICS", "SOLVERS", "ReclaimFile", "check", "default_solvers", "load",
            "preempted", "run"]
@@ -52,13 +52,7 @@ class ReclaimFile:
 def load(data: Any, source: str) -> ReclaimFile:
     """Validate a ``reclaim`` file (README): unique servers and job ids, GPU counts >= 1,
     allowed counts >= 1, 0 <= demand <= number of servers."""
-    obj = as_object(data, source, "instance")
-    for key in obj:
-        if key not in ("servers", "jobs", "demand"):
-            raise InputError(f"unknown field {key!r}", source=source, field=key)
-    for key in ("servers", "jobs", "demand"):
-        if key not in obj:
-            raise InputError("missing", source=source, field=key)
+    obj = instance_object(data, source, ("servers", "jobs", "demand"))
     servers = [as_str(s, source, f"servers[{i}]")
                for i, s in enumerate(as_list(obj["servers"], source, "servers"))]
     unique(servers, source, "servers")
