@@ -96,6 +96,8 @@ class Engine:
         self.free: dict[str, set[int]] = {}
         self.shared: dict[str, dict[int, float]] = {}
         """node -> GPU -> summed share, for GPUs held by jobs with share < 1 only."""
+        self._shared_nodes: set[str] = set()
+        """Nodes with a shared GPU now, so a view copies only those (not every node)."""
         for name in names:
             self._add_node(name)
         self.running: dict[str, ActiveJob] = {}
@@ -177,6 +179,7 @@ class Engine:
         del self.usable[name]
         del self.free[name]
         del self.shared[name]
+        self._shared_nodes.discard(name)
 
     @property
     def capacity(self) -> int:
@@ -192,6 +195,8 @@ class Engine:
                 free, shared = self.free[node], self.shared[node]
                 for g in gpus:
                     vacate_gpu(free, shared, g, alloc.share)
+                if not shared:
+                    self._shared_nodes.discard(node)
         self._allocated -= job.gpus * alloc.share
 
     def _acquire(self, job: ActiveJob) -> None:
@@ -202,6 +207,8 @@ class Engine:
             for g in gpus:
                 if not occupy_gpu(free, shared, g, alloc.share):
                     raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
+            if alloc.share < 1.0:
+                self._shared_nodes.add(node)
         self._allocated += job.gpus * alloc.share
 
     def adopt(self, job: ActiveJob, allocation: JobAllocation) -> None:
@@ -419,7 +426,7 @@ class Engine:
             free={n: sorted(g) for n, g in self.free.items()},
             running=self.running,
             pending=self.pending,
-            shared={n: dict(g) for n, g in self.shared.items() if g},
+            shared={n: dict(self.shared[n]) for n in sorted(self._shared_nodes)},
             shaped=self.shaped,
         )
 
