@@ -330,6 +330,7 @@ def aryl_jobs(
     min_fraction: float = 0.5,
     min_elastic_gpus: int = 2,
     training_type: str = "v100",
+    max_factor: float = 1.0,
 ) -> list[JobSpec]:
     """Trace rows -> Aryl's Basic-scenario job mix (§7.1; digest §3.1, §7.2).
 
@@ -337,7 +338,9 @@ def aryl_jobs(
       ``min_elastic_gpus`` GPUs with probability proportional to GPU-time (the paper's elastic
       jobs are the large ones: 5 % of jobs, 36 % of GPU time). Range ``[ceil(g x min_fraction),
       g]`` with g the trace request, requested at g (so rigid policies run them as traced);
-      they may run on any GPU type.
+      they may run on any GPU type. ``max_factor`` > 1 raises the top of the range to
+      ``floor(g x max_factor)``: the job still asks for (and a rigid policy still runs it at) g,
+      but may scale *above* its traced size into GPUs nobody else wants.
     * ``agnostic_fraction`` of the other jobs accept any GPU type and may use loaned servers;
       the rest are pinned to ``training_type``.
     * ``checkpoint_fraction`` of all jobs checkpoint on preemption; the others restart from
@@ -349,6 +352,8 @@ def aryl_jobs(
                     ("min_fraction", min_fraction)):
         if not 0 <= v <= 1:
             raise InputError(f"{name} must be in [0, 1], got {v!r}", field=name)
+    if not 1 <= max_factor <= 64:
+        raise InputError(f"max_factor must be in [1, 64], got {max_factor!r}", field="max_factor")
     rng = np.random.default_rng(seed)
     rigid = map_rigid(rows)
     cands = [i for i, j in enumerate(rigid) if j.requested_gpus >= min_elastic_gpus]
@@ -365,7 +370,7 @@ def aryl_jobs(
         if i in elastic:
             g = job.requested_gpus
             update["elasticity"] = Elasticity(min_gpus=max(1, math.ceil(g * min_fraction)),
-                                              max_gpus=g)
+                                              max_gpus=max(g, math.floor(g * max_factor)))
         elif not agnostic[i]:
             update["gpu_type"] = training_type
         out.append(job.model_copy(update=update))
