@@ -285,7 +285,8 @@ class Sidecar:
         """In-place resize (EDL stop-free scaling): name the new GPU set in ``resize.json``,
         send the training process SIGUSR2, and wait (up to the checkpoint grace) until its
         progress file reports the new GPU count from the same PID. True when acknowledged;
-        otherwise nothing changed here and the engine falls back to a checkpoint-restart."""
+        otherwise the GPUs recorded here are unchanged and :meth:`apply` falls back to a
+        checkpoint-restart on the new GPUs."""
         gpus = list(control.get("gpus", []))
         before = list(self.state.get("gpus") or [])
         progress = (self.applied.get("files") or {}).get("progress")
