@@ -24,7 +24,8 @@ class ExecutorCapabilities:
     the new size), ``in_place`` (stop-free scaling, EDL/CoDDL). ``restart_latency_s`` is the
     measured or modelled cost of one restart. ``fractional_gpus``: the executor can run a job
     on a fraction of a GPU beside others (``JobAllocation.share`` < 1); Slurm without GPU
-    sharding and the SSH executor cannot, and refuse such plans.
+    sharding and the SSH executor cannot, and refuse such plans. ``in_place_latency_s``: the
+    measured or modelled pause of one in-place resize (only meaningful with ``in_place``).
     """
 
     resize: Literal["none", "restart", "in_place"]
@@ -32,6 +33,19 @@ class ExecutorCapabilities:
     preempt_modes: tuple[str, ...]
     restart_latency_s: float
     fractional_gpus: bool = False
+    in_place_latency_s: float = 0.0
+
+    def resize_cost(self, in_place_possible: bool = True) -> tuple[str, float]:
+        """How one resize is carried out here and the pause it costs: ``("in_place",
+        in_place_latency_s)`` when this executor resizes in place and this move allows it,
+        else ``("restart", restart_latency_s)`` — a policy that wants stop-free scaling on an
+        executor (or a move) that cannot do it pays a checkpoint-restart, and the caller
+        must say so (log, count), never hide it. ``("none", inf)``: cannot resize at all."""
+        if self.resize == "in_place" and in_place_possible:
+            return "in_place", self.in_place_latency_s
+        if self.resize == "none":
+            return "none", float("inf")
+        return "restart", self.restart_latency_s
 
 
 class Executor(ABC):

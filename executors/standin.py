@@ -27,6 +27,14 @@ Files in ``DIR`` (all JSON files are replaced atomically, so a reader never sees
 executor splits a multi-node job's remaining work over per-rank stand-ins that way); a stale
 ``ID.done`` marker is removed when a run starts below its target.
 
+**In-place resize** (EDL's stop-free scaling, for executors whose capabilities say
+``resize == "in_place"``): SIGUSR2 asks the running process to switch to the GPU set named in
+the JSON file ``$GPUPLAN_RESIZE_FILE`` (``{"gpus": [...]}``) without stopping. The segment so far
+is committed (reason ``resize``), the rate becomes ``--rate-per-gpu`` x the new count, and a
+progress file with the new ``gpus`` is written at once: that write is the acknowledgement the
+sidecar waits for. A SIGUSR2 without a readable file is ignored (the executor then falls back to
+a checkpoint-restart); files and command line are the same as without resizing.
+
 Exit codes: 0 after completion or a stop signal, 2 for a usage error (no GPUs, bad arguments).
 Stop signals get a process-wide handler from the first line of :func:`run` that only records
 the signal and wakes the main loop (``signal.set_wakeup_fd``); the loop acts on it between two
@@ -50,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+RESIZE_SIGNAL = signal.SIGUSR2
+RESIZE_FILE_ENV = "GPUPLAN_RESIZE_FILE"
 DEFAULT_PROGRESS_INTERVAL_S = 0.25
 
 
@@ -97,24 +107,41 @@ def read_checkpoint(path: Path) -> float:
         return 0.0
 
 
+def read_resize(path: str | None) -> int | None:
+    """The GPU count an in-place resize asks for (None: no usable request file)."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            gpus = json.load(fh)["gpus"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return len(gpus) if isinstance(gpus, list) and gpus else None
+
+
 class StopSignals:
-    """Records the first stop signal; :meth:`wait` sleeps until one arrives or a timeout."""
+    """Records the first stop signal; :meth:`wait` sleeps until one arrives or a timeout.
+    Also counts resize requests (SIGUSR2), which wake the loop without stopping it."""
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.resizes = 0
         self._rfd, wfd = os.pipe()
         os.set_blocking(self._rfd, False)
         os.set_blocking(wfd, False)
         signal.set_wakeup_fd(wfd)
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._record)
+        signal.signal(RESIZE_SIGNAL, self._record)
 
     def _record(self, signum: int, _frame: object) -> None:
-        if self.received is None:
+        if signum == RESIZE_SIGNAL:
+            self.resizes += 1
+        elif self.received is None:
             self.received = signum
 
     def wait(self, timeout: float) -> int | None:
-        if self.received is None:
+        if self.received is None and not self.resizes:
             select.select([self._rfd], [], [], timeout)
             try:
                 while os.read(self._rfd, 64):
@@ -133,6 +160,7 @@ class StandinJob:
         self.job_id = job_id
         self.work = work
         self.gpus = gpus
+        self.rate_per_gpu = rate_per_gpu
         self.rate = rate_per_gpu * gpus
         self.dir = state_dir
         self.ckpt_every = checkpoint_interval
@@ -180,6 +208,18 @@ class StandinJob:
         self.done_path.write_text(json.dumps({"done": self.work, "time": time.time()}))
         return 0
 
+    def resize(self, gpus: int) -> None:
+        """Switch to ``gpus`` GPUs without stopping: commit the segment run on the old count
+        (so the log still tiles the work, each segment with its GPU count), then continue from
+        there at the new rate and report it at once (the sidecar's acknowledgement)."""
+        now = time.monotonic()
+        done = self.done_at(now)
+        self._commit(done, "resize")
+        self.base, self.t0 = done, now
+        self.gpus = gpus
+        self.rate = self.rate_per_gpu * gpus
+        self._progress(done)
+
     def run(self, stop: StopSignals) -> int:
         if self.base >= self.work:
             return self._complete()
@@ -201,6 +241,12 @@ class StandinJob:
             finish = self.t0 + (self.work - self.base) / self.rate
             wait = max(0.001, min(next_progress, next_ckpt, finish) - time.monotonic())
             signum = stop.wait(wait)
+            while stop.resizes and signum is None:
+                stop.resizes -= 1
+                new_gpus = read_resize(os.environ.get(RESIZE_FILE_ENV))
+                if new_gpus is not None:
+                    self.resize(new_gpus)
+                    next_progress = time.monotonic() + self.progress_every
             if signum is not None:
                 done = self.done_at(time.monotonic())
                 self._commit(done, f"signal:{signal.Signals(signum).name}")

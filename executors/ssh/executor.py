@@ -7,6 +7,10 @@ Design (why it looks like this):
   state (``control.json``) and the sidecar acts and acknowledges. Resize, migrate and preempt
   are all "checkpoint-stop, then start on the new GPUs" (``capabilities.resize == "restart"``);
   on nodes a job keeps, the wrapper stays and only the training process restarts (SideCar).
+  With ``SshSettings.in_place_resize`` (and a launcher that supports it) the executor declares
+  ``resize == "in_place"`` and resizes a single-node job on its node without a restart, EDL
+  style (:mod:`.inplace`); any other resize still restarts, logged and counted in
+  ``resize_log`` (a degradation is never silent).
 * **Two phases per plan**: every stop of the plan is carried out and acknowledged *before*
   anything starts, so a GPU changes hands only after its previous user has exited (the
   SideCar "GPU coordinator" ordering guarantee) and checkpoints are final when the next run's
@@ -45,9 +49,11 @@ methods, so it must not be called from a thread that already runs an event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import json
 import logging
+import statistics
 import threading
 import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
@@ -72,6 +78,7 @@ from gpuplan.models import (
 from ..base import Executor, ExecutorCapabilities
 from ..progress_core import ArrivalQueue, ProgressCore, WakeTimers
 from .accounting import measure_progress, rank_state, reported_progress
+from .inplace import in_place_blocker, resize_in_place
 from .launchers import CommandLauncher, Launcher, StandinLauncher, WorkerCommand, safe_name
 from .pool import NodeAddress, SshPool
 from .remote import (
@@ -125,8 +132,10 @@ class SshExecutor(Executor):
                             client_keys=settings.client_keys,
                             connect_timeout_s=settings.connect_timeout_s,
                             ssh_config=settings.ssh_config)
+        in_place = settings.in_place_resize and launcher.resizes_in_place
         self.core = ProgressCore(
-            ExecutorCapabilities(resize="restart", pin_gpus=True, preempt_modes=("checkpoint",),
+            ExecutorCapabilities(resize="in_place" if in_place else "restart", pin_gpus=True,
+                                 preempt_modes=("checkpoint",),
                                  restart_latency_s=settings.restart_estimate_s),
             max_restarts=settings.max_restarts)
         root = settings.run_root.rstrip("/") or "/"
@@ -155,6 +164,11 @@ class SshExecutor(Executor):
         self.adopted: set[str] = set()
         self.action_log: list[dict[str, Any]] = []
         self.event_log: list[tuple[float, Event]] = []
+        self.in_place_pauses: list[float] = []
+        """Measured pause (request -> acknowledgement, s) of every in-place resize."""
+        self.resize_log: list[dict[str, Any]] = []
+        """Every resize with ``mode`` (in_place / restart), ``pause_s`` when measured here,
+        and why a restart was used on an in-place executor."""
 
     # ------------------------------------------------------------------ clock and loop
     @staticmethod
@@ -223,8 +237,13 @@ class SshExecutor(Executor):
     # ------------------------------------------------------------------ what the core measures
     @property
     def capabilities(self) -> ExecutorCapabilities:  # type: ignore[override]
-        """Capabilities; ``restart_latency_s`` is the median measured restart latency."""
-        return self.core.capabilities
+        """Capabilities; ``restart_latency_s`` is the median measured restart latency and
+        ``in_place_latency_s`` the median measured in-place pause."""
+        caps = self.core.capabilities
+        if self.in_place_pauses:
+            caps = dataclasses.replace(
+                caps, in_place_latency_s=statistics.median(self.in_place_pauses))
+        return caps
 
     @property
     def failed(self) -> dict[str, str]:
@@ -514,6 +533,7 @@ class SshExecutor(Executor):
         stops: dict[str, tuple[JobRun, set[str]]] = {}
         launches: list[tuple[ActiveJob, JobAllocation]] = []
         adopt: list[tuple[ActiveJob, FoundJob]] = []
+        in_place: list[tuple[ActiveJob, JobRun, JobAllocation, int]] = []
         for action in plan.actions:
             if action.kind == "keep":
                 continue
@@ -543,6 +563,18 @@ class SshExecutor(Executor):
                     stops[job.id] = (run, set())
             else:  # resize / migrate
                 assert action.after is not None
+                blocker = (in_place_blocker(run, action, self.launcher, self.settings)
+                           if job.id not in self._found else "found at start-up")
+                if blocker is None and run is not None:
+                    grow = action.gpus_after - action.gpus_before
+                    in_place.append((job, run, action.after, grow))
+                    continue
+                if self.capabilities.resize == "in_place":
+                    mode, cost = self.capabilities.resize_cost(in_place_possible=False)
+                    log.warning("job %r: %s by %s (~%.2f s), not in place: %s", job.id,
+                                action.kind, mode, cost, blocker)
+                    self.resize_log.append({"t": now, "job": job.id, "kind": action.kind,
+                                            "mode": mode, "pause_s": None, "why": blocker})
                 before = set(action.before.placement) if action.before else set()
                 keep = before & set(action.after.placement)
                 if run is not None:
@@ -578,12 +610,38 @@ class SshExecutor(Executor):
         for job, _ in launches:
             self._runs.setdefault(job.id, JobRun(spec=job.spec)).restart_t0 = (
                 wall if job.id in stops else None)
+        # In-place shrinks before grows, both before launches: a GPU changes hands only after
+        # its previous user acknowledged it no longer uses it.
+        for shrink in (True, False):
+            batch = [x for x in in_place if (x[3] < 0) == shrink]
+            await asyncio.gather(*(self._resize_in_place(job, run, alloc, now)
+                                   for job, run, alloc, _ in batch))
         t_read = time.time()
         await asyncio.gather(*(self._launch(job, alloc, ckpts.get(job.id, {}))
                                for job, alloc in launches))
         log.debug("plan at %.2f: %d stops %.3f s, checkpoints %.3f s, %d launches %.3f s",
                   now, len(stops), t_stopped - wall, t_read - t_stopped, len(launches),
                   time.time() - t_read)
+
+    async def _resize_in_place(self, job: ActiveJob, run: JobRun, alloc: JobAllocation,
+                               now: float) -> None:
+        """One in-place resize (see :mod:`.inplace`) and its accounting."""
+        result = await resize_in_place(self.nodes, run, alloc, self.settings)
+        self.resize_log.append({"t": now, "job": job.id, "kind": "resize", "mode": result.mode,
+                                "pause_s": result.pause_s, "why": None})
+        job.rate = placement_rate(job.spec, self.cluster, alloc)
+        if result.mode == "in_place":
+            self.in_place_pauses.append(result.pause_s)
+            job.resume_time = now + result.pause_s
+            return
+        log.warning("job %r: in-place resize %s after %.2f s", job.id,
+                    "fell back to a checkpoint-restart" if result.mode == "restart"
+                    else "got no answer", result.pause_s)
+        if result.mode == "restart":
+            ckpts = await self._read_ckpts(job.spec, list(alloc.placement))
+            for rank in run.ranks.values():
+                rank.start_done = ckpts.get(rank.files.get("checkpoint", ""), rank.start_done)
+            job.resume_time = now + self._startup_estimate()
 
     async def _evict(self, job: ActiveJob) -> None:
         await self._ensure_started()

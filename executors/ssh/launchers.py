@@ -67,6 +67,8 @@ class Launcher(ABC):
     """
 
     accounts_progress: bool = False
+    resizes_in_place: bool = False
+    """The command switches GPU sets on SIGUSR2 + ``$GPUPLAN_RESIZE_FILE`` (the stand-in does)."""
 
     @abstractmethod
     def worker(self, spec: JobSpec, rank: int, nranks: int, target: float) -> WorkerCommand:
@@ -89,6 +91,7 @@ class StandinLauncher(Launcher):
     """
 
     accounts_progress = True
+    resizes_in_place = True
 
     def __init__(self, state_dir: str | Path, rate_per_gpu: float, *, python: str = "python3",
                  checkpoint_interval_s: float | None = None,

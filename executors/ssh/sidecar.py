@@ -16,7 +16,7 @@ Per job and node there is one directory ``DIR`` (under the executor's run root):
 
 ``spec.json``     static: job id, node, lease file and its timeout, grace periods.
 ``control.json``  desired state, written by the engine: ``{"seq", "action": run|stop|exit,
-                  "gen", "rank", "nranks", "gpus", "argv", "env", "cwd", "files"}``.
+                  "in_place", "gen", "rank", "nranks", "gpus", "argv", "env", "cwd", "files"}``.
 ``state.json``    actual state, written by the sidecar (atomic): ``phase`` (idle, running,
                   stopping, stopped, completed, failed, fenced, exited), ``seq`` = the last
                   control it finished applying (the ack), sidecar and child PIDs with their
@@ -24,6 +24,11 @@ Per job and node there is one directory ``DIR`` (under the executor's run root):
 ``events.jsonl``  append-only history: child start/exit (with GPUs and times), stop requests,
                   fencing. Tests use it to prove no GPU ever ran two jobs at once.
 ``train.log``     the training command's stdout+stderr.
+``resize.json``   ``{"gpus"}``: the GPU set of an in-place resize (a ``run`` control with
+                  ``in_place: true`` and only ``gpus``, ``gen``, ``rank``, ``files``), read by
+                  the training process on SIGUSR2 (``$GPUPLAN_RESIZE_FILE``). Not acknowledged
+                  within the checkpoint grace: the sidecar checkpoint-restarts the run on the
+                  new GPUs instead. The state's ``resizes`` history has each request's times.
 
 A stop is requested by writing ``control.json`` (the ``control`` subcommand also sends SIGHUP to
 wake the sidecar) or by a signal to the sidecar: SIGUSR1 = checkpoint-stop the job and stay,
@@ -194,6 +199,7 @@ class Sidecar:
         env.update({str(k): str(v) for k, v in (control.get("env") or {}).items()})
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["GPUPLAN_RESIZE_FILE"] = str(self.dir / "resize.json")
         argv = [str(a) for a in control["argv"]]
         # Record which run this is before trying, so a failed start is attributed to it.
         self.state.update(gen=control.get("gen"), rank=control.get("rank"),
@@ -275,6 +281,50 @@ class Sidecar:
         self.save(phase="stopped", exit_code=rc, stops=stops, child_pid=None, child_start=None,
                   reason=reason)
 
+    def resize_child(self, control: dict[str, Any]) -> bool:
+        """In-place resize (EDL stop-free scaling): name the new GPU set in ``resize.json``,
+        send the training process SIGUSR2, and wait (up to the checkpoint grace) until its
+        progress file reports the new GPU count from the same PID. True when acknowledged;
+        otherwise the GPUs recorded here are unchanged and :meth:`apply` falls back to a
+        checkpoint-restart on the new GPUs."""
+        gpus = list(control.get("gpus", []))
+        before = list(self.state.get("gpus") or [])
+        progress = (self.applied.get("files") or {}).get("progress")
+        t_req = time.time()
+        ok = False
+        deadline = time.monotonic() + float(self.spec.get("ckpt_grace_s", 30.0))
+        if self.proc is not None and progress:
+            # A process still starting has no SIGUSR2 handler yet (the default action would
+            # kill it): signal only once it has reported progress, i.e. runs its main loop.
+            while (time.monotonic() < deadline and self.proc.poll() is None
+                   and (read_json(progress) or {}).get("pid") != self.proc.pid):
+                time.sleep(ACK_POLL_S)
+        if self.proc is not None and self.proc.poll() is None and progress:
+            write_json_atomic(self.dir / "resize.json", {"gpus": gpus, "seq": control.get("seq")})
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGUSR2)
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                report = read_json(progress)
+                if (isinstance(report, dict) and report.get("pid") == self.proc.pid
+                        and report.get("gpus") == len(gpus)
+                        and float(report.get("time", 0.0)) >= t_req):
+                    ok = True
+                    break
+                time.sleep(ACK_POLL_S)
+        t_ack = time.time()
+        record = {"t_request": t_req, "t_ack": t_ack, "before": before, "after": gpus,
+                  "ok": ok, "seq": control.get("seq")}
+        append_event(self.events, t=t_ack, event="resize", pid=self.state.get("child_pid"),
+                     node=self.spec.get("node"), **{k: v for k, v in record.items()
+                                                    if k != "seq"})
+        resizes = [*(self.state.get("resizes") or []), record][-HISTORY:]
+        if ok:
+            self.applied = {**self.applied, "gpus": gpus}
+            self.save(gpus=gpus, resizes=resizes)
+        else:
+            self.save(resizes=resizes)
+        return ok
+
     def reap(self) -> bool:
         """Handle an exit nobody asked for. True when the sidecar should end (completion)."""
         if self.proc is None or self.proc.poll() is None:
@@ -302,7 +352,18 @@ class Sidecar:
         """Carry out one control document. True when the sidecar should end."""
         action = control.get("action")
         end = False
-        if action == "run":
+        if action == "run" and control.get("in_place"):
+            # Same run, new GPUs: only gpus/gen/rank/files come; the rest is the current run's.
+            control = {**self.applied, **control}
+            same_gen = self.applied.get("gen") == control.get("gen")
+            if not (self.child_running() and same_gen and self.resize_child(control)):
+                if self.child_running():
+                    self.stop_child("restart")  # the fallback: checkpoint-restart
+                if control.get("argv"):
+                    self.start_child(control)
+                else:
+                    self.save(phase="failed", error="in-place resize of no known run")
+        elif action == "run":
             if self.child_running() and self._same_run(self.applied, control):
                 pass
             else:

@@ -52,6 +52,10 @@ class SshSettings:
     deadline_s: float | None = None
     """Safety net: ``next_events`` ends the run at this engine time."""
     ssh_config: tuple[str, ...] = ()
+    in_place_resize: bool = False
+    """EDL-style stop-free resizing: a single-node job whose GPUs change on the same node is
+    resized by its running process (SIGUSR2 + ``resize.json``, see the sidecar) instead of a
+    checkpoint-restart, when the launcher supports it. Other resizes still restart (logged)."""
 
     @property
     def fail_after(self) -> float:
