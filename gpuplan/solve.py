@@ -6,6 +6,11 @@ that validates the file and a runner per solver); mckp, reclaim, placement and p
 :mod:`gpuplan.solver_core.problems`, whose formats docs/solvers.md gives.
 Bad input raises :class:`~gpuplan.models.InputError` (one line naming
 file and field, exit 2, printed by the CLI's ``main``).
+
+``--generate`` draws a seeded instance from :mod:`gpuplan.solver_core.problems.generate`
+instead of reading one: with ``--instance FILE`` it is written there (nothing solved), else it
+is solved at once (and saved as ``instance.json`` beside the report when ``--out`` is given).
+Every instance passes through the same loader as a file does.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from gpuplan.scenarios.input_files import parse_structured, read_text
 from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits
 from gpuplan.solver_core.problems.common import Outcome
 
-__all__ = ["PROBLEMS", "Problem", "add_subcommand", "cmd_solve", "public", "run_problem"]
+__all__ = ["PROBLEMS", "Problem", "add_subcommand", "cmd_solve", "public", "run_problem",
+           "solve_data"]
 
 Runner = Callable[[Any, str, SolveLimits], Outcome]
 
@@ -98,6 +104,21 @@ def _finite(x: float | None) -> float | None:
 def run_problem(problem: str, instance_path: Path, solvers: list[str] | None,
                 limits: SolveLimits) -> list[dict[str, Any]]:
     """The README's JSON list: one object per solver, in the order asked."""
+    chosen = _chosen(problem, solvers)
+    source = str(instance_path)
+    data = parse_structured(read_text(instance_path, f"{problem} instance"), source,
+                            json_only=True)
+    return _solve(problem, data, source, chosen, limits)
+
+
+def solve_data(problem: str, data: Any, source: str, solvers: list[str] | None,
+               limits: SolveLimits) -> list[dict[str, Any]]:
+    """:func:`run_problem` on parsed JSON (a generated instance); ``source`` names it."""
+    return _solve(problem, data, source, _chosen(problem, solvers), limits)
+
+
+def _chosen(problem: str, solvers: list[str] | None) -> list[str]:
+    """The solvers to run, checked before any file is read."""
     if problem not in PROBLEMS:
         raise InputError(f"unknown problem {problem!r}; choose one of "
                          f"{', '.join(PROBLEMS)}", field="problem")
@@ -108,11 +129,47 @@ def run_problem(problem: str, instance_path: Path, solvers: list[str] | None,
         if s not in known:
             raise InputError(f"unknown solver {s!r} for {problem}; choose from "
                              f"{', '.join(known)}", field="solvers")
-    source = str(instance_path)
-    data = parse_structured(read_text(instance_path, f"{problem} instance"), source,
-                            json_only=True)
+    return chosen
+
+
+def _solve(problem: str, data: Any, source: str, chosen: list[str],
+           limits: SolveLimits) -> list[dict[str, Any]]:
+    spec = PROBLEMS[problem]
     inst = spec.load(data, source)
     return [_row(s, spec.run(inst, s, limits)) for s in chosen]
+
+
+def _generated(args: argparse.Namespace) -> tuple[Any, str] | None:
+    """``--generate``: the instance's JSON and its name, written to ``--instance`` if given
+    (then None: nothing to solve). ``--size``/``--seed`` without ``--generate`` are errors."""
+    if not args.generate:
+        for flag in ("size", "seed"):
+            if getattr(args, flag) is not None:
+                raise InputError("only with --generate", field=flag)
+        return None
+    from gpuplan.solver_core.problems.generate import DEFAULT_SIZES, generate, instance_text
+
+    if args.problem not in PROBLEMS:
+        raise InputError(f"unknown problem {args.problem!r}; choose one of "
+                         f"{', '.join(PROBLEMS)}", field="problem")
+    if args.size is not None and args.size < 1:
+        raise InputError(f"must be an integer >= 1, got {args.size}", field="size")
+    seed = 0 if args.seed is None else args.seed
+    data = generate(args.problem, args.size, seed)
+    name = f"generated {args.problem} size={args.size or DEFAULT_SIZES[args.problem]} " \
+        f"seed={seed}"
+    return data, name if args.instance is None else _write_instance(args.instance,
+                                                                  instance_text(data))
+
+
+def _write_instance(path: str, text: str) -> str:
+    target = Path(path)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror}", source=path, field="instance") \
+            from None
+    return path
 
 
 def _row(solver: str, out: Outcome) -> dict[str, Any]:
@@ -145,8 +202,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
             table.add_row(name, ", ".join(spec.solvers()), escape(spec.description))
         console.print(table)
         return 0
-    if not args.problem or not args.instance:
-        raise InputError("give PROBLEM and --instance FILE (or --list)", field="instance")
+    if not args.problem or not (args.instance or args.generate):
+        raise InputError("give PROBLEM and --instance FILE or --generate (or --list)",
+                         field="instance")
+    generated = _generated(args)
+    if generated is not None and args.instance is not None:
+        print(f"wrote {generated[1]}")
+        return 0
     if args.time_limit is not None and not (math.isfinite(args.time_limit)
                                             and args.time_limit > 0):
         raise InputError(f"must be a finite number > 0, got {args.time_limit}",
@@ -154,15 +216,25 @@ def cmd_solve(args: argparse.Namespace) -> int:
     limits = SolveLimits.wall(args.time_limit if args.time_limit else DEFAULT_TIME_LIMIT_S)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers \
         else None
-    rows = run_problem(args.problem, Path(args.instance), solvers, limits)
+    if generated is None:
+        name = args.instance
+        rows = run_problem(args.problem, Path(args.instance), solvers, limits)
+    else:
+        data, name = generated
+        rows = solve_data(args.problem, data, name, solvers, limits)
     if args.out:
         from .solve_report import write_report
 
-        write_report(rows, Path(args.out), f"{args.problem}: {Path(args.instance).name}")
+        title = Path(args.instance).name if generated is None else name
+        write_report(rows, Path(args.out), f"{args.problem}: {title}")
+        if generated is not None:
+            from gpuplan.solver_core.problems.generate import instance_text
+
+            _write_instance(str(Path(args.out) / "instance.json"), instance_text(data))
     if args.json:
         print(json.dumps(public(rows)))
         return 0
-    table = Table(title=f"{escape(args.problem)}: {escape(args.instance)}")
+    table = Table(title=f"{escape(args.problem)}: {escape(name)}")
     for col in ("solver", "status", "objective", "bound", "gap", "build ms", "solve ms",
                 "wall ms"):
         table.add_column(col, justify="left" if col in ("solver", "status") else "right")
@@ -172,7 +244,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                       f"{r['_solve_ms']:.1f}", f"{r['wall_ms']:.1f}")
     console.print(table)
     if args.out:
-        console.print(f"wrote {escape(args.out)}/solve.csv and solve.png")
+        extra = " and instance.json" if generated is not None else ""
+        console.print(f"wrote {escape(args.out)}/solve.csv, solve.png{extra}")
     return 0
 
 
@@ -189,4 +262,12 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("--out", help="directory for solve.csv and solve.png (objective and time "
                    "per solver)")
     p.add_argument("--list", action="store_true", help="list problems and their solvers")
+    p.add_argument("--generate", action="store_true",
+                   help="a seeded random instance instead of a file: written to --instance "
+                   "FILE if given (not solved), else solved at once (kept as instance.json "
+                   "in --out)")
+    p.add_argument("--size", type=int, default=None,
+                   help="with --generate: groups (mckp), loaned servers (reclaim), nodes "
+                   "(placement), jobs (packing, ojpp)")
+    p.add_argument("--seed", type=int, default=None, help="with --generate (default 0)")
     p.set_defaults(func=cmd_solve)

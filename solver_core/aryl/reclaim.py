@@ -85,8 +85,10 @@ def select(inst: ReclaimInstance, count: int, method: str = "aryl", *, seed: int
            **kw: object) -> tuple[list[str], SolverStats]:
     """Dispatch by name (:data:`RECLAIM_METHODS`): the servers and how they were chosen.
 
-    The stats say whether the answer is proven: ``optimal`` from the exact method, ``heuristic``
-    with ``fell_back`` when the exact method ran out of budget, ``heuristic`` for the others.
+    The stats say whether the answer is proven: ``optimal`` from the exact method, ``feasible``
+    (backend ``cp-sat-lns``, with a bound) when its search improved an unproven answer,
+    ``heuristic`` with ``fell_back`` when another backend ran out of budget, ``heuristic`` for
+    the others.
     """
     if method == "exact":
         return select_exact(inst, count, **kw)  # type: ignore[arg-type]

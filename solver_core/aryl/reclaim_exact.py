@@ -10,6 +10,8 @@ enumeration and the rest in one ILP (CP-SAT or any backend of
 
 from __future__ import annotations
 
+import time
+
 import networkx as nx
 import numpy as np
 
@@ -18,12 +20,18 @@ from gpuplan.models import SolverStats
 from ..backends import MipModel, Solution, lin_sum, solve_with_fallback
 from ..limits import SolveLimits, resolve_limits
 from .reclaim_greedy import select_aryl
+from .reclaim_lns import improve, lp_bound
 from .reclaim_model import ReclaimInstance, ReclaimJob, clamp_count
 
-__all__ = ["RECLAIM_WORK_S", "components", "select_exact"]
+__all__ = ["LNS_FROM_SERVERS", "RECLAIM_WORK_S", "components", "select_exact"]
 
 RECLAIM_WORK_S = 1.0
 """Deterministic budget of an exact reclaim made for a policy (CP-SAT deterministic seconds)."""
+
+LNS_FROM_SERVERS = 300
+"""Servers in components too large to enumerate from which CP-SAT's ILP is not tried: at that
+size it proves nothing within its budget and would return Aryl's answer, so the whole budget
+goes to the large-neighbourhood search of :mod:`.reclaim_lns` instead (issue 15)."""
 
 
 def _contiguous_floor(job: ReclaimJob) -> int | None:
@@ -119,6 +127,15 @@ def select_exact(
     only larger components keep the x/y rows. ``sum_m m z_cm + sum x_s = N_R``.
     Objective: ``BIG * preemptions + busy GPUs returned`` -- fewest preemptions, then prefer
     idle servers (deterministic). Falls back to :func:`select_aryl` on timeout or failure.
+
+    On CP-SAT, an answer the ILP does not prove optimal (Aryl's after a timeout, or CP-SAT's
+    incumbent) is improved by the large-neighbourhood search of :mod:`.reclaim_lns`
+    (:func:`_select_lns`) with a second budget of the same size (with a wall-clock limit only,
+    the ILP gets half of it and the search the rest); when the components too large to
+    enumerate hold more than :data:`LNS_FROM_SERVERS` servers the ILP is skipped. Either way
+    the result is ``feasible`` with an LP lower bound (``optimal`` only if it meets the
+    bound), stats backend ``cp-sat-lns``, and ``objective`` and ``bound`` count preemptions.
+    A proven ILP answer is returned exactly as before the search existed.
     """
     count = clamp_count(inst, count)
     if count == 0:
@@ -134,6 +151,8 @@ def select_exact(
         members = set(comp)
         jobs = [j for j in inst.jobs if not members.isdisjoint(j.gpus)]
         tables.append(_enumerate_component(comp, jobs, big, count))
+    if backend == "cp-sat" and len(large) > LNS_FROM_SERVERS:
+        return _select_lns(inst, count, resolve_limits(time_limit_s, limits, RECLAIM_WORK_S))
     large_set = set(large)
     large_jobs = [j for j in inst.jobs if not large_set.isdisjoint(j.gpus)]
     xs: dict[str, object] = {}
@@ -193,6 +212,48 @@ def select_exact(
                     chosen.update(s for i, s in enumerate(small[ci]) if mask >> i & 1)
         return [s for s in inst.servers if s in chosen]
 
-    return solve_with_fallback(build, lambda: select_aryl(inst, count), decode, backend,
-                               limits=resolve_limits(time_limit_s, limits, RECLAIM_WORK_S),
-                               stage="reclaim")
+    budget = resolve_limits(time_limit_s, limits, RECLAIM_WORK_S)
+    polish = backend == "cp-sat"
+    ilp_budget = budget if budget.work_s is not None or not polish \
+        else SolveLimits.wall(budget.wall_s / 2)
+    chosen, stats = solve_with_fallback(build, lambda: select_aryl(inst, count), decode,
+                                        backend, limits=ilp_budget, stage="reclaim")
+    if not polish or stats.status == "optimal":
+        return chosen, stats
+    # unproven (Aryl's answer after a timeout, or CP-SAT's incumbent): improve it
+    rest = budget if budget.work_s is not None else \
+        SolveLimits.wall(max(0.05, budget.wall_s - stats.wall_ms / 1000.0))
+    return _select_lns(inst, count, rest, start=chosen,
+                       before=f"ILP {stats.status} ({stats.message or 'no proof'}), then ",
+                       spent_ms=stats.wall_ms, fell_back=stats.fell_back)
+
+
+def _select_lns(inst: ReclaimInstance, count: int, budget: SolveLimits, *,
+                start: list[str] | None = None, before: str = "", spent_ms: float = 0.0,
+                fell_back: bool = False) -> tuple[list[str], SolverStats]:
+    """``start`` (default Aryl's servers) improved by :func:`.reclaim_lns.improve`, with the
+    LP bound. ``before``/``spent_ms``: what ran first (the ILP), for the message and time;
+    ``fell_back``: the ILP failed (kept visible in the stats).
+
+    The bound is computed first; the search gets what is left of a wall-clock-only budget
+    (its deterministic budget is the caller's ``work_s``)."""
+    t0 = time.perf_counter() - spent_ms / 1000.0
+    if start is None:
+        start = select_aryl(inst, count)
+    bound = lp_bound(inst, count)
+    left = budget
+    if budget.work_s is None:
+        spent = time.perf_counter() - t0
+        left = SolveLimits.wall(max(0.05, budget.wall_s - spent))
+    res = improve(inst, start, left)
+    obj = float(res.preempted)
+    optimal = bound is not None and obj <= bound
+    gap = None if bound is None else (obj - bound) / max(1.0, abs(obj))
+    stats = SolverStats(
+        stage="reclaim", backend="cp-sat-lns", status="optimal" if optimal else "feasible",
+        objective=obj, bound=obj if optimal else bound, gap=0.0 if optimal else gap,
+        wall_ms=(time.perf_counter() - t0) * 1000.0, time_limit_s=budget.wall_s,
+        work_limit_s=budget.work_s, deterministic=budget.deterministic, fell_back=fell_back,
+        message=(f"{before}large-neighbourhood search ({res.steps} CP-SAT steps, "
+                 f"{res.improving} improving); objective and bound count preemptions"))
+    return res.servers, stats

@@ -66,6 +66,10 @@ def load(data: Any, source: str) -> PlacementProblem:
                 raise InputError(f"unknown node {bad[0]!r}", source=source,
                                  field=f"{where}.nodes")
             allowed_nodes = frozenset(names)
+            outside = sorted(set(held) - allowed_nodes)
+            if outside:  # the solvers would keep those GPUs where the job may not run
+                raise InputError(f"holds GPUs on {outside[0]!r}, not in its nodes",
+                                 source=source, field=f"{where}.nodes")
         jobs.append(PlacementJob(jid, count, held, allowed_nodes))
     unique([j.id for j in jobs], source, "jobs[].id")
     pools = {n: tuple(range(g)) for n, g in nodes.items()}

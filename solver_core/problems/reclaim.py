@@ -2,8 +2,9 @@
 
 Solvers: every MIP backend on one plain model (below), ``exact`` (the project's exact reclaim:
 components enumerated, the rest an ILP on CP-SAT, :func:`..aryl.reclaim_exact.select_exact`,
-which falls back to Aryl's heuristic when out of budget), and the heuristics ``aryl``, ``scf``
-and ``random`` (seed 0) of :mod:`..aryl.reclaim_greedy`.
+whose unproven answers a large-neighbourhood search improves, with an LP bound; above 300
+coupled servers the search alone), and the heuristics
+``aryl``, ``scf`` and ``random`` (seed 0) of :mod:`..aryl.reclaim_greedy`.
 
 MIP model: ``x_s`` server returned, ``y_j`` job preempted, ``w_ja`` job keeps exactly the
 allowed count ``a``; ``y_j + sum_a w_ja = 1``; kept GPUs ``total_j - sum_s g_js x_s`` equal
@@ -128,6 +129,8 @@ def run(rf: ReclaimFile, solver: str, limits: SolveLimits) -> Outcome:
         out = heuristic_outcome(sol, float(len(sol["preempted"])), t0, status=st.status)
         if st.status == "optimal":
             out.bound, out.gap = out.objective, 0.0
+        elif st.backend == "cp-sat-lns" and st.bound is not None:
+            out.bound, out.gap = st.bound, st.gap  # counts preemptions (the ILP's does not)
         out.message = st.message
         return out
     xs: dict[str, Any] = {}

@@ -17,7 +17,8 @@ BENCHMARKS = [
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
-    ("gpuplan solve: solver x size matrix", "solvers", ["--quick"]),
+    ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
+     ["--quick"]),
     ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
 ]
 
