@@ -5,7 +5,8 @@ and returns an :class:`~.exact.OjppAnswer` (``SolverStats`` + the GPUs' worker l
 
 * exact: ``cp-sat`` (:mod:`.exact`), ``scip``, ``highs``, ``cbc``, ``pulp-cbc`` (:mod:`.milp`)
   -- ``optimal`` only when proven;
-* heuristics (status ``heuristic``): ``heuristic`` (Alg. 3, the paper's OJPP), ``greedy``
+* heuristics (status ``heuristic``): ``heuristic`` (Alg. 3, the paper's OJPP),
+  ``heuristic-ls`` (Alg. 3 + the GPU-emptying pass of :mod:`.improve`), ``greedy``
   (Alg. 1 + 2), and Table 4's baselines ``best-fit``, ``i-greedy``, ``b-greedy``,
   ``c-greedy`` (:mod:`.baselines`; they enforce only some rules, by design).
 
@@ -31,7 +32,7 @@ __all__ = ["EXACT_SOLVERS", "HEURISTIC_SOLVERS", "SOLVERS", "OjppAnswer", "check
            "solve"]
 
 EXACT_SOLVERS = ("cp-sat", *MIP_BACKENDS)
-HEURISTIC_SOLVERS = ("heuristic", "greedy", *BASELINE_RULES)
+HEURISTIC_SOLVERS = ("heuristic", "heuristic-ls", "greedy", *BASELINE_RULES)
 SOLVERS = (*EXACT_SOLVERS, *HEURISTIC_SOLVERS)
 
 
@@ -39,6 +40,8 @@ def _heuristic(inst: OjppInstance, solver: str) -> OjppAnswer:
     start = time.perf_counter()
     if solver == "heuristic":
         gpus = run_heuristic(inst)
+    elif solver == "heuristic-ls":
+        gpus = run_heuristic(inst, improve=True)
     elif solver == "greedy":
         gpus = run_greedy(inst)
     else:

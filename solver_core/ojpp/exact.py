@@ -18,21 +18,27 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpuplan.models import SolverStats
 from gpuplan.models.ojpp import OJPP_TOL, OjppInstance
 
 from ..backends import solve as mip_solve
 from ..limits import SolveLimits
 from .check import check_solution
-from .greedy import greedy_order, pack
+from .greedy import greedy_order
 from .heuristic import heuristic_order
+from .improve import empty_devices, packer_solution
 from .model import OjppModel, build_model, device_violation
-from .packer import Rules
+from .packer import Packer, Rules
 
-__all__ = ["MAX_ROUNDS", "OjppAnswer", "best_packing", "lower_bound", "solve_exact"]
+__all__ = ["MAX_ROUNDS", "OjppAnswer", "best_packing", "clique", "clique_bound", "lower_bound",
+           "solve_exact"]
 
 MAX_ROUNDS = 40
 """Lazy-cut rounds before giving up (each round adds at least one cut)."""
+CLIQUE_SEEDS = 12
+"""Jobs the greedy clique of :func:`clique_bound` starts from (the heaviest first)."""
 
 
 @dataclass(frozen=True)
@@ -42,23 +48,84 @@ class OjppAnswer:
 
 
 def lower_bound(inst: OjppInstance) -> int:
-    """GPUs no solution can beat: total compute and total basic memory, rounded up."""
+    """GPUs no solution can beat: the largest of total compute, total basic memory over what
+    a GPU leaves for it beside the smallest peak, and a clique of workers no two of which
+    may share a GPU (:func:`clique_bound`), each rounded up."""
     if not inst.jobs:
         return 0
     alpha = math.fsum(j.alpha * j.workers for j in inst.jobs)
     gamma = math.fsum(j.gamma * j.workers for j in inst.jobs)
-    return max(1, math.ceil(alpha - OJPP_TOL), math.ceil(gamma - OJPP_TOL))
+    # every used GPU holds a worker, so its largest delta is at least the smallest of all
+    room = 1.0 + OJPP_TOL - min(j.delta for j in inst.jobs)
+    memory = math.ceil(gamma / room - 1e-9) if room > 0 else 1
+    return max(1, math.ceil(alpha - OJPP_TOL), math.ceil(gamma - OJPP_TOL), memory,
+               clique_bound(inst))
+
+
+def clique_bound(inst: OjppInstance, seeds: int = CLIQUE_SEEDS) -> int:
+    """The workers of :func:`clique` (see there): a lower bound on the GPUs."""
+    return clique(inst, seeds)[0]
+
+
+def clique(inst: OjppInstance, seeds: int = CLIQUE_SEEDS) -> tuple[int, list[int]]:
+    """The largest set of workers found that pairwise cannot share a GPU (so each needs its
+    own). Two workers of one job conflict when two of them break a device rule; workers of
+    two jobs when one of each does (every device rule is monotone in added workers, so a
+    conflict stays one with more workers). A job whose own workers conflict brings all of
+    them, any other job one. Greedy from the ``seeds`` heaviest jobs: a valid bound, not
+    always the largest clique.
+
+    Returns the workers counted and the clique's jobs (the exact model lists them first).
+    The pair rules are evaluated on numpy arrays with the operations, in the order, of
+    :func:`.model.device_violation` for two workers (IEEE double either way, so the same
+    verdicts): this keeps the bound cheap enough to report beside every heuristic answer."""
+    jobs = inst.jobs
+    if not jobs:
+        return 0, []
+    a = np.array([j.alpha for j in jobs])
+    g = np.array([j.gamma for j in jobs])
+    d = np.array([j.delta for j in jobs])
+    p = np.array([j.p for j in jobs])
+    m = np.array(inst.matrix())
+    if inst.composition == "multiplicative":
+        m = (1.0 + m) - 1.0
+    tol = OJPP_TOL
+    # two workers of jobs i and j (i == j on the diagonal: two of one job)
+    p0 = np.outer(1.0 - p, 1.0 - p)
+    p1 = np.outer(p, 1.0 - p) + np.outer(1.0 - p, p)
+    conflict = ((a[:, None] + a[None, :] > 1 + tol)
+                | (g[:, None] + g[None, :] + np.maximum(d[:, None], d[None, :]) > 1 + tol)
+                | (np.maximum(m, m.T) > inst.theta_max + tol)
+                | (np.maximum(0.0, 1.0 - p0 - p1) > inst.tau_max + tol))
+    workers = np.array([j.workers for j in jobs])
+    weight = np.where(np.diagonal(conflict) & (workers >= 2), workers, 1)
+    np.fill_diagonal(conflict, False)
+    order = sorted(range(len(jobs)), key=lambda i: (-int(weight[i]), -int(conflict[i].sum()), i))
+    best: tuple[int, list[int]] = (0, [])
+    for seed in order[:seeds]:
+        total, candidates, members = int(weight[seed]), conflict[seed].copy(), [seed]
+        for q in order:
+            if candidates[q]:
+                total += int(weight[q])
+                members.append(q)
+                candidates &= conflict[q]
+        if total > best[0]:
+            best = (total, members)
+    return best
 
 
 def best_packing(inst: OjppInstance) -> list[list[str]] | None:
     """The fewest GPUs among Alg. 3 and Alg. 1 orders with either device choice (all rules
-    enforced): the exact model's device count ``K``, hint and fallback."""
+    enforced), each followed by the GPU-emptying pass of :mod:`.improve`: the exact model's
+    device count ``K``, hint and fallback."""
     best = None
     for order in (heuristic_order(inst), greedy_order(inst)):
         for select in ("theta", "best-fit"):
-            got = pack(inst, order, Rules(select=select))  # type: ignore[arg-type]
-            if got is None:
+            packer = Packer(inst, Rules(select=select))  # type: ignore[arg-type]
+            if any(packer.place_job(i) is None for i in order):
                 return None
+            empty_devices(packer)
+            got = packer_solution(packer)
             if best is None or len(got) < len(best):
                 best = got
     return best
@@ -131,8 +198,10 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
     if not heuristic or (shortcut and len(heuristic) <= lb):
         return done("optimal", heuristic, float(len(heuristic)),
                     "the heuristic's answer meets the lower bound")
+    members = clique(inst)[1]
+    order = [*members, *(i for i in range(len(inst.jobs)) if i not in set(members))]
     om = build_model(inst, len(heuristic), backend == "cp-sat", lb,
-                     _counts_of(inst, heuristic))
+                     _counts_of(inst, heuristic), order, len(members))
     bound: float | None = float(lb)
     for _ in range(MAX_ROUNDS):
         left = start + limits.wall_s - time.perf_counter()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from gpuplan.models.ojpp import OjppInstance
 
 from .greedy import greedy_order
+from .improve import empty_devices, packer_solution
 from .packer import Packer, Rules
 
 __all__ = ["gregariousness", "heuristic_order", "run_heuristic"]
@@ -46,8 +47,10 @@ def heuristic_order(inst: OjppInstance) -> list[int]:
     return order
 
 
-def run_heuristic(inst: OjppInstance, rules: Rules | None = None) -> list[list[str]] | None:
-    """Alg. 3: the gregariousness order, each job placed by Placement (Alg. 2)."""
+def run_heuristic(inst: OjppInstance, rules: Rules | None = None, improve: bool = False
+                  ) -> list[list[str]] | None:
+    """Alg. 3: the gregariousness order, each job placed by Placement (Alg. 2); with
+    ``improve``, followed by the local pass of :mod:`.improve` (solver ``heuristic-ls``)."""
     packer = Packer(inst, rules or Rules())
     devices: list[list[int]] = [[] for _ in inst.jobs]
     for i in heuristic_order(inst):
@@ -55,4 +58,6 @@ def run_heuristic(inst: OjppInstance, rules: Rules | None = None) -> list[list[s
         if got is None:
             return None
         devices[i] = got
+    if improve and empty_devices(packer):
+        return packer_solution(packer)
     return packer.solution(devices)

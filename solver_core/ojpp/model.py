@@ -5,8 +5,12 @@ device k, ``y[i][k]`` job i present on k, ``x[k]`` device k used; at most ``K`` 
 heuristic's count, a tighter bound than one GPU per worker). Constraints:
 
 * (10) ``sum_k n[i][k] = omega_i``; links ``y <= n <= omega*y``, ``y <= x`` (the link the
-  paper omits); symmetry breaking ``x[k] >= x[k+1]`` and job 0's first worker on device 0;
-  caps and pair exclusions (``_pair_exclusions``) as valid strengthening;
+  paper omits); symmetry breaking ``x[k] >= x[k+1]`` and the first job's first worker on device 0;
+  first-appearance bounds: under a job order (the exact solver puts the jobs of a clique of
+  mutually exclusive workers first), job i's workers only use devices below the total
+  workers of the jobs up to i, and a clique job only devices after those the clique jobs
+  before it need (``_first_appearance``); caps and pair exclusions
+  (``_pair_exclusions``) as valid strengthening;
 * (11) compute ``sum_i alpha_i n[i][k] <= 1``;
 * (12) memory: for every job i, ``sum_q gamma_q n[q][k] + delta_i y[i][k] <= 1`` (the largest
   delta is that of some present job, so this is Eq. (3) without a max variable);
@@ -123,14 +127,20 @@ class OjppModel:
 
 
 def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: int,
-                hint: list[list[int]] | None = None) -> OjppModel:
-    """The model for at most ``devices`` devices (see the module docstring)."""
+                hint: list[list[int]] | None = None, order: list[int] | None = None,
+                clique_jobs: int = 0) -> OjppModel:
+    """The model for at most ``devices`` devices (see the module docstring); ``order`` (a
+    permutation of the jobs, default by index) is the first-appearance order of the symmetry
+    breaking, and its first ``clique_jobs`` jobs pairwise cannot share a device."""
     if inst.composition == "multiplicative":
         raise ValueError("multiplicative composition is not linear; use a heuristic")
     m = MipModel("ojpp")
     jobs = inst.jobs
     K = devices
-    n = [[m.int_var(0, job.workers, f"n_{i}_{k}") for k in range(K)] for i, job in enumerate(jobs)]
+    order = list(range(len(jobs))) if order is None else order
+    low, reach = _first_appearance(inst, order, clique_jobs)
+    n = [[m.int_var(0, job.workers if low[i] <= k < reach[i] else 0, f"n_{i}_{k}")
+          for k in range(K)] for i, job in enumerate(jobs)]
     y = [[m.bool_var(f"y_{i}_{k}") for k in range(K)] for i in range(len(jobs))]
     x = [m.bool_var(f"x_{k}") for k in range(K)]
     om = OjppModel(inst, m, integral, K, n, y, x, inst.matrix())
@@ -144,7 +154,7 @@ def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: i
     for k in range(K - 1):
         m.add(x[k] >= x[k + 1], f"sym_{k}")
     if jobs:
-        m.add(n[0][0] >= 1, "sym_first")
+        m.add(n[order[0]][0] >= 1, "sym_first")
     m.add(lin_sum(x) >= lower_bound, "lower_bound")
     _pair_exclusions(inst, m, n, y)
     for k in range(K):
@@ -159,11 +169,12 @@ def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: i
     for rho in INITIAL_TANGENTS:
         om.tangent(rho)
     _interference(om)
-    if hint is not None:
-        if jobs:  # job 0's first device first, matching "sym_first"
-            first = next(k for k in range(K) if hint[0][k])
-            order = [first, *(k for k in range(K) if k != first)]
-            hint = [[row[k] for k in order] for row in hint]
+    if hint is not None:  # devices relabelled by first appearance, matching the bounds above
+        labels: list[int] = []
+        for i in order:
+            labels.extend(k for k in range(K) if hint[i][k] and k not in labels)
+        labels.extend(k for k in range(K) if k not in labels)
+        hint = [[row[k] for k in labels] for row in hint]
         for k in range(K):
             m.hint(x[k], 1 if any(hint[i][k] for i in range(len(jobs))) else 0)
             for i in range(len(jobs)):
@@ -171,6 +182,29 @@ def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: i
                 m.hint(y[i][k], 1 if hint[i][k] else 0)
     m.minimize(lin_sum(x))
     return om
+
+
+def _first_appearance(inst: OjppInstance, order: list[int], clique_jobs: int
+                      ) -> tuple[list[int], list[int]]:
+    """Per job, the devices ``[low, reach)`` its workers may use. Label the devices of any
+    solution in the order the jobs of ``order`` first touch them: the jobs up to and
+    including job i use at most their workers' total of devices, so job i stays below that
+    total (``reach``). The first ``clique_jobs`` jobs share no device with each other, so
+    each one's devices are all new and come after the devices of the clique jobs before it:
+    at least one each, or all its workers when two of them cannot share (``low``). Valid with
+    ``x[k] >= x[k+1]`` (the used labels are a prefix) and with ``sym_first``."""
+    low = [0] * len(inst.jobs)
+    reach = [0] * len(inst.jobs)
+    total = used = 0
+    matrix = inst.matrix()
+    for t, i in enumerate(order):
+        total += inst.jobs[i].workers
+        reach[i] = total
+        if t < clique_jobs:
+            low[i] = used
+            alone = inst.jobs[i].workers >= 2 and device_violation(inst, matrix, {i: 2})
+            used += inst.jobs[i].workers if alone else 1
+    return low, reach
 
 
 def _pair_exclusions(inst: OjppInstance, m: MipModel, n: list[list[Var]],

@@ -16,12 +16,17 @@ the same code (digest §2.11). Checks are incremental: collision keeps (P0, P1) 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuplan.models.ojpp import OJPP_TOL, Collision, OjppInstance, counts_slowdown
 
 __all__ = ["Device", "Packer", "Rules"]
+
+_Rest = tuple[float, float, float]
+"""What :meth:`Packer._device_rules` returns for a feasible device."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,17 @@ class Packer:
     def evaluate(self, i: int, b: int, alone_min: bool) -> tuple[float, float] | None:
         """(device slowdown after adding a worker of job ``i`` to device ``b``, residual
         capacity after) when every enforced rule holds, else None."""
+        got = self._device_rules(i, b)
+        if got is None or not self._own_balance(i, b, got[2], alone_min):
+            return None
+        return got[0], got[1]
+
+    def _device_rules(self, i: int, b: int) -> tuple[float, float, float] | None:
+        """Every enforced rule for a worker of job ``i`` joining device ``b`` except job
+        ``i``'s own balance: (device slowdown, residual capacity, job i's slowdown on ``b``)
+        after the join, or None. The result changes only when device ``b`` or another
+        device of a job on ``b`` (other than ``i``) changes, which lets
+        :meth:`place_job` keep it between the workers of one job."""
         job, dev, rules, inst = self.jobs[i], self.devices[b], self.rules, self.inst
         if rules.distinct and i in dev.counts:
             return None
@@ -105,15 +121,33 @@ class Packer:
         if rules.balance:
             limit = inst.theta_balance + OJPP_TOL
             for q, s in slow.items():
+                if q == i:
+                    continue
                 lo = hi = s
-                if q == i and alone_min:
-                    lo = 0.0
                 for d, v in self.slow[q].items():
                     if d != b:
-                        lo, hi = min(lo, v), max(hi, v)
+                        if v < lo:
+                            lo = v
+                        elif v > hi:
+                            hi = v
                 if hi - lo > limit:
                     return None
-        return theta, (1.0 - alpha) + (1.0 - memory)
+        return theta, (1.0 - alpha) + (1.0 - memory), slow[i]
+
+    def _own_balance(self, i: int, b: int, s: float, alone_min: bool) -> bool:
+        """Job ``i``'s spread holds with slowdown ``s`` on device ``b`` (``alone_min``: one
+        worker may end up alone at 0, Alg. 2 line 11)."""
+        if not self.rules.balance:
+            return True
+        lo = 0.0 if alone_min else s
+        hi = s
+        for d, v in self.slow[i].items():
+            if d != b:
+                if v < lo:
+                    lo = v
+                elif v > hi:
+                    hi = v
+        return hi - lo <= self.inst.theta_balance + OJPP_TOL
 
     # ------------------------------------------------------------------ mutation
     def open_device(self) -> int | None:
@@ -137,56 +171,114 @@ class Packer:
         return job.alpha <= 1 + OJPP_TOL and job.gamma + job.delta <= 1 + OJPP_TOL
 
     # ------------------------------------------------------------------ Alg. 2
-    def _choose(self, i: int, candidates: range | list[int], alone_min: bool) -> int | None:
-        best: tuple[float, ...] | None = None
-        chosen = None
+    def _scan(self, i: int, devices: Iterable[int], feasible: dict[int, _Rest]) -> None:
+        """Evaluate the device rules of job ``i`` on ``devices`` into ``feasible`` (a device
+        that fails is removed from it); compute and memory are filtered first, since they rule
+        out most devices."""
+        job, devs = self.jobs[i], self.devices
+        a_cap, g_cap = 1 + OJPP_TOL - job.alpha, 1 + OJPP_TOL - job.gamma
+        delta = job.delta
+        for b in devices:
+            d = devs[b]
+            got = None
+            if d.alpha <= a_cap and d.gamma + (d.delta if d.delta > delta else delta) <= g_cap:
+                got = self._device_rules(i, b)
+            if got is None:
+                feasible.pop(b, None)
+            else:
+                feasible[b] = got
+
+    def _first_scan(self, i: int) -> dict[int, _Rest]:
+        """:meth:`_scan` over every device, the compute/memory filter as one comprehension."""
         job = self.jobs[i]
         a_cap, g_cap = 1 + OJPP_TOL - job.alpha, 1 + OJPP_TOL - job.gamma
-        devs = self.devices
-        # cheap compute/memory filter first: most devices are ruled out here
-        for b in [b for b in candidates if devs[b].alpha <= a_cap
-                  and devs[b].gamma + max(devs[b].delta, job.delta) <= g_cap]:
-            got = self.evaluate(i, b, alone_min)
-            if got is None:
-                continue
-            theta, residual = got
-            key = (theta, residual, b) if self.rules.select == "theta" else (residual, b)
+        delta = job.delta
+        out: dict[int, _Rest] = {}
+        for b in [b for b, d in enumerate(self.devices) if d.alpha <= a_cap
+                  and d.gamma + (d.delta if d.delta > delta else delta) <= g_cap]:
+            got = self._device_rules(i, b)
+            if got is not None:
+                out[b] = got
+        return out
+
+    def _pick(self, i: int, feasible: dict[int, _Rest], alone_min: bool) -> int | None:
+        """The device of ``feasible`` where job ``i``'s balance also holds and the key of
+        :attr:`Rules.select` is least (the index breaks ties)."""
+        best: tuple[float, ...] | None = None
+        chosen = None
+        theta_first = self.rules.select == "theta"
+        mine = self.slow[i]
+        check = self.rules.balance
+        # job i's spread over the devices it is on, for candidates it is not on yet
+        mine_lo = min(mine.values()) if mine else math.inf
+        mine_hi = max(mine.values()) if mine else -math.inf
+        limit = self.inst.theta_balance + OJPP_TOL
+        for b, (theta, residual, s) in feasible.items():
+            if check:
+                if b in mine:
+                    if not self._own_balance(i, b, s, alone_min):
+                        continue
+                else:
+                    lo = 0.0 if alone_min else s
+                    if (s if s > mine_hi else mine_hi) - (lo if lo < mine_lo else mine_lo) \
+                            > limit:
+                        continue
+            key = (theta, residual, b) if theta_first else (residual, b)
             if best is None or key < best:
                 best, chosen = key, b
         return chosen
 
     def place_job(self, i: int, workers: int | None = None) -> list[int] | None:
         """Place ``workers`` (default all) workers of job ``i``; the devices used, one per
-        worker, or None (nothing changed) when ``max_devices`` left no room."""
+        worker, or None (nothing changed) when ``max_devices`` left no room.
+
+        Only the first worker scans every device. Adding a worker to device b changes the
+        rules' outcome only on b and on the other devices of the jobs on b (their balance), so
+        the next worker re-evaluates just those; job ``i``'s own balance, which moves with
+        every worker, is re-checked on the (few) feasible devices. Pass 2 starts from pass
+        1's first scan, taken on the same state."""
         n = self.jobs[i].workers if workers is None else workers
         if n == 0:
             return []
         if not self.fits_alone(i):
             return None
+        first = self._first_scan(i)
         for pass2 in (False, True):
+            alone_min = pass2 and self.rules.balance
             saved_devices = len(self.devices)
-            saved = {}
-            saved_slow = [dict(s) for s in self.slow]
+            saved: dict[int, Device] = {}
+            saved_slow: dict[int, dict[int, float]] = {}
+            feasible = dict(first)
             placed: list[int] = []
             ok = True
-            for _ in range(n):
-                active = range(len(self.devices))
-                b = self._choose(i, active, alone_min=pass2 and self.rules.balance)
+            for w in range(n):
+                b = self._pick(i, feasible, alone_min)
                 if b is None and pass2:
                     b = self.open_device()
                 if b is None:
                     ok = False
                     break
+                dev = self.devices[b]
                 if b not in saved and b < saved_devices:
-                    saved[b] = self.devices[b].copy()
+                    saved[b] = dev.copy()
+                for q in (i, *dev.counts):
+                    if q not in saved_slow:
+                        saved_slow[q] = dict(self.slow[q])
                 self.add(i, b)
                 placed.append(b)
+                if w + 1 < n:
+                    stale = {b}
+                    for q in dev.counts:
+                        if q != i:
+                            stale.update(self.slow[q])
+                    self._scan(i, stale, feasible)
             if ok:
                 return placed
             del self.devices[saved_devices:]
             for b, dev in saved.items():
                 self.devices[b] = dev
-            self.slow = saved_slow
+            for q, values in saved_slow.items():
+                self.slow[q] = values
         return None
 
     def broken_job(self) -> int | None:

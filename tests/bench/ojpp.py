@@ -3,7 +3,8 @@
 ``python -m tests.bench.ojpp [--quick]``. Instances come from ``tests/ojpp_gen.py`` (seeded,
 values on a 0.01 grid, jobs of 1-6 workers, mixed bounds). Goals (OJPP issue): 40 workers
 proven optimal by CP-SAT within 10 s; the heuristic (Alg. 3) <= 5 ms for 200 workers and
-within 10 % of the exact GPU count where exact finishes. Ratios are against the exact answer
+within 10 % of the exact GPU count where exact finishes (reported for Alg. 3 alone and with
+the GPU-emptying pass, ``heuristic-ls``). Ratios are against the exact answer
 measured in the same run; absolute times are printed beside them. No asserts: this reports.
 """
 
@@ -26,8 +27,9 @@ GOAL_RATIO = 1.10
 
 def _exact_table(seeds: int) -> None:
     print(f"{'workers':>7} {'seed':>4} {'status':>9} {'exact':>5} {'bound':>5} {'heur':>5} "
-          f"{'greedy':>6} {'h/exact':>7} {'exact s':>8}")
+          f"{'h-ls':>5} {'greedy':>6} {'h/exact':>7} {'ls/exact':>8} {'exact s':>8}")
     ratios: list[float] = []
+    ls_ratios: list[float] = []
     for workers in SIZES:
         proven = 0
         for seed in range(seeds):
@@ -36,34 +38,43 @@ def _exact_table(seeds: int) -> None:
             ex = solve_exact(inst, "cp-sat", SolveLimits.wall(GOAL_EXACT_S), shortcut=False)
             secs = time.perf_counter() - t0
             heur = solve(inst, "heuristic").stats.objective or 0.0
+            ls = solve(inst, "heuristic-ls").stats.objective or 0.0
             greedy = solve(inst, "greedy").stats.objective or 0.0
             obj = ex.stats.objective or 0.0
             ratio = heur / obj if obj else float("nan")
+            ls_ratio = ls / obj if obj else float("nan")
             if ex.stats.status == "optimal":
                 proven += 1
                 ratios.append(ratio)
+                ls_ratios.append(ls_ratio)
             print(f"{workers:>7} {seed:>4} {ex.stats.status:>9} {obj:>5.0f} "
-                  f"{ex.stats.bound or 0:>5.0f} {heur:>5.0f} {greedy:>6.0f} {ratio:>7.3f} "
-                  f"{secs:>8.2f}")
+                  f"{ex.stats.bound or 0:>5.0f} {heur:>5.0f} {ls:>5.0f} {greedy:>6.0f} "
+                  f"{ratio:>7.3f} {ls_ratio:>8.3f} {secs:>8.2f}")
         print(f"  {workers} workers: {proven}/{seeds} proven optimal within {GOAL_EXACT_S:g} s")
-    if ratios:
-        print(f"heuristic / exact GPUs where proven: mean {statistics.mean(ratios):.3f}, "
-              f"max {max(ratios):.3f} (goal <= {GOAL_RATIO}); within goal: "
-              f"{sum(r <= GOAL_RATIO + 1e-9 for r in ratios)}/{len(ratios)}")
+    for name, rs in (("heuristic", ratios), ("heuristic-ls", ls_ratios)):
+        if rs:
+            print(f"{name} / exact GPUs where proven: mean {statistics.mean(rs):.3f}, "
+                  f"max {max(rs):.3f} (goal <= {GOAL_RATIO}); within goal: "
+                  f"{sum(r <= GOAL_RATIO + 1e-9 for r in rs)}/{len(rs)}")
 
 
 def _heuristic_time(repeats: int) -> None:
-    for workers in (50, 100, 200):
+    """The solver's own time (``stats.wall_ms``: the placement, what the goal is about) and
+    the time of the whole ``solve`` call, which adds the lower bound reported as ``bound``."""
+    for solver, workers in [("heuristic", w) for w in (50, 100, 200)] + [("heuristic-ls", 200)]:
         inst = random_instance(1, workers, "additive", max_per_job=8)
-        times = []
+        own, total = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            got = solve(inst, "heuristic")
-            times.append((time.perf_counter() - t0) * 1000.0)
-        best = min(times)
-        print(f"heuristic, {workers} workers ({len(inst.jobs)} jobs): best {best:.2f} ms, "
-              f"median {statistics.median(times):.2f} ms, {got.stats.objective:.0f} GPUs "
-              f"(goal <= {GOAL_HEURISTIC_MS:g} ms at 200: ratio {best / GOAL_HEURISTIC_MS:.2f})")
+            got = solve(inst, solver)
+            total.append((time.perf_counter() - t0) * 1000.0)
+            own.append(got.stats.wall_ms or 0.0)
+        best = min(own)
+        print(f"{solver}, {workers} workers ({len(inst.jobs)} jobs): best {best:.2f} ms, "
+              f"median {statistics.median(own):.2f} ms, {got.stats.objective:.0f} GPUs, bound "
+              f"{got.stats.bound:.0f}; with the bound: median {statistics.median(total):.2f} "
+              f"ms (goal <= {GOAL_HEURISTIC_MS:g} ms at 200: ratio "
+              f"{best / GOAL_HEURISTIC_MS:.2f})")
 
 
 def main(argv: list[str]) -> None:

@@ -1,7 +1,8 @@
 """OJPP results (paper 002 §5): Table 5, strategies per workload, AIP, placement cost.
 
 ``python -m tests.bench.ojpp_table5 [--out docs/results]`` prints every number of
-docs/results/ojpp.md and, with ``--out``, writes ``ojpp.json`` and the degradation plot there.
+docs/results/ojpp.md and, with ``--out``, writes ``ojpp.json``, the degradation plot and the
+per-type plot (Fig. 7) there.
 All runs are static placements of the four embedded queues (``scenarios/ojpp_workloads.py``,
 seed 0) by the part-A solvers, scored by ``scenarios/ojpp_interference.plan_slowdowns``
 (matrix slowdown + collision penalty, job at its slowest worker). The OJPAP run is
@@ -78,6 +79,27 @@ def table5() -> list[dict]:
 
 def strategies() -> dict[str, dict[str, dict[str, float]]]:
     return {s: {q: _run(q, DEFAULT, s) for q in QUEUES} for s in STRATEGIES}
+
+
+def per_model(queue: str = "mixed") -> dict[str, dict[str, dict[str, float]]]:
+    """Fig. 7: degradation of each job type of ``queue`` under each strategy at the default
+    bounds -- mean co-located over mean standalone time of that type's jobs, minus 1 (the
+    per-type restriction of :func:`performance`)."""
+    jobs = workload(queue)
+    tau, bal, theta = DEFAULT
+    inst = OjppInstance.model_validate(ojpp_instance_data(jobs, tau, theta, bal))
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for s in STRATEGIES:
+        answer = solve(inst, s)
+        assert answer.gpus is not None
+        slow = plan_slowdowns(inst, answer.gpus)
+        out[s] = {}
+        for t in sorted({j.type for j in jobs}):
+            mine = {j.id: j.standalone_s for j in jobs if j.type == t}
+            perf = performance({j: slow[j] for j in mine}, mine)
+            out[s][t] = {"slowdown": 1.0 / perf - 1.0, "jobs": len(mine),
+                         "worst": max(slow[j] for j in mine)}
+    return out
 
 
 def ablation(workers: tuple[int, ...] = (1, 2, 4, 6, 8, 10)) -> list[dict]:
@@ -163,6 +185,29 @@ def plot(strat: dict[str, dict[str, dict[str, float]]], out: Path) -> None:
     plt.close(fig)
 
 
+def plot_models(models: dict[str, dict[str, dict[str, float]]], out: Path) -> None:
+    """Fig. 7 as ours: degradation per job type of the Mixed queue, one bar per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    types = list(next(iter(models.values())))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(STRATEGIES)
+    for n, s in enumerate(STRATEGIES):
+        xs = [k + n * width for k in range(len(types))]
+        ax.bar(xs, [100 * models[s][t]["slowdown"] for t in types], width,
+               label="OJPP (Alg. 3)" if s == "heuristic" else s)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(types))], types)
+    ax.set_ylabel("avg JCT degradation vs standalone (%)")
+    ax.set_title("Mixed queue per job type, (tau, theta', theta) = (0.1, 0.2, 0.1)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "ojpp-models.png", dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> None:
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
     t5 = table5()
@@ -179,6 +224,11 @@ def main(argv: list[str]) -> None:
         mean = sum(r["slowdown"] for r in per.values()) / len(per)
         print(f"  {s:10s} mean {100 * mean:6.2f}%  " + ", ".join(
             f"{q} {100 * r['slowdown']:.1f}%/{r['gpus']}" for q, r in per.items()))
+    models = per_model()
+    print("Fig. 7, Mixed queue per job type: degradation % (worst job %)")
+    for s, per in models.items():
+        print(f"  {s:10s} " + ", ".join(f"{t} {100 * r['slowdown']:.1f}% ({100 * r['worst']:.1f})"
+                                       for t, r in per.items()))
     abl = ablation()
     print("Balance ablation (Mixed, all jobs w workers, theta-bar 0.4): degradation / GPUs")
     for r in abl:
@@ -198,8 +248,10 @@ def main(argv: list[str]) -> None:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         plot(strat, out)
+        plot_models(models, out)
         (out / "ojpp.json").write_text(json.dumps(
-            {"table5": t5, "strategies": strat, "ablation": abl, "aip": result}, indent=1) + "\n")
+            {"table5": t5, "strategies": strat, "models": models, "ablation": abl,
+             "aip": result}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
