@@ -18,6 +18,7 @@ BENCHMARKS = [
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
     ("gpuplan solve: solver x size matrix", "solvers", ["--quick"]),
+    ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
     ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
 ]
 
