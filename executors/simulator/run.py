@@ -40,8 +40,11 @@ def simulate(
     policy's own ``reclaimer`` (Aryl's), else the engine's default.
     The run ends at ``horizon_s`` of simulated time at the latest; jobs still running then are
     reported unfinished, never simulated for ever. ``interference`` slows co-located jobs
-    (shares < 1) down; None: shares alone set their speed.
+    (shares < 1) down; None: shares alone set their speed. A policy that declares
+    ``needs_future`` (offline-optimal) is handed the whole job list first (``foresee``).
     """
+    if getattr(policy, "needs_future", False):
+        policy.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal only
     executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
                                 learning=learning, horizon_s=horizon_s,
                                 interference=interference)

@@ -19,6 +19,7 @@ BENCHMARKS = [
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
     ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
      ["--quick"]),
+    ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
     ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
 ]
 

@@ -1,0 +1,121 @@
+"""``offline-optimal``: replay the minimum-average-JCT schedule of a small, fully known job set.
+
+No online policy can know the future; this one is told it, so ``gpuplan compare`` can show how
+far each online policy is from the best possible schedule. It declares ``needs_future``; the
+simulator (:func:`~gpuplan.executors.simulator.run.simulate`) then calls :meth:`foresee` with
+the whole job list before the first event. The policy solves the time-indexed model of
+:mod:`..offline_model` once and from then on only replays it: at every decision each job gets
+the GPU count of the current slot, and a wake-up is set at the next slot boundary.
+
+If the run diverges from the model (restart or migration overheads make a job slower than the
+model assumed, a node fails), a job still unfinished after its planned last slot gets the GPUs
+no planned job holds, largest allowed count first, so the run always ends. On an executor that
+does not pass the future (a real cluster), the first decision is an :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from gpuplan.models import Cluster, ClusterView, InputError, JobSpec, SolverStats
+
+from ..limits import SolveLimits
+from ..offline_model import (
+    DEFAULT_TARGET_SLOTS,
+    OfflineSchedule,
+    offline_instance,
+    solve_offline,
+)
+from ..params import Params
+from ..placement.best_fit import best_fit_placement
+from ..placement.shapes import enforce_shapes
+from ..policy import Decision, PolicyBase, Shares
+from ..registry import PolicyDef
+
+__all__ = ["OfflineOptimal", "OfflineParams"]
+
+
+class OfflineParams(Params):
+    slot_s: float | None = Field(default=None, gt=0, description="slot length (s); None: the "
+                                 "instance's natural grid, else the makespan over target_slots")
+    target_slots: int = Field(default=DEFAULT_TARGET_SLOTS, ge=2, le=200)
+    work_s: float = Field(default=5.0, gt=0, le=600,
+                          description="CP-SAT deterministic seconds for each of the two models")
+
+
+class OfflineOptimal(PolicyBase):
+    """Solves once from the whole job list (:meth:`foresee`), then replays the schedule."""
+
+    name = "offline-optimal"
+    needs_future = True
+    """The simulator passes the scenario's jobs to :meth:`foresee` before the first event."""
+
+    def __init__(self, params: OfflineParams | None = None, seed: int = 0) -> None:
+        self.params = params or OfflineParams()
+        self.seed = seed
+        self.schedule: OfflineSchedule | None = None
+        self._unreported: list[SolverStats] = []
+
+    def foresee(self, cluster: Cluster, jobs: Sequence[JobSpec]) -> None:
+        """Solve the offline model for ``jobs`` (InputError when it is too large)."""
+        p = self.params
+        inst = offline_instance(cluster, jobs)
+        self.schedule = solve_offline(inst, slot_s=p.slot_s, target_slots=p.target_slots,
+                                      limits=SolveLimits.deterministic_budget(p.work_s),
+                                      seed=self.seed)
+        s = self.schedule
+        note = (f"slot {s.slot_s:g} s; schedule avg JCT {s.avg_jct_s:.1f} s, lower bound "
+                f"{s.lower_bound_s:.1f} s, proven gap {100 * s.gap:.2f} %")
+        self._unreported = [st.model_copy(update={"message": (st.message + "; " + note).strip(
+            "; ")}) for st in s.stats]
+
+    def _planned(self, job_id: str, slot: int) -> int:
+        assert self.schedule is not None
+        counts = self.schedule.counts.get(job_id)
+        return counts[slot] if counts is not None and 0 <= slot < len(counts) else 0
+
+    def _overdue(self, job_id: str, slot: int) -> bool:
+        assert self.schedule is not None
+        counts = self.schedule.counts.get(job_id)
+        if counts is None:
+            return True
+        return slot > max(t for t, g in enumerate(counts) if g)
+
+    def decide(self, view: ClusterView) -> Decision:
+        if self.schedule is None:
+            raise InputError("offline-optimal needs the whole job list in advance; only the "
+                             "simulator gives it (gpuplan simulate / compare)", field="policy")
+        slot = self.schedule.slot_of(view.now)
+        jobs = sorted([*view.running, *view.pending])
+        shares: Shares = {}
+        for job_id in jobs:
+            g = self._planned(job_id, slot)
+            if g:
+                shares[job_id] = g
+        free = sum(n.gpus for n in view.nodes.values()) - sum(shares.values())
+        for job_id in jobs:
+            if job_id in shares or not self._overdue(job_id, slot):
+                continue
+            job = view.running.get(job_id) or view.pending[job_id]
+            fits = [c for c in job.spec.allowed_counts() if c <= free]
+            if fits:
+                shares[job_id] = max(fits)
+                free -= shares[job_id]
+        stats, self._unreported = self._unreported, []
+        placements = best_fit_placement(view, shares, stats)
+        return Decision(shares=shares, placements=enforce_shapes(view, placements), stats=stats)
+
+    def next_wakeup(self, view: ClusterView) -> float | None:
+        if self.schedule is None or not (view.running or view.pending):
+            return None
+        s = self.schedule
+        return s.origin + (s.slot_of(view.now) + 1) * s.slot_s
+
+
+POLICIES = [
+    PolicyDef("offline-optimal", "minimum average JCT with every arrival known (exact "
+              "time-indexed CP-SAT, <= 12 jobs and 16 GPUs; simulator only): the reference",
+              build=lambda params, seed: OfflineOptimal(params, seed), params=OfflineParams),
+]
