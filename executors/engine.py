@@ -7,6 +7,7 @@ allocations, counters, which nodes are usable and which GPUs are free) and recor
 
 from __future__ import annotations
 
+import logging
 import time as wallclock
 from collections.abc import Callable, Iterable
 
@@ -45,6 +46,7 @@ from .base import Executor
 from .metrics import take_sample
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
+log = logging.getLogger(__name__)
 
 
 def reclaim_least_used(view: ClusterView, on_loan: list[str], count: int) -> list[str]:
@@ -136,6 +138,22 @@ class Engine:
         self.on_loan: list[str] = []
         self.down: set[str] = set()
         self.reclaim_log: list[tuple[float, list[str]]] = []
+        self._degraded = self._warn_if_degraded()
+        self.degraded_resizes = 0
+        """Resizes of a policy that wants them stop-free, carried out by a restart."""
+
+    def _warn_if_degraded(self) -> bool:
+        """A policy that wants stop-free resizing (``wants_in_place_resize``) on an executor
+        that resizes by restart still runs, every resize paying the restart: say so once, at
+        start, and count those resizes (:attr:`degraded_resizes`)."""
+        caps = self.executor.capabilities
+        if not getattr(self.policy, "wants_in_place_resize", False) or caps.resize != "restart":
+            return False
+        log.warning("policy %s wants stop-free (in-place) resizing, but %s resizes by "
+                    "checkpoint-restart: each resize is carried out as a restart and accounted "
+                    "at its restart latency of %g s", self.policy.name,
+                    type(self.executor).__name__, caps.restart_latency_s)
+        return True
 
     # ------------------------------------------------------------------ nodes
     def _add_node(self, name: str) -> None:
@@ -164,6 +182,7 @@ class Engine:
                 job.set_allocation(after)
                 self._acquire(job)
                 job.resizes += 1
+                self.degraded_resizes += self._degraded
                 shrink = Action.model_construct(kind="resize", job_id=job.id, before=alloc,
                                                 after=after)
                 self.executor.apply(
@@ -530,6 +549,7 @@ class Engine:
             else:
                 if kind == "resize":
                     job.resizes += 1
+                    self.degraded_resizes += self._degraded
                 elif kind == "migrate" and job.id not in relabels:
                     job.migrations += 1
                 job.set_allocation(action.after)
@@ -583,4 +603,5 @@ class Engine:
             solver_fallbacks=self.solver_fallbacks,
             solver_ms=self.solver_ms,
             rejected=list(self.rejected),
+            degraded_resizes=self.degraded_resizes,
         )

@@ -142,6 +142,9 @@ class RunSummary(BaseModel):
     loaning: LoaningMetrics | None = Field(
         default=None, description="Aryl capacity-loaning metrics (scenarios with a loaning block)"
     )
+    degraded_resizes: int = Field(
+        default=0, description="resizes a stop-free policy got as restarts (RunResult's field)"
+    )
 
 
 def _jct(record: JobRecord) -> float:
@@ -249,6 +252,7 @@ def summarize(result: RunResult) -> RunSummary:
         solver_p99_ms=solver[2],
         rejected=len(result.rejected),
         loaning=result.loaning,
+        degraded_resizes=result.degraded_resizes,
     )
 
 

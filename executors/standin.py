@@ -8,7 +8,8 @@ says when it is done. This module is exactly that, so tests can prove that progr
 restarts and resizes. The command line is a contract other executors depend on::
 
     python -m gpuplan.executors.standin --job-id ID --work ITERS --rate-per-gpu R \\
-        --state-dir DIR [--checkpoint-interval S] [--progress-interval S]
+        --state-dir DIR [--checkpoint-interval S] [--progress-interval S] \\
+        [--dataset-size N [--samples-per-iteration K] [--data-seed S]]
 
 Files in ``DIR`` (all JSON files are replaced atomically, so a reader never sees half a file):
 
@@ -23,6 +24,27 @@ Files in ``DIR`` (all JSON files are replaced atomically, so a reader never sees
   runs of one job tile ``[0, work]`` exactly: work lost in a crash (after the last checkpoint)
   never appears, and nothing appears twice. Tests sum them.
 
+**Data mode** (``--dataset-size N``; EDL's dynamic data pipeline, :mod:`.data_pipeline`): the
+job's progress is also *data*. One :class:`~.data_pipeline.DataLeader` per process hands out
+shards of a seeded (``--data-seed``) random order of ``N`` samples; every GPU of the process is a
+worker (named by its ``CUDA_VISIBLE_DEVICES`` entry), and an in-place resize makes the removed
+GPUs leave (gracefully) and the added ones join. Progress ``done`` means ``floor(done x K)``
+samples consumed (``--samples-per-iteration K``, default 1), spread evenly over the workers and
+over as many epochs as that takes. Samples are consumed and committed at every commit of a
+segment (checkpoint, resize, stop, completion), so nothing is consumed that the checkpoint does
+not hold. Two more files, only in data mode:
+
+* ``ID.samples``  append-only, one JSON line per committed run of sample ids
+  ``{"epoch", "worker", "first", "last"}`` (``first`` to ``last`` inclusive, consecutive ids);
+  tests assert from it that every epoch covers every sample exactly once;
+* ``ID.data.json`` the leader's state plus ``{"done", "consumed", "log_bytes"}``, replaced
+  atomically at every commit *before* the checkpoint. A restart restores the leader from it
+  (the uncommitted rests of held shards go back to the queue) and truncates ``ID.samples`` to
+  ``log_bytes``, so lines appended by a run that died before saving the state are forgotten,
+  as their samples are. If the process died between this file and the checkpoint, the leader
+  is ahead of the checkpoint: samples are never consumed twice, the job just consumes none
+  until its progress catches up.
+
 ``--work`` is the target the counter runs to. An executor may raise it between runs (the SSH
 executor splits a multi-node job's remaining work over per-rank stand-ins that way); a stale
 ``ID.done`` marker is removed when a run starts below its target.
@@ -35,7 +57,8 @@ progress file with the new ``gpus`` is written at once: that write is the acknow
 sidecar waits for. A SIGUSR2 without a readable file is ignored (the executor then falls back to
 a checkpoint-restart); files and command line are the same as without resizing.
 
-Exit codes: 0 after completion or a stop signal, 2 for a usage error (no GPUs, bad arguments).
+Exit codes: 0 after completion or a stop signal, 2 for a usage error (no GPUs, bad arguments,
+a data state written for another dataset).
 Stop signals get a process-wide handler from the first line of :func:`run` that only records
 the signal and wakes the main loop (``signal.set_wakeup_fd``); the loop acts on it between two
 consistent states, so a signal never interrupts a checkpoint half-written. (Not a per-thread
@@ -49,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
 import signal
@@ -56,6 +80,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .data_pipeline import DataLeader
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 RESIZE_SIGNAL = signal.SIGUSR2
@@ -107,8 +133,8 @@ def read_checkpoint(path: Path) -> float:
         return 0.0
 
 
-def read_resize(path: str | None) -> int | None:
-    """The GPU count an in-place resize asks for (None: no usable request file)."""
+def read_resize_gpus(path: str | None) -> list[str] | None:
+    """The GPUs an in-place resize asks for, as names (None: no usable request file)."""
     if not path:
         return None
     try:
@@ -116,7 +142,132 @@ def read_resize(path: str | None) -> int | None:
             gpus = json.load(fh)["gpus"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return len(gpus) if isinstance(gpus, list) and gpus else None
+    return [str(g) for g in gpus] if isinstance(gpus, list) and gpus else None
+
+
+def read_resize(path: str | None) -> int | None:
+    """The GPU count an in-place resize asks for (None: no usable request file)."""
+    gpus = read_resize_gpus(path)
+    return None if gpus is None else len(gpus)
+
+
+def gpu_names(cuda_visible_devices: str) -> list[str]:
+    """The entries of a (valid, see :func:`gpu_count`) ``CUDA_VISIBLE_DEVICES`` value."""
+    return [e.strip() for e in cuda_visible_devices.split(",")]
+
+
+class DataFeed:
+    """The data side of a stand-in run: a leader, one worker per GPU, and the samples log.
+
+    ``consume_to(done)`` makes the workers consume samples until ``floor(done x K)`` have been
+    consumed since the job began (never fewer than already consumed: see the module doc), each
+    worker taking an equal share of them (the remainder to the first workers), and commits them
+    to the leader. ``save(done)`` appends what was committed since the previous save to
+    ``ID.samples`` and replaces ``ID.data.json``; callers save before they checkpoint.
+    """
+
+    def __init__(self, state_dir: Path, job_id: str, dataset_size: int,
+                 samples_per_iteration: float, seed: int, gpus: list[str]) -> None:
+        self.samples_path = state_dir / f"{job_id}.samples"
+        self.state_path = state_dir / f"{job_id}.data.json"
+        self.per_iteration = samples_per_iteration
+        self.pending: list[dict[str, int | str]] = []
+        if len(set(gpus)) != len(gpus):
+            raise UsageError(f"GPUs {gpus} name one GPU twice: each GPU is one data worker")
+        saved = self._load()
+        if saved is None:
+            partition = max(1, math.ceil(dataset_size / 64))  # many more partitions than GPUs
+            self.leader = DataLeader(dataset_size, partition, seed)
+            self.consumed = 0
+            log_bytes = 0
+        else:
+            self.leader = DataLeader.restore(saved["leader"], keep_workers=False)
+            if (self.leader.num_samples, self.leader.seed) != (dataset_size, seed):
+                raise UsageError(
+                    f"{self.state_path.name} holds a dataset of {self.leader.num_samples} "
+                    f"samples with seed {self.leader.seed}, not {dataset_size} with seed {seed}")
+            self.consumed = int(saved["consumed"])
+            log_bytes = int(saved["log_bytes"])
+            for worker in self.leader.workers:  # no worker survives a restart
+                self.leader.leave(worker)
+        with open(self.samples_path, "a+b") as fh:  # forget lines no saved state accounts for
+            fh.truncate(log_bytes)
+        self.log_bytes = log_bytes
+        for gpu in gpus:
+            self.leader.join(gpu)
+
+    def _load(self) -> dict[str, Any] | None:
+        try:
+            with open(self.state_path, encoding="utf-8") as fh:
+                data: dict[str, Any] = json.load(fh)
+        except FileNotFoundError:
+            return None
+        except ValueError as err:
+            raise UsageError(f"{self.state_path.name} is not valid JSON: {err}") from None
+        return data
+
+    def target(self, done: float) -> int:
+        """Samples the job has consumed once ``done`` iterations are done (a tiny tolerance
+        keeps ``3 x 0.1`` iterations of 10 samples at 3 samples, not 2)."""
+        return math.floor(done * self.per_iteration + 1e-9)
+
+    def consume_to(self, done: float) -> None:
+        need = self.target(done) - self.consumed
+        while need > 0:
+            workers = sorted(self.leader.workers, key=str)
+            share, extra = divmod(need, len(workers))
+            took = 0
+            for i, worker in enumerate(workers):
+                took += self._take(worker, share + (1 if i < extra else 0))
+            if self.leader.epoch_complete():
+                self.leader.next_epoch()
+            elif took == 0:
+                raise RuntimeError("data leader gave no samples before the epoch's end")
+            need -= took
+            self.consumed += took
+
+    def _take(self, worker: str, count: int) -> int:
+        """Let ``worker`` consume up to ``count`` samples of the current epoch; how many it got
+        (fewer when the epoch's unassigned samples run out)."""
+        took = 0
+        while took < count:
+            held = self.leader.held(worker)
+            if held is None or held[1] >= held[0].end:
+                if self.leader.next_shard(worker) is None:
+                    break
+                held = self.leader.held(worker)
+                assert held is not None
+            shard, pos = held
+            upto = min(shard.end, pos + count - took)
+            ids = self.leader.samples(shard.partition, pos, upto)
+            self.leader.commit(worker, upto)
+            self.pending.append({"epoch": self.leader.epoch, "worker": worker,
+                                 "first": ids.start, "last": ids.stop - 1})
+            took += upto - pos
+        return took
+
+    def resize(self, gpus: list[str]) -> None:
+        """An in-place resize: removed GPUs leave gracefully (their shard's rest goes back to
+        the queue), added ones join. Callers consume up to the resize point first."""
+        gpus = list(dict.fromkeys(gpus))
+        for worker in [w for w in self.leader.workers if w not in gpus]:
+            self.leader.leave(worker)
+        for gpu in gpus:
+            if gpu not in self.leader.workers:
+                self.leader.join(gpu)
+
+    def save(self, done: float) -> None:
+        if self.pending:
+            text = "".join(json.dumps(line) + "\n" for line in self.pending)
+            with open(self.samples_path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.log_bytes = self.samples_path.stat().st_size
+            self.pending = []
+        write_json_atomic(self.state_path, {"done": done, "consumed": self.consumed,
+                                            "log_bytes": self.log_bytes,
+                                            "leader": self.leader.state()})
 
 
 class StopSignals:
@@ -156,7 +307,7 @@ class StandinJob:
 
     def __init__(self, job_id: str, work: float, rate_per_gpu: float, state_dir: Path,
                  gpus: int, checkpoint_interval: float | None,
-                 progress_interval: float) -> None:
+                 progress_interval: float, data: DataFeed | None = None) -> None:
         self.job_id = job_id
         self.work = work
         self.gpus = gpus
@@ -175,6 +326,7 @@ class StandinJob:
         self.t0 = time.monotonic()
         self.wall0 = time.time()
         self.t_commit = self.wall0
+        self.data = data
 
     def done_at(self, now: float) -> float:
         return min(self.work, self.base + self.rate * (now - self.t0))
@@ -185,6 +337,9 @@ class StandinJob:
         Checkpoint first, log second: a crash between the two under-reports one segment in the
         log but can never make the log claim work the checkpoint does not hold.
         """
+        if self.data is not None:  # data first: see "Data mode" in the module doc
+            self.data.consume_to(done)
+            self.data.save(done)
         write_json_atomic(self.ckpt_path, {"done": done})
         now = time.time()
         if done > self.committed or reason == "complete":
@@ -208,13 +363,17 @@ class StandinJob:
         self.done_path.write_text(json.dumps({"done": self.work, "time": time.time()}))
         return 0
 
-    def resize(self, gpus: int) -> None:
+    def resize(self, gpus: int, names: list[str] | None = None) -> None:
         """Switch to ``gpus`` GPUs without stopping: commit the segment run on the old count
         (so the log still tiles the work, each segment with its GPU count), then continue from
-        there at the new rate and report it at once (the sidecar's acknowledgement)."""
+        there at the new rate and report it at once (the sidecar's acknowledgement). In data
+        mode the old workers consume up to here, then the worker set becomes ``names``."""
         now = time.monotonic()
         done = self.done_at(now)
         self._commit(done, "resize")
+        if self.data is not None and names is not None:
+            self.data.resize(names)
+            self.data.save(done)
         self.base, self.t0 = done, now
         self.gpus = gpus
         self.rate = self.rate_per_gpu * gpus
@@ -224,6 +383,8 @@ class StandinJob:
         if self.base >= self.work:
             return self._complete()
         self.done_path.unlink(missing_ok=True)  # a raised target makes an old marker stale
+        if self.data is not None:
+            self.data.save(self.base)  # this run's workers, before any signal can stop it
         self._progress(self.base)
         next_progress = self.t0 + self.progress_every
         next_ckpt = self.t0 + self.ckpt_every if self.ckpt_every else float("inf")
@@ -243,9 +404,9 @@ class StandinJob:
             signum = stop.wait(wait)
             while stop.resizes and signum is None:
                 stop.resizes -= 1
-                new_gpus = read_resize(os.environ.get(RESIZE_FILE_ENV))
+                new_gpus = read_resize_gpus(os.environ.get(RESIZE_FILE_ENV))
                 if new_gpus is not None:
-                    self.resize(new_gpus)
+                    self.resize(len(new_gpus), new_gpus)
                     next_progress = time.monotonic() + self.progress_every
             if signum is not None:
                 done = self.done_at(time.monotonic())
@@ -266,6 +427,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-interval", type=float, default=None, metavar="S")
     parser.add_argument("--progress-interval", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                         metavar="S")
+    data = parser.add_argument_group("data mode (EDL's dynamic data pipeline)")
+    data.add_argument("--dataset-size", type=int, default=None, metavar="N",
+                      help="consume the work as samples of an N-sample dataset")
+    data.add_argument("--samples-per-iteration", type=float, default=1.0, metavar="K")
+    data.add_argument("--data-seed", type=int, default=0, metavar="S",
+                      help="seed of the per-epoch sample order")
     return parser.parse_args(argv)
 
 
@@ -284,14 +451,24 @@ def run(argv: list[str] | None = None) -> int:
             value = getattr(args, name)
             if value is not None and not value > 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be > 0")
-        gpus = gpu_count(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = gpu_count(visible)
         if not args.state_dir.is_dir():
             raise UsageError(f"--state-dir {str(args.state_dir)!r} is not a directory")
+        data = None
+        if args.dataset_size is not None:
+            if not args.dataset_size > 0:
+                raise UsageError("--dataset-size must be > 0")
+            if not args.samples_per_iteration > 0:
+                raise UsageError("--samples-per-iteration must be > 0")
+            assert visible is not None  # gpu_count checked it
+            data = DataFeed(args.state_dir, job_id, args.dataset_size,
+                            args.samples_per_iteration, args.data_seed, gpu_names(visible))
     except UsageError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2
     job = StandinJob(job_id, args.work, args.rate_per_gpu, args.state_dir, gpus,
-                     args.checkpoint_interval, args.progress_interval)
+                     args.checkpoint_interval, args.progress_interval, data)
     return job.run(stop)
 
 

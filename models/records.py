@@ -109,3 +109,7 @@ class RunResult(BaseModel):
     loaning: LoaningMetrics | None = Field(
         default=None, description="capacity-loaning metrics, for scenarios with a loaning block"
     )
+    degraded_resizes: int = Field(
+        default=0, description="resizes of a policy that wants them stop-free (in place), "
+        "carried out by a checkpoint-restart because the executor cannot resize in place"
+    )

@@ -159,6 +159,8 @@ class PolicyBase:
 
     name: str = "policy"
     reclaimer: Reclaimer | None = None
+    wants_in_place_resize: bool = False
+    """See :attr:`StagedPolicy.wants_in_place_resize`."""
 
     def admit(self, spec: JobSpec, cluster: Cluster) -> str | None:
         return admit_if_fits(spec, cluster)
@@ -209,6 +211,10 @@ class StagedPolicy:
     """Set by the network-packing wrapper: later placement wrappers must keep the rule."""
     memory: Stateful | None = None
     """The stage whose state outlives a decision (None: the policy is memoryless)."""
+    wants_in_place_resize: bool = False
+    """The policy resizes often because it assumes stop-free scaling (EDL). On an executor
+    that resizes by restart the engine still runs it, but warns once and counts every such
+    resize (``RunResult.degraded_resizes``): the restarts are paid, never hidden."""
 
     def admit(self, spec: JobSpec, cluster: Cluster) -> str | None:
         return self.admission(spec, cluster)

@@ -131,7 +131,8 @@ class EdlElastic:
 
 def _build(p: NoParams, seed: int) -> StagedPolicy:
     stage = EdlElastic()
-    return StagedPolicy("edl-elastic", stage, best_fit_placement, memory=stage)
+    return StagedPolicy("edl-elastic", stage, best_fit_placement, memory=stage,
+                        wants_in_place_resize=True)
 
 
 POLICIES = [

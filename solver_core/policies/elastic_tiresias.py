@@ -198,7 +198,7 @@ def elastic_tiresias_stage(p: ElasticTiresiasParams) -> ElasticTiresias:
 def _build(p: ElasticTiresiasParams, seed: int) -> StagedPolicy:
     stage = elastic_tiresias_stage(p)
     return StagedPolicy("elastic-tiresias", stage, best_fit_placement, stage.next_wakeup,
-                        memory=stage)
+                        memory=stage, wants_in_place_resize=True)
 
 
 POLICIES = [

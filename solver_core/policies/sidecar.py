@@ -33,7 +33,8 @@ from ..params import Params
 from ..placement.best_fit import best_fit_placement
 from ..policy import Allocation, StagedPolicy
 from ..registry import PolicyDef
-from .sidecar_model import Costs, HostBook, Predictor, options
+from .sidecar_accuracy import AccuracyTarget
+from .sidecar_model import Costs, HostBook, Predictor, Remaining, options
 
 TieBreak = Literal["paper", "sum"]
 Key = tuple[float, ...]
@@ -103,14 +104,16 @@ def algorithm2(book: HostBook, pred: Predictor, tie_break: TieBreak,
 class SidecarStage:
     """The allocation stage: Alg. 1 for pending jobs, then Alg. 2 for idle GPUs."""
 
-    def __init__(self, costs: Costs, tie_break: TieBreak, guard: bool) -> None:
+    def __init__(self, costs: Costs, tie_break: TieBreak, guard: bool,
+                 remaining: Remaining | None = None) -> None:
         self.costs = costs
         self.tie_break = tie_break
         self.guard = guard
+        self.remaining = remaining
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Allocation:
         book = HostBook.of(view)
-        pred = Predictor(book, self.costs)
+        pred = Predictor(book, self.costs, self.remaining)
         for job in view.pending.values():
             choice = algorithm1(book, pred, job, self.tie_break)
             if choice is None:
@@ -151,10 +154,21 @@ class SidecarParams(Params):
     tie_break: TieBreak = Field("sum", description="paper: first scheme of least makespan; "
                                 "sum: then least sum of predicted finishes")
     guard: bool = Field(False, description="Alg. 2 grows only when the makespan improves")
+    accuracy_noise: float | None = Field(
+        None, ge=0, le=0.2, description="WL4 accuracy targets: predict each job's work by NNLS "
+        "fitting of noisy accuracy points with this std (sidecar_accuracy.py); null: the "
+        "policy knows the epochs (WL1-3)")
+    accuracy_target: float = Field(0.9, gt=0, lt=0.95, description="accuracy to reach "
+                                   "(with accuracy_noise; the simulated asymptote is +0.05)")
 
 
 def _build(p: SidecarParams, seed: int) -> StagedPolicy:
-    stage = SidecarStage(Costs(p.init_s, p.down_s, p.up_s, p.tail_s), p.tie_break, p.guard)
+    remaining = None
+    if p.accuracy_noise is not None:
+        remaining = AccuracyTarget(p.accuracy_target, noise=p.accuracy_noise,
+                                   seed=seed).remaining
+    stage = SidecarStage(Costs(p.init_s, p.down_s, p.up_s, p.tail_s), p.tie_break, p.guard,
+                         remaining)
     return StagedPolicy("sidecar", stage, best_fit_placement, resume_wakeup)
 
 
@@ -162,6 +176,9 @@ POLICIES = [
     PolicyDef("sidecar", "SideCar (004): Alg. 1 reshaping down with one donor for incoming "
               "jobs, Alg. 2 reshaping up for idle GPUs, least predicted makespan; one host "
               "per job", _build, SidecarParams),
+    PolicyDef("sidecar-accuracy", "SideCar for accuracy targets (WL4): job lengths predicted "
+              "by Optimus-style NNLS fitting of noisy accuracy points (std 0.005), not known",
+              base="sidecar", values={"accuracy_noise": 0.005}),
 ]
 
 __all__ = ["SidecarStage", "algorithm1", "algorithm2", "resume_wakeup"]

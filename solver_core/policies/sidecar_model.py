@@ -27,6 +27,7 @@ steps of the same decision see the GPUs earlier steps took. A job spread over se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuplan.models import ActiveJob, ClusterView, JobAllocation, placement_rate
@@ -117,13 +118,22 @@ class HostBook:
         return out
 
 
-class Predictor:
-    """Finish-time predictions of one decision (paper §III.C.1; module docstring)."""
+Remaining = Callable[[ActiveJob, float], float]
+"""(job, now) -> iterations the model believes are left (default: the true remaining work)."""
 
-    def __init__(self, book: HostBook, costs: Costs) -> None:
+
+class Predictor:
+    """Finish-time predictions of one decision (paper §III.C.1; module docstring).
+    ``remaining`` replaces the true remaining work by a prediction (WL4's accuracy targets,
+    ``sidecar_accuracy.py``)."""
+
+    def __init__(self, book: HostBook, costs: Costs, remaining: Remaining | None = None) -> None:
         self.book = book
         self.costs = costs
         self.now = book.view.now
+        self.left: dict[str, float] = {}
+        """Remaining iterations per job, computed once per decision."""
+        self._remaining = remaining
         self.finish: dict[str, float] = {}
         """Predicted finish of every job already running or placed in this decision."""
         for job_id in book.where:
@@ -132,25 +142,32 @@ class Predictor:
     def _job(self, job_id: str) -> ActiveJob:
         return self.book.view.job(job_id)
 
+    def remaining(self, job: ActiveJob) -> float:
+        if self._remaining is None:
+            return job.remaining(self.now)
+        if job.id not in self.left:
+            self.left[job.id] = self._remaining(job, self.now)
+        return self.left[job.id]
+
     def current(self, job_id: str) -> float:
         """``Rcur``: finish on the job's present GPUs, no reshaping."""
         job = self._job(job_id)
         node, gpus = self.book.where[job_id]
         rate = self.book.rate(job, node, len(gpus))
         start = max(self.now, job.resume_time) if job.status == "running" else self.now
-        return start + job.remaining(self.now) / rate + self.costs.tail_s
+        return start + self.remaining(job) / rate + self.costs.tail_s
 
     def reshaped(self, job_id: str, gpus: int, cost: float) -> float:
         """``R_i(N')``: finish after a reshape to ``gpus`` GPUs costing ``cost`` seconds."""
         job = self._job(job_id)
         node, _ = self.book.where[job_id]
         start = max(self.now, job.resume_time) + cost
-        return start + job.remaining(self.now) / self.book.rate(job, node, gpus) \
+        return start + self.remaining(job) / self.book.rate(job, node, gpus) \
             + self.costs.tail_s
 
     def new(self, job: ActiveJob, node: str, gpus: int) -> float:
         """``C_new(N)``: finish of a pending job started now on ``gpus`` GPUs of ``node``."""
-        return self.now + self.costs.init_s + job.remaining(self.now) / \
+        return self.now + self.costs.init_s + self.remaining(job) / \
             self.book.rate(job, node, gpus) + self.costs.tail_s
 
     def makespan(self, changed: dict[str, float]) -> tuple[float, float]:
