@@ -25,6 +25,8 @@ from gpuplan.models import GpuplanError
 from gpuplan.models.bounds import MAX_SEED
 
 DEFAULT_STATE_DB = "/var/lib/gpuplan/slurm-controller.db"
+DEFAULT_WAKE_FILE = Path("/run/gpuplan/wake")
+"""Where the shipped ``epilog_wake.sh`` writes unless edited (see ``docs/controller.md``)."""
 MAX_SECONDS = 7 * 86400.0
 """Largest value of any duration option (a week)."""
 
@@ -86,6 +88,10 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                    help="seed of the policy's random choices (default 0)")
     p.add_argument("--interval", type=_seconds, default=2.0, metavar="S",
                    help="seconds between squeue/sinfo polls (default 2)")
+    p.add_argument("--wake-file", default=str(DEFAULT_WAKE_FILE), metavar="PATH",
+                   help="file the shipped EpilogSlurmctld hook (epilog_wake.sh) rewrites when a "
+                        "job ends: the controller polls at once when it changes (default "
+                        f"{DEFAULT_WAKE_FILE}; 'none': poll every --interval only)")
     p.add_argument("--heartbeat", default=None, metavar="PATH",
                    help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read "
                         "the same file")
@@ -158,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
             policy=args.policy, state_db=state_db, partitions=partitions,
             interval_s=args.interval, heartbeat=heartbeat,
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
-            max_stall_s=args.max_stall, seed=args.seed)
+            max_stall_s=args.max_stall, seed=args.seed,
+            wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
         return SlurmController(settings).run()
     except JournalError as err:
         print(f"error: {err}", file=sys.stderr)

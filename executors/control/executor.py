@@ -31,6 +31,7 @@ from ..base import Executor, ExecutorCapabilities
 from ..slurm.cli import SlurmCli, SlurmJob
 from ..slurm.executor import LaunchContext, SlurmExecutor, file_key
 from ..slurm.records import JobShape, TrackedJob, shape_counts
+from ..slurm.wake import WakeFile
 from .failpoints import Failpoints
 from .journal import ActionIntent, Journal
 from .markers import allocation_counts, requested_type, slurm_shape
@@ -57,6 +58,9 @@ class ControllerSettings:
     retention_days: float = 14.0
     seed: int = 0
     """Seed of the policy's random choices (AFS-P's coin, Themis' leftovers)."""
+    wake_file: Path | None = None
+    """File that Slurm's ``EpilogSlurmctld`` (the shipped ``epilog_wake.sh``) rewrites when a
+    job ends; a change makes the controller poll at once (:mod:`gpuplan.executors.slurm.wake`)."""
 
     @property
     def heartbeat_path(self) -> Path:
@@ -103,7 +107,8 @@ class ControllerExecutor(Executor):
             run_tag="controller",
             epoch=journal.origin,  # one engine clock across controller restarts
             on_poll=on_poll, shape_hook=self._keep_untyped, stop_guard=self._journaled_stop,
-            until=lambda: self._shutdown)
+            until=lambda: self._shutdown,
+            wake=WakeFile(settings.wake_file) if settings.wake_file is not None else None)
         self.jobs = self.slurm.jobs
 
     # ------------------------------------------------------------------ Executor interface

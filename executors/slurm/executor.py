@@ -81,6 +81,14 @@ from .launch import (
     standin_command,
 )
 from .records import ActionRecord, JobShape, Segment, TrackedJob
+from .wake import WakeFile
+
+WAKE_CHECK_S = 0.1
+"""How often the idle loop looks at the wake file (a ``stat``): the added delay after a job's
+end, against ``poll_interval_s`` without it."""
+WAKE_MIN_GAP_S = 0.25
+"""Least time between two polls that wake-ups cause: however often the file changes (a burst
+of job ends, or anyone able to write it), Slurm sees at most four extra polls a second."""
 
 __all__ = [
     "COMMENT_TAG", "LAUNCHER", "STANDIN_MODULE", "ActionRecord", "CommandBuilder",
@@ -104,7 +112,9 @@ class SlurmExecutor(Executor):
     Hooks for a daemon that drives jobs it did not submit (:mod:`gpuplan.executors.control`):
     ``epoch`` fixes the engine clock's origin (wall time), ``on_poll`` adds events after every
     poll, ``shape_hook`` adjusts the Slurm shape of an allocation, ``stop_guard`` wraps every
-    checkpoint-stop, and ``until`` replaces the end test (the run ends when it returns True).
+    checkpoint-stop, ``until`` replaces the end test (the run ends when it returns True), and
+    ``wake`` (a :class:`~.wake.WakeFile` that Slurm's ``EpilogSlurmctld`` rewrites) makes the
+    next poll happen as soon as a job ends instead of at the next interval.
     """
 
     def __init__(
@@ -130,6 +140,7 @@ class SlurmExecutor(Executor):
         shape_hook: ShapeHook | None = None,
         stop_guard: StopGuard | None = None,
         until: Callable[[], bool] | None = None,
+        wake: WakeFile | None = None,
     ) -> None:
         self.cluster = cluster
         self.cli = cli
@@ -149,11 +160,12 @@ class SlurmExecutor(Executor):
         self.launcher.chmod(0o755)
         self.on_poll = on_poll
         self.until = until
+        self.wake = wake
 
         self._arrivals = ArrivalQueue(jobs)
         self._timers = WakeTimers()
         self._epoch = epoch
-        self._next_poll = 0.0
+        self._next_poll = self._last_poll = 0.0
         self._node_up: dict[str, bool] = {n.name: True for n in cluster.nodes}
         self.jobs = SlurmJobs(
             cli, cluster, self.core, state_dir=self.state_dir, launcher=self.launcher,
@@ -215,6 +227,7 @@ class SlurmExecutor(Executor):
                 self.jobs.track_spec(spec)
                 events.append(JobArrival.model_construct(time=now, kind="arrival", job=spec))
             if time.time() >= self._next_poll:
+                self._last_poll = time.time()
                 events.extend(self._poll(now))
                 self._next_poll = time.time() + self.poll_interval_s
             if self._timers.fire(now) and not any(isinstance(e, Timer) for e in events):
@@ -228,13 +241,26 @@ class SlurmExecutor(Executor):
                 unfinished = sorted(j for j, t in self.jobs.tracked.items() if not t.completed)
                 raise SlurmError(f"run exceeded max_wall_s={self.max_wall_s:g}; unfinished jobs: "
                                  f"{unfinished}")
-            wake = self._next_poll
+            due = self._next_poll
             arrival, timer = self._arrivals.next_time(), self._timers.next_time()
             if arrival is not None:
-                wake = min(wake, self._epoch + arrival)
+                due = min(due, self._epoch + arrival)
             if timer is not None:
-                wake = min(wake, self._epoch + timer)
-            time.sleep(max(0.01, min(self.poll_interval_s, wake - time.time())))
+                due = min(due, self._epoch + timer)
+            self._idle(max(0.01, min(self.poll_interval_s, due - time.time())))
+
+    def _idle(self, pause: float) -> None:
+        """Sleep ``pause`` seconds; with a wake file, poll at once when it changes."""
+        if self.wake is None:
+            time.sleep(pause)
+            return
+        end = time.time() + pause
+        while not self.wake.changed():
+            left = end - time.time()
+            if left <= 0:
+                return
+            time.sleep(min(WAKE_CHECK_S, left))
+        self._next_poll = min(self._next_poll, max(time.time(), self._last_poll + WAKE_MIN_GAP_S))
 
     def _all_done(self) -> bool:
         """No arrivals left and every job finished *in the engine* (a completion the engine

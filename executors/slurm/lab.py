@@ -12,7 +12,8 @@ What :class:`SlurmLab` does, all under one root directory (default ``/tmp/gpupla
 
 * installs ``munge slurmctld slurmd slurm-client`` with apt-get if missing (non-interactive, with
   a temporary ``policy-rc.d`` so the packages' services are not auto-started);
-* writes slurm.conf / gres.conf / cgroup.conf (and optionally the shipped ``job_submit.lua``);
+* writes slurm.conf / gres.conf / cgroup.conf, the shipped ``epilog_wake.sh`` as
+  ``EpilogSlurmctld`` (it rewrites :attr:`SlurmLab.wake_file`) and optionally ``job_submit.lua``;
 * starts munged (only if munge is not already working), slurmctld and one slurmd per node, in the
   foreground as our own children (``-D``), and records each PID *with its kernel start time* in
   ``run/started.json``;
@@ -23,9 +24,7 @@ start time still match (a reused PID is never signalled), so it cannot hit anoth
 daemons or a munged someone else started. ``up`` is idempotent: an already running lab with the
 same configuration is reused.
 
-Ports default to 6917 (slurmctld) and 17101.. (slurmd) for the default root (other roots
-derive theirs from the path), away from Slurm's standard 6817/6818, so the lab can coexist with a
-site installation, the reference lab script, or another lab under another root.
+Ports: see :mod:`.lab_config` (never Slurm's standard 6817/6818, distinct per root).
 
 Command line: ``python -m gpuplan.executors.slurm.lab up|down|status|env [--job-submit-lua]``.
 """
@@ -56,6 +55,7 @@ from gpuplan.models import GpuplanError
 from ..pidlock import lock_with_pid
 from .cli import SlurmCli, SlurmError
 from .lab_config import PACKAGES, LabConfig, LabError
+from .wake import epilog_script
 
 
 @dataclass(slots=True)
@@ -119,6 +119,10 @@ class SlurmLab:
     @property
     def conf_path(self) -> Path:
         return self.root / "etc" / "slurm.conf"
+
+    @property
+    def wake_file(self) -> Path:
+        return self.root / "run" / "gpuplan.wake"
 
     @property
     def jobcomp_path(self) -> Path:
@@ -403,6 +407,7 @@ SchedulerParameters=bf_interval=1,sched_interval=2
 PriorityType=priority/basic
 PreemptType=preempt/none
 JobRequeue=1
+EpilogSlurmctld={root}/etc/epilog_wake.sh
 {lua}JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
@@ -423,6 +428,7 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
         files["gres.conf"] = (f"NodeName={nodes} Name=gpu {type_opt}"
                               f"File={root}/dev/nvidia[0-{c.gpus_per_node - 1}]\n")
         files["plugstack.conf"] = ""
+        files["epilog_wake.sh"] = epilog_script(self.wake_file)
         if cg:
             files["cgroup.conf"] = ("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
                                     "CgroupAutomount=no\nConstrainCores=no\n"
@@ -441,6 +447,7 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
                 stale.unlink()
         for name, text in files.items():
             (etc / name).write_text(text)
+            (etc / name).chmod(0o755 if name.endswith(".sh") else 0o644)
         (root / "run" / "config.sha256").write_text(fingerprint)
         # Fake GPUs: c 195 N like /dev/nvidiaN. Opening one fails (no driver), which is fine:
         # Slurm only needs the device numbers for gres accounting and cgroup rules.

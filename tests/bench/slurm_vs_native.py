@@ -38,7 +38,7 @@ from pathlib import Path
 from gpuplan.executors import standin
 from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.simulator.run import simulate
-from gpuplan.executors.slurm.cli import SlurmError
+from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
 from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import (
     Cluster,
@@ -70,7 +70,7 @@ class Item:
     at: float
 
 
-def workload(n: int, seed: int = SEED, burst: int = 20, gap_s: float = 20.0) -> list[Item]:
+def workload(n: int, seed: int = SEED, burst: int = 25, gap_s: float = 25.0) -> list[Item]:
     rng = random.Random(seed)
     items = []
     for i in range(n):
@@ -120,6 +120,8 @@ class Run:
     resize_latency_s: list[float] = field(default_factory=list)
     resizes: int = 0
     ends: dict[str, float] = field(default_factory=dict)
+    turnover_gaps: list[float] = field(default_factory=list)
+    release_to_run_s: list[float] = field(default_factory=list)
 
 
 def _shared() -> Path:
@@ -162,7 +164,8 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
 
     def start() -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", mode,
-                "--state-db", str(db), "--partition", ENGINE_PARTITION]
+                "--state-db", str(db), "--partition", ENGINE_PARTITION,
+                "--wake-file", str(lab.wake_file)]
         with open(log, "ab") as out:
             return subprocess.Popen(argv, env={**os.environ, **lab.env}, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
@@ -196,6 +199,8 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
     db = shared / "state" / "controller.db"
     stop = threading.Event()
     killed_at: dict[str, int] = {}
+    acts: list = []
+    last_seen: dict[int, SlurmJob] = {}
     last = time.time()
     while True:
         now = time.time()
@@ -204,6 +209,8 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
         except SlurmError:  # a transient squeue error while jobs come and go: sample again
             stop.wait(0.5)
             continue
+        # Slurm forgets a finished job MinJobAge (600 s) after its end: keep its last record.
+        last_seen.update(jobs)
         dt, last = now - last, now
         for name, sid in list(run.ids.items()):
             sj = jobs.get(sid)
@@ -224,7 +231,7 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
             proc = start()
         if not thread.is_alive() and len(run.ids) == len(items) and all(
                 (shared / f"{n}.done").exists() for n in run.ids) and all(
-                jobs.get(s) is not None and jobs[s].finished for s in run.ids.values()):
+                s in last_seen and last_seen[s].finished for s in run.ids.values()):
             break
         if now - t0 > 3600:
             if proc is not None:
@@ -248,18 +255,31 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
         run.resize_latency_s = [a.settled_at - a.intended_at for a in acts
                                 if a.kind == "resize" and a.settled_at is not None]
         run.resizes = len(run.resize_latency_s)
-    run_end = {j.job_id: j for j in fx_retry(lambda: cli.jobs(list(run.ids.values())))}
+    run_end = last_seen  # every job's record as last seen, finished (the loop's exit test)
     run.ends = {n: float(run_end[s].raw.get("end_time") or 0) for n, s in run.ids.items()}
+    run.turnover_gaps = turnover_gaps(run, run_end)
+    if managed:
+        starts = {s: float(j.raw.get("start_time") or 0) for s, j in run_end.items()
+                  if j.restart_count == 0}
+        run.release_to_run_s = [starts[a.slurm_id] - a.intended_at for a in acts
+                                if a.kind == "start" and a.slurm_id in starts]
     return run
 
 
-def fx_retry(fn):  # type: ignore[no-untyped-def]
-    for _ in range(20):
-        try:
-            return fn()
-        except SlurmError:
-            time.sleep(1.0)
-    return fn()
+def turnover_gaps(run: Run, final: dict[int, SlurmJob]) -> list[float]:
+    """Per queued job that started once: seconds from the last job end before its start to its
+    start — the time freed GPUs sat idle while it waited (Slurm's times have 1-s resolution)."""
+    ends = sorted(float(j.raw.get("end_time") or 0) for j in final.values())
+    gaps = []
+    for name, sid in run.ids.items():
+        job = final[sid]
+        start = float(job.raw.get("start_time") or 0)
+        if job.restart_count or start < run.submitted[name] + 1.0:
+            continue  # never queued (started on arrival) or started more than once
+        before = [e for e in ends if 0 < e <= start]
+        if before:
+            gaps.append(start - before[-1])
+    return gaps
 
 
 def summary(run: Run, t_first: float | None = None) -> dict[str, float]:
@@ -270,7 +290,7 @@ def summary(run: Run, t_first: float | None = None) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
-    n = 60
+    n = 200
     policies = ["afs-p", "afs-l"]
     for i, arg in enumerate(argv):
         if arg == "--jobs":
@@ -281,8 +301,8 @@ def main(argv: list[str]) -> None:
         n = min(n, 30)
     items = workload(n)
     print(f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
-          f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 20 "
-          f"every 20 s; lab {fx.NODES} x {fx.GPUS_PER_NODE} GPUs", flush=True)
+          f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 "
+          f"every 25 s; lab {fx.NODES} x {fx.GPUS_PER_NODE} GPUs", flush=True)
     fx.ensure_user(fx.UNPRIVILEGED_USER)
     session = fx.lab_session()
     lab = next(session)
@@ -311,6 +331,12 @@ def main(argv: list[str]) -> None:
               f"{sim['drain']:>9.1f} {sim['mean']:>8.1f} {len(run.split):>5} "
               f"{run.unusable_gpu_s:>8.1f} {run.resizes:>7} {lat:>8.2f} {run.cpu_s:>6.1f} "
               f"{run.stopped_by_restart:>15}")
+    for mode, _, _, run in rows:
+        gaps, rel = run.turnover_gaps, run.release_to_run_s
+        print(f"{mode}: turnover gap (last end -> next start) mean "
+              f"{statistics.mean(gaps) if gaps else float('nan'):.2f} s over {len(gaps)} starts"
+              + (f"; start intent -> running mean {statistics.mean(rel):.2f} s, max "
+                 f"{max(rel):.2f} s" if rel else ""))
     print(json.dumps({m: {"lab": g, "sim": s} for m, g, s, _ in rows}))
 
 
