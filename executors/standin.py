@@ -81,8 +81,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .data_pipeline import DataLeader
-
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 RESIZE_SIGNAL = signal.SIGUSR2
 RESIZE_FILE_ENV = "GPUPLAN_RESIZE_FILE"
@@ -91,6 +89,22 @@ DEFAULT_PROGRESS_INTERVAL_S = 0.25
 
 class UsageError(Exception):
     """Bad arguments or environment: exit 2 with a message, like argparse does."""
+
+
+def data_leader_class() -> Any:
+    """:class:`~.data_pipeline.DataLeader`, imported only in data mode: without
+    ``--dataset-size`` this file must run alone on the system interpreter (the Slurm tests and
+    benchmark copy it to a shared directory and run it with ``/usr/bin/python3``, no gpuplan
+    installed). A lone copy finds the leader in a ``data_pipeline.py`` copied beside it."""
+    try:
+        from .data_pipeline import DataLeader
+    except ImportError:
+        try:
+            from data_pipeline import DataLeader  # type: ignore[no-redef]
+        except ImportError:
+            raise UsageError("--dataset-size needs gpuplan's data_pipeline module (install "
+                             "gpuplan, or copy data_pipeline.py beside this file)") from None
+    return DataLeader
 
 
 def gpu_count(cuda_visible_devices: str | None) -> int:
@@ -174,6 +188,7 @@ class DataFeed:
         self.pending: list[dict[str, int | str]] = []
         if len(set(gpus)) != len(gpus):
             raise UsageError(f"GPUs {gpus} name one GPU twice: each GPU is one data worker")
+        DataLeader = data_leader_class()  # a class, imported only in data mode
         saved = self._load()
         if saved is None:
             partition = max(1, math.ceil(dataset_size / 64))  # many more partitions than GPUs

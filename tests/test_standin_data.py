@@ -208,3 +208,35 @@ def test_in_place_resize_hands_a_leaving_workers_rest_to_the_others(tmp_path: Pa
     # The rests of the leavers' partitions were handed out next, not at the epoch's end.
     rest_of_1 = held[0].partition * 10 + 1
     assert any(x["first"] == rest_of_1 for x in lines[3:6])
+
+
+def test_a_lone_copy_runs_on_the_system_interpreter_and_data_mode_says_what_it_needs(
+        tmp_path: Path) -> None:
+    """The Slurm tests and benchmark copy ``standin.py`` alone to a shared directory and run it
+    with the system interpreter (no gpuplan): it must run there, and data mode must either find
+    ``data_pipeline.py`` beside it or refuse in one line (exit 2), never crash on import."""
+    import shutil
+
+    from gpuplan.executors import data_pipeline, standin
+
+    python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(standin.__file__, lone / "standin.py")
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0,1"}
+
+    def run(job: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, str(lone / "standin.py"), "--job-id", job,
+                               "--work", "2", "--rate-per-gpu", "50", "--state-dir", str(lone),
+                               *extra], env=env, capture_output=True, text=True, timeout=120)
+
+    plain = run("plain")
+    assert plain.returncode == 0, plain.stderr
+    assert (lone / "plain.done").exists()
+    refused = run("data", "--dataset-size", "20")
+    assert refused.returncode == 2 and "data_pipeline" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    shutil.copy(data_pipeline.__file__, lone / "data_pipeline.py")
+    ok = run("data", "--dataset-size", "20")
+    assert ok.returncode == 0, ok.stderr
+    assert (lone / "data.samples").read_text().strip()

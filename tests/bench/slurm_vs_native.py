@@ -261,8 +261,14 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
     if managed:
         starts = {s: float(j.raw.get("start_time") or 0) for s, j in run_end.items()
                   if j.restart_count == 0}
-        run.release_to_run_s = [starts[a.slurm_id] - a.intended_at for a in acts
-                                if a.kind == "start" and a.slurm_id in starts]
+        # The last start intent before Slurm's (only) start of a job that never restarted: an
+        # earlier intent may have been overtaken by a stop before Slurm started it.
+        last_intent: dict[int, float] = {}
+        for a in acts:
+            if a.kind == "start" and a.slurm_id in starts and \
+                    a.intended_at <= starts[a.slurm_id] + 1.0:
+                last_intent[a.slurm_id] = max(last_intent.get(a.slurm_id, 0.0), a.intended_at)
+        run.release_to_run_s = [starts[s] - t for s, t in last_intent.items()]
     return run
 
 
