@@ -11,8 +11,9 @@ in the same run on the same jobs: ``ratio = gpuplan / reference`` is independent
 machine's speed. The engine's FIFO must reproduce the reference's mean JCT (checked).
 
 ``python -m tests.bench.scale [--quick] [--huge] [--profile]``: ``--quick`` runs 64 GPUs / 2k
-jobs only; ``--huge`` adds 8,192 GPUs / 100k jobs (minutes); ``--profile`` prints cProfile's
-top entries of each run (what docs/performance.md keeps).
+jobs only; ``--huge`` adds 8,192 GPUs / 100k jobs (long: FIFO runs at ~500 jobs/s there on the
+2-core bench machine, SRTF far slower; docs/performance.md); ``--profile`` prints cProfile's top
+entries of each run (what docs/performance.md keeps). ``--one GPUS JOBS POLICY`` is one child run.
 """
 
 from __future__ import annotations
