@@ -96,6 +96,13 @@ class Engine:
         )
         self.usable: dict[str, Node] = {}
         self.free: dict[str, set[int]] = {}
+        self._free_lists: dict[str, list[int]] = {}
+        """node -> its free GPUs ascending, re-sorted only when the node changes (so building a
+        view does not sort every node's free set on every event)."""
+        self._stale: set[str] = set()
+        """Nodes whose ``free`` set changed since ``_free_lists`` was last brought up to date."""
+        self._capacity = 0
+        """Usable GPUs, kept as nodes come and go (read on every event)."""
         self.shared: dict[str, dict[int, float]] = {}
         """node -> GPU -> summed share, for GPUs held by jobs with share < 1 only."""
         self._shared_nodes: set[str] = set()
@@ -163,7 +170,9 @@ class Engine:
         if name not in self.usable:
             self.usable[name] = node
             self.free[name] = set(range(node.gpus))
+            self._free_lists[name] = list(range(node.gpus))
             self.shared[name] = {}
+            self._capacity += node.gpus
 
     def _remove_node(self, name: str, now: float, graceful: bool) -> None:
         if name not in self.usable:
@@ -195,14 +204,18 @@ class Engine:
             self.executor.evict(job, now, graceful)
             self._to_pending(job, now)
             job.preemptions += 1
+        self._capacity -= self.usable[name].gpus
         del self.usable[name]
         del self.free[name]
+        del self._free_lists[name]
+        self._stale.discard(name)
         del self.shared[name]
         self._shared_nodes.discard(name)
 
     @property
     def capacity(self) -> int:
-        return sum(n.gpus for n in self.usable.values())
+        """Usable GPUs now."""
+        return self._capacity
 
     # ------------------------------------------------------------------ job state helpers
     def _release(self, job: ActiveJob) -> None:
@@ -212,6 +225,7 @@ class Engine:
         for node, gpus in alloc.placement.items():
             if node in self.free:
                 free, shared = self.free[node], self.shared[node]
+                self._stale.add(node)
                 for g in gpus:
                     vacate_gpu(free, shared, g, alloc.share)
                 if not shared:
@@ -223,6 +237,7 @@ class Engine:
         assert alloc is not None
         for node, gpus in alloc.placement.items():
             free, shared = self.free[node], self.shared[node]
+            self._stale.add(node)
             for g in gpus:
                 if not occupy_gpu(free, shared, g, alloc.share):
                     raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
@@ -437,12 +452,23 @@ class Engine:
             self.on_loan.remove(name)
             self._remove_node(name, now, graceful=True)
 
+    def _free_view(self) -> dict[str, list[int]]:
+        """Every usable node's free GPUs, ascending: only nodes changed since the last view
+        are re-sorted. The lists are shared between views (policies never mutate a view, and
+        every placement stage copies what it edits); the dict itself is fresh each time."""
+        if self._stale:
+            lists, free = self._free_lists, self.free
+            for node in self._stale:
+                lists[node] = sorted(free[node])
+            self._stale.clear()
+        return dict(self._free_lists)
+
     def view(self, now: float) -> ClusterView:
         return ClusterView(
             now=now,
             cluster=self.cluster,
             nodes=self.usable,
-            free={n: sorted(g) for n, g in self.free.items()},
+            free=self._free_view(),
             running=self.running,
             pending=self.pending,
             shared={n: dict(self.shared[n]) for n in sorted(self._shared_nodes)},

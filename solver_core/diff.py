@@ -33,7 +33,12 @@ def build_plan(
 ) -> AllocationPlan:
     actions: list[Action] = []
     placements = decision.placements
-    for job_id, job in view.running.items():
+    running = view.running.items()
+    if not include_keep:  # a job placed on its very allocation object yields no action
+        get = placements.get
+        running = [(j, job) for j, job in running
+                   if (after := get(j)) is None or after is not job.allocation]
+    for job_id, job in running:
         before = job.allocation
         after = placements.get(job_id)
         if after is None:

@@ -32,19 +32,20 @@ def _take_best_fit(
     free: dict[str, list[int]], need: int, nodes: list[str], prefer: tuple[str, ...] = (),
     cluster: Cluster | None = None,
 ) -> dict[str, tuple[int, ...]] | None:
-    """Pick ``need`` GPUs from ``free`` on ``nodes``; mutate ``free``; None if impossible.
+    """Pick ``need`` GPUs from ``free`` on ``nodes``; None if impossible. ``free`` is updated
+    by replacing a node's list, never editing it in place (lists may be shared with a view).
 
     With a multi-rack ``cluster``, once a job holds a node, ties in the free-GPU count are
     broken by hop distance to the nodes it already has (same rack first), then by name; on a
     single rack every distance is equal and the choice is the plain best-fit one."""
-    if sum(len(free[n]) for n in nodes) < need:
+    if sum(map(len, map(free.__getitem__, nodes))) < need:
         return None
     taken: dict[str, list[int]] = {}
 
     def take(node: str, count: int) -> None:
         gpus = free[node]
         taken.setdefault(node, []).extend(gpus[:count])
-        del gpus[:count]
+        free[node] = gpus[count:]
 
     for node in prefer:
         if need == 0:
@@ -61,6 +62,18 @@ def _take_best_fit(
         return min(topo.hops(node, t) for t in taken)
 
     while need > 0:
+        if topo is None:
+            # Every distance is 0: the same choice as below in one pass without key tuples.
+            node = _tightest(free, nodes, need)
+            if node is not None:
+                take(node, need)
+                need = 0
+                continue
+            node = max(nodes, key=lambda n: (len(free[n]), n))
+            count = len(free[node])
+            take(node, count)
+            need -= count
+            continue
         fitting = [n for n in nodes if len(free[n]) >= need]
         if fitting:
             node = min(fitting, key=lambda n: (len(free[n]), near(n), n))
@@ -74,32 +87,49 @@ def _take_best_fit(
     return {n: tuple(sorted(g)) for n, g in taken.items()}
 
 
-def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
-    free = {n: list(g) for n, g in view.free.items()}
+def _tightest(free: dict[str, list[int]], nodes: list[str], need: int) -> str | None:
+    """The node of ``nodes`` with the fewest free GPUs that still holds ``need`` (ties: the
+    smallest name), or None: ``min`` by ``(free, name)`` over the fitting nodes, written as
+    one loop because it runs once per placed job over every node."""
+    best: str | None = None
+    best_len = 0
+    for n in nodes:
+        size = len(free[n])
+        if size >= need and (best is None or size < best_len or (size == best_len and n < best)):
+            best, best_len = n, size
+    return best
+
+
+def _keep_or_release(view: ClusterView, shares: Shares,
+                     released: dict[str, list[int]]) -> tuple[Placements, list[tuple[str, int]]]:
+    """Running jobs that keep or shrink their GPUs (in ``view.running`` order), and those that
+    grow; what shrinking or stopping jobs give back goes into ``released``."""
+    view_free = view.free
+    want_of = shares.get
     result: Placements = {}
     grow: list[tuple[str, int]] = []
-
-    # Release first so growing and new jobs can use what others give back.
     for job_id, job in view.running.items():
-        want = shares.get(job_id, 0)
         alloc = job.allocation
-        have = job.gpus
         if alloc is None:
             continue
-        if want == have:
+        want = want_of(job_id, 0)
+        if want == job.gpus:
             result[job_id] = alloc
-        elif want == 0:
+            continue
+        have = job.gpus
+        if want == 0:
             for node, gpus in alloc.placement.items():
-                if node in free:
-                    free[node].extend(gpus)
+                if node in view_free:
+                    released.setdefault(node, []).extend(gpus)
         elif want < have and job.spec.node_shape is not None:
             kept = shrink_shaped(alloc, want, job.spec.node_shape)
             if kept is None:  # no legal smaller shape: keep the job as it is
                 result[job_id] = alloc
                 continue
             for node, gpus in alloc.placement.items():
-                if node in free:
-                    free[node].extend(g for g in gpus if g not in kept.get(node, ()))
+                if node in view_free:
+                    released.setdefault(node, []).extend(
+                        g for g in gpus if g not in kept.get(node, ()))
             result[job_id] = JobAllocation.fast(job_id, kept, alloc.share, alloc.efficiency)
         elif want < have:
             keep: dict[str, tuple[int, ...]] = {}
@@ -109,17 +139,46 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
                 if kept:
                     keep[node] = kept
                     budget -= len(kept)
-                released = gpus[len(kept):]
-                if released and node in free:
-                    free[node].extend(released)
+                given = gpus[len(kept):]
+                if given and node in view_free:
+                    released.setdefault(node, []).extend(given)
             result[job_id] = JobAllocation.fast(job_id, keep, alloc.share, alloc.efficiency)
         else:
             grow.append((job_id, want))
-    for gpus in free.values():
-        gpus.sort()
 
-    new = [(job_id, n) for job_id, n in shares.items() if n > 0 and job_id in view.pending]
+    return result, grow
+
+
+def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
+    # GPUs released by shrinking/stopping jobs, by node; merged into the free lists only when
+    # some job is to be placed (most events place nothing new). The view's lists are ascending
+    # (ClusterView's contract) and shared, never edited: a node's list is replaced when it
+    # changes, so an event costs no per-node copy or sort.
+    view_free = view.free
+    released: dict[str, list[int]] = {}
+    want_of = shares.get
+    running = view.running
+    # Fast path: every running job keeps its count (always under FIFO, and under SRTF between
+    # preemptions), so each keeps its allocation: the comprehension builds the same dict as
+    # _keep_or_release, in the same order, at a fraction of the cost.
+    result: Placements = {
+        job_id: alloc for job_id, job in running.items()
+        if (alloc := job.allocation) is not None and want_of(job_id, 0) == job.gpus}
+    grow: list[tuple[str, int]] = []
+    if len(result) != len(running):
+        result, grow = _keep_or_release(view, shares, released)
+    pending = view.pending
+    if len(pending) < len(shares):  # the same set, scanned from its smaller side
+        new = [(job_id, n) for job_id in pending if (n := want_of(job_id, 0)) > 0]
+    else:
+        new = [(job_id, n) for job_id, n in shares.items() if n > 0 and job_id in pending]
+    if not grow and not new:
+        return result
+    free = dict(view_free)
+    for node, gpus in released.items():
+        free[node] = sorted(free[node] + gpus)
     all_nodes = sorted(free)
+    one_type = len({node.gpu_type for node in view.nodes.values()}) <= 1
     for job_id, want in sorted(grow + new, key=lambda x: (-x[1], x[0])):
         job = view.running.get(job_id) or view.pending[job_id]
         nodes = all_nodes
@@ -127,7 +186,8 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
             nodes = [n for n in all_nodes if view.nodes[n].gpu_type == job.spec.gpu_type]
         held = job.allocation.placement if job.allocation else {}
         extra = want - sum(len(g) for g in held.values())
-        nodes = one_type_nodes(view, job, nodes, free, extra)
+        if not one_type:  # on a one-type cluster it would return ``nodes`` unchanged
+            nodes = one_type_nodes(view, job, nodes, free, extra)
         shape = job.spec.node_shape
         if shape is not None and (shape.max_nodes == 1 or shape.gpus_per_node is not None):
             got = take_shaped(free, extra, nodes, shape, dict(held), job.spec.allowed_counts())

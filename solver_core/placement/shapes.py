@@ -26,7 +26,9 @@ __all__ = ["enforce_shapes", "shrink_shaped", "take_shaped"]
 def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
                 shape: NodeShape, held: dict[str, tuple[int, ...]],
                 allowed: tuple[int, ...] = ()) -> dict[str, tuple[int, ...]] | None:
-    """``need`` more GPUs for a job holding ``held``, keeping ``shape``; mutates ``free``.
+    """``need`` more GPUs for a job holding ``held``, keeping ``shape``; updates ``free`` by
+    replacing a node's list, never editing it (best-fit placement shares unchanged lists with
+    the view).
 
     Single-node jobs grow only on their node — as far as it has room, to the largest of
     ``allowed`` that fits, when the full step does not — or, new, go best-fit to the fullest
@@ -52,7 +54,7 @@ def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
                 take = free.get(node, [])[:need]
                 if take:
                     got[node] = tuple(take)
-                    del free[node][:len(take)]
+                    free[node] = free[node][len(take):]
                     need -= len(take)
                 if need == 0:
                     break
@@ -63,7 +65,7 @@ def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
                 return None
             node = min(fitting, key=lambda n: (len(free[n]), n))
             take = free[node][:need]
-            del free[node][:need]
+            free[node] = free[node][need:]
             return {node: tuple(take)}
         return None  # a multi-node cap without G: left to the generic stages
     if need % g:
@@ -78,7 +80,7 @@ def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
     got = {}
     for node in fitting[:count]:
         got[node] = tuple(free[node][:g])
-        del free[node][:g]
+        free[node] = free[node][g:]
     return got
 
 

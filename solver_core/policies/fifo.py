@@ -9,13 +9,20 @@ docs/algorithms/baselines-rigid.md).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from gpuplan.models import ClusterView, SolverStats
 
 from ..policy import Shares
 
+_GPUS = attrgetter("gpus")
+
 
 def fifo_shares(view: ClusterView, stats: list[SolverStats], *, backfill: bool) -> Shares:
-    shares: Shares = {job_id: job.gpus for job_id, job in view.running.items()}
+    # Every running job keeps its GPUs: built at C speed (zip/map), as this runs every event
+    # over every running job.
+    running = view.running
+    shares: Shares = dict(zip(running.keys(), map(_GPUS, running.values()), strict=True))
     free = view.capacity - sum(shares.values())
     if free <= 0:
         return shares

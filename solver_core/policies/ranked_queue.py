@@ -56,15 +56,25 @@ class RankedQueue:
                 for entry in new:
                     bisect.insort(self._order, entry)
 
-    def ranked(self, view: ClusterView) -> Iterator[ActiveJob]:
-        """All active jobs of ``view`` in ascending key order (ties: submit time, id)."""
+    def entries(self, view: ClusterView) -> tuple[list[Entry], list[Entry]]:
+        """``(running, pending)`` entries ``(key, submit time, id)`` of ``view``, each list
+        ascending; their merge is :meth:`ranked`'s order. The pending list is the queue's own
+        (read it, never edit it). For callers that merge by hand, which is cheaper per job
+        than iterating :meth:`ranked`'s generators."""
         self._sync(view)
         now = view.now
         key = self.key
-        running = sorted(
-            (key(job, now), job.spec.submit_time, job_id) for job_id, job in view.running.items()
-        )
+        # A list comprehension then an in-place sort: the running jobs are ranked on every
+        # event, and a generator fed to sorted() costs a frame switch per job.
+        running = [(key(job, now), job.spec.submit_time, job_id)
+                   for job_id, job in view.running.items()]
+        running.sort()
+        return running, self._order
+
+    def ranked(self, view: ClusterView) -> Iterator[ActiveJob]:
+        """All active jobs of ``view`` in ascending key order (ties: submit time, id)."""
+        running, order = self.entries(view)
         jobs = view.running
         pending = view.pending
-        for _, _, job_id in heapq.merge(running, self._order):
+        for _, _, job_id in heapq.merge(running, order):
             yield jobs.get(job_id) or pending[job_id]

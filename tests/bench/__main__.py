@@ -11,6 +11,7 @@ import sys
 
 BENCHMARKS = [
     ("simulator throughput (FIFO, SRTF on Philly 6214e9)", "sim_throughput", []),
+    ("scale: jobs/s and peak RSS, 64 -> 1,024 GPUs (docs/performance.md)", "scale", ["--quick"]),
     ("AFS share computation, production vs Algorithm 1", "afs_shares", []),
     ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
     ("Aryl: reclaim and MCKP", "aryl", []),
