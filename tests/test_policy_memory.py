@@ -14,7 +14,7 @@ from gpuplan.models import JobRecord
 from gpuplan.solver_core.registry import make_policy
 
 STATEFUL = ["afs-p", "afs-s", "tiresias-l", "themis", "max-min-perf", "afs-p-learning", "aryl",
-            "tiresias-l-packed"]
+            "tiresias-l-packed", "elastic-tiresias", "edl-elastic"]
 
 
 def _run(scenario: str, policy: str, swap_at: int | None) -> list[JobRecord]:
