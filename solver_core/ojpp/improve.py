@@ -23,6 +23,8 @@ changes the target. So every rule holds after every move, and the GPU count neve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gpuplan.models.ojpp import OJPP_TOL, counts_slowdown
 
 from .model import device_violation
@@ -38,14 +40,46 @@ def _load(dev: Device) -> tuple[float, int]:
     return dev.alpha + dev.gamma + dev.delta, sum(dev.counts.values())
 
 
+def _used(packer: Packer) -> int:
+    return sum(1 for dev in packer.devices if dev.counts)
+
+
+class _Undo:
+    """Exact rollback of a tentative move: each device and each job's per-device slowdowns as
+    they were before the move first touched them (device state is monotone, not invertible,
+    so a move is undone by restoring, never by removing workers)."""
+
+    def __init__(self, packer: Packer) -> None:
+        self.packer = packer
+        self.devices: dict[int, Device] = {}
+        self.slow: dict[int, dict[int, float]] = {}
+
+    def device(self, d: int, state: Device | None = None) -> None:
+        """Remember device ``d`` (``state``: the object to put back, when the caller is about
+        to replace it rather than change it)."""
+        if d not in self.devices:
+            self.devices[d] = state if state is not None else self.packer.devices[d].copy()
+
+    def jobs(self, jobs: Iterable[int]) -> None:
+        for j in jobs:
+            if j not in self.slow:
+                self.slow[j] = dict(self.packer.slow[j])
+
+    def restore(self) -> None:
+        for d, dev in self.devices.items():
+            self.packer.devices[d] = dev
+        for j, values in self.slow.items():
+            self.packer.slow[j] = values
+
+
 def _try_empty(packer: Packer, b: int) -> bool:
     """Move every worker of device ``b`` to other used devices; roll back if one fails."""
     devices, slow, jobs = packer.devices, packer.slow, packer.jobs
     source = devices[b]
-    saved: dict[int, Device] = {b: source}
-    saved_slow: dict[int, dict[int, float]] = {}
+    undo = _Undo(packer)
+    undo.device(b, source)
+    undo.jobs(source.counts)
     for q in source.counts:
-        saved_slow[q] = dict(slow[q])
         del slow[q][b]
     devices[b] = Device()
     # hardest workers first: most compute, then most peak memory, then job index
@@ -54,19 +88,12 @@ def _try_empty(packer: Packer, b: int) -> bool:
                                     qc[0]))
     for q, count in moving:
         for _ in range(count):
-            target = _best_fit(packer, q)
-            if target is None:
-                for d, dev in saved.items():
-                    devices[d] = dev
-                for j, values in saved_slow.items():
-                    slow[j] = values
+            d = _best_fit(packer, q)
+            if d is None:
+                undo.restore()
                 return False
-            d = target
-            if d not in saved:
-                saved[d] = devices[d].copy()
-            for j in (q, *devices[d].counts):
-                if j not in saved_slow:
-                    saved_slow[j] = dict(slow[j])
+            undo.device(d)
+            undo.jobs((q, *devices[d].counts))
             packer.add(q, d)
     return True
 
@@ -93,16 +120,12 @@ def _try_move_job(packer: Packer, q: int) -> bool:
     siblings' old slowdowns, which is why :func:`_try_empty` cannot move such jobs."""
     devices, slow, jobs = packer.devices, packer.slow, packer.jobs
     homes = sorted(slow[q])
-    used_before = sum(1 for dev in devices if dev.counts)
-    saved: dict[int, Device] = {}
-    saved_slow: dict[int, dict[int, float]] = {}
+    used_before = _used(packer)
+    undo = _Undo(packer)
 
     def save(d: int) -> None:
-        if d not in saved:
-            saved[d] = devices[d].copy()
-        for j in devices[d].counts:
-            if j not in saved_slow:
-                saved_slow[j] = dict(slow[j])
+        undo.device(d)
+        undo.jobs(devices[d].counts)
 
     for b in homes:  # rebuild each home without q (device state is monotone, not invertible)
         save(b)
@@ -120,12 +143,9 @@ def _try_move_job(packer: Packer, q: int) -> bool:
         save(d)
         packer.add(q, d)
     else:
-        if sum(1 for dev in devices if dev.counts) < used_before:
+        if _used(packer) < used_before:
             return True
-    for d, dev in saved.items():
-        devices[d] = dev
-    for j, values in saved_slow.items():
-        slow[j] = values
+    undo.restore()
     return False
 
 
@@ -151,9 +171,11 @@ def _try_merge(packer: Packer, q: int, r: int) -> bool:
     for b in sources:
         moves.extend([b] * devices[b].counts[r])
     moves = moves[:len(targets)]
-    saved = {b: devices[b].copy() for b in {*targets, *moves}}
-    saved_slow = {q: dict(slow[q]), r: dict(slow[r])}
-    used_before = sum(1 for dev in devices if dev.counts)
+    undo = _Undo(packer)
+    for b in {*targets, *moves}:
+        undo.device(b)
+    undo.jobs((q, r))
+    used_before = _used(packer)
     for b in set(moves):  # rebuild the sources without the moved workers
         keep = devices[b].counts[r] - moves.count(b)
         del slow[r][b]
@@ -162,12 +184,9 @@ def _try_merge(packer: Packer, q: int, r: int) -> bool:
             packer.add(r, b)
     for d in targets[:len(moves)]:
         packer.add(r, d)
-    if packer.broken_job() is None and sum(1 for dev in devices if dev.counts) < used_before:
+    if packer.broken_job() is None and _used(packer) < used_before:
         return True
-    for d, dev in saved.items():
-        devices[d] = dev
-    for j, values in saved_slow.items():
-        slow[j] = values
+    undo.restore()
     return False
 
 
@@ -197,9 +216,9 @@ def empty_devices(packer: Packer, passes: int = MAX_PASSES) -> int:
     device, least loaded first (:func:`_try_empty`), then every job that sits alone on some
     device, most such devices first (:func:`_try_move_job`), then pairs of jobs alone on all
     their devices (:func:`_try_merge`)."""
-    start = sum(1 for dev in packer.devices if dev.counts)
+    start = _used(packer)
     for _ in range(passes):
-        before = sum(1 for dev in packer.devices if dev.counts)
+        before = _used(packer)
         order = sorted((b for b, dev in enumerate(packer.devices) if dev.counts),
                        key=lambda b: (*_load(packer.devices[b]), b))
         for b in order:
@@ -212,9 +231,9 @@ def empty_devices(packer: Packer, passes: int = MAX_PASSES) -> int:
         for q in sorted((q for q in range(len(alone)) if alone[q]), key=lambda q: (-alone[q], q)):
             _try_move_job(packer, q)
         _merge_lonely(packer)
-        if sum(1 for dev in packer.devices if dev.counts) == before:
+        if _used(packer) == before:
             break
-    return start - sum(1 for dev in packer.devices if dev.counts)
+    return start - _used(packer)
 
 
 def packer_solution(packer: Packer) -> list[list[str]]:
