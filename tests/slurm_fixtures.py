@@ -18,12 +18,15 @@ import itertools
 import json
 import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from gpuplan.executors import standin
 from gpuplan.executors.engine import Engine
 from gpuplan.executors.slurm.executor import (
     CommandBuilder,
@@ -95,6 +98,19 @@ def start_lab(lab: SlurmLab) -> SlurmLab:
         finally:
             unavailable(f"{type(err).__name__}: {err}")
     return lab
+
+
+def shared_job_dir(prefix: str) -> Path:
+    """A directory the job owner can write and the controller can read (the stand-in, its
+    batch script, state and logs): the "shared file system" of a real site. The controller's
+    own state goes in ``state/``, private (0700), never in the users' shared part."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o777)
+    shutil.copy(standin.__file__, path / "standin.py")
+    (path / "run.sh").write_text('#!/bin/sh\n# a user\'s batch script\nexec "$@"\n')
+    (path / "run.sh").chmod(0o755)
+    (path / "state").mkdir(mode=0o700)
+    return path
 
 
 def ensure_user(name: str = UNPRIVILEGED_USER) -> pwd.struct_passwd:

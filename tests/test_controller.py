@@ -20,7 +20,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.executors import standin
 from gpuplan.executors.control import command
 from gpuplan.executors.control.controller import (
     Failpoints,
@@ -422,15 +420,8 @@ def user(lab: SlurmLab) -> str:
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
-    """A directory the job owner can write and the controller can read (the stand-in, its
-    batch script, state and logs): the "shared file system" of a real site."""
-    path = Path(tempfile.mkdtemp(prefix="gpuplan-ctl-", dir="/tmp"))
-    path.chmod(0o777)
-    shutil.copy(standin.__file__, path / "standin.py")
-    (path / "run.sh").write_text('#!/bin/sh\n# a user\'s batch script\nexec "$@"\n')
-    (path / "run.sh").chmod(0o755)
-    # the controller's own state: private (0700), never in the users' shared directory
-    (path / "state").mkdir(mode=0o700)
+    """:func:`slurm_fixtures.shared_job_dir`, removed afterwards."""
+    path = fx.shared_job_dir("gpuplan-ctl-")
     yield path
     if not os.environ.get("GPUPLAN_KEEP_TEST_DIRS"):  # keep them to debug a failure
         shutil.rmtree(path, ignore_errors=True)

@@ -28,14 +28,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuplan.executors import standin
 from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
@@ -124,16 +122,6 @@ class Run:
     release_to_run_s: list[float] = field(default_factory=list)
 
 
-def _shared() -> Path:
-    path = Path(tempfile.mkdtemp(prefix="gpuplan-bench-", dir="/tmp"))
-    path.chmod(0o777)
-    shutil.copy(standin.__file__, path / "standin.py")
-    (path / "run.sh").write_text('#!/bin/sh\nexec "$@"\n')
-    (path / "run.sh").chmod(0o755)
-    (path / "state").mkdir(mode=0o700)
-    return path
-
-
 def _sbatch(lab: SlurmLab, shared: Path, it: Item, managed: bool) -> int:
     if managed:
         opts = [f"--partition={ENGINE_PARTITION}",
@@ -157,7 +145,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
-    shared, run = _shared(), Run(mode)
+    shared, run = fx.shared_job_dir("gpuplan-bench-"), Run(mode)
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     managed = mode != "slurm"
     proc: subprocess.Popen[bytes] | None = None
