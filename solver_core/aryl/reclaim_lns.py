@@ -15,9 +15,10 @@ per step: the same instance and budget give the same servers on any machine at a
 wall-clock budget only (``gpuplan solve --time-limit``) the annealing cools by the clock and
 steps run until it says stop.
 
-:func:`lp_bound` is the lower bound reported beside the answer: the LP relaxation of a tighter
-model than the plain one (``y_j >= x_s`` for every server whose loss alone kills job j, and the
-slack row of elastic jobs), rounded up because preemptions are integral.
+:func:`lp_bound` is the lower bound reported beside the answer: the LP relaxation of the tight
+model of :mod:`.reclaim_rins` (``y_j >= x_s`` for every server whose loss alone kills job j, and
+the slack row of elastic jobs), rounded up because preemptions are integral. The exact reclaim
+follows this search with that module's RINS sub-MIP (:func:`.reclaim_exact._select_lns`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import random
 import time
 from dataclasses import dataclass
 
-from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 from ortools.sat.python.cp_model import Domain
 
 from ..limits import SolveLimits
 from .reclaim_model import ReclaimInstance, ReclaimJob
+from .reclaim_rins import lp_relaxation, tight_model
 
 __all__ = ["ANNEAL_MOVES_PER_WORK_S", "LNS_STEPS_PER_WORK_S", "LnsResult", "improve", "lp_bound"]
 
@@ -299,30 +300,8 @@ def _solve_hood(hood: list[int], jobs: list[_Job], touching: list[list[int]],
 
 
 def lp_bound(inst: ReclaimInstance, count: int) -> float | None:
-    """A lower bound on the preemptions of returning ``count`` servers (None if GLOP fails).
-
-    LP relaxation of: ``sum x = count``; ``y_j >= x_s`` when losing server s alone is fatal for
-    job j (its GPUs there exceed its largest survivable loss ``d_j``); ``sum_s g_js x_s <= d_j
-    + (total_j - d_j) y_j``. Preemptions are integral, so the LP value is rounded up.
-    """
-    index = {s: i for i, s in enumerate(inst.servers)}
-    jobs = _jobs(inst, index)
-    lp = pywraplp.Solver.CreateSolver("GLOP")
-    if lp is None:
-        return None
-    x = [lp.NumVar(0.0, 1.0, f"x{i}") for i in range(len(inst.servers))]
-    lp.Add(sum(x) == count)
-    ys = []
-    for k, job in enumerate(jobs):
-        y = lp.NumVar(0.0, 1.0, f"y{k}")
-        ys.append(y)
-        top = max(job.survivable)  # no loss above it is survivable
-        for s, g in job.gpus:
-            if g > top:  # this loss alone is fatal
-                lp.Add(y >= x[s])
-        if top < job.total:
-            lp.Add(sum(g * x[s] for s, g in job.gpus) <= top + (job.total - top) * y)
-    lp.Minimize(sum(ys))
-    if lp.Solve() != pywraplp.Solver.OPTIMAL:
-        return None
-    return float(math.ceil(lp.Objective().Value() - 1e-6))
+    """A lower bound on the preemptions of returning ``count`` servers (None if the LP fails):
+    the LP relaxation of :func:`.reclaim_rins.tight_model` (fatal servers force their job's
+    preemption, the slack row of elastic jobs, exact rows for allowed sets with gaps), solved by
+    HiGHS and rounded up because preemptions are integral."""
+    return lp_relaxation(tight_model(inst, count))[0]
