@@ -18,6 +18,8 @@ BENCHMARKS = [
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
+    ("reclaim at scale: exact at 1 det-s vs the best known (1,000 servers)", "reclaim_scale",
+     ["--quick"]),
     ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
      ["--quick"]),
     ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
