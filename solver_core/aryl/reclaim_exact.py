@@ -255,20 +255,27 @@ def _select_lns(inst: ReclaimInstance, count: int, budget: SolveLimits, *,
     def left() -> float:
         return max(0.05, budget.wall_s - (time.perf_counter() - t0))
 
+    t_lp = time.perf_counter()
     model = tight_model(inst, count)
     bound, lp_x = lp_relaxation(model, time_limit_s=left())
+    t_lp = time.perf_counter() - t_lp
     if budget.work_s is not None:
         search = SolveLimits(wall_s=budget.wall_s, work_s=budget.work_s * SEARCH_SHARE)
         nodes: int | None = max(1, round(budget.work_s * RINS_NODES_PER_WORK_S))
     else:
         search = SolveLimits.wall(max(0.05, SEARCH_SHARE * left()))
         nodes = None
+    t_search = time.perf_counter()
     res = improve(inst, start, search)
+    t_search = time.perf_counter() - t_search
     servers, obj = res.servers, res.preempted
     note = "no LP solution, no sub-MIP"
     if lp_x is not None and 0 < count < len(inst.servers):
+        t_sub = time.perf_counter()
         sub = rins(model, lp_x, servers, node_limit=nodes, time_limit_s=left())
-        note = f"RINS sub-MIP over {sub.freed} free servers: {sub.message}"
+        t_sub = time.perf_counter() - t_sub
+        note = (f"RINS sub-MIP over {sub.freed} free servers in {t_sub * 1000:.0f} ms: "
+                f"{sub.message}")
         if sub.servers is not None and len(sub.servers) == count:
             got = len(evaluate(inst, sub.servers).preempted)
             note += f" ({got} preemptions)"
@@ -282,7 +289,8 @@ def _select_lns(inst: ReclaimInstance, count: int, budget: SolveLimits, *,
         gap=0.0 if optimal else gap,
         wall_ms=(time.perf_counter() - t0) * 1000.0, time_limit_s=budget.wall_s,
         work_limit_s=budget.work_s, deterministic=budget.deterministic, fell_back=fell_back,
-        message=(f"{before}large-neighbourhood search ({res.steps} CP-SAT steps, "
-                 f"{res.improving} improving, {res.preempted} preemptions), then {note}; "
-                 "objective and bound count preemptions (bound: tight LP, HiGHS)"))
+        message=(f"{before}tight LP in {t_lp * 1000:.0f} ms, large-neighbourhood search "
+                 f"({res.steps} CP-SAT steps, {res.improving} improving, {res.preempted} "
+                 f"preemptions, {t_search * 1000:.0f} ms), then {note}; objective and bound "
+                 "count preemptions (bound: the tight LP rounded up)"))
     return servers, stats
