@@ -32,7 +32,8 @@ RECLAIM_WORK_S = 1.0
 LNS_FROM_SERVERS = 300
 """Servers in components too large to enumerate from which CP-SAT's ILP is not tried: at that
 size it proves nothing within its budget and would return Aryl's answer, so the whole budget
-goes to the large-neighbourhood search of :mod:`.reclaim_lns` instead (issue 15)."""
+goes to the search of :mod:`.reclaim_lns` and the RINS sub-MIP of :mod:`.reclaim_rins` instead
+(issue 15)."""
 
 SEARCH_SHARE = 0.3
 """Share of an unproven reclaim's budget that the annealing and CP-SAT steps of
@@ -137,11 +138,12 @@ def select_exact(
     idle servers (deterministic). Falls back to :func:`select_aryl` on timeout or failure.
 
     On CP-SAT, an answer the ILP does not prove optimal (Aryl's after a timeout, or CP-SAT's
-    incumbent) is improved by the large-neighbourhood search of :mod:`.reclaim_lns`
-    (:func:`_select_lns`) with a second budget of the same size (with a wall-clock limit only,
+    incumbent) is improved by the large-neighbourhood search of :mod:`.reclaim_lns` and a
+    RINS sub-MIP of the tight model (:mod:`.reclaim_rins`; both in :func:`_select_lns`) with a
+    second budget of the same size (with a wall-clock limit only,
     the ILP gets half of it and the search the rest); when the components too large to
     enumerate hold more than :data:`LNS_FROM_SERVERS` servers the ILP is skipped. Either way
-    the result is ``feasible`` with an LP lower bound (``optimal`` only if it meets the
+    the result is ``feasible`` with the tight model's LP bound (``optimal`` only if it meets the
     bound), stats backend ``cp-sat-lns``, and ``objective`` and ``bound`` count preemptions.
     A proven ILP answer is returned exactly as before the search existed.
     """
