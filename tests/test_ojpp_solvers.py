@@ -49,11 +49,15 @@ SLOW = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.parametrize("use_patterns", [True, False], ids=["pattern-model", "count-model"])
 @SLOW
-@given(instances())
-def test_cp_sat_equals_brute_force(inst: OjppInstance) -> None:
+@given(inst=instances())
+def test_cp_sat_equals_brute_force(use_patterns: bool, inst: OjppInstance) -> None:
+    """Both exact models: the configuration model (the default) and the count model (kept
+    for instances with too many patterns)."""
     best = brute_force(inst)
-    answer = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
+    answer = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False,
+                         use_patterns=use_patterns)
     if best is None:
         assert answer.stats.status == "infeasible"
         return
@@ -92,6 +96,7 @@ def test_cp_sat_and_a_mip_backend_agree(backend: str, composition: str) -> None:
 ENFORCED = {  # what each heuristic promises (compute and memory always)
     "heuristic": ("collision", ": slowdown", "spread"),
     "heuristic-ls": ("collision", ": slowdown", "spread"),
+    "heuristic-pg": ("collision", ": slowdown", "spread"),
     "greedy": ("collision", ": slowdown", "spread"),
     "best-fit": (), "i-greedy": (": slowdown",), "b-greedy": ("spread",),
     "c-greedy": ("collision",),

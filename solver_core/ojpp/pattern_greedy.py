@@ -35,7 +35,8 @@ from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, counts_slowdown
 from .heuristic import run_heuristic
 from .patterns import enumerate_patterns
 
-__all__ = ["PATTERN_LIMIT", "ROUNDS", "greedy_patterns", "run_heuristic_pg", "run_pattern_greedy"]
+__all__ = ["PATTERN_LIMIT", "ROUNDS", "greedy_patterns", "run_heuristic_pg", "run_pattern_greedy",
+           "worker_weights"]
 
 PATTERN_LIMIT = 5_000
 """Most patterns the greedy walks (beyond: ``heuristic-ls`` alone, to stay fast)."""
@@ -80,7 +81,7 @@ def greedy_patterns(inst: OjppInstance, patterns: Sequence[dict[int, int]],
     return chosen, []
 
 
-def _weights(inst: OjppInstance) -> list[list[float]]:
+def worker_weights(inst: OjppInstance) -> list[list[float]]:
     """Sizes of a worker the greedy tries: its larger dimension, compute, peak memory, and
     their sum."""
     jobs = inst.jobs
@@ -98,7 +99,7 @@ def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT
     matrix = inst.matrix()
     slow = [{i: counts_slowdown(i, p, matrix, inst.composition) for i in p} for p in patterns]
     best: list[int] | None = None
-    for base in _weights(inst):
+    for base in worker_weights(inst):
         for repair in ("double", "pin"):
             weight, pinned = list(base), set[int]()
             for _ in range(ROUNDS if repair == "double" else len(inst.jobs) + 1):
