@@ -45,6 +45,36 @@ def test_patterns_are_exactly_the_count_vectors_a_gpu_may_hold(inst: OjppInstanc
     assert set(keys) == expected
 
 
+def _plain_patterns(inst: OjppInstance) -> set[tuple[tuple[int, int], ...]]:
+    """The enumeration written plainly: depth-first, the exact device check on every
+    vector, no running totals."""
+    matrix = inst.matrix()
+    found: set[tuple[tuple[int, int], ...]] = set()
+
+    def grow(start: int, counts: dict[int, int]) -> None:
+        for i in range(start, len(inst.jobs)):
+            for c in range(1, inst.jobs[i].workers + 1):
+                counts[i] = c
+                if device_violation(inst, matrix, counts) is not None:
+                    break
+                found.add(tuple(sorted(counts.items())))
+                grow(i + 1, counts)
+            counts.pop(i, None)
+
+    grow(0, {})
+    return found
+
+
+@pytest.mark.parametrize("composition", ["additive", "max"])
+def test_enumeration_matches_the_plain_one_on_bench_sizes(composition: str) -> None:
+    for seed in range(4):
+        inst = random_instance(seed, 40, composition, max_per_job=6)
+        got = enumerate_patterns(inst)
+        assert got is not None
+        assert {tuple(sorted(p.items())) for p in got} == _plain_patterns(inst), seed
+        assert len(got) == len(_plain_patterns(inst))
+
+
 def test_enumeration_gives_up_beyond_its_limit() -> None:
     inst = random_instance(4, 40, "additive", max_per_job=6)
     full = enumerate_patterns(inst)
