@@ -30,13 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, counts_slowdown
 
 from .heuristic import run_heuristic
 from .patterns import enumerate_patterns
 
-__all__ = ["PATTERN_LIMIT", "ROUNDS", "greedy_patterns", "run_heuristic_pg", "run_pattern_greedy",
-           "worker_weights"]
+__all__ = ["PATTERN_LIMIT", "ROUNDS", "count_matrix", "greedy_patterns", "run_heuristic_pg",
+           "run_pattern_greedy", "worker_weights"]
 
 PATTERN_LIMIT = 5_000
 """Most patterns the greedy walks (beyond: ``heuristic-ls`` alone, to stay fast)."""
@@ -46,9 +48,11 @@ ROUNDS = 8
 
 def greedy_patterns(inst: OjppInstance, patterns: Sequence[dict[int, int]],
                     slow: Sequence[dict[int, float]], weight: Sequence[float],
-                    pinned: set[int]) -> tuple[list[int], list[int]]:
+                    pinned: set[int], matrix: np.ndarray | None = None
+                    ) -> tuple[list[int], list[int]]:
     """One greedy run: (pattern index per GPU, []) or ([], the jobs left with workers when
-    no pattern fits). ``slow[t][i]`` is job i's slowdown on pattern t."""
+    no pattern fits). ``slow[t][i]`` is job i's slowdown on pattern t; ``matrix`` (patterns x
+    jobs counts, built when not given) scores all patterns in one product."""
     jobs = inst.jobs
     rem = [job.workers for job in jobs]
     inf = float("inf")
@@ -56,8 +60,10 @@ def greedy_patterns(inst: OjppInstance, patterns: Sequence[dict[int, int]],
     hi = [0.0 if i in pinned else -inf for i in range(len(jobs))]
     limit = inst.theta_balance + OJPP_TOL
     balanced = [job.workers >= 2 for job in jobs]
-    order = sorted(range(len(patterns)),
-                   key=lambda t: (-sum(c * weight[i] for i, c in patterns[t].items()), t))
+    if matrix is None:
+        matrix = count_matrix(patterns, len(jobs))
+    # heaviest first, the pattern index breaking ties (a stable sort of the negated scores)
+    order = np.argsort(-(matrix @ np.asarray(weight, dtype=float)), kind="stable").tolist()
     chosen: list[int] = []
     left = sum(rem)
     at = 0
@@ -81,6 +87,15 @@ def greedy_patterns(inst: OjppInstance, patterns: Sequence[dict[int, int]],
     return chosen, []
 
 
+def count_matrix(patterns: Sequence[dict[int, int]], jobs: int) -> np.ndarray:
+    """Patterns x jobs worker counts."""
+    out = np.zeros((len(patterns), jobs))
+    for t, pat in enumerate(patterns):
+        for i, c in pat.items():
+            out[t, i] = c
+    return out
+
+
 def worker_weights(inst: OjppInstance) -> list[list[float]]:
     """Sizes of a worker the greedy tries: its larger dimension, compute, peak memory, and
     their sum."""
@@ -98,12 +113,13 @@ def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT
         return None
     matrix = inst.matrix()
     slow = [{i: counts_slowdown(i, p, matrix, inst.composition) for i in p} for p in patterns]
+    counts = count_matrix(patterns, len(inst.jobs))
     best: list[int] | None = None
     for base in worker_weights(inst):
         for repair in ("double", "pin"):
             weight, pinned = list(base), set[int]()
             for _ in range(ROUNDS if repair == "double" else len(inst.jobs) + 1):
-                got, stuck = greedy_patterns(inst, patterns, slow, weight, pinned)
+                got, stuck = greedy_patterns(inst, patterns, slow, weight, pinned, counts)
                 if not stuck:
                     if best is None or len(got) < len(best):
                         best = got
