@@ -34,6 +34,7 @@ import numpy as np
 
 from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, counts_slowdown
 
+from .exact import lower_bound
 from .heuristic import run_heuristic
 from .patterns import enumerate_patterns
 
@@ -104,10 +105,11 @@ def worker_weights(inst: OjppInstance) -> list[list[float]]:
             [j.gamma + j.delta for j in jobs], [j.alpha + j.gamma + j.delta for j in jobs]]
 
 
-def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT
+def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT, floor: int = 0
                        ) -> list[dict[int, int]] | None:
     """The fewest-GPU answer of the greedy runs (count vector per GPU), or None when the
-    patterns number more than ``limit`` (or a worker fits no GPU)."""
+    patterns number more than ``limit`` (or a worker fits no GPU). Stops at the first answer
+    with at most ``floor`` GPUs (a lower bound: no later run could beat it)."""
     patterns = enumerate_patterns(inst, limit)
     if not patterns or any(not any(i in p for p in patterns) for i in range(len(inst.jobs))):
         return None
@@ -115,20 +117,21 @@ def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT
     slow = [{i: counts_slowdown(i, p, matrix, inst.composition) for i in p} for p in patterns]
     counts = count_matrix(patterns, len(inst.jobs))
     best: list[int] | None = None
-    for base in worker_weights(inst):
-        for repair in ("double", "pin"):
-            weight, pinned = list(base), set[int]()
-            for _ in range(ROUNDS if repair == "double" else len(inst.jobs) + 1):
-                got, stuck = greedy_patterns(inst, patterns, slow, weight, pinned, counts)
-                if not stuck:
-                    if best is None or len(got) < len(best):
-                        best = got
-                    break
-                if repair == "double":
-                    for i in stuck:
-                        weight[i] *= 2.0
-                else:
-                    pinned.update(stuck)
+    for base, repair in ((w, r) for w in worker_weights(inst) for r in ("double", "pin")):
+        if best is not None and len(best) <= floor:
+            break
+        weight, pinned = list(base), set[int]()
+        for _ in range(ROUNDS if repair == "double" else len(inst.jobs) + 1):
+            got, stuck = greedy_patterns(inst, patterns, slow, weight, pinned, counts)
+            if not stuck:
+                if best is None or len(got) < len(best):
+                    best = got
+                break
+            if repair == "double":
+                for i in stuck:
+                    weight[i] *= 2.0
+            else:
+                pinned.update(stuck)
     return None if best is None else [patterns[t] for t in best]
 
 
@@ -138,7 +141,10 @@ def run_heuristic_pg(inst: OjppInstance) -> list[list[str]] | None:
     ls = run_heuristic(inst, improve=True)
     if ls is None:
         return None
-    got = run_pattern_greedy(inst)
+    floor = lower_bound(inst)
+    if len(ls) <= floor:
+        return ls  # provably optimal already
+    got = run_pattern_greedy(inst, floor=floor)
     if got is None or len(got) >= len(ls):
         return ls
     nxt = [0] * len(inst.jobs)
