@@ -179,3 +179,15 @@ def test_heuristic_pg_is_within_ten_percent_on_the_bench_instances() -> None:
             assert ex.stats.objective is not None
             within += pg.stats.objective <= 1.1 * ex.stats.objective + 1e-9
     assert within == 20
+
+
+def test_the_emptying_pass_after_the_greedy_saves_gpus_and_keeps_every_rule() -> None:
+    """60 workers seed 4 of the bench: the greedy's best is 25 GPUs and the pass of
+    heuristic-ls empties one of them (24; heuristic-ls alone 26, the optimum 23)."""
+    inst = random_instance(4, 60, "additive", max_per_job=6)
+    got = run_pattern_greedy(inst)
+    assert got is not None and len(got) == 25
+    answer = solve(inst, "heuristic-pg")
+    assert check_solution(inst, answer.gpus or []) == []
+    assert answer.stats.objective == 24.0
+    assert (solve(inst, "heuristic-ls").stats.objective or 0) > 24.0
