@@ -237,9 +237,6 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
                             fell_back=fell_back, **base)  # type: ignore[arg-type]
         return OjppAnswer(stats, gpus)
 
-    if inst.composition == "multiplicative":
-        return done("error", None, None, "multiplicative composition is not linear: the exact "
-                    "models support additive and max (use heuristic or greedy)")
     heuristic = best_packing(inst)
     if heuristic is None:
         return done("infeasible", None, None, "a worker does not fit on a GPU even alone")
@@ -248,8 +245,12 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
         return done("optimal", heuristic, float(len(heuristic)),
                     "the heuristic's answer meets the lower bound")
     patterns = enumerate_patterns(inst) if use_patterns else None
-    if patterns is not None:
+    if patterns is not None:  # any composition: the enumeration checks slowdowns exactly
         return _solve_patterns(inst, patterns, heuristic, lb, backend, limits, start, done)
+    if inst.composition == "multiplicative":
+        return done("error", None, None, "multiplicative composition is not linear and the "
+                    "instance has too many patterns for the configuration model: the count "
+                    "model supports additive and max (use heuristic or greedy)")
     members = clique(inst)[1]
     order = [*members, *(i for i in range(len(inst.jobs)) if i not in set(members))]
     om = build_model(inst, len(heuristic), backend == "cp-sat", lb,
