@@ -49,11 +49,15 @@ SLOW = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.parametrize("use_patterns", [True, False], ids=["pattern-model", "count-model"])
 @SLOW
-@given(instances())
-def test_cp_sat_equals_brute_force(inst: OjppInstance) -> None:
+@given(inst=instances())
+def test_cp_sat_equals_brute_force(use_patterns: bool, inst: OjppInstance) -> None:
+    """Both exact models: the configuration model (the default) and the count model (kept
+    for instances with too many patterns)."""
     best = brute_force(inst)
-    answer = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
+    answer = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False,
+                         use_patterns=use_patterns)
     if best is None:
         assert answer.stats.status == "infeasible"
         return
@@ -92,6 +96,7 @@ def test_cp_sat_and_a_mip_backend_agree(backend: str, composition: str) -> None:
 ENFORCED = {  # what each heuristic promises (compute and memory always)
     "heuristic": ("collision", ": slowdown", "spread"),
     "heuristic-ls": ("collision", ": slowdown", "spread"),
+    "heuristic-pg": ("collision", ": slowdown", "spread"),
     "greedy": ("collision", ": slowdown", "spread"),
     "best-fit": (), "i-greedy": (": slowdown",), "b-greedy": ("spread",),
     "c-greedy": ("collision",),
@@ -197,12 +202,24 @@ def test_a_worker_that_fits_nowhere_is_infeasible_for_every_solver() -> None:
         assert answer.stats.status == "infeasible" and answer.gpus is None
 
 
-def test_multiplicative_is_refused_by_exact_solvers_but_packed_by_heuristics() -> None:
-    inst = OjppInstance.model_validate({**random_instance(1, 6).model_dump(),
-                                        "composition": "multiplicative"})
-    assert solve(inst, "cp-sat").stats.status == "error"
-    answer = solve(inst, "heuristic")
-    assert check_solution(inst, answer.gpus or []) == []
+def test_multiplicative_is_exact_with_patterns_and_refused_by_the_count_model() -> None:
+    """The configuration model checks slowdowns per pattern, so any composition is exact
+    there (against brute force); the linear count model refuses multiplicative."""
+    solved = 0
+    for seed in range(8):
+        inst = OjppInstance.model_validate({**random_instance(seed, 7, max_per_job=3)
+                                            .model_dump(), "composition": "multiplicative"})
+        best = brute_force(inst)
+        exact = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
+        assert exact.stats.status == "optimal" and exact.stats.objective == best
+        assert check_solution(inst, exact.gpus or []) == []
+        solved += "pattern model" in exact.stats.message
+        count = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False,
+                            use_patterns=False)
+        assert count.stats.status == "error" and count.gpus is None
+        answer = solve(inst, "heuristic")
+        assert check_solution(inst, answer.gpus or []) == []
+    assert solved == 8
 
 
 def test_the_checker_names_each_broken_rule() -> None:

@@ -6,7 +6,9 @@ and returns an :class:`~.exact.OjppAnswer` (``SolverStats`` + the GPUs' worker l
 * exact: ``cp-sat`` (:mod:`.exact`), ``scip``, ``highs``, ``cbc``, ``pulp-cbc`` (:mod:`.milp`)
   -- ``optimal`` only when proven;
 * heuristics (status ``heuristic``): ``heuristic`` (Alg. 3, the paper's OJPP),
-  ``heuristic-ls`` (Alg. 3 + the GPU-emptying pass of :mod:`.improve`), ``greedy``
+  ``heuristic-ls`` (Alg. 3 + the GPU-emptying pass of :mod:`.improve`), ``heuristic-pg``
+  (the better of a greedy over whole GPU contents, :mod:`.pattern_greedy`, and
+  ``heuristic-ls``), ``greedy``
   (Alg. 1 + 2), and Table 4's baselines ``best-fit``, ``i-greedy``, ``b-greedy``,
   ``c-greedy`` (:mod:`.baselines`; they enforce only some rules, by design).
 
@@ -27,12 +29,13 @@ from .exact import OjppAnswer, lower_bound, solve_exact
 from .greedy import run_greedy
 from .heuristic import run_heuristic
 from .milp import MIP_BACKENDS, solve_milp
+from .pattern_greedy import run_heuristic_pg
 
 __all__ = ["EXACT_SOLVERS", "HEURISTIC_SOLVERS", "SOLVERS", "OjppAnswer", "check_solution",
            "solve"]
 
 EXACT_SOLVERS = ("cp-sat", *MIP_BACKENDS)
-HEURISTIC_SOLVERS = ("heuristic", "heuristic-ls", "greedy", *BASELINE_RULES)
+HEURISTIC_SOLVERS = ("heuristic", "heuristic-ls", "heuristic-pg", "greedy", *BASELINE_RULES)
 SOLVERS = (*EXACT_SOLVERS, *HEURISTIC_SOLVERS)
 
 
@@ -42,6 +45,8 @@ def _heuristic(inst: OjppInstance, solver: str) -> OjppAnswer:
         gpus = run_heuristic(inst)
     elif solver == "heuristic-ls":
         gpus = run_heuristic(inst, improve=True)
+    elif solver == "heuristic-pg":
+        gpus = run_heuristic_pg(inst)
     elif solver == "greedy":
         gpus = run_greedy(inst)
     else:

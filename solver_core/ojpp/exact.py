@@ -1,11 +1,15 @@
-"""Exact OJPP: the job-level model of :mod:`.model` solved with lazy cuts until every device
-meets Eq. (4) exactly (CP-SAT here; the MIP backends through :mod:`.milp`).
+"""Exact OJPP (CP-SAT here; the MIP backends through :mod:`.milp`).
 
-The loop: solve; decode the counts; check every used device's compute, memory, collision
-(Eq. 4) and slowdown rules with the exact float arithmetic; on a violation add the collision
-tangent at the device's R (or a no-good cut on its count vector) and solve again. The model is
-a relaxation of OJPP (up to CP-SAT's 1e-6 rounding), so the first answer that passes is
-optimal when the backend proved it optimal. The best packing (Alg. 3 and Alg. 1 orders,
+First choice: the configuration model of :mod:`.patterns` (every GPU content enumerated and
+checked exactly beforehand, one solve, a Gilmore-Gomory-strength LP bound). When the
+patterns are too many (more than :data:`.patterns.PATTERN_LIMIT`), the job-level count model
+of :mod:`.model` solved with lazy cuts until every device meets Eq. (4) exactly.
+
+The count model's loop: solve; decode the counts; check every used device's compute, memory,
+collision (Eq. 4) and slowdown rules with the exact float arithmetic; on a violation add the
+collision tangent at the device's R (or a no-good cut on its count vector) and solve again. The
+model is a relaxation of OJPP (up to CP-SAT's 1e-6 rounding), so the first answer that passes
+is optimal when the backend proved it optimal. The best packing (Alg. 3 and Alg. 1 orders,
 either device choice) sets the device count ``K`` and is the fallback: a budget that runs out
 returns it (``timeout`` when the solver had nothing better), never blocks. When it already
 meets the simple lower bound ``max(ceil(sum alpha), ceil(sum gamma))`` it is proven optimal
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +36,7 @@ from .heuristic import heuristic_order
 from .improve import empty_devices, packer_solution
 from .model import OjppModel, build_model, device_violation
 from .packer import Packer, Rules
+from .patterns import build_pattern_model, enumerate_patterns, hint_patterns
 
 __all__ = ["MAX_ROUNDS", "OjppAnswer", "best_packing", "clique", "clique_bound", "lower_bound",
            "solve_exact"]
@@ -169,9 +175,52 @@ def _violation(om: OjppModel, counts: dict[int, int]) -> bool:
     return True
 
 
+def _solve_patterns(inst: OjppInstance, patterns: list[dict[int, int]],
+                    heuristic: list[list[str]], lb: int, backend: str, limits: SolveLimits,
+                    start: float, done: Callable[..., OjppAnswer]) -> OjppAnswer:
+    """One solve of the configuration model of :mod:`.patterns` (every device rule is
+    settled by the enumeration, so no lazy round), hinted with the best packing."""
+    pm = build_pattern_model(inst, patterns, len(heuristic), lb)
+    counts = _counts_of(inst, heuristic)
+    hint_patterns(pm, inst, [{i: counts[i][k] for i in range(len(inst.jobs)) if counts[i][k]}
+                             for k in range(len(heuristic))])
+    left = start + limits.wall_s - time.perf_counter()
+    if left <= 0:
+        return done("timeout", heuristic, float(lb), "budget spent enumerating patterns",
+                    fell_back=True)
+    sol = mip_solve(pm.model, backend, stage="ojpp",
+                    limits=SolveLimits(wall_s=left, work_s=limits.work_s, nodes=limits.nodes))
+    st = sol.stats
+    bound = float(lb) if st.bound is None else max(float(lb), math.ceil(st.bound - 1e-6))
+    note = f"pattern model: {len(patterns)} patterns"
+    if not sol.ok:
+        return done("timeout", heuristic, bound, f"{note}; {backend}: {st.status} "
+                    f"{st.message}".strip(), fell_back=True)
+    gpus: list[list[str]] = []
+    nxt = [0] * len(inst.jobs)
+    for t, pat in enumerate(patterns):
+        for _ in range(int(sol.value(pm.z[t]))):
+            gpu = []
+            for i, c in sorted(pat.items()):
+                gpu.extend(f"{inst.jobs[i].id}#{nxt[i] + j}" for j in range(c))
+                nxt[i] += c
+            gpus.append(gpu)
+    if check_solution(inst, gpus):
+        return done("feasible", heuristic, bound, f"{note}; the model's answer failed the "
+                    "checker; kept the heuristic's", fell_back=True)
+    if st.status == "optimal":
+        return done("optimal", gpus, float(len(gpus)), note)
+    best = gpus if len(gpus) <= len(heuristic) else heuristic
+    return done("feasible", best, bound, note)
+
+
 def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits | None = None,
-                shortcut: bool = True) -> OjppAnswer:
-    """Proven-optimal GPUs when the budget allows; the heuristic's answer otherwise."""
+                shortcut: bool = True, use_patterns: bool = True) -> OjppAnswer:
+    """Proven-optimal GPUs when the budget allows; the heuristic's answer otherwise.
+
+    The configuration model (:mod:`.patterns`) when its patterns number at most
+    :data:`.patterns.PATTERN_LIMIT` (``use_patterns=False`` forces the count model of
+    :mod:`.model`, kept for instances with more patterns and as a cross-check)."""
     start = time.perf_counter()
     limits = limits or SolveLimits.deterministic_budget(10.0)
     base = dict(stage="ojpp", backend=backend, time_limit_s=limits.wall_s,
@@ -188,9 +237,6 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
                             fell_back=fell_back, **base)  # type: ignore[arg-type]
         return OjppAnswer(stats, gpus)
 
-    if inst.composition == "multiplicative":
-        return done("error", None, None, "multiplicative composition is not linear: the exact "
-                    "models support additive and max (use heuristic or greedy)")
     heuristic = best_packing(inst)
     if heuristic is None:
         return done("infeasible", None, None, "a worker does not fit on a GPU even alone")
@@ -198,6 +244,13 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
     if not heuristic or (shortcut and len(heuristic) <= lb):
         return done("optimal", heuristic, float(len(heuristic)),
                     "the heuristic's answer meets the lower bound")
+    patterns = enumerate_patterns(inst) if use_patterns else None
+    if patterns is not None:  # any composition: the enumeration checks slowdowns exactly
+        return _solve_patterns(inst, patterns, heuristic, lb, backend, limits, start, done)
+    if inst.composition == "multiplicative":
+        return done("error", None, None, "multiplicative composition is not linear and the "
+                    "instance has too many patterns for the configuration model: the count "
+                    "model supports additive and max (use heuristic or greedy)")
     members = clique(inst)[1]
     order = [*members, *(i for i in range(len(inst.jobs)) if i not in set(members))]
     om = build_model(inst, len(heuristic), backend == "cp-sat", lb,
