@@ -119,3 +119,14 @@ def test_wl4_without_noise_is_sidecar_and_with_noise_still_beats_default() -> No
     assert noisy.avg_jct_s is not None and default.avg_jct_s is not None
     assert noisy.avg_jct_s < 0.6 * default.avg_jct_s
     assert (noisy.makespan_s, noisy.avg_jct_s) != (exact.makespan_s, exact.avg_jct_s)
+
+
+def test_schemes_equal_to_a_millionth_keep_the_first_found() -> None:
+    from gpuplan.solver_core.policies.sidecar import _better
+
+    assert _better((1000.0, 5000.0), None)
+    assert _better((1000.0 + 1e-4, 4000.0), (1000.0, 5000.0))  # makespans tie: sums decide
+    assert not _better((1000.0 - 1e-4, 6000.0), (1000.0, 5000.0))
+    assert not _better((1000.0, 5000.0 - 1e-3), (1000.0, 5000.0))  # a 1e-3 s "gain" is a tie
+    assert _better((999.0, 9e9), (1000.0, 0.0))
+    assert not _better((1001.0, 0.0), (1000.0, 9e9))

@@ -8,7 +8,8 @@ Every decision (digest §2.3, the combined event loop):
    0]``) or all of them plus ``N_opt - N_idle`` GPUs of a *single* running job on that host whose
    remaining count stays in its ``S_opt`` (``T = [N_opt, J_i, N_remove]``). The scheme with the
    smallest predicted makespan wins (strict ``<``: the first found among equals, paper
-   lines 18/28); ``tie_break: sum`` adds the sum of predicted finishes as a second key. No
+   lines 18/28; "equal" is to a relative ``TIE_RTOL``, see :func:`_better`); ``tie_break:
+   sum`` adds the sum of predicted finishes as a second key. No
    candidate: the job stays pending (``T = [0, null, 0]``).
 2. **Alg. 2** while idle GPUs remain: every ``(J_i, N_add)`` with ``N_current + N_add`` in
    ``S_opt`` and ``N_add`` idle GPUs on ``J_i``'s host; least predicted makespan wins, one job
@@ -40,8 +41,31 @@ TieBreak = Literal["paper", "sum"]
 Key = tuple[float, ...]
 
 
+TIE_RTOL = 1e-6
+"""Predicted times that agree to this relative distance are one value when schemes are
+compared. Why: WL4's accuracy-target fit predicts a job's work to about 1e-7 (relative) even
+without noise, so schemes that tie exactly under the true work (two donors of one type, two
+like hosts) would otherwise be ordered by the fit's rounding error, and the first-found rule of
+the paper would depend on the floating-point details of the fit (and of the scipy release
+behind it). A millionth of a predicted finish is far below any cost the model knows."""
+
+
 def _key(ms: tuple[float, float], tie_break: TieBreak) -> Key:
     return (ms[0],) if tie_break == "paper" else ms
+
+
+def _better(key: Key, best: Key | None) -> bool:
+    """``key`` strictly before ``best`` lexicographically, entries within ``TIE_RTOL`` of each
+    other counting as equal (so the first found among equals keeps its place)."""
+    if best is None:
+        return True
+    for a, b in zip(key, best, strict=True):
+        tol = TIE_RTOL * max(abs(a), abs(b), 1.0)
+        if a < b - tol:
+            return True
+        if a > b + tol:
+            return False
+    return False
 
 
 def algorithm1(book: HostBook, pred: Predictor, job: ActiveJob,
@@ -58,7 +82,7 @@ def algorithm1(book: HostBook, pred: Predictor, job: ActiveJob,
         for n_opt in options(job, book.size(node)):
             if idle >= n_opt:
                 key = _key(pred.makespan({job.id: pred.new(job, node, n_opt)}), tie_break)
-                if best is None or key < best:
+                if _better(key, best):
                     best, choice = key, (node, n_opt, None, 0)
                 continue
             remove = n_opt - idle
@@ -70,7 +94,7 @@ def algorithm1(book: HostBook, pred: Predictor, job: ActiveJob,
                 changed = {job.id: pred.new(job, node, n_opt),
                            donor: pred.reshaped(donor, left, pred.costs.down_s)}
                 key = _key(pred.makespan(changed), tie_break)
-                if best is None or key < best:
+                if _better(key, best):
                     best, choice = key, (node, n_opt, donor, remove)
     return choice
 
@@ -94,9 +118,9 @@ def algorithm2(book: HostBook, pred: Predictor, tie_break: TieBreak,
                 continue
             key = _key(pred.makespan({job_id: pred.reshaped(job_id, cur + add, pred.costs.up_s)}),
                        tie_break)
-            if best is None or key < best:
+            if _better(key, best):
                 best, choice = key, (job_id, add)
-    if guard and best is not None and best >= _key(pred.makespan({}), tie_break):
+    if guard and best is not None and not _better(best, _key(pred.makespan({}), tie_break)):
         return None
     return choice
 
