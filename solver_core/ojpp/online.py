@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, collision_probability, counts_slowdown
 
-__all__ = ["Migration", "OnlineState", "adjust", "device_slowdowns", "observe"]
+__all__ = ["GpuEwma", "Migration", "OnlineState", "adjust", "device_slowdowns", "observe"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,48 @@ def observe(state: OnlineState, observed: Sequence[float], theta_max: float,
         above.append(prev + 1 if e > theta_max + margin + OJPP_TOL else 0)
     return OnlineState(tuple(ewma), tuple(above), state.hold,
                        any(n >= state.hold for n in above))
+
+
+@dataclass(slots=True)
+class GpuEwma:
+    """:func:`observe` keyed by GPU name instead of position, for a monitor inside a
+    simulation loop, where GPUs come and go between rounds: a GPU missing from a round's
+    observations (no shared workers left) is forgotten. Unlike :func:`observe`, a GPU starts
+    from e_0 = 0, not from its first observation: in a running cluster a GPU's first round is
+    the one its workers started in, the start-up spike of the paper's t_2, which must not count
+    in full. ``snapshot``/``restore`` carry it across a controller restart as JSON."""
+
+    a: float = 0.7
+    hold: int = 3
+    ewma: dict[tuple[str, int], float] = field(default_factory=dict)
+    above: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def observe(self, observed: Mapping[tuple[str, int], float], threshold: float) -> bool:
+        """Fold one round in (Eq. 18); True when some GPU has now stayed above ``threshold``
+        for ``hold`` rounds in a row."""
+        ewma: dict[tuple[str, int], float] = {}
+        above: dict[tuple[str, int], int] = {}
+        for key in sorted(observed):
+            theta = float(observed[key])
+            e = self.a * self.ewma.get(key, 0.0) + (1.0 - self.a) * theta
+            ewma[key] = e
+            above[key] = self.above.get(key, 0) + 1 if e > threshold + OJPP_TOL else 0
+        self.ewma, self.above = ewma, above
+        return any(n >= self.hold for n in above.values())
+
+    def forget(self, keys: Sequence[tuple[str, int]]) -> None:
+        """Restart GPUs whose workers just changed (an adjustment): their history no longer
+        describes them, and a fresh hold must pass before they are adjusted again."""
+        for key in keys:
+            self.ewma.pop(key, None)
+            self.above.pop(key, None)
+
+    def snapshot(self) -> list[list[object]]:
+        return [[k[0], k[1], self.ewma[k], self.above.get(k, 0)] for k in sorted(self.ewma)]
+
+    def restore(self, rows: Sequence[Sequence[object]]) -> None:
+        self.ewma = {(str(r[0]), int(r[1])): float(r[2]) for r in rows}  # type: ignore[arg-type]
+        self.above = {(str(r[0]), int(r[1])): int(r[3]) for r in rows}  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +170,18 @@ def _available(plan: _Plan, gpu: Sequence[str]) -> float:
 
 
 def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[str],
-                 before_src: float, targets: Sequence[int]) -> tuple[float, int] | None:
+                 before_src: float, targets: Sequence[int], distinct: bool = False
+                 ) -> tuple[float, int] | None:
     """(slowdown after, GPU) of the best legal target for worker ``w`` leaving GPU ``k``
-    (index ``len(plan.gpus)`` stands for a new GPU), or None."""
+    (index ``len(plan.gpus)`` stands for a new GPU), or None. ``distinct``: never a GPU that
+    already holds a worker of the same job (the engine's one-share-per-GPU allocations)."""
     src = plan.gpus[k]
+    job = plan.job(w)
     best: tuple[float, int] | None = None
     for b in targets:
         dst = plan.gpus[b] if b < len(plan.gpus) else []
+        if distinct and any(plan.job(x) == job for x in dst):
+            continue
         new_dst = [*dst, w]
         if not plan.fits(new_dst):
             continue
@@ -154,15 +201,19 @@ def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[
 
 
 def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[float],
-           cost: Mapping[str, float], budget: float, allow_new: bool = False
+           cost: Mapping[str, float], budget: float, allow_new: bool = False,
+           distinct: bool = False, margin: float = 0.0
            ) -> tuple[list[list[str]], list[Migration]]:
     """Alg. 4: the adjusted plan (same GPU indices; an opened GPU is appended) and the
-    migrations made, in order. ``cost[job id]`` is one worker's migration cost c_i."""
+    migrations made, in order. ``cost[job id]`` is one worker's migration cost c_i (``inf``:
+    the job must not move). ``distinct``: one worker per job per GPU (see
+    :func:`_best_target`); ``margin``: a GPU needs relief above ``theta_max + margin``, the
+    trigger's threshold (:func:`observe`)."""
     plan = _Plan(inst, [list(g) for g in gpus])
     active = [k for k, g in enumerate(plan.gpus) if g]
     active.sort(key=lambda k: (-(ewma[k] if k < len(ewma) else 0.0), k))
     queue = [k for k in active[: (len(active) + 1) // 2]
-             if k < len(ewma) and ewma[k] > inst.theta_max + OJPP_TOL]
+             if k < len(ewma) and ewma[k] > inst.theta_max + margin + OJPP_TOL]
     spent = 0.0
     moves: list[Migration] = []
     for k in queue:
@@ -178,9 +229,10 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
         new_src = [x for x in src if x != w]
         targets = [b for b, g in enumerate(plan.gpus) if g and b != k]
         targets.sort(key=lambda b: (-_available(plan, plan.gpus[b]), b))
-        best = _best_target(plan, inst, k, w, new_src, before_src, targets)
+        best = _best_target(plan, inst, k, w, new_src, before_src, targets, distinct)
         if best is None and allow_new:
-            best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)])
+            best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)],
+                                distinct)
         if best is None:
             continue
         b = best[1]
