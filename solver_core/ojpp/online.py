@@ -202,13 +202,14 @@ def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[
 
 def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[float],
            cost: Mapping[str, float], budget: float, allow_new: bool = False,
-           distinct: bool = False, margin: float = 0.0
+           distinct: bool = False, margin: float = 0.0, max_new: int | None = None
            ) -> tuple[list[list[str]], list[Migration]]:
     """Alg. 4: the adjusted plan (same GPU indices; an opened GPU is appended) and the
     migrations made, in order. ``cost[job id]`` is one worker's migration cost c_i (``inf``:
     the job must not move). ``distinct``: one worker per job per GPU (see
     :func:`_best_target`); ``margin``: a GPU needs relief above ``theta_max + margin``, the
-    trigger's threshold (:func:`observe`)."""
+    trigger's threshold (:func:`observe`); ``max_new``: at most that many GPUs opened (None:
+    no limit)."""
     plan = _Plan(inst, [list(g) for g in gpus])
     active = [k for k, g in enumerate(plan.gpus) if g]
     active.sort(key=lambda k: (-(ewma[k] if k < len(ewma) else 0.0), k))
@@ -230,7 +231,8 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
         targets = [b for b, g in enumerate(plan.gpus) if g and b != k]
         targets.sort(key=lambda b: (-_available(plan, plan.gpus[b]), b))
         best = _best_target(plan, inst, k, w, new_src, before_src, targets, distinct)
-        if best is None and allow_new:
+        opened = len(plan.gpus) - len(gpus)
+        if best is None and allow_new and (max_new is None or opened < max_new):
             best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)],
                                 distinct)
         if best is None:

@@ -23,10 +23,15 @@ a wake-up) and moves single workers off persistently over-interfered GPUs.
   current rate): the fraction of its remaining time the move costs it. The budget c-bar
   (``ojpap_budget``) bounds the sum over one adjustment (Eq. 19). Set
   ``ojpap_migration_s`` to the executor's migration pause.
+* **Observed-consistent matrix**: a prediction that let a bad pair share will also call the
+  GPU holding that pair a good target. So every round, a GPU observed with exactly two workers
+  raises that type pair's floor (both directions) to the observed slowdown, and Alg. 4 checks
+  its moves against ``max(predicted, floor)``. The packer itself keeps the prediction (a
+  changed matrix there would evict and re-place whole jobs outside the budget).
 * After a move, the EWMA of both GPUs restarts (:meth:`GpuEwma.forget`).
 
-State (EWMA, hold counters, last round) is the policy's memory: :meth:`Ojpap.snapshot` and
-:meth:`Ojpap.restore` carry it across a controller restart.
+State (EWMA, hold counters, pair floors, last round) is the policy's memory:
+:meth:`Ojpap.snapshot` and :meth:`Ojpap.restore` carry it across a controller restart.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import ClusterView, SolverStats
+from gpuplan.models.ojpp import OjppInstance
 from gpuplan.models.state import NO_OBSERVATIONS
 
 from ..ojpp.online import GpuEwma, Migration, adjust
@@ -60,6 +66,8 @@ class Ojpap:
         """The executor observes interference (seen on the last decision)."""
         self.active = False
         """OJPP jobs were active at the last decision (wake-ups are wanted only then)."""
+        self.floor: dict[tuple[str, str], float] = {}
+        """Observed pair floors by sorted type pair (see :meth:`_learn`)."""
         self.trace: list[dict[str, Any]] = []
         """One row per monitoring round (for benchmarks and plots; not part of the memory)."""
 
@@ -83,6 +91,7 @@ class Ojpap:
         self.round = math.floor(view.now / p.ojpap_interval_s)
         observed = dict(view.interference)
         fired = self.ewma.observe(observed, p.theta_max + p.ojpap_margin)
+        self._learn(view, observed)
         row: dict[str, Any] = {
             "t": view.now, "gpus": len(observed),
             "max": max(observed.values(), default=0.0),
@@ -98,9 +107,9 @@ class Ojpap:
                 gpus[b].append(f"j{i}#{k}")
         ewma = [self.ewma.ewma.get(gpu, 0.0) for gpu in pack.gpu_of]
         cost = {f"j{i}": self._cost(view, job_id, kept) for i, job_id in enumerate(pack.ids)}
-        _, moves = adjust(pack.inst, gpus, ewma, cost, p.ojpap_budget,
-                          allow_new=p.ojpap_allow_new and bool(pool), distinct=True,
-                          margin=p.ojpap_margin)
+        _, moves = adjust(self._corrected(pack), gpus, ewma, cost, p.ojpap_budget,
+                          allow_new=p.ojpap_allow_new, distinct=True,
+                          margin=p.ojpap_margin, max_new=len(pool))
         touched: list[Gpu] = []
         for m in moves:
             if m.target == len(pack.gpu_of):  # adjust opened a GPU: take one from the pool
@@ -121,6 +130,37 @@ class Ojpap:
                     f"{p.ojpap_budget:g}"))
         return moves
 
+    def _learn(self, view: ClusterView, observed: dict[Gpu, float]) -> None:
+        """Raise the pair floor of every GPU observed with exactly two workers: both
+        directions of that pair interfere at least this much (the observation is the worse
+        worker's, collisions included, so the floor errs on the safe side)."""
+        types: dict[Gpu, list[str]] = {}
+        for job in view.running.values():
+            alloc = job.allocation
+            if alloc is None or alloc.share >= 1.0 or job.spec.memory is None:
+                continue
+            for node, gs in alloc.placement.items():
+                for g in gs:
+                    types.setdefault((node, g), []).append(job.spec.model or "unknown")
+        for gpu, theta in sorted(observed.items()):
+            pair = types.get(gpu, [])
+            if len(pair) == 2:
+                a, b = sorted(pair)
+                self.floor[(a, b)] = max(self.floor.get((a, b), 0.0), theta)
+
+    def _corrected(self, pack: _Pack) -> OjppInstance:
+        """The wrapper's instance with its matrix raised to the observed pair floors: moves are
+        checked against what was seen, not only against the prediction that went wrong (the
+        "observed-consistent matrix" Alg. 4 needs)."""
+        if not self.floor:
+            return pack.inst
+        def floor(a: str, b: str) -> float:
+            return self.floor.get((a, b) if a <= b else (b, a), 0.0)
+
+        matrix = {a: {b: max(v, floor(a, b)) for b, v in row.items()}
+                  for a, row in pack.inst.interference.items()}
+        return pack.inst.model_copy(update={"interference": matrix})
+
     def _cost(self, view: ClusterView, job_id: str, kept: set[str]) -> float:
         """c_i: the migration pause as a fraction of the job's remaining time (inf: it must
         not move this decision)."""
@@ -133,10 +173,12 @@ class Ojpap:
     # ------------------------------------------------------------------ memory
     def snapshot(self) -> dict[str, Any]:
         return {"round": self.round, "observing": self.observing, "active": self.active,
-                "ewma": self.ewma.snapshot()}
+                "ewma": self.ewma.snapshot(),
+                "floor": [[a, b, v] for (a, b), v in sorted(self.floor.items())]}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])
         self.observing = bool(state["observing"])
         self.active = bool(state["active"])
         self.ewma.restore(state["ewma"])
+        self.floor = {(str(a), str(b)): float(v) for a, b, v in state["floor"]}
