@@ -105,6 +105,8 @@ def _run(prepared: Any, jobs: list[JobSpec], policy: Any) -> dict[str, Any]:
         "migrations": migrations,
         "pause_s": migrations * prepared.spec.overheads.migrate_s,
         "moved_standalone_s": _standalone([j for j in jobs if j.id in moved]),
+        "jct": {r.job_id: r.jct for r in done},
+        "moved": sorted(moved),
         "adjustments": sum(1 for row in getattr(memory, "trace", []) if row["moves"]),
         "trace": list(getattr(memory, "trace", [])),
         "wall_s": time.perf_counter() - t0,
@@ -112,14 +114,18 @@ def _run(prepared: Any, jobs: list[JobSpec], policy: Any) -> dict[str, Any]:
 
 
 def _strip(run: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in run.items() if k != "trace"}
+    return {k: v for k, v in run.items() if k not in ("trace", "jct")}
 
 
 def _compare(prepared: Any, jobs: list[JobSpec], believed: str) -> dict[str, Any]:
     off = _run(prepared, jobs, _policy(False, believed))
     on = _run(prepared, jobs, _policy(True, believed))
     saved = (off["mean_jct_s"] - on["mean_jct_s"]) * len(jobs)
+    moved = on["moved"]
     return {
+        "moved_jct_gain": 1.0 - sum(on["jct"][j] for j in moved) / sum(off["jct"][j]
+                                                                        for j in moved)
+        if moved else 0.0,
         "believed": believed, "jobs": len(jobs), "off": _strip(off), "on": _strip(on),
         "jct_gain": 1.0 - on["mean_jct_s"] / off["mean_jct_s"],
         "makespan_gain": 1.0 - on["makespan_s"] / off["makespan_s"],
@@ -142,6 +148,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     prepared, jobs = _drift_jobs()
     drift = _compare(prepared, jobs, DRIFT_BELIEF)
     drift["monitor_trace"] = _run(prepared, jobs, _policy(True, DRIFT_BELIEF, 0.0))["trace"]
+    for key, trace in (("with", drift["trace"]), ("without", drift["monitor_trace"])):
+        after = [row for row in trace if row["t"] >= ARRIVE_S and row["gpus"]]
+        drift[f"interference_{key}"] = {
+            "mean_of_max": sum(row["max"] for row in after) / len(after),
+            "mean_of_mean": sum(row["mean"] for row in after) / len(after),
+            "rounds_max_above_0.3": sum(row["max"] > 0.3 for row in after)}
     out["drift"] = drift
     return out
 
@@ -186,6 +198,7 @@ def _line(name: str, row: dict[str, Any]) -> str:
             f"{on['adjustments']:2d} adjustments, cost {100 * row['cost_share']:.2f} % of all "
             f"/ {100 * row['cost_share_moved']:.2f} % of the moved jobs' standalone time"
             + (f", {100 * per:.1f} % of the JCT saved" if per else "")
+            + f"; moved jobs' JCT {100 * row['moved_jct_gain']:+.1f} %"
             + f" [{off['wall_s']:.1f} / {on['wall_s']:.1f} s wall]")
 
 
@@ -194,7 +207,13 @@ def main(argv: list[str]) -> None:
     print("queue/believed matrix: without -> with OJPAP")
     for name, row in result["queues"].items():
         print(_line(name, row))
-    print(_line(f"drift ({DRIFT_BELIEF})", result["drift"]))
+    drift = result["drift"]
+    print(_line(f"drift ({DRIFT_BELIEF})", drift))
+    for key in ("without", "with"):
+        i = drift[f"interference_{key}"]
+        print(f"  drift interference from 3 h, {key:7s} OJPAP: per-round max GPU "
+              f"{i['mean_of_max']:.3f} on average, mean GPU {i['mean_of_mean']:.3f}, "
+              f"{i['rounds_max_above_0.3']} rounds with a GPU above 0.3")
     if "--out" in argv:
         out = Path(argv[argv.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
