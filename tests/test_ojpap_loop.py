@@ -170,3 +170,15 @@ def test_a_restored_policy_decides_exactly_as_the_original() -> None:
     straight = run(None)
     assert run(True) == straight
     assert run(False) != straight
+
+
+def test_a_base_policy_memory_is_kept_beside_ojpaps() -> None:
+    cfg = PolicyConfig(name="t", base="tiresias-l", wrappers=("ojpp",), values={"ojpap": True})
+    policy = make_policy("t", configs={"t": cfg})
+    state = json.loads(json.dumps(policy.snapshot()))
+    assert set(state) == {"base", "ojpap"} and state["ojpap"]["round"] == -1
+    state["ojpap"]["round"] = 7
+    fresh = make_policy("t", configs={"t": cfg})
+    fresh.restore(state)
+    assert fresh.snapshot()["ojpap"]["round"] == 7
+    assert fresh.snapshot()["base"] == state["base"]
