@@ -120,6 +120,7 @@ class _Plan:
     gpus: list[list[str]]
     index: dict[str, int] = field(default_factory=dict)
     matrix: list[list[float]] = field(default_factory=list)
+    _by_job: dict[int, list[tuple[int, float]]] | None = None
 
     def __post_init__(self) -> None:
         self.index = {job.id: i for i, job in enumerate(self.inst.jobs)}
@@ -138,17 +139,41 @@ class _Plan:
         return max(self.slowdowns(gpu).values(), default=0.0)
 
     def fits(self, gpu: Sequence[str]) -> bool:
+        """Compute, memory, collision and slowdown rules, cheapest first (most candidate
+        targets of a full cluster fail on compute or memory)."""
         jobs = [self.inst.jobs[self.job(w)] for w in gpu]
-        compute = sum(j.alpha for j in jobs)
-        memory = sum(j.gamma for j in jobs) + max((j.delta for j in jobs), default=0.0)
-        tau = collision_probability(j.p for j in jobs)
-        return (compute <= 1 + OJPP_TOL and memory <= 1 + OJPP_TOL
-                and tau <= self.inst.tau_max + OJPP_TOL
-                and self.theta(gpu) <= self.inst.theta_max + OJPP_TOL)
+        if sum(j.alpha for j in jobs) > 1 + OJPP_TOL:
+            return False
+        if sum(j.gamma for j in jobs) + max((j.delta for j in jobs), default=0.0) > \
+                1 + OJPP_TOL:
+            return False
+        if collision_probability(j.p for j in jobs) > self.inst.tau_max + OJPP_TOL:
+            return False
+        return self.theta(gpu) <= self.inst.theta_max + OJPP_TOL
 
-    def spreads(self, gpus: Sequence[Sequence[str]], jobs: set[int]) -> dict[int, float]:
-        values: dict[int, list[float]] = {i: [] for i in jobs}
-        for gpu in gpus:
+    def by_job(self) -> dict[int, list[tuple[int, float]]]:
+        """job -> (GPU index, slowdown) of each of its workers in the current plan; cached
+        until :meth:`moved` (a candidate move then costs O(its jobs' workers), not a pass
+        over every GPU)."""
+        if self._by_job is None:
+            self._by_job = {}
+            for b, gpu in enumerate(self.gpus):
+                for w, s in self.slowdowns(gpu).items():
+                    self._by_job.setdefault(self.job(w), []).append((b, s))
+        return self._by_job
+
+    def moved(self) -> None:
+        self._by_job = None
+
+    def spreads(self, jobs: set[int], replaced: Mapping[int, Sequence[str]] | None = None
+                ) -> dict[int, float]:
+        """Largest minus smallest worker slowdown of each of ``jobs``, in the plan with the
+        GPUs of ``replaced`` (index -> workers; an index past the end is a new GPU) swapped
+        in."""
+        replaced = replaced or {}
+        values: dict[int, list[float]] = {
+            i: [s for b, s in self.by_job().get(i, ()) if b not in replaced] for i in jobs}
+        for gpu in replaced.values():
             for w, s in self.slowdowns(gpu).items():
                 if self.job(w) in values:
                     values[self.job(w)].append(s)
@@ -189,10 +214,8 @@ def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[
         if max(theta_dst, plan.theta(new_src)) >= max(before_src, plan.theta(dst)) - OJPP_TOL:
             continue  # strict improvement of the pair's worst slowdown (digest §2.10)
         touched = {plan.job(x) for x in [*src, *dst]}
-        trial = [list(g) for g in plan.gpus] + ([] if b < len(plan.gpus) else [[]])
-        trial[k], trial[b] = new_src, new_dst
-        before = plan.spreads(plan.gpus, touched)
-        after = plan.spreads(trial, touched)
+        before = plan.spreads(touched)
+        after = plan.spreads(touched, {k: new_src, b: new_dst})
         if any(after[i] > max(inst.theta_balance, before[i]) + OJPP_TOL for i in touched):
             continue
         if best is None or theta_dst < best[0] - OJPP_TOL:  # ties: resource-queue order
@@ -242,6 +265,7 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
             plan.gpus.append([])
         plan.gpus[k] = new_src
         plan.gpus[b] = [*plan.gpus[b], w]
+        plan.moved()
         spent += c
         moves.append(Migration(w, k, b, c))
     return plan.gpus, moves
