@@ -182,3 +182,36 @@ def test_a_base_policy_memory_is_kept_beside_ojpaps() -> None:
     fresh.restore(state)
     assert fresh.snapshot()["ojpap"]["round"] == 7
     assert fresh.snapshot()["base"] == state["base"]
+
+
+def test_observations_follow_the_rate_model_and_cost_nothing_unread(monkeypatch) -> None:
+    """A model without ``observe`` is reported as ``1 / factor - 1`` of the worst worker per
+    shared GPU; and a policy that never reads the field never has it computed."""
+    from gpuplan.executors.simulator import observe
+    from gpuplan.models.interference import PairwiseInterference
+
+    calls = []
+    real = observe.ObservedInterference._compute
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(observe.ObservedInterference, "_compute", counted)
+    jobs = [_job("V", "v", 2, 4000.0), _job("X", "x", 1, 1000.0),
+            JobSpec(id="W", submit_time=100.0, requested_gpus=1, total_iterations=100.0)]
+    model = PairwiseInterference({("v", "x"): 0.5})  # v keeps half its speed next to x
+    seen: list[dict] = []
+
+    def hook(view: ClusterView, plan) -> None:
+        seen.append(dict(view.interference))
+
+    simulate(CLUSTER, jobs, _policy(ojpap=False), overheads=OVERHEADS, interference=model,
+             sample_interval_s=None)
+    assert calls == []  # fifo-ojpp never reads it
+    simulate(CLUSTER, jobs, _policy(ojpap=False), overheads=OVERHEADS, interference=model,
+             sample_interval_s=None, on_plan=hook)
+    # at W's arrival (t = 100) V#0 and X share GPU 0: V is 100 % slower there; GPU 1 holds
+    # V#1 alone; W's whole GPU is not a shared one
+    assert seen[1] == {("node000", 0): 1.0, ("node000", 1): 0.0}
+    assert len(calls) == len(seen)  # computed once per view that was read
