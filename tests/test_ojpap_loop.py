@@ -215,3 +215,35 @@ def test_observations_follow_the_rate_model_and_cost_nothing_unread(monkeypatch)
     # V#1 alone; W's whole GPU is not a shared one
     assert seen[1] == {("node000", 0): 1.0, ("node000", 1): 0.0}
     assert len(calls) == len(seen)  # computed once per view that was read
+
+
+def test_new_placements_avoid_a_pair_ojpap_learned_is_bad() -> None:
+    # V and X start together (X next to V#0); OJPAP sees the true 0.6 and moves V away at 300,
+    # learning the floor 0.6 for (v, x). Z (type x) arrives at 500: the believed matrix (0.05)
+    # would put it next to V again (GPU 1, which the run without OJPAP does), and OJPAP would
+    # have to move V a second time; with the learned floor the packer puts Z beside X instead.
+    jobs = [_job("V", "v", 2, 4000.0), _job("X", "x", 1, 1000.0),
+            _job("Z", "x", 1, 1000.0, submit=500.0)]
+
+    def starts(policy) -> tuple[dict, list]:
+        placed: dict[str, dict] = {}
+        migrations: list[tuple[float, str]] = []
+
+        def hook(view: ClusterView, plan) -> None:
+            for a in plan.actions:
+                if a.kind == "start":
+                    placed[a.job_id] = dict(a.after.placement)
+                elif a.kind == "migrate":
+                    migrations.append((view.now, a.job_id))
+
+        simulate(CLUSTER, jobs, policy, overheads=OVERHEADS, on_plan=hook, seed=0,
+                 sample_interval_s=None, interference=OjppInterference(TRUE))
+        return placed, migrations
+
+    placed, migrations = starts(_policy(ojpap=False))
+    assert placed["Z"] == {"node000": (1,)}  # next to V's second worker: the bad pair
+    policy = _policy()
+    placed, migrations = starts(policy)
+    assert migrations == [(300.0, "V")]  # only the first move; none to undo Z's placement
+    assert policy.memory.floor[("v", "x")] == 0.6
+    assert placed["Z"] == {"node000": (0,)}  # beside X (x-x: 0.05), off V's GPUs 1 and 2

@@ -26,8 +26,10 @@ a wake-up) and moves single workers off persistently over-interfered GPUs.
 * **Observed-consistent matrix**: a prediction that let a bad pair share will also call the
   GPU holding that pair a good target. So every round, a GPU observed with exactly two workers
   raises that type pair's floor (both directions) to the observed slowdown, and Alg. 4 checks
-  its moves against ``max(predicted, floor)``. The packer itself keeps the prediction (a
-  changed matrix there would evict and re-place whole jobs outside the budget).
+  its moves against ``max(predicted, floor)``. The packer uses the same corrected matrix for
+  *new* placements (jobs starting or re-placed), so it stops re-creating pairs it has seen
+  interfere; kept jobs are checked under the prediction (a changed matrix there would evict
+  and re-place whole jobs outside the budget).
 * After a move, the EWMA of both GPUs restarts (:meth:`GpuEwma.forget`).
 
 State (EWMA, hold counters, pair floors, last round) is the policy's memory:
@@ -107,7 +109,7 @@ class Ojpap:
                 gpus[b].append(f"j{i}#{k}")
         ewma = [self.ewma.ewma.get(gpu, 0.0) for gpu in pack.gpu_of]
         cost = {f"j{i}": self._cost(view, job_id, kept) for i, job_id in enumerate(pack.ids)}
-        _, moves = adjust(self._corrected(pack), gpus, ewma, cost, p.ojpap_budget,
+        _, moves = adjust(self.corrected(pack.inst), gpus, ewma, cost, p.ojpap_budget,
                           allow_new=p.ojpap_allow_new, distinct=True,
                           margin=p.ojpap_margin, max_new=len(pool))
         touched: list[Gpu] = []
@@ -148,18 +150,18 @@ class Ojpap:
                 a, b = sorted(pair)
                 self.floor[(a, b)] = max(self.floor.get((a, b), 0.0), theta)
 
-    def _corrected(self, pack: _Pack) -> OjppInstance:
-        """The wrapper's instance with its matrix raised to the observed pair floors: moves are
-        checked against what was seen, not only against the prediction that went wrong (the
-        "observed-consistent matrix" Alg. 4 needs)."""
+    def corrected(self, inst: OjppInstance) -> OjppInstance:
+        """``inst`` with its matrix raised to the observed pair floors: moves and new
+        placements are checked against what was seen, not only against the prediction that
+        went wrong (the "observed-consistent matrix" Alg. 4 needs). Idempotent."""
         if not self.floor:
-            return pack.inst
+            return inst
         def floor(a: str, b: str) -> float:
             return self.floor.get((a, b) if a <= b else (b, a), 0.0)
 
         matrix = {a: {b: max(v, floor(a, b)) for b, v in row.items()}
-                  for a, row in pack.inst.interference.items()}
-        return pack.inst.model_copy(update={"interference": matrix})
+                  for a, row in inst.interference.items()}
+        return inst.model_copy(update={"interference": matrix})
 
     def _cost(self, view: ClusterView, job_id: str, kept: set[str]) -> float:
         """c_i: the migration pause as a fraction of the job's remaining time (inf: it must

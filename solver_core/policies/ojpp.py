@@ -179,6 +179,17 @@ class _Pack:
             self.placed[i] = devices
         return {self.ids[i] for i in wanted}
 
+    def use_instance(self, inst: OjppInstance) -> None:
+        """Pack the rest of this decision under ``inst`` (same jobs, another matrix): the kept
+        workers are replayed onto a fresh packer in their order, so devices keep their
+        indices and only the slowdown bookkeeping changes."""
+        packer = Packer(inst, self.packer.rules, self.packer.max_devices)
+        packer.devices.extend(Device() for _ in self.packer.devices)
+        for i, devices in self.placed.items():
+            for b in devices:
+                packer.add(i, b)
+        self.inst, self.packer = inst, packer
+
     def pool(self, kept: set[str]) -> list[Gpu]:
         """GPUs with nothing else on them: wholly free, or held only by OJPP jobs that moved."""
         load: dict[Gpu, float] = {}
@@ -245,6 +256,11 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
             return allocation
         pack = _Pack(view, p, counts, extra)
         kept = pack.keep_running(counts)
+        if online is not None and online.floor:
+            # New placements see max(predicted, learned floor): the packer must not re-create
+            # a pair OJPAP has seen interfere. Kept jobs were checked under the prediction
+            # (re-checking them would evict whole jobs outside OJPAP's migration budget).
+            pack.use_instance(online.corrected(pack.inst))
         pool = pack.pool(kept)
         by_id = {job_id: i for i, job_id in enumerate(pack.ids)}
         order = (heuristic_order if p.solver == "heuristic" else greedy_order)(pack.inst)
