@@ -242,6 +242,11 @@ def test_new_placements_avoid_a_pair_ojpap_learned_is_bad() -> None:
 
     placed, migrations = starts(_policy(ojpap=False))
     assert placed["Z"] == {"node000": (1,)}  # next to V's second worker: the bad pair
+    # floors used by moves only (ojpap_floors_place off): Z re-creates the pair, and OJPAP
+    # has to move V a second time
+    placed, migrations = starts(_policy(ojpap_floors_place=False))
+    assert placed["Z"] == {"node000": (1,)}
+    assert [job for _, job in migrations] == ["V", "V"]
     policy = _policy()
     placed, migrations = starts(policy)
     assert migrations == [(300.0, "V")]  # only the first move; none to undo Z's placement

@@ -96,6 +96,9 @@ class OjppParams(Params):
         30.0, ge=0, le=86400, description="pause a migrated job pays (the executor's migrate_s)")
     ojpap_allow_new: bool = Field(True, description="a move may open an unused GPU as a last "
                                   "resort")
+    ojpap_floors_place: bool = Field(
+        True, description="new placements use max(predicted, learned pair floor), so the "
+        "packer stops re-creating pairs OJPAP saw interfere (false: only moves use the floors)")
 
 
 def _matrix(types: list[str], given: dict[str, dict[str, float]] | None
@@ -256,7 +259,7 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
             return allocation
         pack = _Pack(view, p, counts, extra)
         kept = pack.keep_running(counts)
-        if online is not None and online.floor:
+        if online is not None and online.floor and p.ojpap_floors_place:
             # New placements see max(predicted, learned floor): the packer must not re-create
             # a pair OJPAP has seen interfere. Kept jobs were checked under the prediction
             # (re-checking them would evict whole jobs outside OJPAP's migration budget).

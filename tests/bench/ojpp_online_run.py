@@ -60,12 +60,15 @@ def _believed(name: str) -> dict[str, dict[str, float]] | None:
 
 
 def _policy(ojpap: bool, believed: str, budget: float | None = None) -> Any:
+    """The bench's wrapper; with ``budget`` (the monitor-only baseline) OJPAP observes but
+    neither moves workers nor lets its learned floors steer new placements."""
     values: dict[str, Any] = {**BASE, "ojpap": ojpap}
     matrix = _believed(believed)
     if matrix is not None:
         values["interference"] = matrix
     if budget is not None:
         values["ojpap_budget"] = budget
+        values["ojpap_floors_place"] = False
     cfg = PolicyConfig(name="ojpp-bench", base="fifo", wrappers=("ojpp",), values=values)
     return make_policy("ojpp-bench", SEED, configs={"ojpp-bench": cfg})
 
