@@ -138,3 +138,24 @@ def test_only_the_ojpp_scenarios_declare_it_and_the_others_run_without(monkeypat
     assert seen == [None, None]  # the simulator is handed no model: shares alone, as before
     api.run(api.prepare("ojpp-average"), "fifo-ojpp")
     assert seen[-1] is not None and seen[-1].draw_seed == 0  # type: ignore[attr-defined]
+
+
+def test_drawn_collisions_are_one_draw_per_group_around_the_expectation() -> None:
+    from gpuplan.models import JobSpec, MemoryProfile
+    from gpuplan.scenarios.ojpp_interference import OjppInterference
+
+    spiky = MemoryProfile(gamma=0.2, delta=0.5, p=0.3, compute=0.3)
+    a, b = (JobSpec(id=i, submit_time=0, requested_gpus=1, total_iterations=1.0, model="m",
+                    memory=spiky) for i in ("a", "b"))
+    matrix = {"m": {"m": 0.1}}
+    # 0.4 basic + one 0.5 spike fits; two spikes overflow: P = 0.3^2 = 0.09
+    assert OjppInterference(matrix).slowdown(a, [b]) == pytest.approx(0.1 + 0.09)
+    draws = []
+    for seed in range(400):
+        model = OjppInterference(matrix, draw_seed=seed)
+        s = model.slowdown(a, [b])
+        assert s == model.slowdown(b, [a])  # both workers of the group see the same draw
+        assert round((s - 0.1) * 100, 9).is_integer()  # hits of a 100-iteration window
+        draws.append(s - 0.1)
+    assert len(set(draws)) > 5  # the seed draws them
+    assert statistics.fmean(draws) == pytest.approx(0.09, abs=0.01)
