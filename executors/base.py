@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuplan.models import ActiveJob, AllocationPlan, ClusterView, Event, PlanRefused
+from gpuplan.models.state import NO_OBSERVATIONS
 from gpuplan.solver_core.diff import check_actions
 
 
@@ -89,3 +90,9 @@ class Executor(ABC):
     @abstractmethod
     def wake_at(self, time: float) -> None:
         """Deliver a :class:`~gpuplan.models.Timer` event at ``time``."""
+
+    def observed_interference(self, now: float) -> Mapping[tuple[str, int], float]:
+        """Per shared GPU, the slowdown its co-located workers are observed to suffer now
+        (``ClusterView.interference``). Slurm and SSH measure none: empty, so online
+        adjusters (OJPAP) do nothing there; the simulator overrides it."""
+        return NO_OBSERVATIONS

@@ -473,6 +473,7 @@ class Engine:
             pending=self.pending,
             shared={n: dict(self.shared[n]) for n in sorted(self._shared_nodes)},
             shaped=self.shaped,
+            interference=self.executor.observed_interference(now),
         )
 
     def decide(self, now: float) -> AllocationPlan:

@@ -291,9 +291,12 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
     An ``Unfinished`` column is included beside the brief's metrics because JCT statistics are
     over finished jobs only: a policy that starves jobs would otherwise look fast. A
     ``Rejected`` column (arrivals the engine refused) appears only when some run rejected a job,
-    so a silently shrunken workload can't pass for a complete one.
+    so a silently shrunken workload can't pass for a complete one. A ``Migrations`` column
+    appears only when some run migrated a job (OJPAP's worker moves, Aryl's reclaims), so the
+    usual table keeps its shape.
     """
     show_rejected = any(s.rejected for _, s in summaries)
+    show_migrations = any(s.migrations for _, s in summaries)
     table = Table(title="Policy comparison")
     table.add_column("Policy", style="bold")
     for title in ("Avg JCT", "p99 JCT", "Avg queueing", "Makespan"):
@@ -304,6 +307,8 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
         table.add_column("Rejected", justify="right")
     table.add_column("Preemptions", justify="right")
     table.add_column("Resizes", justify="right")
+    if show_migrations:
+        table.add_column("Migrations", justify="right")
     table.add_column("Decision p95 (ms)", justify="right")
     table.add_column(RATIO_TITLE, justify="right")
     baseline = summaries[0][1].avg_jct_s if summaries else None
@@ -320,6 +325,7 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
             *([str(s.rejected)] if show_rejected else []),
             str(s.preemptions),
             str(s.resizes),
+            *([str(s.migrations)] if show_migrations else []),
             _fmt(s.decision_p95_ms, ".2f"),
             "—" if ratio is None else f"{ratio:.2f}x",
         ]

@@ -8,6 +8,10 @@ both the executors and the scenarios: :func:`run` hands the loan / reclaim event
 simulator, measures pool usage with the scenarios' :class:`PoolUsage` hook, logs every reclaim
 decision (the policy's own reclaimer, or the engine's default scored the same way) and attaches
 :class:`~gpuplan.models.records.LoaningMetrics` to the result.
+
+A scenario's ``simulator.interference`` block (the true interference of the simulated cluster)
+is built here too, per run with the run's seed (its collisions are drawn from it), and handed to
+the simulator; without the block the simulator applies shares alone, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from gpuplan.models import (
 )
 from gpuplan.scenarios.build import build, embedded_scenarios, fit_error, resolve_scenario
 from gpuplan.scenarios.inference import InferenceLoad, PoolUsage, loaning_metrics
+from gpuplan.scenarios.sim_interference import simulator_interference
 from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, ReclaimOutcome, evaluate
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.params import PolicyConfig
@@ -55,6 +60,8 @@ class PreparedScenario:
     load: InferenceLoad | None = None
     notes: tuple[str, ...] = ()
     """Warnings about the selection (fewer jobs than asked) for the caller to show."""
+    source: str = ""
+    """Where the scenario came from (file path or name), for error messages."""
 
     @property
     def configs(self) -> dict[str, PolicyConfig]:
@@ -107,8 +114,11 @@ def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> Prepare
     if wanted is not None and len(built.jobs) < wanted:
         notes = (f"scenario {spec.name}: workload.max_jobs asks for {wanted} jobs, the "
                  f"selection holds {len(built.jobs)}",)
+    source = scenario if isinstance(scenario, str) else spec.name
+    # Validate the interference block against the jobs now (bad input fails before any run).
+    simulator_interference(spec.simulator.interference, built.jobs, spec.seed, source)
     return PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events), built.load,
-                            notes)
+                            notes, source)
 
 
 class _ScoredDefaultReclaimer:
@@ -137,6 +147,8 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         last = max((j.submit_time for j in prepared.jobs), default=0.0)
         usage = PoolUsage(prepared.cluster, prepared.load, until=last)
         reclaimer = chosen.reclaimer or _ScoredDefaultReclaimer()
+    interference = simulator_interference(spec.simulator.interference, prepared.jobs, spec.seed,
+                                          prepared.source or spec.name)
     result, _, _ = simulate(
         prepared.cluster,
         prepared.jobs,
@@ -152,6 +164,7 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         progress=progress,
         learning=spec.learning,
         reclaimer=reclaimer,
+        interference=interference,
     )
     if usage is None or reclaimer is None:
         return result

@@ -8,12 +8,13 @@ loan / reclaim events. These are pure data specs: the models layer imports no sc
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEED
 from .cluster import Cluster, Node
+from .ojpp import Composition
 
 ResizeMode = Literal["stop_free", "checkpoint_restart", "sidecar"]
 WorkloadSource = Literal[
@@ -235,6 +236,64 @@ class LoaningSpec(BaseModel):
         return self
 
 
+InterferenceTable = Literal["ojpp"]
+"""Named interference tables a scenario may pick instead of writing a matrix: ``ojpp`` is the
+OJPP workloads' matrix (``scenarios.ojpp_workloads.interference_matrix``)."""
+
+
+class SimInterferenceSpec(BaseModel):
+    """The TRUE interference of the simulated cluster: how much co-located workers really slow
+    each other down. Distinct from an ``ojpp`` policy's ``interference`` parameter, which is
+    what the policy *believes* (predicts) when it packs; keeping both lets a scenario model a
+    wrong prediction. ``matrix[a][b]`` is the slowdown of a model-``a`` worker next to one
+    model-``b`` worker (jobs' ``model``); it must be square (every row names every type).
+    ``collisions``: memory collisions (two or more peaks at once, Eq. 4's model) cost ``kappa``
+    extra iterations each (digest 002 §7.1 #14), their frequency drawn from the run's seed
+    over ``window`` iterations per co-located group; off, only the matrix slows workers."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    table: InterferenceTable | None = Field(default=None, description="a named table")
+    matrix: dict[str, dict[str, Annotated[float, Field(ge=0, le=100)]]] | None = Field(
+        default=None, description="slowdown I[a][b] of a model-a worker next to a model-b one")
+    composition: Composition = Field(default="additive",
+                                     description="slowdown of a worker with several neighbours")
+    collisions: bool = Field(default=True, description="charge drawn memory collisions")
+    kappa: float = Field(default=1.0, ge=0, le=100,
+                         description="extra iterations one overflowing iteration costs")
+    window: int = Field(default=100, ge=1, le=100_000,
+                        description="iterations whose collisions one draw samples")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SimInterferenceSpec:
+        if (self.table is None) == (self.matrix is None):
+            raise ValueError("give exactly one of 'table' (a named table) and 'matrix'")
+        if self.matrix is not None:
+            if not self.matrix:
+                raise ValueError("matrix is empty")
+            types = set(self.matrix)
+            for a, row in self.matrix.items():
+                missing = sorted(types - set(row))
+                if missing:
+                    raise ValueError(f"matrix row {a!r} lacks the pair(s) {', '.join(missing)}"
+                                     " (the matrix must be square)")
+                unknown = sorted(set(row) - types)
+                if unknown:
+                    raise ValueError(f"matrix row {a!r} names type(s) {', '.join(unknown)} "
+                                     "that have no row")
+        return self
+
+
+class SimulatorSpec(BaseModel):
+    """What the simulated cluster itself does beyond shares (not what policies believe)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    interference: SimInterferenceSpec | None = Field(
+        default=None, description="co-located workers slow down by this model; null: shares "
+        "alone set their speed")
+
+
 class ScenarioSpec(BaseModel):
     """A reproducible simulation input."""
 
@@ -249,6 +308,7 @@ class ScenarioSpec(BaseModel):
     engine: EngineSpec = Field(default_factory=EngineSpec)
     learning: LearningSpec = Field(default_factory=LearningSpec)
     loaning: LoaningSpec | None = None
+    simulator: SimulatorSpec = Field(default_factory=SimulatorSpec)
     policies: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="named policy configurations: {name: {base: POLICY, wrappers: [...], "

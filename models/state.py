@@ -12,7 +12,9 @@ the progress fields (anchor, rate, resume time), because only it knows how fast 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +25,9 @@ from .job import JobSpec
 from .plan import JobAllocation
 
 JobStatus = Literal["pending", "running", "finished"]
+
+NO_OBSERVATIONS: Mapping[tuple[str, int], float] = MappingProxyType({})
+"""The ``ClusterView.interference`` of an executor that observes no interference."""
 
 
 @dataclass(slots=True, eq=False)
@@ -126,11 +131,16 @@ class ClusterView:
     its *wholly* free GPU indices (ascending). ``shared`` maps a node to the GPUs that jobs hold
     only a fraction of (``JobAllocation.share`` < 1) and the fraction in use on each: such a GPU
     is in neither ``free`` nor a whole-GPU job's placement, and has ``1 - used`` left for more
-    co-located jobs. ``shaped`` names the active jobs with a ``node_shape``. Policies read the
-    view and return a decision; they never mutate it.
+    co-located jobs. ``shaped`` names the active jobs with a ``node_shape``. ``interference``
+    maps a shared GPU ``(node, index)`` to the slowdown its co-located workers were observed to
+    suffer (the worst worker's, 0.5 = 50 % slower than alone): what an online adjuster such as
+    OJPAP monitors. Only an executor that measures it fills it (the simulator with an
+    interference model); elsewhere it is empty. Policies read the view and return a decision;
+    they never mutate it.
     """
 
-    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running", "shaped", "shared")
+    __slots__ = ("cluster", "free", "interference", "nodes", "now", "pending", "running",
+                 "shaped", "shared")
 
     def __init__(
         self,
@@ -142,6 +152,7 @@ class ClusterView:
         pending: dict[str, ActiveJob],
         shared: dict[str, dict[int, float]] | None = None,
         shaped: set[str] | None = None,
+        interference: Mapping[tuple[str, int], float] | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -155,6 +166,8 @@ class ClusterView:
             if job.spec.node_shape is not None}
         """Active jobs with a ``node_shape`` (kept by the engine, so shape checks cost
         O(shaped jobs) per decision)."""
+        self.interference: Mapping[tuple[str, int], float] = (
+            interference if interference is not None else NO_OBSERVATIONS)
 
     def gpu_load(self, node: str, gpu: int) -> float:
         """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""

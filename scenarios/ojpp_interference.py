@@ -14,7 +14,13 @@ charge the same thing. A worker sharing a GPU slows down by
   delta > 1``) the iteration costs ``kappa`` extra iterations (default 1: the overflowing
   iteration is redone after the allocator frees memory). Under Eq. (3) one spike always fits,
   so only collisions (two or more spikes) can overflow; the penalty is thus at most
-  ``kappa * tau_k``. No random draw is needed, so a run's seed does not enter.
+  ``kappa * tau_k``. By default no random draw is needed for the rates, so a run's seed does
+  not enter them; only a monitor's *observation* (:meth:`OjppInterference.observe`, what OJPAP
+  reads) draws the collisions of a window from the seed. With ``draw_seed`` (a scenario's
+  ``simulator.interference`` block, seeded by the run's seed) the rates charge *drawn*
+  collisions instead: each co-located group (the set of jobs on one GPU) gets the overflow
+  count of ``window`` iterations drawn from ``(seed, group)``, so equal seeds give identical
+  runs and different seeds differ only through collisions.
 
 A data-parallel job runs at its slowest worker (bulk-synchronous training): its slowdown is the
 max over its GPUs, which is why the balance bound of Eq. (8) matters. The simulator applies the
@@ -23,6 +29,7 @@ same rule (it re-rates a job at its most slowed-down GPU).
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -31,11 +38,15 @@ from gpuplan.models.ojpp import Composition, OjppInstance, compose_slowdown, cou
 
 __all__ = [
     "KAPPA",
+    "WINDOW",
     "OjppInterference",
     "overflow_probability",
     "performance",
     "plan_slowdowns",
 ]
+
+WINDOW = 100
+"""Iterations a monitoring window samples for collisions (:meth:`OjppInterference.observe`)."""
 
 KAPPA = 1.0
 """Extra iterations an overflowing (collided) iteration costs (inferred; the paper gives none)."""
@@ -65,13 +76,18 @@ class OjppInterference:
 
     def __init__(self, matrix: Mapping[str, Mapping[str, float]],
                  composition: Composition = "additive", kappa: float = KAPPA,
-                 default_cross: float = 0.1, default_same: float = 0.2) -> None:
+                 default_cross: float = 0.1, default_same: float = 0.2,
+                 draw_seed: int | None = None, window: int = WINDOW) -> None:
         if kappa < 0:
             raise ValueError(f"kappa = {kappa} is negative")
+        if window < 1:
+            raise ValueError(f"window = {window} must be at least 1")
         self.matrix = {a: dict(row) for a, row in matrix.items()}
         self.composition = composition
         self.kappa = kappa
         self.default_cross, self.default_same = default_cross, default_same
+        self.draw_seed, self.window = draw_seed, window
+        """``draw_seed`` None: the rates charge the expected collision penalty; else drawn."""
 
     def term(self, victim: str, aggressor: str) -> float:
         fallback = self.default_same if victim == aggressor else self.default_cross
@@ -83,10 +99,34 @@ class OjppInterference:
                              self.composition)
         members = [(j.memory.gamma, j.memory.delta, j.memory.p)
                    for j in (job, *others) if j.memory is not None]
-        return s + self.kappa * overflow_probability(members)
+        if self.kappa == 0:
+            return s
+        q = overflow_probability(members)
+        if self.draw_seed is None or q <= 0:
+            return s + self.kappa * q
+        # One draw per co-located group, keyed by its members (not by call order), so every
+        # worker of the group and every re-rating of it sees the same realised collisions.
+        group = ",".join(sorted(j.id for j in (job, *others)))
+        rng = random.Random(f"{self.draw_seed}:{group}")
+        hits = sum(rng.random() < q for _ in range(self.window))
+        return s + self.kappa * hits / self.window
 
     def factor(self, job: JobSpec, others: Sequence[JobSpec]) -> float:
         return 1.0 / (1.0 + self.slowdown(job, others))
+
+    def observe(self, job: JobSpec, others: Sequence[JobSpec], rng: random.Random) -> float:
+        """What a monitor measures over a window of ``WINDOW`` iterations (the simulator's
+        ``ClusterView.interference``): the matrix term plus ``kappa`` times the fraction of
+        those iterations that overflowed, each overflowing with the exact P(overflow). Its
+        mean is :meth:`slowdown`; its noise is the collisions' own."""
+        own = job.model or "unknown"
+        s = compose_slowdown((self.term(own, o.model or "unknown") for o in others),
+                             self.composition)
+        members = [(j.memory.gamma, j.memory.delta, j.memory.p)
+                   for j in (job, *others) if j.memory is not None]
+        q = overflow_probability(members)
+        hits = sum(rng.random() < q for _ in range(WINDOW)) if q > 0 else 0
+        return s + self.kappa * hits / WINDOW
 
 
 def plan_slowdowns(inst: OjppInstance, gpus: Sequence[Sequence[str]],

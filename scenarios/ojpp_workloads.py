@@ -118,7 +118,9 @@ def ojpp_instance_data(jobs: list[WorkloadJob], tau_max: float, theta_max: float
 
 def scenario_text(queue: str, seed: int = 0) -> str:
     """The embedded scenario file ``ojpp-<queue>.scenario.yaml`` (all jobs at time 0, one
-    iteration per standalone second, 14 x 8 GPUs so every queue fits dedicated)."""
+    iteration per standalone second, 14 x 8 GPUs so every queue fits dedicated); its
+    ``simulator.interference`` block makes the simulator charge the matrix and the drawn
+    collisions, so ``gpuplan simulate``/``compare`` show co-location's cost."""
     jobs = workload(queue, seed)
     m = interference_matrix()
     types = ", ".join(sorted({j.type for j in jobs}))
@@ -145,7 +147,13 @@ def scenario_text(queue: str, seed: int = 0) -> str:
     for a in TYPES:
         row = ", ".join(f"{b}: {m[a][b]}" for b in TYPES)
         lines.append(f"      {a}: {{{row}}}")
-    lines += ["workload:", "  source: inline", "  inline_jobs:"]
+    lines += [
+        "# The TRUE interference of the simulated cluster (what workers really suffer), unlike",
+        "# a policy's interference parameter (what OJPP predicts): the matrix above plus memory",
+        "# collisions drawn from the run's seed (digest 002 §7.1 #14).",
+        "simulator:",
+        "  interference: {table: ojpp, composition: additive, collisions: true, kappa: 1.0}",
+        "workload:", "  source: inline", "  inline_jobs:"]
     for j in jobs:
         pr = PROFILES[j.type]
         lines.append(

@@ -4,10 +4,18 @@ adjustment relieves the worst GPUs, keeps every rule on the targets and respects
 from __future__ import annotations
 
 import itertools
+import json
+import math
 
 from gpuplan.models.ojpp import OjppInstance
 from gpuplan.solver_core.ojpp.check import check_solution
-from gpuplan.solver_core.ojpp.online import OnlineState, adjust, device_slowdowns, observe
+from gpuplan.solver_core.ojpp.online import (
+    GpuEwma,
+    OnlineState,
+    adjust,
+    device_slowdowns,
+    observe,
+)
 
 THETA = 0.1
 
@@ -112,3 +120,71 @@ def test_no_target_no_move_unless_new_gpus_allowed() -> None:
     new, moves = adjust(inst, gpus, theta, cost, budget=5.0, allow_new=True)
     assert len(new) == 2 and len(moves) == 1 and moves[0].target == 1
     assert max(device_slowdowns(inst, new)) < max(theta)
+
+
+def test_distinct_never_puts_two_workers_of_a_job_on_one_gpu() -> None:
+    inst = _inst(1)
+    # the victim's only relief would be the GPU its own other worker holds
+    two = inst.model_copy(update={"jobs": (inst.jobs[0].model_copy(update={"workers": 2}),
+                                           *inst.jobs[1:])})
+    gpus = [["r0#0", "v0#0"], ["r0#1"]]
+    theta = device_slowdowns(two, gpus)
+    cost = {"r0": 1.0, "v0": 5.0, "q0": 5.0}
+    _, moves = adjust(two, gpus, theta, cost, budget=5.0)
+    assert [(m.worker, m.target) for m in moves] == [("r0#0", 1)]  # the unrestricted answer
+    assert adjust(two, gpus, theta, cost, budget=5.0, distinct=True) == (gpus, [])
+    _, moves = adjust(two, gpus, theta, cost, budget=5.0, distinct=True, allow_new=True)
+    assert [(m.worker, m.target) for m in moves] == [("r0#0", 2)]
+
+
+def test_margin_raises_the_relief_threshold() -> None:
+    inst = _inst(1)
+    gpus = [["r0#0", "v0#0"], ["q0#0"]]
+    cost = {j.id: 1.0 for j in inst.jobs}
+    ewma = [0.15, 0.0]
+    assert len(adjust(inst, gpus, ewma, cost, budget=5.0)[1]) == 1
+    assert adjust(inst, gpus, ewma, cost, budget=5.0, margin=0.1)[1] == []
+
+
+def test_inf_cost_never_moves() -> None:
+    inst = _inst(1)
+    gpus = [["r0#0", "v0#0"], ["q0#0"]]
+    theta = device_slowdowns(inst, gpus)
+    cost = {"r0": math.inf, "v0": math.inf, "q0": 1.0}
+    assert adjust(inst, gpus, theta, cost, budget=1e9) == (gpus, [])
+
+
+def test_gpu_ewma_starts_at_zero_holds_and_forgets() -> None:
+    g0, g1 = ("n", 0), ("n", 1)
+    ewma = GpuEwma(a=0.7, hold=3)
+    fired = [ewma.observe({g0: 0.6, g1: 0.0}, THETA) for _ in range(3)]
+    # e_0 = 0: 0.18, 0.306, 0.3942 -- above from the first round, fires at the third
+    assert fired == [False, False, True]
+    assert abs(ewma.ewma[g0] - 0.3942) < 1e-12 and ewma.above == {g0: 3, g1: 0}
+    # a round-trip through JSON keeps everything
+    again = GpuEwma(a=0.7, hold=3)
+    again.restore(json.loads(json.dumps(ewma.snapshot())))
+    assert (again.ewma, again.above) == (ewma.ewma, ewma.above)
+    ewma.forget([g0])
+    assert g0 not in ewma.ewma and not ewma.observe({g0: 0.6}, THETA)
+    # a GPU missing from a round is forgotten
+    assert g1 not in ewma.ewma
+
+
+def test_gpu_ewma_ignores_a_one_round_spike() -> None:
+    g = ("n", 0)
+    ewma = GpuEwma(a=0.7, hold=3)
+    rows = [0.0] * 3 + [0.6] + [0.0] * 6
+    assert not any(ewma.observe({g: x}, THETA) for x in rows)
+    # the same level for three rounds fires (the test above can fail)
+    ewma = GpuEwma(a=0.7, hold=3)
+    assert any(ewma.observe({g: x}, THETA) for x in [0.0] * 3 + [0.6] * 3)
+
+
+def test_max_new_bounds_the_gpus_opened() -> None:
+    inst = _inst(1)
+    gpus = [["r0#0", "v0#0", "q0#0"]]
+    theta = device_slowdowns(inst, gpus)
+    cost = {j.id: 1.0 for j in inst.jobs}
+    assert adjust(inst, gpus, theta, cost, budget=5.0, allow_new=True, max_new=0) == (gpus, [])
+    assert len(adjust(inst, gpus, theta, cost, budget=5.0, allow_new=True, max_new=1)[1]) == 1

@@ -62,8 +62,10 @@ from gpuplan.models import (
 )
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
 from gpuplan.models.interference import InterferenceModel
+from gpuplan.models.state import NO_OBSERVATIONS
 
 from ..base import Executor, ExecutorCapabilities
+from .observe import ObservedInterference
 
 _COMPLETION, _ARRIVAL, _OTHER, _TIMER, _SWITCH, _INTERNAL = 0, 1, 2, 3, 4, 5
 
@@ -92,9 +94,12 @@ class SimulatedCluster(Executor):
         learning: LearningSpec | None = None,
         horizon_s: float = SIMULATION_HORIZON_S,
         interference: InterferenceModel | None = None,
+        seed: int = 0,
     ) -> None:
         self.cluster = cluster
         self.interference = interference
+        self.seed = seed
+        """Seeds the collision draws of :meth:`observed_interference` (nothing else)."""
         self._colocated: dict[tuple[str, int], set[str]] = {}
         """(node, GPU) -> jobs holding a share < 1 of it."""
         self.horizon_s = horizon_s
@@ -196,6 +201,13 @@ class SimulatedCluster(Executor):
         return rate * worst
 
     # ------------------------------------------------------------------ shared GPUs
+    def observed_interference(self, now: float) -> Mapping[tuple[str, int], float]:
+        """What a monitor on each shared GPU would report now (see :mod:`.observe`); empty
+        without an interference model, and computed only if a policy reads it."""
+        if self.interference is None:
+            return NO_OBSERVATIONS
+        return ObservedInterference(self, now)
+
     def _shared_gpus(self, alloc: object) -> list[tuple[str, int]]:
         if alloc is None or alloc.share >= 1.0:  # type: ignore[attr-defined]
             return []

@@ -47,7 +47,7 @@ def simulate(
         policy.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal only
     executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
                                 learning=learning, horizon_s=horizon_s,
-                                interference=interference)
+                                interference=interference, seed=seed)
     engine = Engine(
         cluster,
         policy,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, collision_probability, counts_slowdown
 
-__all__ = ["Migration", "OnlineState", "adjust", "device_slowdowns", "observe"]
+__all__ = ["GpuEwma", "Migration", "OnlineState", "adjust", "device_slowdowns", "observe"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,48 @@ def observe(state: OnlineState, observed: Sequence[float], theta_max: float,
                        any(n >= state.hold for n in above))
 
 
+@dataclass(slots=True)
+class GpuEwma:
+    """:func:`observe` keyed by GPU name instead of position, for a monitor inside a
+    simulation loop, where GPUs come and go between rounds: a GPU missing from a round's
+    observations (no shared workers left) is forgotten. Unlike :func:`observe`, a GPU starts
+    from e_0 = 0, not from its first observation: in a running cluster a GPU's first round is
+    the one its workers started in, the start-up spike of the paper's t_2, which must not count
+    in full. ``snapshot``/``restore`` carry it across a controller restart as JSON."""
+
+    a: float = 0.7
+    hold: int = 3
+    ewma: dict[tuple[str, int], float] = field(default_factory=dict)
+    above: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def observe(self, observed: Mapping[tuple[str, int], float], threshold: float) -> bool:
+        """Fold one round in (Eq. 18); True when some GPU has now stayed above ``threshold``
+        for ``hold`` rounds in a row."""
+        ewma: dict[tuple[str, int], float] = {}
+        above: dict[tuple[str, int], int] = {}
+        for key in sorted(observed):
+            theta = float(observed[key])
+            e = self.a * self.ewma.get(key, 0.0) + (1.0 - self.a) * theta
+            ewma[key] = e
+            above[key] = self.above.get(key, 0) + 1 if e > threshold + OJPP_TOL else 0
+        self.ewma, self.above = ewma, above
+        return any(n >= self.hold for n in above.values())
+
+    def forget(self, keys: Sequence[tuple[str, int]]) -> None:
+        """Restart GPUs whose workers just changed (an adjustment): their history no longer
+        describes them, and a fresh hold must pass before they are adjusted again."""
+        for key in keys:
+            self.ewma.pop(key, None)
+            self.above.pop(key, None)
+
+    def snapshot(self) -> list[list[object]]:
+        return [[k[0], k[1], self.ewma[k], self.above.get(k, 0)] for k in sorted(self.ewma)]
+
+    def restore(self, rows: Sequence[Sequence[object]]) -> None:
+        self.ewma = {(str(r[0]), int(r[1])): float(r[2]) for r in rows}  # type: ignore[arg-type]
+        self.above = {(str(r[0]), int(r[1])): int(r[3]) for r in rows}  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     worker: str
@@ -78,6 +120,7 @@ class _Plan:
     gpus: list[list[str]]
     index: dict[str, int] = field(default_factory=dict)
     matrix: list[list[float]] = field(default_factory=list)
+    _by_job: dict[int, list[tuple[int, float]]] | None = None
 
     def __post_init__(self) -> None:
         self.index = {job.id: i for i, job in enumerate(self.inst.jobs)}
@@ -96,17 +139,41 @@ class _Plan:
         return max(self.slowdowns(gpu).values(), default=0.0)
 
     def fits(self, gpu: Sequence[str]) -> bool:
+        """Compute, memory, collision and slowdown rules, cheapest first (most candidate
+        targets of a full cluster fail on compute or memory)."""
         jobs = [self.inst.jobs[self.job(w)] for w in gpu]
-        compute = sum(j.alpha for j in jobs)
-        memory = sum(j.gamma for j in jobs) + max((j.delta for j in jobs), default=0.0)
-        tau = collision_probability(j.p for j in jobs)
-        return (compute <= 1 + OJPP_TOL and memory <= 1 + OJPP_TOL
-                and tau <= self.inst.tau_max + OJPP_TOL
-                and self.theta(gpu) <= self.inst.theta_max + OJPP_TOL)
+        if sum(j.alpha for j in jobs) > 1 + OJPP_TOL:
+            return False
+        if sum(j.gamma for j in jobs) + max((j.delta for j in jobs), default=0.0) > \
+                1 + OJPP_TOL:
+            return False
+        if collision_probability(j.p for j in jobs) > self.inst.tau_max + OJPP_TOL:
+            return False
+        return self.theta(gpu) <= self.inst.theta_max + OJPP_TOL
 
-    def spreads(self, gpus: Sequence[Sequence[str]], jobs: set[int]) -> dict[int, float]:
-        values: dict[int, list[float]] = {i: [] for i in jobs}
-        for gpu in gpus:
+    def by_job(self) -> dict[int, list[tuple[int, float]]]:
+        """job -> (GPU index, slowdown) of each of its workers in the current plan; cached
+        until :meth:`moved` (a candidate move then costs O(its jobs' workers), not a pass
+        over every GPU)."""
+        if self._by_job is None:
+            self._by_job = {}
+            for b, gpu in enumerate(self.gpus):
+                for w, s in self.slowdowns(gpu).items():
+                    self._by_job.setdefault(self.job(w), []).append((b, s))
+        return self._by_job
+
+    def moved(self) -> None:
+        self._by_job = None
+
+    def spreads(self, jobs: set[int], replaced: Mapping[int, Sequence[str]] | None = None
+                ) -> dict[int, float]:
+        """Largest minus smallest worker slowdown of each of ``jobs``, in the plan with the
+        GPUs of ``replaced`` (index -> workers; an index past the end is a new GPU) swapped
+        in."""
+        replaced = replaced or {}
+        values: dict[int, list[float]] = {
+            i: [s for b, s in self.by_job().get(i, ()) if b not in replaced] for i in jobs}
+        for gpu in replaced.values():
             for w, s in self.slowdowns(gpu).items():
                 if self.job(w) in values:
                     values[self.job(w)].append(s)
@@ -128,13 +195,18 @@ def _available(plan: _Plan, gpu: Sequence[str]) -> float:
 
 
 def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[str],
-                 before_src: float, targets: Sequence[int]) -> tuple[float, int] | None:
+                 before_src: float, targets: Sequence[int], distinct: bool = False
+                 ) -> tuple[float, int] | None:
     """(slowdown after, GPU) of the best legal target for worker ``w`` leaving GPU ``k``
-    (index ``len(plan.gpus)`` stands for a new GPU), or None."""
+    (index ``len(plan.gpus)`` stands for a new GPU), or None. ``distinct``: never a GPU that
+    already holds a worker of the same job (the engine's one-share-per-GPU allocations)."""
     src = plan.gpus[k]
+    job = plan.job(w)
     best: tuple[float, int] | None = None
     for b in targets:
         dst = plan.gpus[b] if b < len(plan.gpus) else []
+        if distinct and any(plan.job(x) == job for x in dst):
+            continue
         new_dst = [*dst, w]
         if not plan.fits(new_dst):
             continue
@@ -142,10 +214,8 @@ def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[
         if max(theta_dst, plan.theta(new_src)) >= max(before_src, plan.theta(dst)) - OJPP_TOL:
             continue  # strict improvement of the pair's worst slowdown (digest §2.10)
         touched = {plan.job(x) for x in [*src, *dst]}
-        trial = [list(g) for g in plan.gpus] + ([] if b < len(plan.gpus) else [[]])
-        trial[k], trial[b] = new_src, new_dst
-        before = plan.spreads(plan.gpus, touched)
-        after = plan.spreads(trial, touched)
+        before = plan.spreads(touched)
+        after = plan.spreads(touched, {k: new_src, b: new_dst})
         if any(after[i] > max(inst.theta_balance, before[i]) + OJPP_TOL for i in touched):
             continue
         if best is None or theta_dst < best[0] - OJPP_TOL:  # ties: resource-queue order
@@ -154,15 +224,20 @@ def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[
 
 
 def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[float],
-           cost: Mapping[str, float], budget: float, allow_new: bool = False
+           cost: Mapping[str, float], budget: float, allow_new: bool = False,
+           distinct: bool = False, margin: float = 0.0, max_new: int | None = None
            ) -> tuple[list[list[str]], list[Migration]]:
     """Alg. 4: the adjusted plan (same GPU indices; an opened GPU is appended) and the
-    migrations made, in order. ``cost[job id]`` is one worker's migration cost c_i."""
+    migrations made, in order. ``cost[job id]`` is one worker's migration cost c_i (``inf``:
+    the job must not move). ``distinct``: one worker per job per GPU (see
+    :func:`_best_target`); ``margin``: a GPU needs relief above ``theta_max + margin``, the
+    trigger's threshold (:func:`observe`); ``max_new``: at most that many GPUs opened (None:
+    no limit)."""
     plan = _Plan(inst, [list(g) for g in gpus])
     active = [k for k, g in enumerate(plan.gpus) if g]
     active.sort(key=lambda k: (-(ewma[k] if k < len(ewma) else 0.0), k))
     queue = [k for k in active[: (len(active) + 1) // 2]
-             if k < len(ewma) and ewma[k] > inst.theta_max + OJPP_TOL]
+             if k < len(ewma) and ewma[k] > inst.theta_max + margin + OJPP_TOL]
     spent = 0.0
     moves: list[Migration] = []
     for k in queue:
@@ -178,9 +253,11 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
         new_src = [x for x in src if x != w]
         targets = [b for b, g in enumerate(plan.gpus) if g and b != k]
         targets.sort(key=lambda b: (-_available(plan, plan.gpus[b]), b))
-        best = _best_target(plan, inst, k, w, new_src, before_src, targets)
-        if best is None and allow_new:
-            best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)])
+        best = _best_target(plan, inst, k, w, new_src, before_src, targets, distinct)
+        opened = len(plan.gpus) - len(gpus)
+        if best is None and allow_new and (max_new is None or opened < max_new):
+            best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)],
+                                distinct)
         if best is None:
             continue
         b = best[1]
@@ -188,6 +265,7 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
             plan.gpus.append([])
         plan.gpus[k] = new_src
         plan.gpus[b] = [*plan.gpus[b], w]
+        plan.moved()
         spent += c
         moves.append(Migration(w, k, b, c))
     return plan.gpus, moves

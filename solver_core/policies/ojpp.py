@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -55,8 +55,10 @@ from ..policy import (
     PlacementStage,
     Shares,
     StagedPolicy,
+    Stateful,
 )
 from ..registry import PolicyDef, WrapperDef
+from .ojpap import Ojpap
 
 __all__ = ["POLICIES", "WRAPPERS", "OjppParams", "ojpp_wrap"]
 
@@ -79,6 +81,24 @@ class OjppParams(Params):
         None, gt=0, le=3600, description="reserved for exact solvers (the packers need none)")
     interference: dict[str, dict[str, Annotated[float, Field(ge=0, le=100)]]] | None = Field(
         None, description="slowdown I[a][b] of a model-a worker next to a model-b worker")
+    ojpap: bool = Field(False, description="OJPAP (Alg. 4): move workers off persistently "
+                        "over-interfered GPUs at monitoring rounds (needs observations)")
+    ojpap_interval_s: float = Field(600.0, gt=0, le=86400,
+                                    description="seconds between monitoring rounds")
+    ojpap_a: float = Field(0.7, ge=0, le=1, description="EWMA coefficient a of Eq. (18)")
+    ojpap_hold: int = Field(3, ge=1, le=100,
+                            description="rounds the EWMA must stay above before adjusting")
+    ojpap_margin: float = Field(0.0, ge=0, le=10,
+                                description="trigger at theta_max + margin (measurement noise)")
+    ojpap_budget: float = Field(0.05, ge=0, le=100,
+                                description="migration-cost budget c-bar per adjustment (Eq. 19)")
+    ojpap_migration_s: float = Field(
+        30.0, ge=0, le=86400, description="pause a migrated job pays (the executor's migrate_s)")
+    ojpap_allow_new: bool = Field(True, description="a move may open an unused GPU as a last "
+                                  "resort")
+    ojpap_floors_place: bool = Field(
+        True, description="new placements use max(predicted, learned pair floor), so the "
+        "packer stops re-creating pairs OJPAP saw interfere (false: only moves use the floors)")
 
 
 def _matrix(types: list[str], given: dict[str, dict[str, float]] | None
@@ -162,6 +182,17 @@ class _Pack:
             self.placed[i] = devices
         return {self.ids[i] for i in wanted}
 
+    def use_instance(self, inst: OjppInstance) -> None:
+        """Pack the rest of this decision under ``inst`` (same jobs, another matrix): the kept
+        workers are replayed onto a fresh packer in their order, so devices keep their
+        indices and only the slowdown bookkeeping changes."""
+        packer = Packer(inst, self.packer.rules, self.packer.max_devices)
+        packer.devices.extend(Device() for _ in self.packer.devices)
+        for i, devices in self.placed.items():
+            for b in devices:
+                packer.add(i, b)
+        self.inst, self.packer = inst, packer
+
     def pool(self, kept: set[str]) -> list[Gpu]:
         """GPUs with nothing else on them: wholly free, or held only by OJPP jobs that moved."""
         load: dict[Gpu, float] = {}
@@ -202,9 +233,10 @@ class _Pack:
                                   self.inst.jobs[i].alpha, efficiency)
 
 
-def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams
-              ) -> tuple[AllocationStage, PlacementStage]:
-    """The wrapped allocation stage and the placement stage that respects its reservations."""
+def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
+              online: Ojpap | None = None) -> tuple[AllocationStage, PlacementStage]:
+    """The wrapped allocation stage and the placement stage that respects its reservations;
+    with ``online``, OJPAP adjusts the kept jobs at its monitoring rounds."""
     reserved: set[Gpu] = set()
 
     def stage(view: ClusterView, stats: list[SolverStats]) -> Allocation:
@@ -220,16 +252,26 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams
                 counts[job_id] = gpus
         extra = [j for j, job in view.pending.items()
                  if j not in allocation and _ojpp_job(job)]
+        if online is not None:
+            online.active = bool(counts or extra)
+            due = online.due(view)
         if not counts and not extra:
             return allocation
         pack = _Pack(view, p, counts, extra)
         kept = pack.keep_running(counts)
+        if online is not None and online.floor and p.ojpap_floors_place:
+            # New placements see max(predicted, learned floor): the packer must not re-create
+            # a pair OJPAP has seen interfere. Kept jobs were checked under the prediction
+            # (re-checking them would evict whole jobs outside OJPAP's migration budget).
+            pack.use_instance(online.corrected(pack.inst))
         pool = pack.pool(kept)
         by_id = {job_id: i for i, job_id in enumerate(pack.ids)}
         order = (heuristic_order if p.solver == "heuristic" else greedy_order)(pack.inst)
         pack.place([i for i in order if pack.ids[i] in counts and pack.ids[i] not in kept],
                    pool, allow_new=True)
         pack.place([i for i in order if pack.ids[i] in extra], pool, allow_new=False)
+        if online is not None and due:
+            online.step(view, pack, kept, pool, stats)
         out: dict[str, int | Demand] = {j: d for j, d in allocation.items() if j not in counts}
         for job_id in pack.ids:
             i = by_id[job_id]
@@ -252,7 +294,7 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams
         if reserved:
             free = {n: [g for g in gs if (n, g) not in reserved] for n, gs in view.free.items()}
             view = ClusterView(view.now, view.cluster, view.nodes, free, view.running,
-                               view.pending, view.shared)
+                               view.pending, view.shared, view.shaped, view.interference)
         return placement(view, shares, stats)
 
     stage.__name__ = f"ojpp_{getattr(inner, '__name__', 'allocation')}"
@@ -260,8 +302,34 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams
 
 
 def _apply(policy: StagedPolicy, p: OjppParams, seed: int) -> StagedPolicy:
-    shares, placement = ojpp_wrap(policy.shares, policy.placement, p)
-    return replace(policy, shares=shares, placement=placement)
+    if not p.ojpap:
+        shares, placement = ojpp_wrap(policy.shares, policy.placement, p)
+        return replace(policy, shares=shares, placement=placement)
+    online = Ojpap(p)
+    shares, placement = ojpp_wrap(policy.shares, policy.placement, p, online)
+    base_wakeup, base_memory = policy.wakeup, policy.memory
+
+    def wakeup(view: ClusterView) -> float | None:
+        ours = online.next_wakeup(view)
+        theirs = base_wakeup(view) if base_wakeup is not None else None
+        return theirs if ours is None else ours if theirs is None else min(ours, theirs)
+
+    memory = online if base_memory is None else _Memory(base_memory, online)
+    return replace(policy, shares=shares, placement=placement, wakeup=wakeup, memory=memory)
+
+
+class _Memory:
+    """The base policy's memory and OJPAP's, side by side in one snapshot."""
+
+    def __init__(self, base: Stateful, online: Ojpap) -> None:
+        self.base, self.online = base, online
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"base": self.base.snapshot(), "ojpap": self.online.snapshot()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.base.restore(state["base"])
+        self.online.restore(state["ojpap"])
 
 
 WRAPPERS = [
@@ -273,5 +341,10 @@ WRAPPERS = [
 POLICIES = [
     PolicyDef(f"{base}-ojpp", f"{base} with OJPP co-location of jobs with a memory profile",
               base=base, wrappers=("ojpp",))
+    for base in ("fifo", "afs-l", "srtf")
+] + [
+    PolicyDef(f"{base}-ojpp-ojpap", f"{base}-ojpp plus OJPAP online adjustment (Alg. 4) of "
+              "over-interfered GPUs (simulator only: needs observed interference)",
+              base=base, wrappers=("ojpp",), values={"ojpap": True})
     for base in ("fifo", "afs-l", "srtf")
 ]

@@ -20,6 +20,8 @@ BENCHMARKS = [
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
     ("reclaim at scale: exact at 1 det-s vs the best known (1,000 servers)", "reclaim_scale",
      ["--quick"]),
+    ("OJPAP in the simulation loop: benefit vs migration cost", "ojpp_online_run",
+     ["--quick"]),
     ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
      ["--quick"]),
     ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
