@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .bounds import MAX_TIME_S
 from .cluster import Cluster, Node
+from .free_index import FreeIndex
 from .job import JobSpec
 from .plan import JobAllocation
 
@@ -130,7 +131,8 @@ class ClusterView:
     view and return a decision; they never mutate it.
     """
 
-    __slots__ = ("cluster", "free", "nodes", "now", "pending", "running", "shaped", "shared")
+    __slots__ = ("_capacity", "cluster", "free", "free_index", "nodes", "now", "pending",
+                 "running", "shaped", "shared")
 
     def __init__(
         self,
@@ -142,6 +144,9 @@ class ClusterView:
         pending: dict[str, ActiveJob],
         shared: dict[str, dict[int, float]] | None = None,
         shaped: set[str] | None = None,
+        *,
+        capacity: int | None = None,
+        free_index: FreeIndex | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -155,6 +160,12 @@ class ClusterView:
             if job.spec.node_shape is not None}
         """Active jobs with a ``node_shape`` (kept by the engine, so shape checks cost
         O(shaped jobs) per decision)."""
+        self._capacity = capacity
+        """``capacity`` as the engine counts it (None: summed over ``nodes`` when asked)."""
+        self.free_index = free_index
+        """The engine's per-node free-count index over ``free`` (None when the view was built
+        otherwise): read-only for policies; delta policies place with it in O(GPUs per node)
+        (see :class:`~gpuplan.models.free_index.FreeIndex`)."""
 
     def gpu_load(self, node: str, gpu: int) -> float:
         """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""
@@ -181,6 +192,8 @@ class ClusterView:
     @property
     def capacity(self) -> int:
         """Usable GPUs right now (training pool + loaned servers - failed nodes)."""
+        if self._capacity is not None:
+            return self._capacity
         return sum(n.gpus for n in self.nodes.values())
 
     @property
