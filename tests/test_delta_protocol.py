@@ -3,7 +3,7 @@
 * :class:`FreeIndex` answers best fit's two questions exactly as a scan over every node does,
   after any sequence of updates (hypothesis), and equals an index rebuilt from scratch;
 * the engine's index equals a rebuild from its free sets after every event of a run;
-* FIFO, FIFO-backfill, SRTF and SRSF decided as deltas give the very same ``RunResult`` as
+* FIFO, FIFO-backfill, SRTF, SRSF and SJF decided as deltas give the very same ``RunResult`` as
   the same policies forced onto the full protocol (all decided by ``decide``), on workloads
   with node failures and recoveries, mixed node sizes, and preemptions;
 * a wrapper that replaces the placement or the allocation stage drops the fast path.
@@ -30,7 +30,7 @@ from gpuplan.solver_core.placement.network_packing import packed_placement
 from gpuplan.solver_core.policy import StagedPolicy
 from gpuplan.solver_core.registry import make_policy
 
-DELTA_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf")
+DELTA_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "sjf")
 
 
 # --------------------------------------------------------------------------- FreeIndex
@@ -128,7 +128,7 @@ def test_delta_decisions_equal_full_decisions(policy: str, case: str) -> None:
     assert _digest(a) == _digest(b)
     if case != "failures":  # the fast path decided every event (full decisions: none)
         assert calls["decide"] == 0 and len(engine.decision_ms) > 100
-    if policy.startswith("sr"):
+    if policy.startswith("sr") or policy == "sjf":
         assert sum(r.preemptions for r in a.jobs) > 0  # preemptions were exercised
 
 
@@ -159,3 +159,33 @@ def test_a_replaced_placement_or_allocation_stage_drops_the_fast_path() -> None:
     assert replace(fifo, placement=packed_placement).decide_delta(view) is None
     assert _full_protocol(fifo).decide_delta(view) is None
     assert fifo.decide_delta(engine.view(0.0)) is None  # a copied view carries no index
+
+
+# --------------------------------------------------------------------------- SRTF keys
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.2), st.floats(0.0, 5.0), st.floats(0.0, 4000.0),
+                          st.floats(0.0, 4000.0)), min_size=1, max_size=12),
+       st.floats(0.0, 8000.0), st.booleans())
+def test_running_keys_equal_the_key_function(states: list[tuple[float, float, float, float]],
+                                             now: float, service: bool) -> None:
+    """The cached batch keys are the very floats of remaining_time/remaining_service."""
+    from gpuplan.models import ActiveJob
+    from gpuplan.solver_core.policies.shortest_first import (
+        RunningKeys,
+        remaining_service,
+        remaining_time,
+    )
+
+    specs = _jobs(len(states), 16, seed=5)
+    running = {}
+    for spec, (frac, rate_x, anchor, resume) in zip(specs, states, strict=True):
+        total = spec.total_iterations or spec.work
+        job = ActiveJob(spec=spec, done=frac * total, rate=rate_x * spec.throughput.rate(1),
+                        anchor_time=anchor, resume_time=resume)
+        running[spec.id] = job
+    keys = RunningKeys(service)
+    key = remaining_service if service else remaining_time
+    want = sorted((key(j, now), j.spec.submit_time, i) for i, j in running.items())
+    assert keys(running, now) == want
+    assert keys(running, now + 1.0) == sorted(
+        (key(j, now + 1.0), j.spec.submit_time, i) for i, j in running.items())

@@ -74,7 +74,8 @@ class Fifo:
 
     def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | None:
         index = view.free_index
-        if placement is not best_fit_placement or index is None or view.shared or view.shaped:
+        if placement is not best_fit_placement or index is None or view.shared or view.shaped \
+                or type(self).__call__ is not Fifo.__call__:  # a subclass decides itself
             return None
         wants = fifo_starts(view, index.total, self.backfill)
         if not wants:
