@@ -41,7 +41,7 @@ from gpuplan.models import (
     vacate_gpu,
 )
 from gpuplan.solver_core.diff import build_delta_plan, build_plan
-from gpuplan.solver_core.policy import Delta, Policy, Reclaimer
+from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 
 from .base import Executor
 from .metrics import take_sample
@@ -495,10 +495,11 @@ class Engine:
             free_index=self._index if live else None,
         )
 
-    def _decide_delta(self, now: float) -> tuple[ClusterView, Delta, float] | None:
+    def _decide_delta(self, now: float) -> tuple[ClusterView, Delta | Decision, float] | None:
         """Ask a policy that offers a delta (``decide_delta``) for one on a live view; None
-        when it offers none or declines this view. Never with an ``on_plan`` hook, which reads
-        the plan's full ``allocations``."""
+        when it offers none or declines this view (a stage may also answer with a full
+        :class:`Decision` it built on the live view). Never with an ``on_plan`` hook, which
+        reads the plan's full ``allocations``."""
         delta_of = getattr(self.policy, "decide_delta", None)
         if delta_of is None or self.on_plan is not None:
             return None
@@ -510,9 +511,12 @@ class Engine:
     def decide(self, now: float) -> AllocationPlan:
         fast = self._decide_delta(now)
         if fast is not None:
-            view, delta, t0 = fast
-            stats = delta.stats
-            plan = build_delta_plan(view, delta, self.policy.name)
+            view, answer, t0 = fast
+            stats = answer.stats
+            if isinstance(answer, Delta):
+                plan = build_delta_plan(view, answer, self.policy.name)
+            else:
+                plan = build_plan(view, answer, self.policy.name)
         else:
             view = self.view(now)
             t0 = wallclock.perf_counter()

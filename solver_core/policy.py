@@ -143,11 +143,14 @@ class Delta:
 class DeltaStage(Protocol):
     """An allocation stage that can also answer as a :class:`Delta`. ``delta`` returns None
     when it cannot on this view (or with this ``placement`` stage): the engine then asks
-    :meth:`StagedPolicy.decide` as usual."""
+    :meth:`StagedPolicy.decide` as usual. A stateful stage that finds out only after ranking
+    that a delta cannot stand for its counts returns the full :class:`Decision` instead
+    (built with ``placement`` from the same counts), so it is never asked twice per event."""
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Allocation: ...
 
-    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | None: ...
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
+        ...
 
 
 class Stateful(Protocol):
@@ -262,7 +265,7 @@ class StagedPolicy:
         return Decision(shares=shares, placements=enforce_shapes(view, placements),
                         stats=stats)
 
-    def decide_delta(self, view: ClusterView) -> Delta | None:
+    def decide_delta(self, view: ClusterView) -> Delta | Decision | None:
         """The decision as changes only, when the allocation stage offers it (a
         :class:`DeltaStage` such as FIFO's or SRTF's) and can answer on ``view``; else None
         and the engine calls :meth:`decide`. A wrapper that replaces the allocation stage

@@ -3,9 +3,9 @@
 * :class:`FreeIndex` answers best fit's two questions exactly as a scan over every node does,
   after any sequence of updates (hypothesis), and equals an index rebuilt from scratch;
 * the engine's index equals a rebuild from its free sets after every event of a run;
-* FIFO, FIFO-backfill, SRTF, SRSF and SJF decided as deltas give the very same ``RunResult`` as
-  the same policies forced onto the full protocol (all decided by ``decide``), on workloads
-  with node failures and recoveries, mixed node sizes, and preemptions;
+* FIFO, FIFO-backfill, SRTF, SRSF, SJF, Tiresias-L (and its max-useful variant) decided as
+  deltas give the very same ``RunResult`` as the same policies forced onto the full
+  protocol (all decided by ``decide``), on workloads with node failures and recoveries, mixed node sizes, and preemptions;
 * a wrapper that replaces the placement or the allocation stage drops the fast path.
 """
 
@@ -30,7 +30,7 @@ from gpuplan.solver_core.placement.network_packing import packed_placement
 from gpuplan.solver_core.policy import StagedPolicy
 from gpuplan.solver_core.registry import make_policy
 
-DELTA_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "sjf")
+DELTA_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "sjf", "tiresias-l", "tiresias-l-max")
 
 
 # --------------------------------------------------------------------------- FreeIndex

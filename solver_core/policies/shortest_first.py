@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from gpuplan.models import ActiveJob, ClusterView, JobSpec, SolverStats
 
-from ..placement.best_fit import best_fit_placement, place_new_best_fit
-from ..policy import Delta, PlacementStage, Shares
+from ..delta import delta_from_shares, delta_ready
+from ..policy import Decision, Delta, PlacementStage, Shares
 from .ranked_queue import Entry, RankedQueue, RankKey
 
 
@@ -125,39 +125,15 @@ class ShortestFirst:
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         return rigid_by_rank(view, self._queue)
 
-    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | None:
-        """The decision as changes (see :class:`~..policy.Delta`): the same ranking, then the
-        running jobs that fall out are preempted, their GPUs released, and the pending jobs
-        that made it placed with the view's free-count index. Declines (None) a view best
-        fit could not reproduce with the index (see :func:`place_new_best_fit`) and a running
-        job whose count would change; the queue's sync is idempotent, so the full decision
-        that follows ranks the same."""
-        index = view.free_index
-        if placement is not best_fit_placement or index is None or view.shared or view.shaped \
-                or type(self).__call__ is not ShortestFirst.__call__:  # a subclass decides itself
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
+        """The decision as changes (:func:`~..delta.delta_from_shares`): the same ranking;
+        running jobs that fall out are preempted and the pending jobs that made it placed
+        with the view's free-count index. None (the engine then calls ``decide``) on a view
+        a delta cannot stand for, or for a subclass that decides otherwise."""
+        if not delta_ready(view, placement) or type(self).__call__ is not ShortestFirst.__call__:
             return None
-        selected = rigid_by_rank(view, self._queue)
-        preempts: list[str] = []
-        released: dict[str, list[int]] = {}
-        free = view.free
-        want_of = selected.get
-        for job_id, job in view.running.items():
-            want = want_of(job_id, 0)
-            if want == job.gpus:
-                continue
-            alloc = job.allocation
-            if want or alloc is None:
-                return None
-            preempts.append(job_id)
-            for node, gpus in alloc.placement.items():
-                if node in free:
-                    released.setdefault(node, []).extend(gpus)
-        pending = view.pending
-        wants = [(job_id, n) for job_id, n in selected.items() if job_id in pending]
-        if not wants:
-            return Delta(starts={}, preempts=preempts)
-        starts = place_new_best_fit(view, wants, released)
-        return None if starts is None else Delta(starts=starts, preempts=preempts)
+        stats: list[SolverStats] = []
+        return delta_from_shares(view, self(view, stats), placement, stats)
 
 
 def srtf_shares() -> ShortestFirst:

@@ -65,8 +65,9 @@ def run_one(gpus: int, n: int, policy: str, profile: bool) -> dict[str, float | 
 
         profiler = cProfile.Profile()
         profiler.enable()
+    chosen = make_policy(policy)  # outside the timing: the first call imports every policy
     t0 = time.perf_counter()
-    result, engine, _ = simulate(cluster, jobs, make_policy(policy), sample_interval_s=3600.0)
+    result, engine, _ = simulate(cluster, jobs, chosen, sample_interval_s=3600.0)
     wall = time.perf_counter() - t0
     if profiler is not None:
         import pstats
