@@ -5,7 +5,8 @@
 * the engine's index equals a rebuild from its free sets after every event of a run;
 * FIFO, FIFO-backfill, SRTF, SRSF, SJF, Tiresias-L (and its max-useful variant) decided as
   deltas give the very same ``RunResult`` as the same policies forced onto the full
-  protocol (all decided by ``decide``), on workloads with node failures and recoveries, mixed node sizes, and preemptions;
+  protocol (all decided by ``decide``), on workloads with node failures and recoveries,
+  mixed node sizes, and preemptions;
 * a wrapper that replaces the placement or the allocation stage drops the fast path.
 """
 
