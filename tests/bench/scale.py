@@ -13,8 +13,9 @@ Rates are per CPU-second of the process (``time.process_time``), wall-clock rate
 on a shared machine a run may get a small fraction of a core, which wall time hides.
 
 ``python -m tests.bench.scale [--quick] [--huge] [--profile]``: ``--quick`` runs 64 GPUs / 2k
-jobs only; ``--huge`` adds 8,192 GPUs / 100k jobs (long: FIFO runs at ~500 jobs/s there on the
-2-core bench machine, SRTF far slower; docs/performance.md); ``--profile`` prints cProfile's top
+jobs only; ``--huge`` adds 8,192 GPUs / 100k jobs (FIFO: ~30 CPU-s there on the 2-core
+bench machine; SRTF is still O(running jobs) per event and takes far longer; see
+docs/performance.md); ``--profile`` prints cProfile's top
 entries of each run (what docs/performance.md keeps). ``--one GPUS JOBS POLICY`` is one child run.
 """
 
