@@ -19,6 +19,7 @@ from gpuplan.models import (
     Cluster,
     ClusterView,
     Event,
+    FreeIndex,
     InputError,
     JobAllocation,
     JobArrival,
@@ -39,8 +40,8 @@ from gpuplan.models import (
     placement_rate,
     vacate_gpu,
 )
-from gpuplan.solver_core.diff import build_plan
-from gpuplan.solver_core.policy import Policy, Reclaimer
+from gpuplan.solver_core.diff import build_delta_plan, build_plan
+from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 
 from .base import Executor
 from .metrics import take_sample
@@ -103,6 +104,9 @@ class Engine:
         """Nodes whose ``free`` set changed since ``_free_lists`` was last brought up to date."""
         self._capacity = 0
         """Usable GPUs, kept as nodes come and go (read on every event)."""
+        self._index = FreeIndex()
+        """Usable nodes bucketed by free-GPU count, kept as GPUs are taken and given back
+        (delta policies place with it in O(GPUs per node))."""
         self.shared: dict[str, dict[int, float]] = {}
         """node -> GPU -> summed share, for GPUs held by jobs with share < 1 only."""
         self._shared_nodes: set[str] = set()
@@ -171,6 +175,7 @@ class Engine:
             self.usable[name] = node
             self.free[name] = set(range(node.gpus))
             self._free_lists[name] = list(range(node.gpus))
+            self._index.set(name, node.gpus)
             self.shared[name] = {}
             self._capacity += node.gpus
 
@@ -208,6 +213,7 @@ class Engine:
         del self.usable[name]
         del self.free[name]
         del self._free_lists[name]
+        self._index.discard(name)
         self._stale.discard(name)
         del self.shared[name]
         self._shared_nodes.discard(name)
@@ -228,6 +234,7 @@ class Engine:
                 self._stale.add(node)
                 for g in gpus:
                     vacate_gpu(free, shared, g, alloc.share)
+                self._index.set(node, len(free))
                 if not shared:
                     self._shared_nodes.discard(node)
         self._allocated -= job.gpus * alloc.share
@@ -241,6 +248,7 @@ class Engine:
             for g in gpus:
                 if not occupy_gpu(free, shared, g, alloc.share):
                     raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
+            self._index.set(node, len(free))
             if alloc.share < 1.0:
                 self._shared_nodes.add(node)
         self._allocated += job.gpus * alloc.share
@@ -278,7 +286,8 @@ class Engine:
             self.now = self.start_time = now
             if self._sample_interval:
                 self._next_sample = now
-        if self._next_sample is not None and self._sample_interval:
+        if self._next_sample is not None and self._sample_interval \
+                and self._next_sample <= now:
             jobs = [*self.running.values(), *self.pending.values()]
             while self._next_sample <= now:
                 self.samples.append(take_sample(self._next_sample, jobs, self.capacity))
@@ -452,41 +461,75 @@ class Engine:
             self.on_loan.remove(name)
             self._remove_node(name, now, graceful=True)
 
-    def _free_view(self) -> dict[str, list[int]]:
-        """Every usable node's free GPUs, ascending: only nodes changed since the last view
-        are re-sorted. The lists are shared between views (policies never mutate a view, and
-        every placement stage copies what it edits); the dict itself is fresh each time."""
+    def _refresh_free_lists(self) -> None:
+        """Re-sort the free lists of the nodes changed since the last view (only those)."""
         if self._stale:
             lists, free = self._free_lists, self.free
             for node in self._stale:
                 lists[node] = sorted(free[node])
             self._stale.clear()
+
+    def _free_view(self) -> dict[str, list[int]]:
+        """Every usable node's free GPUs, ascending: only nodes changed since the last view
+        are re-sorted. The lists are shared between views (policies never mutate a view, and
+        every placement stage copies what it edits); the dict itself is fresh each time."""
+        self._refresh_free_lists()
         return dict(self._free_lists)
 
-    def view(self, now: float) -> ClusterView:
+    def view(self, now: float, live: bool = False) -> ClusterView:
+        """The policy's view. ``live``: ``free`` is the engine's own per-node lists (no
+        O(nodes) copy) and the view carries the free-count index; only for delta decisions,
+        which read both before the plan is applied and keep neither."""
+        if live:
+            self._refresh_free_lists()
         return ClusterView(
             now=now,
             cluster=self.cluster,
             nodes=self.usable,
-            free=self._free_view(),
+            free=self._free_lists if live else self._free_view(),
             running=self.running,
             pending=self.pending,
             shared={n: dict(self.shared[n]) for n in sorted(self._shared_nodes)},
             shaped=self.shaped,
             interference=self.executor.observed_interference(now),
+            capacity=self._capacity,
+            free_index=self._index if live else None,
         )
 
-    def decide(self, now: float) -> AllocationPlan:
-        view = self.view(now)
+    def _decide_delta(self, now: float) -> tuple[ClusterView, Delta | Decision, float] | None:
+        """Ask a policy that offers a delta (``decide_delta``) for one on a live view; None
+        when it offers none or declines this view (a stage may also answer with a full
+        :class:`Decision` it built on the live view). Never with an ``on_plan`` hook, which
+        reads the plan's full ``allocations``."""
+        delta_of = getattr(self.policy, "decide_delta", None)
+        if delta_of is None or self.on_plan is not None:
+            return None
+        view = self.view(now, live=True)
         t0 = wallclock.perf_counter()
-        decision = self.policy.decide(view)
-        plan = build_plan(view, decision, self.policy.name)
+        delta = delta_of(view)
+        return None if delta is None else (view, delta, t0)
+
+    def decide(self, now: float) -> AllocationPlan:
+        fast = self._decide_delta(now)
+        if fast is not None:
+            view, answer, t0 = fast
+            stats = answer.stats
+            if isinstance(answer, Delta):
+                plan = build_delta_plan(view, answer, self.policy.name)
+            else:
+                plan = build_plan(view, answer, self.policy.name)
+        else:
+            view = self.view(now)
+            t0 = wallclock.perf_counter()
+            decision = self.policy.decide(view)
+            stats = decision.stats
+            plan = build_plan(view, decision, self.policy.name)
         ms = (wallclock.perf_counter() - t0) * 1000.0
         plan.decision_ms = ms
         self.decision_ms.append(ms)
-        self.solver_calls += len(decision.stats)
-        self.solver_fallbacks += sum(1 for s in decision.stats if s.fell_back)
-        self.solver_ms.extend(s.wall_ms for s in decision.stats)
+        self.solver_calls += len(stats)
+        self.solver_fallbacks += sum(1 for s in stats if s.fell_back)
+        self.solver_ms.extend(s.wall_ms for s in stats)
         if self.on_plan is not None:
             self.on_plan(view, plan)
         try:

@@ -18,6 +18,7 @@ from .events import (
     ThroughputMeasured,
     Timer,
 )
+from .free_index import FreeIndex
 from .gpu import KNOWN_GPU_TYPES, GpuType
 from .job import Checkpointing, Elasticity, JobSpec, MemoryProfile, NodeShape
 from .ojpp import OjppInstance, OjppJob, load_ojpp
@@ -46,6 +47,7 @@ from .throughput import ThroughputProfile, allocatable_units
 __all__ = [
     "Action", "ActionKind", "ActiveJob", "allocatable_units", "AllocationPlan", "CapacityChange",
     "Checkpointing", "Cluster", "ClusterSpec", "ClusterState", "ClusterView", "Elasticity",
+    "FreeIndex",
     "EngineSpec", "Event", "GpuplanError", "GpuType", "InfeasibleError", "InputError",
     "JobAllocation", "JobArrival", "JobCompletion", "JobFailure", "JobRecord", "JobSnapshot",
     "JobSpec", "KNOWN_GPU_TYPES", "LearningSpec", "LoanOffer", "MemoryProfile", "Node", "NodeShape",

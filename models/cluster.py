@@ -87,8 +87,9 @@ class Cluster(BaseModel):
     def node_by_name(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
-    @property
+    @cached_property
     def total_gpus(self) -> int:
+        """All GPUs of every pool (cached: the model is frozen, and admission asks per job)."""
         return sum(n.gpus for n in self.nodes)
 
     def gpus_in_pool(self, pool: Pool) -> int:
@@ -112,6 +113,11 @@ class Cluster(BaseModel):
             for gpu in range(node.gpus):
                 graph.add_edge(f"node:{node.name}", f"gpu:{node.name}:{gpu}", level="pcie")
         return graph
+
+    @cached_property
+    def node_gpu_types(self) -> frozenset[str]:
+        """GPU types of the nodes (cached): a one-type cluster lets best fit skip type checks."""
+        return frozenset(n.gpu_type for n in self.nodes)
 
     @cached_property
     def multi_rack(self) -> bool:

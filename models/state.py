@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .bounds import MAX_TIME_S
 from .cluster import Cluster, Node
+from .free_index import FreeIndex
 from .job import JobSpec
 from .plan import JobAllocation
 
@@ -139,8 +140,8 @@ class ClusterView:
     they never mutate it.
     """
 
-    __slots__ = ("cluster", "free", "interference", "nodes", "now", "pending", "running",
-                 "shaped", "shared")
+    __slots__ = ("_capacity", "cluster", "free", "free_index", "interference", "nodes", "now",
+                 "pending", "running", "shaped", "shared")
 
     def __init__(
         self,
@@ -153,6 +154,9 @@ class ClusterView:
         shared: dict[str, dict[int, float]] | None = None,
         shaped: set[str] | None = None,
         interference: Mapping[tuple[str, int], float] | None = None,
+        *,
+        capacity: int | None = None,
+        free_index: FreeIndex | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -168,6 +172,12 @@ class ClusterView:
         O(shaped jobs) per decision)."""
         self.interference: Mapping[tuple[str, int], float] = (
             interference if interference is not None else NO_OBSERVATIONS)
+        self._capacity = capacity
+        """``capacity`` as the engine counts it (None: summed over ``nodes`` when asked)."""
+        self.free_index = free_index
+        """The engine's per-node free-count index over ``free`` (None when the view was built
+        otherwise): read-only for policies; delta policies place with it in O(GPUs per node)
+        (see :class:`~gpuplan.models.free_index.FreeIndex`)."""
 
     def gpu_load(self, node: str, gpu: int) -> float:
         """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""
@@ -194,6 +204,8 @@ class ClusterView:
     @property
     def capacity(self) -> int:
         """Usable GPUs right now (training pool + loaned servers - failed nodes)."""
+        if self._capacity is not None:
+            return self._capacity
         return sum(n.gpus for n in self.nodes.values())
 
     @property

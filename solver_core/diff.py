@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from gpuplan.models import SHARE_EPS, Action, AllocationPlan, ClusterView, JobAllocation
 
-from .policy import Decision
+from .policy import Decision, Delta
 
 
 def build_plan(
@@ -69,6 +69,29 @@ def build_plan(
         actions=actions,
         stats=decision.stats,
         decision_ms=decision_ms,
+    )
+
+
+def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> AllocationPlan:
+    """The plan of a :class:`~.policy.Delta`: its preemptions then its starts, in O(changes).
+
+    The same actions, in the same order, as :func:`build_plan` on the equivalent full decision
+    (``keep`` actions are never listed). ``allocations`` holds only the started jobs' (every
+    other running job keeps the allocation it holds), which is what :func:`check_actions`
+    reads; the engine never takes this path when a hook needs the full allocations."""
+    running = view.running
+    actions = [Action.model_construct(kind="preempt", job_id=job_id,
+                                      before=running[job_id].allocation, after=None)
+               for job_id in delta.preempts]
+    actions += [Action.model_construct(kind="start", job_id=job_id, before=None, after=after)
+                for job_id, after in delta.starts.items()]
+    return AllocationPlan.model_construct(
+        time=view.now,
+        policy=policy,
+        allocations=delta.starts,
+        actions=actions,
+        stats=delta.stats,
+        decision_ms=0.0,
     )
 
 

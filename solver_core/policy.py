@@ -40,6 +40,8 @@ __all__ = [
     "Allocation",
     "AllocationStage",
     "Decision",
+    "Delta",
+    "DeltaStage",
     "Demand",
     "PlacementStage",
     "Placements",
@@ -120,6 +122,35 @@ class Decision:
     shares: Shares
     placements: Placements
     stats: list[SolverStats] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Delta:
+    """A decision given as changes only (the engine's optional fast path).
+
+    Every running job not in ``preempts`` keeps its allocation object unchanged, so the plan is
+    built from the changes alone, in O(changes) rather than O(running jobs). ``starts`` maps
+    pending jobs to their new allocations in the order the full protocol would list their
+    ``start`` actions; ``preempts`` lists running jobs to stop in ``view.running`` order. A
+    delta must describe exactly the plan :meth:`StagedPolicy.decide` would have produced
+    (the tests compare both on random event sequences)."""
+
+    starts: Placements
+    preempts: list[str] = field(default_factory=list)
+    stats: list[SolverStats] = field(default_factory=list)
+
+
+class DeltaStage(Protocol):
+    """An allocation stage that can also answer as a :class:`Delta`. ``delta`` returns None
+    when it cannot on this view (or with this ``placement`` stage): the engine then asks
+    :meth:`StagedPolicy.decide` as usual. A stateful stage that finds out only after ranking
+    that a delta cannot stand for its counts returns the full :class:`Decision` instead
+    (built with ``placement`` from the same counts), so it is never asked twice per event."""
+
+    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Allocation: ...
+
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
+        ...
 
 
 class Stateful(Protocol):
@@ -233,6 +264,15 @@ class StagedPolicy:
             shares = demand_counts(allocation)
         return Decision(shares=shares, placements=enforce_shapes(view, placements),
                         stats=stats)
+
+    def decide_delta(self, view: ClusterView) -> Delta | Decision | None:
+        """The decision as changes only, when the allocation stage offers it (a
+        :class:`DeltaStage` such as FIFO's or SRTF's) and can answer on ``view``; else None
+        and the engine calls :meth:`decide`. A wrapper that replaces the allocation stage
+        drops the fast path with it (the new stage has no ``delta``), and the stage itself
+        declines a placement stage it does not reproduce, so a delta never bypasses one."""
+        delta = getattr(self.shares, "delta", None)
+        return None if delta is None else delta(view, self.placement)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         return self.wakeup(view) if self.wakeup else None

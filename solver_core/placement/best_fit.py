@@ -203,6 +203,62 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
     return result
 
 
+def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
+                       released: dict[str, list[int]] | None = None) -> Placements | None:
+    """Best fit of pending jobs ``wants`` (job, GPUs) with the view's free-count index, when
+    every running job keeps its GPUs or stops (``released``: the GPUs stopping jobs give back,
+    by node): the allocations :func:`best_fit_placement` would give them, in the same order,
+    at O(GPUs per node) per job instead of O(nodes).
+
+    None when the index cannot reproduce it: no index on the view, several GPU types or racks
+    (type choice and hop tie-breaks), shaped jobs, or a job pinned to a GPU type. The index is
+    used as scratch (each take updates it, so later jobs see what earlier ones took) and put
+    back before returning; ``view.free`` is only read."""
+    index = view.free_index
+    cluster = view.cluster
+    if index is None or view.shaped or cluster.multi_rack or len(cluster.node_gpu_types) > 1:
+        return None
+    pending = view.pending
+    if any(pending[j].spec.gpu_type is not None for j, _ in wants):
+        return None
+    free = view.free
+    left: dict[str, list[int]] = {}
+    """Node -> its free GPUs after this decision's takes so far."""
+    undo: list[tuple[str, int]] = []
+    result: Placements = {}
+    try:
+        for node, gpus in (released or {}).items():
+            if node in free:
+                undo.append((node, index.count(node)))
+                left[node] = sorted(free[node] + gpus)
+                index.set(node, len(left[node]))
+        for job_id, want in sorted(wants, key=lambda x: (-x[1], x[0])):
+            if index.total < want:  # _take_best_fit's "not enough free GPUs": left pending
+                continue
+            need = want
+            taken: dict[str, tuple[int, ...]] = {}
+            while need > 0:
+                node = index.tightest(need)
+                if node is None:  # no node holds the rest: the fullest node, wholly
+                    node = index.fullest()
+                    assert node is not None  # total >= need > 0
+                    count = index.count(node)
+                else:
+                    count = need
+                gpus = left[node] if node in left else free[node]
+                taken[node] = taken.get(node, ()) + tuple(gpus[:count])
+                left[node] = gpus[count:]
+                undo.append((node, len(gpus)))
+                index.set(node, len(gpus) - count)
+                need -= count
+            result[job_id] = JobAllocation.fast(
+                job_id, {n: tuple(sorted(g)) for n, g in sorted(taken.items())})
+    finally:
+        for node, count in reversed(undo):
+            index.set(node, count)
+    return result
+
+
 take_best_fit = _take_best_fit
 """Public name of the best-fit GPU picker, for placement stages that choose the nodes
 (e.g. max-min-perf's one-type-per-round placement)."""

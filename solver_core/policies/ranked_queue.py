@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from gpuplan.models import ActiveJob, ClusterView
 
 RankKey = Callable[[ActiveJob, float], float]
 Entry = tuple[float, float, str]
+RunningEntries = Callable[[Mapping[str, ActiveJob], float], list[Entry]]
+"""(running jobs, now) -> their entries ``(key(job, now), submit time, id)``, ascending: a
+batch form of a :data:`RankKey` that may cache per-job constants between decisions."""
 
 
 class RankedQueue:
     """Pending jobs sorted by ``(key, submit_time, id)``; running jobs merged in on demand."""
 
-    def __init__(self, key: RankKey) -> None:
+    def __init__(self, key: RankKey, running_entries: RunningEntries | None = None) -> None:
         self.key = key
+        self._running_entries = running_entries
+        """Batch keying of the running jobs (same keys as ``key``), when the policy has one."""
         self._entry: dict[str, Entry] = {}
         self._order: list[Entry] = []
 
@@ -63,6 +68,8 @@ class RankedQueue:
         than iterating :meth:`ranked`'s generators."""
         self._sync(view)
         now = view.now
+        if self._running_entries is not None:
+            return self._running_entries(view.running, now), self._order
         key = self.key
         # A list comprehension then an in-place sort: the running jobs are ranked on every
         # event, and a generator fed to sorted() costs a frame switch per job.

@@ -39,9 +39,10 @@ from pydantic import Field
 
 from gpuplan.models import ActiveJob, ClusterView, InputError, SolverStats
 
+from ..delta import delta_from_shares, delta_ready
 from ..params import Params
 from ..placement.best_fit import best_fit_placement
-from ..policy import Shares, StagedPolicy
+from ..policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
 from ..registry import PolicyDef
 
 Service = Literal["gpu_time", "time"]
@@ -335,6 +336,16 @@ class TiresiasL:
             for j, job in running.items()
         ]
         return self._waiting.walk(ranked_running, capacity)
+
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
+        """The decision as changes (:func:`~..delta.delta_from_shares`): preemptions of
+        demoted or outranked jobs, starts placed with the view's free-count index. None on a
+        view a delta cannot stand for (checked before the stage runs: it keeps state), or
+        for a subclass that decides otherwise."""
+        if not delta_ready(view, placement) or type(self).__call__ is not TiresiasL.__call__:
+            return None
+        stats: list[SolverStats] = []
+        return delta_from_shares(view, self(view, stats), placement, stats)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """Earliest threshold crossing of a running job or promotion of a waiting one.
