@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -128,14 +129,25 @@ def to_mathopt(model: MipModel, *, integral: bool = False
         if integral:
             lb = lb if lb == -math.inf else math.ceil(lb - INTEGRALITY_TOL)
             ub = ub if ub == math.inf else math.floor(ub + INTEGRALITY_TOL)
-            if lb > ub:
-                raise _EmptyRow(f"constraint {con.name!r} has an empty integer range "
+            # MathOpt's CP-SAT adapter answers MODEL_INVALID (not INFEASIBLE) for a row with
+            # no multiple of its coefficients' gcd in range (3x + 3y == 1): detect it here.
+            if lb > ub or _no_multiple(con.terms.values(), lb, ub):
+                raise _EmptyRow(f"constraint {con.name!r} has no integer solution in "
                                 f"[{con.lb}, {con.ub}]")
         mo.add_linear_constraint(
             lb=lb, ub=ub, expr=mathopt.LinearSum(c * xs[v.index] for v, c in con.terms.items()))
     obj = mathopt.LinearSum(c * xs[v.index] for v, c in model.objective.terms.items())
     mo.set_objective(obj, is_maximize=model.sense == "max")
     return mo, xs
+
+
+def _no_multiple(coefs: Iterable[float], lb: float, ub: float) -> bool:
+    """True when the finite integer range [lb, ub] holds no multiple of the (integral)
+    coefficients' gcd, so the row has no integer solution at all."""
+    if not (math.isfinite(lb) and math.isfinite(ub)):
+        return False
+    g = math.gcd(*(round(c) for c in coefs))
+    return g > 1 and math.ceil(lb / g) > math.floor(ub / g)
 
 
 class _EmptyRow(Exception):
