@@ -1,5 +1,5 @@
 """``pulp-cbc``: PuLP's CBC executable, fed from the MathOpt model of
-:func:`~gpuplan.solver_core.mip_backends.to_mathopt`.
+:func:`~gpuplan.solver_core.mip_backends.to_model_proto`.
 
 Where PuLP earns its place: MathOpt has no CBC, and ``pywraplp``'s in-process CBC takes no
 solver-specific parameters, so this is the one CBC route with a node limit (``maxNodes``, a
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from gpuplan.models.plan import SolverStatus
 
 from .limits import SolveLimits
-from .mip_backends import Raw, limit_reached, out_of_time, remaining, to_mathopt
+from .mip_backends import Raw, limit_reached, out_of_time, remaining, to_model_proto
 from .mip_model import MipModel
 
 __all__ = ["pulp_available", "solve_pulp_cbc"]
@@ -101,7 +101,7 @@ def _problem(model: MipModel) -> tuple[object, list[object]]:
     """The PuLP problem read from the MathOpt model, and its variables in model order."""
     import pulp
 
-    proto = to_mathopt(model)[0].export_model()
+    proto = to_model_proto(model)
     prob = pulp.LpProblem("gpuplan", pulp.LpMaximize if proto.objective.maximize else
                           pulp.LpMinimize)
     var = proto.variables
