@@ -18,6 +18,8 @@ BENCHMARKS = [
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
+    ("MIP layer: MipModel -> MathOpt translation, bulk proto vs element by element",
+     "mip_translate", ["--quick"]),
     ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
      ["--quick"]),
     ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
