@@ -295,8 +295,9 @@ def _read_result(res: Any, model: MipModel, backend: str, limits: SolveLimits,
     if reason == why.UNBOUNDED:
         return Raw("error", message=f"{backend}: model is unbounded", solve_s=solve_s)
     if reason in (why.NO_SOLUTION_FOUND, why.FEASIBLE):
-        # Stopped on a limit (time, nodes, deterministic time) before any solution. CP-SAT
-        # keeps a valid bound even then.
+        # Stopped on a limit (time, nodes, deterministic time) before any solution. SCIP and
+        # HiGHS keep their dual bound; MathOpt reports none for CP-SAT here (pywraplp-era
+        # cp_model did).
         status, msg = limit_reached(limits, raw_name)
         return Raw(status, None, bound, msg, solve_s)
     return Raw("error", message=f"{backend} stopped with {raw_name}: {term.detail}".strip(),
