@@ -3,10 +3,10 @@
 Every exact decision in gpuplan (knapsacks, reclaim, placement, network-packing regulation) is a
 small integer program. Writing each against OR-Tools or PuLP directly would tie the policy to one
 solver and duplicate the status/limit/fallback handling five times. Instead a policy states its
-model once with :class:`MipModel` (:mod:`~gpuplan.solver_core.mip_model`) and calls :func:`solve`
-(or :func:`solve_with_fallback`), which translates it to the chosen backend
-(:mod:`~gpuplan.solver_core.mip_backends`) and reports a uniform
-:class:`~gpuplan.models.SolverStats`.
+model once with :class:`MipModel` (:mod:`~gpuplan.solver_core.mip_model`, a thin solver-free
+builder) and calls :func:`solve` (or :func:`solve_with_fallback`), which translates it once to an
+OR-Tools MathOpt model (:func:`~gpuplan.solver_core.mip_backends.to_mathopt`), solves it with the
+chosen backend and reports a uniform :class:`~gpuplan.models.SolverStats`.
 
 Budgets are :class:`~gpuplan.solver_core.limits.SolveLimits`: policies pass deterministic ones
 (CP-SAT deterministic time, node limits) so a run depends on its inputs and seed alone; a plain
@@ -15,11 +15,13 @@ the model is translated, so building counts against the limit.
 
 Backends (see ``docs/solvers.md``):
 
-* ``cp-sat``   -- OR-Tools CP-SAT. Integer variables only; constraint coefficients must be
-  integral (non-integral ones raise :class:`ModelError`); the objective may be fractional (CP-SAT
-  scales it internally).
-* ``scip``, ``cbc``, ``highs`` -- OR-Tools ``pywraplp`` MIP interfaces.
-* ``pulp-cbc`` -- PuLP's bundled CBC executable (separate process, hence ~30 ms extra latency).
+* ``cp-sat``, ``scip``, ``highs`` -- ``mathopt.solve`` with SolverType CP_SAT, GSCIP, HIGHS.
+  CP-SAT takes integer variables only; constraint coefficients must be integral (non-integral
+  ones raise :class:`ModelError`); the objective may be fractional (CP-SAT scales it).
+* ``cbc`` -- MathOpt has no CBC: the MathOpt model is loaded into ``pywraplp``'s CBC
+  (wall-clock limit only).
+* ``pulp-cbc`` -- PuLP's CBC executable, read from the same MathOpt model (separate process,
+  ~30 ms extra latency; the one CBC route with a node limit).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def solve(
     :class:`InputError` for bad arguments and :class:`ModelError` when ``backend`` cannot
     represent the model -- both are bugs in the caller, not properties of the instance.
 
-    ``rel_gap`` = 0 makes "optimal" mean proven optimal (pywraplp's own default is 1e-4).
+    ``rel_gap`` = 0 makes "optimal" mean proven optimal (the solvers' defaults are around 1e-4).
     ``wall_ms`` covers translation to the backend, the solve and reading the values back.
     """
     budget = _limits_of(time_limit_s, limits)

@@ -4,13 +4,17 @@ A scheduling policy that asks a solver for "at most 1 s" takes a different decis
 machine is busy, so the same scenario and seed would give different results on a loaded machine.
 Policies therefore give solvers a *deterministic* budget:
 
+All of it reaches the solvers as OR-Tools MathOpt ``SolveParameters``
+(:mod:`gpuplan.solver_core.mip_backends`):
+
 * CP-SAT: ``max_deterministic_time`` (CP-SAT's own work counter, in "deterministic seconds",
   roughly a second of a quiet modern core) with a fixed worker count (one by default) and a fixed
-  seed: the same model gives the same answer on any machine, at any load.
-* SCIP, HiGHS, PuLP-CBC: a branch-and-bound node limit (``limits/nodes``, ``mip_max_nodes``,
-  CBC's ``maxNodes``).
-* CBC through ``pywraplp`` accepts no solver-specific parameters, so it has no deterministic
-  limit; it keeps the wall-clock guard alone (documented in ``docs/solvers.md``).
+  seed (``params.cp_sat``): the same model gives the same answer on any machine, at any load.
+* SCIP, HiGHS: MathOpt's ``node_limit`` (SCIP ``limits/nodes``, HiGHS ``mip_max_nodes``), one
+  thread, fixed seed. PuLP-CBC: CBC's ``maxNodes``.
+* ``cbc`` (MathOpt has none; its model is loaded into ``pywraplp``'s CBC, which accepts no
+  solver-specific parameters) has no deterministic limit; it keeps the wall-clock guard alone
+  (documented in ``docs/solvers.md``).
 
 Every budget also carries a wall-clock guard (``wall_s``) that covers model translation and the
 solve, so nothing blocks indefinitely. In policies the guard is generous (many times the work

@@ -1,10 +1,11 @@
 """The modelling layer: variables, linear expressions, constraints and :class:`MipModel`.
 
 Every exact decision in gpuplan (knapsacks, reclaim, placement, network-packing regulation) is a
-small integer program. It is stated once against this layer and translated to any backend by
-:mod:`gpuplan.solver_core.mip_backends`; :mod:`gpuplan.solver_core.backends` is the entry point
-(``solve``, ``solve_with_fallback``). Kept free of any solver import so that building a model
-costs nothing until it is solved.
+small integer program. It is stated once against this layer, a thin builder, and translated
+once at solve time to an OR-Tools MathOpt model by :func:`~gpuplan.solver_core.mip_backends.
+to_mathopt`, from which every backend works; :mod:`gpuplan.solver_core.backends` is the entry
+point (``solve``, ``solve_with_fallback``). Kept free of any solver import (policies and
+``models`` must not import one) so that building a model costs nothing until it is solved.
 """
 
 from __future__ import annotations

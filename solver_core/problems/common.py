@@ -18,6 +18,7 @@ from gpuplan.models import SolverStats
 
 from ..backends import BACKENDS, MipModel, Solution, solve
 from ..limits import SolveLimits
+from .mathopt import MATHOPT_ALIASES
 
 __all__ = ["MATHOPT_SOLVERS", "MIP_SOLVERS", "Outcome", "heuristic_outcome", "mip_defaults",
            "solve_mip"]
@@ -25,8 +26,9 @@ __all__ = ["MATHOPT_SOLVERS", "MIP_SOLVERS", "Outcome", "heuristic_outcome", "mi
 MIP_SOLVERS: tuple[str, ...] = tuple(BACKENDS)
 """Every MIP backend name, in the MIP layer's order (cp-sat, scip, cbc, highs, pulp-cbc)."""
 
-MATHOPT_SOLVERS = ("mathopt-highs", "mathopt-scip")
-"""The same models through OR-Tools MathOpt (:mod:`.mathopt`); mckp and reclaim only."""
+MATHOPT_SOLVERS: tuple[str, ...] = tuple(MATHOPT_ALIASES)
+"""Accepted aliases (``mathopt-highs`` = ``highs``, ``mathopt-scip`` = ``scip``; see
+:mod:`.mathopt`); mckp and reclaim only."""
 
 
 @dataclass
@@ -45,7 +47,8 @@ class Outcome:
 
 
 def mip_defaults(mathopt: bool = False) -> tuple[str, ...]:
-    """MIP backends usable in this environment (and the MathOpt ones when asked)."""
+    """MIP backends usable in this environment. ``mathopt`` is kept for callers; the MathOpt
+    names are aliases of ``highs``/``scip`` now and are never run twice by default."""
     from ..mip_backends import available_backends
     from .mathopt import mathopt_available
 
@@ -64,12 +67,7 @@ def solve_mip(build: Callable[[], MipModel], decode: Callable[[Solution], dict[s
     t0 = time.perf_counter()
     model = build()
     build_ms = (time.perf_counter() - t0) * 1000.0
-    if backend.startswith("mathopt-"):
-        from .mathopt import solve_mathopt
-
-        sol = solve_mathopt(model, backend, limits)
-    else:
-        sol = solve(model, backend, limits=limits, stage="solve")
+    sol = solve(model, MATHOPT_ALIASES.get(backend, backend), limits=limits, stage="solve")
     st: SolverStats = sol.stats
     solution: dict[str, Any] = {}
     objective = bound = gap = None

@@ -22,6 +22,8 @@ BENCHMARKS = [
      ["--quick"]),
     ("OJPAP in the simulation loop: benefit vs migration cost", "ojpp_online_run",
      ["--quick"]),
+    ("MIP layer: MipModel -> MathOpt translation, bulk proto vs element by element",
+     "mip_translate", ["--quick"]),
     ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
      ["--quick"]),
     ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
