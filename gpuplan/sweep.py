@@ -347,18 +347,22 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00:00",
-                  python: str | None = None, interface: str | None = None) -> Any:
+                  python: str | None = None, interface: str | None = None,
+                  log_directory: str | None = None) -> Any:
     """A dask-jobqueue ``SLURMCluster`` whose every Slurm job is one single-threaded worker on
     ``partition`` (scale it with ``cluster.scale(jobs=N)``); nothing is submitted yet.
 
     ``interface`` (e.g. ``lo``) is the network interface the scheduler listens on and the
     workers bind to: ``lo`` keeps a single-machine cluster (the Slurm lab) on 127.0.0.1 instead
-    of the host's public address; None lets Dask pick, as on a real multi-node site."""
+    of the host's public address; None lets Dask pick, as on a real multi-node site.
+    ``log_directory`` receives each job's Slurm output file (``run_sweep``: ``OUT/slurm-logs``)
+    instead of the submitting process's working directory."""
     from dask_jobqueue import SLURMCluster
 
     return SLURMCluster(queue=partition, cores=1, processes=1, memory=memory,
                         walltime=walltime, python=python or sys.executable,
-                        job_name="gpuplan-sweep", silence_logs="error", interface=interface)
+                        job_name="gpuplan-sweep", silence_logs="error", interface=interface,
+                        log_directory=log_directory)
 
 
 @contextmanager
@@ -520,8 +524,8 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
     by_key = {t.key: t for t in tasks}
     bar = _Progress(len(tasks), reused, progress or sys.stderr)
     try:
-        for key, error, text in _results(pending, workers, scheduler, slurm,
-                                         slurm_options or {}):
+        options = {"log_directory": str(out / "slurm-logs"), **(slurm_options or {})}
+        for key, error, text in _results(pending, workers, scheduler, slurm, options):
             if error is not None:
                 raise InputError(error, field=f"run {key}")
             target = runs_dir / f"{key}.json"

@@ -51,8 +51,8 @@ from ..params import Params
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
 from ..registry import PolicyDef, parameterless
-from .afs_job import AfsJob, scan_order
-from .afs_l_fast import afs_l_shares
+from .afs_job import AfsJob, ScanOrder, remaining_all, scan_order
+from .afs_l_fast import afs_l_columns, afs_l_shares
 from .ladders import Ladder, LadderCache, build_ladder
 from .water_fill import water_fill
 
@@ -144,6 +144,7 @@ class AfsL:
 
     def __init__(self) -> None:
         self._ladders = LadderCache("stop")
+        self._scan = ScanOrder()
 
     def items(self, view: ClusterView) -> list[AfsJob]:
         """The view's active jobs as :class:`AfsJob` in scan order (with remaining work)."""
@@ -156,10 +157,14 @@ class AfsL:
         return out
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
-        items = self.items(view)
-        self._ladders.prune(j.id for j in items)
-        counts = afs_l_shares(items, view.capacity)
-        return {j.id: c for j, c in zip(items, counts, strict=True) if c > 0}
+        # The same computation as afs_l_shares(self.items(view)), on columns: the scan order
+        # is kept across decisions and no AfsJob is built (items() is the readable version).
+        cap = view.capacity
+        jobs = self._scan.jobs(view)
+        ladders = self._ladders.ladders(jobs, cap)
+        self._ladders.prune(self._scan.ids)
+        counts = afs_l_columns(remaining_all(jobs, view.now), ladders, cap)
+        return {job.spec.id: c for job, c in zip(jobs, counts, strict=True) if c > 0}
 
 
 class AfsP:
