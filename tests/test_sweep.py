@@ -313,6 +313,9 @@ def test_sweep_on_real_slurm_jobs_equals_the_in_process_reference(
     records = _sweep_jobs(slurm_lab)[before:]
     assert all("Partition=gpu " in r for r in records), records
     assert all("NodeList=node" in r for r in records), records
+    # Each job's own output (OUT/slurm-logs): its worker registered with our scheduler.
+    logs = [p.read_text() for p in (out / "slurm-logs").iterdir()]
+    assert sum("Registered to:" in log and "tcp://127.0.0.1:" in log for log in logs) >= 2, logs
 
 
 # --------------------------------------------------------------------------- plots
