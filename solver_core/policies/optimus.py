@@ -48,23 +48,9 @@ class OptimusShares:
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         now = view.now
-        # A job is scored once per step it climbs; its remaining work and its rate at a count
-        # do not change within a decision, so each is computed once (the same values
-        # marginal_gain would compute, so the same scores).
-        left_of: dict[str, float] = {}
-        rate_of: dict[tuple[str, int], float] = {}
 
         def score(job: ActiveJob, count: int, nxt: int) -> float | None:
-            job_id = job.spec.id
-            left = left_of.get(job_id)
-            if left is None:
-                left = left_of[job_id] = job.remaining(now)
-            rate = job.spec.throughput.rate
-            here = rate_of.get((job_id, count))
-            if here is None:
-                here = rate(count)
-            there = rate_of[(job_id, nxt)] = rate(nxt)
-            gain = (left / here - left / there) / (nxt - count)
+            gain = marginal_gain(job, count, nxt, now)
             return -gain if gain > 0 else None
 
         return progressive_fill(view, self._queue.ranked(view), self.ladders, score)
