@@ -347,19 +347,27 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00:00",
-                  python: str | None = None) -> Any:
+                  python: str | None = None, interface: str | None = None,
+                  log_directory: str | None = None) -> Any:
     """A dask-jobqueue ``SLURMCluster`` whose every Slurm job is one single-threaded worker on
-    ``partition`` (scale it with ``cluster.scale(jobs=N)``); nothing is submitted yet."""
+    ``partition`` (scale it with ``cluster.scale(jobs=N)``); nothing is submitted yet.
+
+    ``interface`` (e.g. ``lo``) is the network interface the scheduler listens on and the
+    workers bind to: ``lo`` keeps a single-machine cluster (the Slurm lab) on 127.0.0.1 instead
+    of the host's public address; None lets Dask pick, as on a real multi-node site.
+    ``log_directory`` receives each job's Slurm output file (``run_sweep``: ``OUT/slurm-logs``)
+    instead of the submitting process's working directory."""
     from dask_jobqueue import SLURMCluster
 
     return SLURMCluster(queue=partition, cores=1, processes=1, memory=memory,
                         walltime=walltime, python=python or sys.executable,
-                        job_name="gpuplan-sweep", silence_logs="error")
+                        job_name="gpuplan-sweep", silence_logs="error", interface=interface,
+                        log_directory=log_directory)
 
 
 @contextmanager
 def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
-                 slurm_options: dict[str, str]) -> Iterator[Any]:
+                 slurm_options: dict[str, str | None]) -> Iterator[Any]:
     import logging
     import warnings
 
@@ -388,7 +396,7 @@ def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
 
 
 def _results(tasks: Sequence[RunTask], workers: int, scheduler: str | None, slurm: str | None,
-             slurm_options: dict[str, str]) -> Iterator[tuple[str, str | None, str]]:
+             slurm_options: dict[str, str | None]) -> Iterator[tuple[str, str | None, str]]:
     """Finished runs in completion order, in this process or on a Dask cluster."""
     if workers == 1 and not scheduler and not slurm:
         for task in tasks:
@@ -497,7 +505,7 @@ def _check_out(out: Path) -> Path:
 
 def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
               scheduler: str | None = None, slurm: str | None = None,
-              slurm_options: dict[str, str] | None = None, report: bool = True,
+              slurm_options: dict[str, str | None] | None = None, report: bool = True,
               progress: TextIO | None = None) -> SweepOutcome:
     """Run every pending run of ``sweep``, then write results.csv and report.html."""
     t0 = time.perf_counter()
@@ -516,8 +524,8 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
     by_key = {t.key: t for t in tasks}
     bar = _Progress(len(tasks), reused, progress or sys.stderr)
     try:
-        for key, error, text in _results(pending, workers, scheduler, slurm,
-                                         slurm_options or {}):
+        options = {"log_directory": str(out / "slurm-logs"), **(slurm_options or {})}
+        for key, error, text in _results(pending, workers, scheduler, slurm, options):
             if error is not None:
                 raise InputError(error, field=f"run {key}")
             target = runs_dir / f"{key}.json"
@@ -563,7 +571,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     outcome = run_sweep(sweep, path, Path(args.out), workers=workers,
                         scheduler=args.scheduler, slurm=args.slurm,
                         slurm_options={"memory": args.slurm_memory,
-                                       "walltime": args.slurm_walltime})
+                                       "walltime": args.slurm_walltime,
+                                       "interface": args.slurm_interface})
     print(f"{len(outcome.records)} runs ({outcome.computed} computed, {outcome.reused} reused) "
           f"in {outcome.elapsed_s:.1f} s; results: {outcome.out / 'results.csv'}; report: "
           f"{outcome.out / 'report.html'}")
@@ -585,5 +594,8 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                        help="start workers as Slurm jobs on PARTITION (dask-jobqueue)")
     p.add_argument("--slurm-memory", default="4GB", help="memory per Slurm worker job")
     p.add_argument("--slurm-walltime", default="04:00:00", help="walltime per Slurm worker job")
+    p.add_argument("--slurm-interface", default=None, metavar="IFACE",
+                   help="network interface of the scheduler and the Slurm workers (lo: all on "
+                   "this machine, 127.0.0.1); default: Dask's choice")
     p.set_defaults(func=cmd_sweep)
     return p

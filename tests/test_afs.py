@@ -294,7 +294,8 @@ def assert_production_matches(jobs: list[AfsJob], total: int) -> list[int]:
     assert sum(shares) <= total, f"production hands out {sum(shares)} GPUs of {total}"
     assert shares == afs_l_reference(jobs, total)
     if jobs and total > 0:
-        assert _CheckedSolver(jobs, total).run() == shares
+        assert _CheckedSolver([j.remaining for j in jobs], [(j.counts, j.rates) for j in jobs],
+                              total).run() == shares
     return shares
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from gpuplan.cli import main
+from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import RunResult, Sample
 from gpuplan.plots import line_styles, span_scale, timeseries_figure
 from gpuplan.sweep import (
@@ -267,6 +268,54 @@ def test_slurm_cluster_runs_one_single_threaded_worker_per_job_on_the_partition(
         assert not cluster.workers  # nothing submitted until scale()
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="module")
+def slurm_lab() -> Iterator[SlurmLab]:
+    """The project's real Slurm lab (root; locked against other sessions, skipped without)."""
+    from . import slurm_fixtures as fx
+
+    session = fx.lab_session()
+    yield next(session)
+    session.close()  # lab_session's finally: down() if a test session started it, unlock
+
+
+def _sweep_jobs(lab: SlurmLab) -> list[str]:
+    """The lab's completion records of Slurm jobs named ``gpuplan-sweep``."""
+    path = lab.jobcomp_path
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [line for line in lines if "Name=gpuplan-sweep " in line]
+
+
+def test_sweep_on_real_slurm_jobs_equals_the_in_process_reference(
+        slurm_lab: SlurmLab, in_process: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuplan sweep --slurm``: dask-jobqueue submits two real Slurm jobs to the lab, each
+    runs one Dask worker that connects back to the scheduler on 127.0.0.1, and the sweep's
+    results.csv equals the in-process one."""
+    for key, value in slurm_lab.env.items():
+        monkeypatch.setenv(key, value)
+    before = len(_sweep_jobs(slurm_lab))
+    path = _write(tmp_path, SMALL)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--workers", "2", "--slurm", "gpu",
+                 "--slurm-memory", "1GB", "--slurm-walltime", "00:30:00",
+                 "--slurm-interface", "lo"]) == 0
+    assert "6 runs (6 computed, 0 reused)" in capsys.readouterr().out
+    assert (_csv_without_timing(out / "results.csv")
+            == _csv_without_timing(in_process / "results.csv"))
+    workers = {json.loads(p.read_text())["worker"] for p in (out / "runs").glob("*.json")}
+    assert workers and all(w.startswith("tcp://127.0.0.1:") for w in workers), workers
+    # The workers were Slurm jobs of the lab: closing the cluster cancels them, and slurmctld
+    # writes one completion record per job (polled: the record follows the cancel).
+    _until(lambda: len(_sweep_jobs(slurm_lab)) >= before + 2, "two gpuplan-sweep job records",
+           timeout=180.0, every=0.5)
+    records = _sweep_jobs(slurm_lab)[before:]
+    assert all("Partition=gpu " in r for r in records), records
+    assert all("NodeList=node" in r for r in records), records
+    # Each job's own output (OUT/slurm-logs): its worker registered with our scheduler.
+    logs = [p.read_text() for p in (out / "slurm-logs").iterdir()]
+    assert sum("Registered to:" in log and "tcp://127.0.0.1:" in log for log in logs) >= 2, logs
 
 
 # --------------------------------------------------------------------------- plots

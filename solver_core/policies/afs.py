@@ -51,8 +51,8 @@ from ..params import Params
 from ..placement.best_fit import best_fit_placement
 from ..policy import Shares, StagedPolicy
 from ..registry import PolicyDef, parameterless
-from .afs_job import AfsJob, scan_order
-from .afs_l_fast import afs_l_shares
+from .afs_job import AfsJob, ScanOrder, remaining_all, scan_order
+from .afs_l_fast import afs_l_columns, afs_l_shares
 from .ladders import Ladder, LadderCache, build_ladder
 from .water_fill import water_fill
 
@@ -144,6 +144,7 @@ class AfsL:
 
     def __init__(self) -> None:
         self._ladders = LadderCache("stop")
+        self._scan = ScanOrder()
 
     def items(self, view: ClusterView) -> list[AfsJob]:
         """The view's active jobs as :class:`AfsJob` in scan order (with remaining work)."""
@@ -156,10 +157,14 @@ class AfsL:
         return out
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
-        items = self.items(view)
-        self._ladders.prune(j.id for j in items)
-        counts = afs_l_shares(items, view.capacity)
-        return {j.id: c for j, c in zip(items, counts, strict=True) if c > 0}
+        # The same computation as afs_l_shares(self.items(view)), on columns: the scan order
+        # is kept across decisions and no AfsJob is built (items() is the readable version).
+        cap = view.capacity
+        jobs = self._scan.jobs(view)
+        ladders = self._ladders.ladders(jobs, cap)
+        self._ladders.prune(self._scan.ids)
+        counts = afs_l_columns(remaining_all(jobs, view.now), ladders, cap)
+        return {job.spec.id: c for job, c in zip(jobs, counts, strict=True) if c > 0}
 
 
 class AfsP:
@@ -189,6 +194,7 @@ class AfsP:
         self.seed = seed
         self.preemptive = preemptive
         self._ladders = LadderCache("stop")
+        self._scan = ScanOrder()
         self._counters: dict[str, int] = {}
         self.time_slicing = False
         """Whether the last decision was in the jobs-outnumber-GPUs mode."""
@@ -217,46 +223,46 @@ class AfsP:
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         cap = view.capacity
         now = view.now
-        jobs = scan_order(view.active())
-        items = []
-        for job in jobs:
-            counts, rates = self._ladders.ladder(job, cap)
-            # remaining is never read by AFS-P: NaN makes any accidental use visible
-            items.append(AfsJob(job.spec.id, math.nan, counts, rates))
-        self._ladders.prune(j.id for j in items)
+        # Scan order kept across decisions and ladders read in one pass (as AFS-L does); the
+        # AfsJob inputs of the share loop are built only when it runs (n <= M).
+        jobs = self._scan.jobs(view)
+        ladders = self._ladders.ladders(jobs, cap)
+        self._ladders.prune(self._scan.ids)
         previous = self._counters
-        current = {job.spec.id: self.counter(job, now) for job in jobs}
+        unit = self.unit_time
+        current = {}
+        for job in jobs:  # self.counter(job, now), inlined (same float operations)
+            held = job.held_time + (max(0.0, now - job.anchor_time) if job.gpus else 0.0)
+            current[job.spec.id] = math.floor(held / unit + 1e-9)
         self._counters = current
-        runnable = [(job, it) for job, it in zip(jobs, items, strict=True) if it.counts]
-        need = sum(it.counts[0] for _, it in runnable)
+        runnable = [(job, lad) for job, lad in zip(jobs, ladders, strict=True) if lad[0]]
+        need = sum(lad[0][0] for _, lad in runnable)
         if need <= cap:
             self.time_slicing = False
-            counts = self._share_loop([it for _, it in runnable], cap, view)
-            return {it.id: c for (_, it), c in zip(runnable, counts, strict=True) if c > 0}
+            # remaining is never read by AFS-P: NaN makes any accidental use visible
+            items = [AfsJob(job.spec.id, math.nan, *lad) for job, lad in runnable]
+            counts = self._share_loop(items, cap, view)
+            return {it.id: c for it, c in zip(items, counts, strict=True) if c > 0}
         self.time_slicing = True
 
-        def rank(pair: tuple[ActiveJob, AfsJob]) -> tuple[int, float, str]:
-            job = pair[0]
-            return (current[job.spec.id], job.spec.submit_time, job.spec.id)
-
+        # Rank: (counter, submit_time, id). The jobs are in scan order, (submit_time, id), so
+        # a stable sort by the counter alone gives exactly that order (ids are unique).
+        first = [(job.spec.id, lad[0][0], job.gpus) for job, lad in runnable]
+        ranked = sorted(first, key=lambda t: current[t[0]])
         shares: Shares = {}
         free = cap
         if not self.preemptive:
             # Keepers: running jobs that have not crossed a unit boundary since last decision.
-            keepers = [
-                p for p in runnable
-                if p[0].gpus > 0 and current[p[0].spec.id] == previous.get(p[0].spec.id, -1)
-            ]
-            for _job, it in sorted(keepers, key=rank):
-                if it.counts[0] <= free:
-                    shares[it.id] = it.counts[0]
-                    free -= it.counts[0]
-        for _job, it in sorted(runnable, key=rank):
+            for job_id, step, gpus in ranked:
+                if gpus > 0 and current[job_id] == previous.get(job_id, -1) and step <= free:
+                    shares[job_id] = step
+                    free -= step
+        for job_id, step, _gpus in ranked:
             if free <= 0:
                 break
-            if it.id not in shares and it.counts[0] <= free:
-                shares[it.id] = it.counts[0]
-                free -= it.counts[0]
+            if job_id not in shares and step <= free:
+                shares[job_id] = step
+                free -= step
         return shares
 
     def next_wakeup(self, view: ClusterView) -> float | None:

@@ -15,8 +15,11 @@ three exact shortcuts, each used only when its precondition holds:
    incumbents: a step changes only the winner, so the chain before it is still valid and only
    its tail is recomputed, with numpy "first job after position q that beats x" queries.
 
-Jobs come as :class:`~.afs_job.AfsJob` in scan order, with ladders cut by the saturation guard
-(:func:`~.ladders.build_ladder`, ``plateau="stop"``); :func:`_check_ladders` rejects others.
+Jobs come in scan order, as :class:`~.afs_job.AfsJob` (:func:`afs_l_shares`) or as columns,
+remaining work and ladder per job (:func:`afs_l_columns`, what the AFS-L stage calls: building
+an ``AfsJob`` per job at every event cost more than the solver), with ladders cut by the
+saturation guard (:func:`~.ladders.build_ladder`, ``plateau="stop"``); :func:`_check_ladders`
+rejects others.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from itertools import chain
 import numpy as np
 
 from .afs_job import AfsJob
+from .ladders import Ladder
 
-__all__ = ["afs_l_shares"]
+__all__ = ["afs_l_columns", "afs_l_shares"]
 
 INF = math.inf
 _BATCH_MIN = 8  # a round shorter than this backs batching off (it cost more than it saved)
@@ -38,7 +42,7 @@ _BACKOFF_MAX = 256
 _WINDOW = 32  # positions an exact-step query looks at before scanning the whole suffix
 
 
-def _distinct_ladders(jobs: Sequence[AfsJob]) -> tuple[list[AfsJob], np.ndarray]:
+def _distinct_ladders(ladders: Sequence[Ladder]) -> tuple[list[Ladder], np.ndarray]:
     """One representative per distinct ladder object, and each job's representative index.
 
     Ladders are compared by identity (the stages intern them, so jobs of one model on one
@@ -46,13 +50,13 @@ def _distinct_ladders(jobs: Sequence[AfsJob]) -> tuple[list[AfsJob], np.ndarray]
     than the whole AFS-L computation. Jobs built with equal but separate tuples still work,
     just without the saving.
     """
-    n = len(jobs)
-    rid = np.fromiter((id(j.rates) for j in jobs), np.int64, n)
-    cid = np.fromiter((id(j.counts) for j in jobs), np.int64, n)
+    n = len(ladders)
+    rid = np.fromiter((id(lad[1]) for lad in ladders), np.int64, n)
+    cid = np.fromiter((id(lad[0]) for lad in ladders), np.int64, n)
     _, first, which = np.unique(rid, return_index=True, return_inverse=True)
     if (cid != cid[first][which]).any():  # same rates object, different counts: no sharing
-        return list(jobs), np.arange(n)
-    return [jobs[int(i)] for i in first], which.reshape(-1)
+        return list(ladders), np.arange(n)
+    return [ladders[int(i)] for i in first], which.reshape(-1)
 
 
 def _check_ladders(r: np.ndarray, c: np.ndarray, off: np.ndarray, nlev: np.ndarray) -> None:
@@ -89,28 +93,29 @@ class _AfsLSolver:
     (:meth:`_climb_many`, :meth:`_climb_one`) ends with :meth:`_expire`.
     """
 
-    def __init__(self, jobs: Sequence[AfsJob], total: int) -> None:
-        n = len(jobs)
+    def __init__(self, remaining: Sequence[float], ladders: Sequence[Ladder], total: int) -> None:
+        n = len(ladders)
         self.n = n
         self.m = int(total)
-        self.jobs = jobs
-        distinct, which = _distinct_ladders(jobs)
-        dlev = np.fromiter((len(j.counts) for j in distinct), np.int64, len(distinct))
+        self.ladders = ladders
+        self.remaining = remaining
+        distinct, which = _distinct_ladders(ladders)
+        dlev = np.fromiter((len(lad[0]) for lad in distinct), np.int64, len(distinct))
         doff = np.zeros(len(distinct) + 1, np.int64)
         np.cumsum(dlev, out=doff[1:])
         size = int(doff[-1])
         # Ladders are stored once per distinct ladder (jobs of one model share theirs), plus
         # one padding slot so gathers for jobs with an empty ladder stay in bounds.
         self.rflat = np.ones(size + 1)
-        self.rflat[:size] = np.fromiter(chain.from_iterable(j.rates for j in distinct), float,
+        self.rflat[:size] = np.fromiter(chain.from_iterable(lad[1] for lad in distinct), float,
                                         size)
         self.cflat = np.zeros(size + 1, np.int64)
-        self.cflat[:size] = np.fromiter(chain.from_iterable(j.counts for j in distinct),
+        self.cflat[:size] = np.fromiter(chain.from_iterable(lad[0] for lad in distinct),
                                         np.int64, size)
         _check_ladders(self.rflat[:size], self.cflat[:size], doff, dlev)
         self.nlev = dlev[which]
         self.off = doff[:-1][which]
-        self.rem = np.fromiter((j.remaining for j in jobs), float, n)
+        self.rem = np.fromiter(remaining, float, n)
         self.lvl = np.full(n, -1, np.int64)
         self.cnt = np.zeros(n, np.int64)
         self.has_next = self.nlev > 0
@@ -198,22 +203,22 @@ class _AfsLSolver:
         Like :meth:`_climb_many` it ends with :meth:`_expire`, so the eligibility invariant
         holds again on return; it returns the jobs that expired (possibly ``i`` itself).
         """
-        job = self.jobs[i]
+        counts, rates = self.ladders[i]
         lvl = int(self.lvl[i]) + 1
         self.m -= int(self.step[i])
-        cnt = job.counts[lvl]
+        cnt = counts[lvl]
         self.cnt[i] = cnt
         self.lvl[i] = lvl
         if self.Z[i]:
             self.Z[i] = False
             self.zeros -= 1
-        p = job.rates[lvl]
-        self.L[i] = job.remaining / p
-        if lvl + 1 < len(job.counts):
-            pn = job.rates[lvl + 1]
+        p = rates[lvl]
+        self.L[i] = self.remaining[i] / p
+        if lvl + 1 < len(counts):
+            pn = rates[lvl + 1]
             self.G[i] = (pn - p) / pn
             self.H[i] = (pn - p) / p
-            step = job.counts[lvl + 1] - cnt
+            step = counts[lvl + 1] - cnt
             self.step[i] = step
             if step > 1:
                 heapq.heappush(self._big, (-step, i))
@@ -461,6 +466,14 @@ def afs_l_shares(jobs: Sequence[AfsJob], total: int) -> list[int]:
     ``jobs`` must be in scan order. Identical to
     :func:`~gpuplan.solver_core.policies.afs_reference.afs_l_reference`, only faster.
     """
-    if total <= 0 or not jobs:
-        return [0] * len(jobs)
-    return _AfsLSolver(jobs, total).run()
+    return afs_l_columns([j.remaining for j in jobs], [(j.counts, j.rates) for j in jobs], total)
+
+
+def afs_l_columns(remaining: Sequence[float], ladders: Sequence[Ladder], total: int
+                  ) -> list[int]:
+    """:func:`afs_l_shares` on columns: each job's remaining iterations and its ladder
+    ``(counts, rates)``, in scan order. What the AFS-L stage calls: it builds no
+    :class:`AfsJob` per job and per decision, and passes the interned ladders as they are."""
+    if total <= 0 or not ladders:
+        return [0] * len(ladders)
+    return _AfsLSolver(remaining, ladders, total).run()

@@ -133,6 +133,20 @@ class LadderCache:
         self._cache[spec.id] = (limit, spec, key, built)
         return built
 
+    def ladders(self, jobs: Iterable[ActiveJob], limit: int) -> list[Ladder]:
+        """``[self.ladder(job, limit) for job in jobs]`` with the cache hit inlined (AFS-L
+        asks for every active job's ladder at every event)."""
+        cache = self._cache
+        out = []
+        for job in jobs:
+            spec = job.spec
+            hit = cache.get(spec.id)
+            if hit is not None and hit[0] == limit and hit[1] is spec:
+                out.append(hit[3])
+            else:
+                out.append(self.ladder(job, limit))
+        return out
+
     def __call__(self, job: ActiveJob, limit: int) -> tuple[int, ...]:
         """``job``'s counts under ``limit`` GPUs (memoised)."""
         return self.ladder(job, limit)[0]

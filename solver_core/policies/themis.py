@@ -138,6 +138,7 @@ class Themis:
         self._times: list[float] = []
         self._areas: list[float] = []
         self._active = 0
+        self._lts: dict[tuple[str, int, float], float] = {}
 
     def snapshot(self) -> dict[str, Any]:
         """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
@@ -210,10 +211,17 @@ class Themis:
                 ideal_rate = rate(lo) + (frac * (rate(lo + 1) - rate(lo)) if frac > 0 else 0.0)
         return t_shared / (spec.work / ideal_rate)
 
-    @staticmethod
-    def _log_t_shared(job: ActiveJob, count: int, now: float) -> float:
-        spec = job.spec
-        return math.log((now - spec.submit_time) + job.remaining(now) / spec.throughput.rate(count))
+    def _log_t_shared(self, job: ActiveJob, count: int, now: float) -> float:
+        """log T_shared of ``job`` at ``count`` GPUs, memoised within one decision (cleared at
+        each call of the stage): the auction and each hidden-payment rerun ask for the same
+        (job, count) many times, and the value is the same each time."""
+        key = (job.spec.id, count, now)
+        value = self._lts.get(key)
+        if value is None:
+            spec = job.spec
+            value = self._lts[key] = math.log(
+                (now - spec.submit_time) + job.remaining(now) / spec.throughput.rate(count))
+        return value
 
     def _settle_leases(self, view: ClusterView) -> dict[str, int]:
         """Drop expired leases and reconcile with what the jobs really hold; return held counts."""
@@ -273,6 +281,7 @@ class Themis:
 
     # ------------------------------------------------------------------ the stage
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        self._lts.clear()
         self._advance(view)
         now, capacity, running, pending = view.now, view.capacity, view.running, view.pending
         held = self._settle_leases(view)

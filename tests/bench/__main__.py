@@ -13,6 +13,7 @@ BENCHMARKS = [
     ("simulator throughput (FIFO, SRTF on Philly 6214e9)", "sim_throughput", []),
     ("scale: jobs/s and peak RSS, 64 -> 1,024 GPUs (docs/performance.md)", "scale", ["--quick"]),
     ("AFS share computation, production vs Algorithm 1", "afs_shares", []),
+    ("AFS-L decisions at 8,192 GPUs / 5,000 active jobs", "afs_scale", ["--quick"]),
     ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
