@@ -88,18 +88,38 @@ def instance_row(seed: int, kind: str, work_s: float) -> dict[str, float]:
 
 
 def run(instances: int, work_s: float, workers: int = 1,
-        kinds: tuple[str, ...] = ("rigid", "elastic")) -> dict[str, dict[str, object]]:
+        kinds: tuple[str, ...] = ("rigid", "elastic"),
+        log: Path | None = None) -> dict[str, dict[str, object]]:
+    """Rows of every kind; ``log``: each row is also appended there as it completes (one
+    JSON object a line with its kind and seed), so a long run can be read before it ends."""
     out: dict[str, dict[str, object]] = {}
     for kind in kinds:
         policies = RIGID_POLICIES if kind == "rigid" else ELASTIC_POLICIES
         t0 = time.perf_counter()
         one = partial(instance_row, kind=kind, work_s=work_s)
-        if workers > 1:
-            with ProcessPoolExecutor(workers) as pool:
-                rows = list(pool.map(one, range(instances)))
-        else:
-            rows = [one(seed) for seed in range(instances)]
+        rows = []
+        with ProcessPoolExecutor(max(1, workers)) as pool:
+            for seed, row in enumerate(pool.map(one, range(instances))):
+                rows.append(row)
+                if log is not None:
+                    with log.open("a") as f:
+                        f.write(json.dumps({"kind": kind, "seed": seed, **row}) + "\n")
         out[kind] = {"rows": rows, "policies": policies, "wall_s": time.perf_counter() - t0}
+    return out
+
+
+def from_log(path: Path) -> dict[str, dict[str, object]]:
+    """The rows of a ``--log`` file (possibly of an unfinished run), in seed order."""
+    by_kind: dict[str, list[dict[str, float]]] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        by_kind.setdefault(row.pop("kind"), []).append(row)
+    out: dict[str, dict[str, object]] = {}
+    for kind in ("rigid", "elastic"):
+        if kind in by_kind:
+            rows = sorted(by_kind[kind], key=lambda r: r["seed"])
+            out[kind] = {"rows": rows, "wall_s": sum(r["offline_wall_s"] for r in rows),
+                         "policies": RIGID_POLICIES if kind == "rigid" else ELASTIC_POLICIES}
     return out
 
 
@@ -174,12 +194,23 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--json", type=Path, action="append", default=[],
                     help="with --out: also write the raw rows there (optimality-KIND.json); "
                     "given a file instead, read rows from it rather than running that kind")
+    ap.add_argument("--log", type=Path, default=None,
+                    help="append each instance's row to this JSON-lines file as it completes")
+    ap.add_argument("--from-log", type=Path, default=None,
+                    help="print (and plot) the rows of a --log file instead of running")
     args = ap.parse_args(argv)
+    if args.from_log is not None:
+        logged = from_log(args.from_log)
+        print(summary(logged))
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            plot(logged, args.out / "optimality.png")
+        return
     n = 10 if args.quick else args.instances
     loaded = {k: v for f in args.json if f.is_file()
               for k, v in json.loads(f.read_text()).items()}
     todo = tuple(k for k in args.kinds.split(",") if k not in loaded)
-    data = {**loaded, **run(n, args.work_s, args.workers, todo)}
+    data = {**loaded, **run(n, args.work_s, args.workers, todo, args.log)}
     data = {k: data[k] for k in ("rigid", "elastic") if k in data}
     print(summary(data))
     if args.out is not None:
