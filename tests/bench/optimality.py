@@ -89,7 +89,7 @@ def instance_row(seed: int, kind: str, work_s: float) -> dict[str, float]:
 
 def run(instances: int, work_s: float, workers: int = 1,
         kinds: tuple[str, ...] = ("rigid", "elastic"),
-        log: Path | None = None) -> dict[str, dict[str, object]]:
+        log: Path | None = None, first: int = 0) -> dict[str, dict[str, object]]:
     """Rows of every kind; ``log``: each row is also appended there as it completes (one
     JSON object a line with its kind and seed), so a long run can be read before it ends."""
     out: dict[str, dict[str, object]] = {}
@@ -99,7 +99,8 @@ def run(instances: int, work_s: float, workers: int = 1,
         one = partial(instance_row, kind=kind, work_s=work_s)
         rows = []
         with ProcessPoolExecutor(max(1, workers)) as pool:
-            for seed, row in enumerate(pool.map(one, range(instances))):
+            seeds = range(first, first + instances)
+            for seed, row in zip(seeds, pool.map(one, seeds), strict=True):
                 rows.append(row)
                 if log is not None:
                     with log.open("a") as f:
@@ -194,6 +195,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--json", type=Path, action="append", default=[],
                     help="with --out: also write the raw rows there (optimality-KIND.json); "
                     "given a file instead, read rows from it rather than running that kind")
+    ap.add_argument("--first", type=int, default=0, help="first seed (a run can be split)")
     ap.add_argument("--log", type=Path, default=None,
                     help="append each instance's row to this JSON-lines file as it completes")
     ap.add_argument("--from-log", type=Path, default=None,
@@ -210,7 +212,7 @@ def main(argv: list[str]) -> None:
     loaded = {k: v for f in args.json if f.is_file()
               for k, v in json.loads(f.read_text()).items()}
     todo = tuple(k for k in args.kinds.split(",") if k not in loaded)
-    data = {**loaded, **run(n, args.work_s, args.workers, todo, args.log)}
+    data = {**loaded, **run(n, args.work_s, args.workers, todo, args.log, args.first)}
     data = {k: data[k] for k in ("rigid", "elastic") if k in data}
     print(summary(data))
     if args.out is not None:
