@@ -22,16 +22,16 @@ overheads, only *how long* each integer allocation is held between two consecuti
   (no earlier than its arrival plus its whole work at its fastest rate if it has not arrived),
   and the prefix's last event no later than the next arrival. (Stronger tail relaxations were
   tried, Queyranne's parallel inequalities on GPU-seconds and a mean-busy-time time-indexed
-  tail: they raised the root bound but pruned no node on the bench instances, and cost LP
-  time, so they are not used.) The first incumbents are event-driven list schedules
+  tail: they raised the root bound but pruned almost no node on the bench instances tried,
+  and cost LP time, so they are not used.) The first incumbents are event-driven list schedules
   (SRPT, fastest count first; and SRPT with GPUs spread by marginal gain) re-optimised by the
   LP of their own order. The search is depth-first, children in order of the parent LP's
   predicted next event, and stops at a node limit (deterministic): the proven lower bound is
   then the least bound of the open nodes.
 
-LPs are solved by HiGHS through :func:`scipy.optimize.linprog` (to its default 1e-7
-feasibility tolerance; a job's work shortfall of that order is finished by the replay in
-about a microsecond).
+LPs are solved by HiGHS through :func:`scipy.optimize.linprog` (default 1e-7 feasibility
+tolerance). The schedule handed out is the best order's LP re-solved with every job's work
+raised by ``MARGIN`` (relative), so each job really finishes inside its last segment.
 """
 
 from __future__ import annotations
