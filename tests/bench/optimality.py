@@ -110,16 +110,22 @@ def run(instances: int, work_s: float, workers: int = 1,
 
 
 def from_log(path: Path) -> dict[str, dict[str, object]]:
-    """The rows of a ``--log`` file (possibly of an unfinished run), in seed order."""
+    """The rows of a ``--log`` file (possibly of an unfinished or split run), in seed order,
+    one per seed (split runs may overlap; their rows are the same)."""
     by_kind: dict[str, list[dict[str, float]]] = {}
+    seen: set[tuple[str, int]] = set()
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        by_kind.setdefault(row.pop("kind"), []).append(row)
+        kind = row.pop("kind")
+        if (kind, row["seed"]) not in seen:
+            seen.add((kind, row["seed"]))
+            by_kind.setdefault(kind, []).append(row)
     out: dict[str, dict[str, object]] = {}
     for kind in ("rigid", "elastic"):
         if kind in by_kind:
             rows = sorted(by_kind[kind], key=lambda r: r["seed"])
             out[kind] = {"rows": rows, "wall_s": sum(r["offline_wall_s"] for r in rows),
+                         # the heading's time: the offline solves (+ replay) summed
                          "policies": RIGID_POLICIES if kind == "rigid" else ELASTIC_POLICIES}
     return out
 
