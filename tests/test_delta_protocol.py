@@ -190,3 +190,78 @@ def test_running_keys_equal_the_key_function(states: list[tuple[float, float, fl
     assert keys(running, now) == want
     assert keys(running, now + 1.0) == sorted(
         (key(j, now + 1.0), j.spec.submit_time, i) for i, j in running.items())
+
+
+# --------------------------------------------------------------------------- SRTF order
+_OPS = st.lists(st.tuples(st.sampled_from(["start", "stop", "slow", "settle", "wait"]),
+                          st.integers(0, 19), st.sampled_from([0.0, 0.0, 30.0]),
+                          st.floats(0.0, 900.0)), min_size=1, max_size=40)
+
+
+def _near_tie(keys: list[float]) -> bool:
+    ordered = sorted(keys)
+    return any(b - a <= 1e-6 * max(1.0, abs(b)) for a, b in zip(ordered, ordered[1:]))
+
+
+@settings(max_examples=120, deadline=None)
+@given(_OPS, st.integers(8, 48))
+def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, float, float]],
+                                                      capacity: int) -> None:
+    """After any sequence of starts (with or without a pause), stops, rate changes, settles
+    and waits, :class:`RunningOrder` ranks the running jobs as a full sort of the exact keys
+    does, and :func:`changes_by_rank` selects what :func:`rigid_by_rank` selects (both up to
+    float near-ties, which are the documented tie-only difference; without one: exactly)."""
+    from gpuplan.models import ActiveJob, ClusterView
+    from gpuplan.solver_core.policies.ranked_queue import RankedQueue
+    from gpuplan.solver_core.policies.running_order import RunningOrder
+    from gpuplan.solver_core.policies.shortest_first import (
+        RunningKeys,
+        changes_by_rank,
+        remaining_time,
+        rigid_by_rank,
+    )
+
+    specs = _jobs(20, 16, seed=11)
+    jobs = {s.id: ActiveJob(spec=s) for s in specs}
+    running: dict[str, ActiveJob] = {}
+    order = RunningOrder()
+    queue = RankedQueue(remaining_time, RunningKeys(service=False))
+    now = 0.0
+    for op, pick, pause, dt in ops:
+        job = jobs[specs[pick].id]
+        per_s = job.spec.throughput.rate(job.spec.requested_gpus)
+        if op == "start" and job.id not in running:
+            job.settle(now)
+            job.rate, job.gpus, job.resume_time = per_s, job.spec.requested_gpus, now + pause
+            running[job.id] = job
+        elif op == "stop" and job.id in running:
+            job.settle(now)
+            job.rate, job.gpus = 0.0, 0
+            del running[job.id]
+        elif op == "slow" and job.id in running:
+            job.settle(now)
+            job.rate = per_s * 0.5
+        elif op == "settle" and job.id in running:
+            job.settle(now)
+        now += dt
+        for job_id in [j for j, a in running.items() if remaining_time(a, now) <= 0.0]:
+            del running[job_id]  # finished
+        assert order.sync(running, now)
+        late, _ = order.late_entries(running, now)
+        ranked = [(c - now, s, j) for c, s, j in order.order]
+        assert sorted(j for *_, j in ranked + late) == sorted(running)
+        exact = {j: remaining_time(a, now) for j, a in running.items()}
+        for (_, _, a), (_, _, b) in zip(ranked, ranked[1:]):
+            assert exact[a] <= exact[b] + 1e-6 * max(1.0, exact[b])
+        for c, _, j in order.order:
+            assert abs((c - now) - exact[j]) <= 1e-6 * max(1.0, exact[j])
+        pending = {j: a for j, a in jobs.items() if j not in running and a.finish_time is None
+                   and remaining_time(a, now) > 0.0}
+        view = ClusterView(now, None, {}, {}, running, pending,  # type: ignore[arg-type]
+                           capacity=capacity)
+        starts, preempts = changes_by_rank(view, queue.pending_entries(view), order)
+        shares = rigid_by_rank(view, queue)
+        if not _near_tie(list(exact.values()) + [remaining_time(a, now)
+                                                  for a in pending.values()]):
+            assert sorted(starts) == sorted((j, n) for j, n in shares.items() if j in pending)
+            assert sorted(preempts) == sorted(j for j in running if j not in shares)
