@@ -124,41 +124,57 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
     that get their request (rank order) and the running jobs that fall out.
 
     The same greedy walk over the merged order, except that a stretch of regular running
-    jobs ranked before the next pending or late job is taken in one step: found by bisection
-    on ``C`` and summed at C speed; only when the stretch does not fit as a whole is it
-    walked job by job. A running job's key only falls relative to the pending keys, so after
-    a decision the walk meets few pending jobs ahead of running ones: per event the cost is
-    O((pending jobs visited + stretches) x log n) plus the changes."""
+    jobs of one group ranked before every other head (pending, late, other groups) is taken
+    in one step: found by bisection on ``C`` and summed at C speed; only when the stretch
+    does not fit as a whole is it walked job by job. A running job's key only falls relative
+    to the pending keys, so after a decision the walk meets few pending jobs ahead of running
+    ones: per event the cost is O((pending jobs visited + stretches) x (groups + log n)) plus
+    the changes."""
     now = view.now
     free = view.capacity
     running, pending = view.running, view.pending
-    regular, need = order.order, order.need
     late, late_need = order.late_entries(running, now)
+    groups = [(m, entries, needs) for m, (entries, needs) in order.groups.items() if entries]
+    cursor = [0] * len(groups)
     starts: list[tuple[str, int]] = []
     preempts: list[str] = []
-    i = li = p = 0
-    n_regular, n_late, n_pending = len(regular), len(late), len(pending_order)
+    li = p = 0
+    n_late, n_pending = len(late), len(pending_order)
     while free > 0:
         head = pending_order[p] if p < n_pending else None
         if li < n_late and (head is None or late[li] < head):
             head = late[li]
-        if i < n_regular:
-            if head is None:
-                j = n_regular
+        tops: list[tuple[Entry, int]] = []
+        for g, (m, entries, _) in enumerate(groups):
+            i = cursor[g]
+            if i < len(entries):
+                c, submit, job_id = entries[i]
+                tops.append(((c if m == 0 else (c - now) * m, submit, job_id), g))
+        if len(tops) > 1:
+            tops.sort()
+        if tops and (head is None or tops[0][0] < head):
+            g = tops[0][1]
+            m, entries, needs = groups[g]
+            i = cursor[g]
+            bound = head
+            if len(tops) > 1 and (bound is None or tops[1][0] < bound):
+                bound = tops[1][0]
+            if bound is None:
+                j = len(entries)
             else:
-                j = bisect.bisect_left(regular, (head[0] + now, head[1], head[2]), i)
-            if j > i:
-                total = sum(need[i:j])
-                if total <= free:
-                    free -= total
-                else:
-                    for k in range(i, j):
-                        if need[k] <= free:
-                            free -= need[k]
-                        else:
-                            preempts.append(regular[k][2])
-                i = j
-                continue
+                c_bound = bound[0] if m == 0 else bound[0] / m + now
+                j = max(i + 1, bisect.bisect_left(entries, (c_bound, bound[1], bound[2]), i))
+            total = sum(needs[i:j])
+            if total <= free:
+                free -= total
+            else:
+                for k in range(i, j):
+                    if needs[k] <= free:
+                        free -= needs[k]
+                    else:
+                        preempts.append(entries[k][2])
+            cursor[g] = j
+            continue
         if head is None:
             break
         if li < n_late and head is late[li]:
@@ -173,7 +189,8 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
                 starts.append((head[2], want))
                 free -= want
             p += 1
-    preempts.extend(entry[2] for entry in regular[i:])
+    for g, (_, entries, _) in enumerate(groups):
+        preempts.extend(entry[2] for entry in entries[cursor[g]:])
     preempts.extend(entry[2] for entry in late[li:])
     return starts, preempts
 
@@ -181,14 +198,15 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
 class ShortestFirst:
     """Shares stage ranking jobs by ``key``; keeps its sorted queue between decisions.
 
-    With ``incremental`` (SRTF only: its running keys all fall at one second per second) the
-    delta path keeps the running jobs in a :class:`RunningOrder` too (see
-    :func:`changes_by_rank`); the full path (``__call__``) is unchanged."""
+    With ``order`` (SRTF, SRSF, SJF: keys whose running order only changes when a job
+    starts, stops or changes rate) the delta path keeps the running jobs in a
+    :class:`RunningOrder` too (see :func:`changes_by_rank`); the full path (``__call__``) is
+    unchanged."""
 
     def __init__(self, key: RankKey, running: RunningKeys | None = None,
-                 incremental: bool = False) -> None:
+                 order: RunningOrder | None = None) -> None:
         self._queue = RankedQueue(key, running)
-        self._order = RunningOrder() if incremental else None
+        self._order = order
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         return rigid_by_rank(view, self._queue)
@@ -202,19 +220,18 @@ class ShortestFirst:
             return None
         stats: list[SolverStats] = []
         order = self._order
-        if order is not None:
-            if order.sync(view.running, view.now):
-                pending_order = self._queue.pending_entries(view)
-                starts, preempts = changes_by_rank(view, pending_order, order)
-                return delta_from_changes(view, starts, preempts, placement, stats)
+        if order is not None and order.sync(view.running, view.now):
+            starts, preempts = changes_by_rank(view, self._queue.pending_entries(view), order)
+            return delta_from_changes(view, starts, preempts, placement, stats)
         return delta_from_shares(view, self(view, stats), placement, stats)
 
 
 def srtf_shares() -> ShortestFirst:
     """A fresh SRTF shares stage."""
-    return ShortestFirst(remaining_time, RunningKeys(service=False), incremental=True)
+    return ShortestFirst(remaining_time, RunningKeys(service=False), RunningOrder(remaining_time))
 
 
 def srsf_shares() -> ShortestFirst:
     """A fresh SRSF shares stage."""
-    return ShortestFirst(remaining_service, RunningKeys(service=True))
+    return ShortestFirst(remaining_service, RunningKeys(service=True),
+                         RunningOrder(remaining_service, service=True))
