@@ -198,8 +198,8 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
 class ShortestFirst:
     """Shares stage ranking jobs by ``key``; keeps its sorted queue between decisions.
 
-    With ``order`` (SRTF, SRSF, SJF: keys whose running order only changes when a job
-    starts, stops or changes rate) the delta path keeps the running jobs in a
+    With ``order`` (SRTF, SJF: keys whose running order only changes when a job starts,
+    stops or changes rate) the delta path keeps the running jobs in a
     :class:`RunningOrder` too (see :func:`changes_by_rank`); the full path (``__call__``) is
     unchanged."""
 
@@ -233,5 +233,7 @@ def srtf_shares() -> ShortestFirst:
 
 def srsf_shares() -> ShortestFirst:
     """A fresh SRSF shares stage."""
-    return ShortestFirst(remaining_service, RunningKeys(service=True),
-                         RunningOrder(remaining_service, service=True))
+    # No RunningOrder: SRSF's groups (one per GPU count) interleave all along the rank, so
+    # the stretch walk degenerates to a job-by-job merge that was slower than the full
+    # ranking (docs/performance.md, round 3).
+    return ShortestFirst(remaining_service, RunningKeys(service=True))
