@@ -7,7 +7,10 @@
   deltas give the very same ``RunResult`` as the same policies forced onto the full
   protocol (all decided by ``decide``), on workloads with node failures and recoveries,
   mixed node sizes, and preemptions;
-* a wrapper that replaces the placement or the allocation stage drops the fast path.
+* a wrapper that replaces the placement or the allocation stage drops the fast path;
+* SRTF's, SRSF's and SJF's running order kept across events (:class:`RunningOrder`) equals a
+  full sort after random start/stop/rate/pause sequences, and its walk selects what the full
+  ranked walk selects (hypothesis).
 """
 
 from __future__ import annotations
