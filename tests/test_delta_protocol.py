@@ -7,12 +7,16 @@
   deltas give the very same ``RunResult`` as the same policies forced onto the full
   protocol (all decided by ``decide``), on workloads with node failures and recoveries,
   mixed node sizes, and preemptions;
-* a wrapper that replaces the placement or the allocation stage drops the fast path.
+* a wrapper that replaces the placement or the allocation stage drops the fast path;
+* SRTF's, SRSF's and SJF's running order kept across events (:class:`RunningOrder`) equals a
+  full sort after random start/stop/rate/pause sequences, and its walk selects what the full
+  ranked walk selects (hypothesis).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import replace
 from typing import Any
@@ -190,3 +194,91 @@ def test_running_keys_equal_the_key_function(states: list[tuple[float, float, fl
     assert keys(running, now) == want
     assert keys(running, now + 1.0) == sorted(
         (key(j, now + 1.0), j.spec.submit_time, i) for i, j in running.items())
+
+
+# --------------------------------------------------------------------------- running order
+_OPS = st.lists(st.tuples(st.sampled_from(["start", "stop", "slow", "settle", "wait"]),
+                          st.integers(0, 19), st.sampled_from([0.0, 0.0, 30.0]),
+                          st.floats(0.0, 900.0)), min_size=1, max_size=40)
+
+
+def _near_tie(keys: list[float]) -> bool:
+    ordered = sorted(keys)
+    return any(b - a <= 1e-6 * max(1.0, abs(b)) for a, b in itertools.pairwise(ordered))
+
+
+@settings(max_examples=100, deadline=None)
+@given(_OPS, st.integers(8, 48), st.sampled_from(["srtf", "srsf", "sjf"]))
+def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, float, float]],
+                                                      capacity: int, kind: str) -> None:
+    """After any sequence of starts (with or without a pause), stops, rate changes, settles
+    and waits, :class:`RunningOrder` ranks the running jobs as a full sort of the exact keys
+    does, a job at full rate past its pause is kept sorted (not re-keyed per event), and
+    :func:`changes_by_rank` selects what :func:`rigid_by_rank` selects (both up to float
+    near-ties, the documented tie-only difference; without one: exactly)."""
+    from gpuplan.models import ActiveJob, ClusterView
+    from gpuplan.solver_core.policies.ranked_queue import RankedQueue
+    from gpuplan.solver_core.policies.running_order import RunningOrder
+    from gpuplan.solver_core.policies.shortest_first import (
+        RunningKeys,
+        changes_by_rank,
+        remaining_service,
+        remaining_time,
+        rigid_by_rank,
+    )
+    from gpuplan.solver_core.policies.sjf import gpu_count
+
+    key = {"srtf": remaining_time, "srsf": remaining_service, "sjf": gpu_count}[kind]
+    specs = _jobs(20, 16, seed=11)
+    jobs = {s.id: ActiveJob(spec=s) for s in specs}
+    running: dict[str, ActiveJob] = {}
+    order = RunningOrder(key, service=kind == "srsf", static=kind == "sjf")
+    queue = RankedQueue(key, None if kind == "sjf" else RunningKeys(service=kind == "srsf"))
+    now = 0.0
+    for op, pick, pause, dt in ops:
+        job = jobs[specs[pick].id]
+        per_s = job.spec.throughput.rate(job.spec.requested_gpus)
+        if op == "start" and job.id not in running:
+            job.settle(now)
+            job.rate, job.gpus, job.resume_time = per_s, job.spec.requested_gpus, now + pause
+            running[job.id] = job
+        elif op == "stop" and job.id in running:
+            job.settle(now)
+            job.rate, job.gpus = 0.0, 0
+            del running[job.id]
+        elif op == "slow" and job.id in running:
+            job.settle(now)
+            job.rate = per_s * 0.5
+        elif op == "settle" and job.id in running:
+            job.settle(now)
+        now += dt
+        for job_id in [j for j, a in running.items() if remaining_time(a, now) <= 0.0]:
+            del running[job_id]  # finished
+        assert order.sync(running, now)
+        late, _ = order.late_entries(running, now)
+        exact = {j: key(a, now) for j, a in running.items()}
+        regular = [(c if m == 0 else (c - now) * m, s, j)
+                   for m, (entries, _) in order.groups.items() for c, s, j in entries]
+        assert sorted(j for *_, j in regular + late) == sorted(running)
+        for k, _, j in regular:
+            assert abs(k - exact[j]) <= 1e-6 * max(1.0, exact[j])
+        for m, (entries, _) in order.groups.items():
+            ids = [j for _, _, j in entries]
+            for a, b in itertools.pairwise(ids):
+                assert exact[a] <= exact[b] + 1e-6 * max(1.0, exact[b])
+            assert m == (0 if kind == "sjf" else 1 if kind == "srtf" else running[ids[0]].gpus)
+        late_ids = {j for *_, j in late}
+        for j, a in running.items():  # regular whenever the slope is known
+            full_rate = a.rate == a.spec.throughput.rate(a.spec.requested_gpus)
+            if kind == "sjf" or (full_rate and now > max(a.anchor_time, a.resume_time)):
+                assert j not in late_ids
+        pending = {j: a for j, a in jobs.items() if j not in running
+                   and remaining_time(a, now) > 0.0}
+        view = ClusterView(now, None, {}, {}, running, pending,  # type: ignore[arg-type]
+                           capacity=capacity)
+        starts, preempts = changes_by_rank(view, queue.pending_entries(view), order)
+        shares = rigid_by_rank(view, queue)
+        if kind == "sjf" or not _near_tie(list(exact.values()) + [
+                key(a, now) for a in pending.values()]):
+            assert sorted(starts) == sorted((j, n) for j, n in shares.items() if j in pending)
+            assert sorted(preempts) == sorted(j for j in running if j not in shares)

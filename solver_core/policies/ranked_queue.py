@@ -61,6 +61,11 @@ class RankedQueue:
                 for entry in new:
                     bisect.insort(self._order, entry)
 
+    def pending_entries(self, view: ClusterView) -> list[Entry]:
+        """The pending entries ascending (the queue's own list: read it, never edit it)."""
+        self._sync(view)
+        return self._order
+
     def entries(self, view: ClusterView) -> tuple[list[Entry], list[Entry]]:
         """``(running, pending)`` entries ``(key, submit time, id)`` of ``view``, each list
         ascending; their merge is :meth:`ranked`'s order. The pending list is the queue's own

@@ -15,6 +15,7 @@ from gpuplan.models import ActiveJob
 from ..placement.best_fit import best_fit_placement
 from ..policy import StagedPolicy
 from ..registry import PolicyDef, parameterless
+from .running_order import RunningOrder
 from .shortest_first import ShortestFirst
 
 
@@ -25,7 +26,7 @@ def gpu_count(job: ActiveJob, now: float) -> float:
 
 def sjf_shares() -> ShortestFirst:
     """A fresh SJF shares stage (fewest requested GPUs first)."""
-    return ShortestFirst(gpu_count)
+    return ShortestFirst(gpu_count, order=RunningOrder(gpu_count, static=True))
 
 
 POLICIES: list[PolicyDef] = [
