@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -86,6 +87,39 @@ def lab_session() -> Iterator[SlurmLab]:
         finally:
             if not lab.reused or lab.owner == OWNER:
                 lab.down()
+
+
+def lab_locked_here(lab_root: Path = LAB_ROOT) -> bool:
+    """True when this very process already holds the lab (``tests/test_slurm.py``'s session
+    fixture ran first): taking the lock again would wait for ourselves until it timed out."""
+    path = lab_root.with_name(lab_root.name + ".lock")
+    try:
+        holder = int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if holder != os.getpid():
+        return False
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+def module_lab() -> Iterator[SlurmLab]:
+    """Generator for a module fixture: the lab this test session already holds (left to its
+    owner to stop), else one of its own through :func:`lab_session` (locked, stopped and
+    released when the module is done)."""
+    if lab_locked_here():
+        yield start_lab(SlurmLab(LabConfig(root=LAB_ROOT, nodes=NODES,
+                                           gpus_per_node=GPUS_PER_NODE, gpu_type="a100",
+                                           job_submit_lua=True)))
+        return
+    session = lab_session()
+    yield next(session)
+    session.close()
 
 
 def start_lab(lab: SlurmLab) -> SlurmLab:

@@ -11,7 +11,6 @@ these tests instead of skipping them (``slurm_fixtures.unavailable``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import json
 import os
@@ -50,7 +49,7 @@ from gpuplan.executors.control.journal import (
     JournalError,
 )
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
-from gpuplan.executors.slurm.lab import LabConfig, SlurmLab
+from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import Cluster, InputError, Node
 
 from . import slurm_fixtures as fx
@@ -376,38 +375,11 @@ PYTHON = "/usr/bin/python3"
 stand-in needs only the standard library, so the system interpreter runs it."""
 
 
-def _lab_locked_here(lab_root: Path) -> bool:
-    """True when this very process already holds the lab (``tests/test_slurm.py``'s session
-    fixture ran first): taking the lock again would wait for ourselves."""
-    path = lab_root.with_name(lab_root.name + ".lock")
-    try:
-        holder = int(path.read_text().strip() or 0)
-    except (OSError, ValueError):
-        return False
-    if holder != os.getpid():
-        return False
-    with open(path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return False
-
-
 @pytest.fixture(scope="module")
 def lab() -> Iterator[SlurmLab]:
     """The project's lab via ``slurm_fixtures.lab_session`` (module scope: released for
     ``test_slurm.py``'s session fixture when this module is done)."""
-    if _lab_locked_here(fx.LAB_ROOT):
-        shared = SlurmLab(LabConfig(root=fx.LAB_ROOT, nodes=fx.NODES,
-                                    gpus_per_node=fx.GPUS_PER_NODE, gpu_type="a100",
-                                    job_submit_lua=True))
-        yield fx.start_lab(shared)
-        return
-    session = fx.lab_session()
-    yield next(session)
-    session.close()
+    yield from fx.module_lab()
 
 
 @pytest.fixture(scope="module")

@@ -272,12 +272,12 @@ def test_slurm_cluster_runs_one_single_threaded_worker_per_job_on_the_partition(
 
 @pytest.fixture(scope="module")
 def slurm_lab() -> Iterator[SlurmLab]:
-    """The project's real Slurm lab (root; locked against other sessions, skipped without)."""
+    """The project's real Slurm lab (root; locked against other sessions, skipped without):
+    the one this session already holds when ``tests/test_slurm.py`` ran first (taking the
+    lock again would wait for ourselves), else its own."""
     from . import slurm_fixtures as fx
 
-    session = fx.lab_session()
-    yield next(session)
-    session.close()  # lab_session's finally: down() if a test session started it, unlock
+    yield from fx.module_lab()
 
 
 def _sweep_jobs(lab: SlurmLab) -> list[str]:
