@@ -32,8 +32,8 @@ from ortools.sat.python import cp_model
 from ortools.sat.python.cp_model import Domain
 
 from ..limits import SolveLimits
-from .reclaim_model import ReclaimInstance, ReclaimJob
-from .reclaim_rins import lp_relaxation, tight_model
+from .reclaim_model import ReclaimInstance
+from .reclaim_rins import lp_relaxation, survivable, tight_model
 
 __all__ = ["ANNEAL_MOVES_PER_WORK_S", "LNS_STEPS_PER_WORK_S", "LnsResult", "improve", "lp_bound"]
 
@@ -73,14 +73,8 @@ def _jobs(inst: ReclaimInstance, index: dict[str, int]) -> list[_Job]:
         on = tuple((index[s], g) for s, g in job.gpus.items() if s in index and g > 0)
         if not on:
             continue
-        out.append(_Job(on, job.total, _survivable(job)))
+        out.append(_Job(on, job.total, survivable(job)))
     return out
-
-
-def _survivable(job: ReclaimJob) -> tuple[int, ...]:
-    total = job.total
-    kept = {a for a in job.allowed if 0 < a <= total} if job.allowed else {total}
-    return tuple(sorted({0} | {total - a for a in kept}))
 
 
 @dataclass
