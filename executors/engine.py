@@ -40,6 +40,7 @@ from gpuplan.models import (
     placement_rate,
     vacate_gpu,
 )
+from gpuplan.models.fast import construct
 from gpuplan.solver_core.diff import build_delta_plan, build_plan
 from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 
@@ -345,7 +346,8 @@ class Engine:
     def _record(self, job: ActiveJob) -> JobRecord:
         spec = job.spec
         finish = job.finish_time
-        return JobRecord.model_construct(
+        return construct(
+            JobRecord,
             job_id=spec.id,
             user=spec.user,
             model=spec.model,
@@ -656,7 +658,8 @@ class Engine:
     def result(self, scenario: str = "", seed: int = 0, wall_s: float = 0.0) -> RunResult:
         """Records of finished jobs plus unfinished ones (finish None)."""
         unfinished = [self._record(j) for j in (*self.running.values(), *self.pending.values())]
-        return RunResult.model_construct(
+        return construct(
+            RunResult,
             scenario=scenario,
             policy=self.policy.name,
             seed=seed,

@@ -20,6 +20,7 @@ shared GPUs, in time proportional to the actions — every executor runs it thro
 from __future__ import annotations
 
 from gpuplan.models import SHARE_EPS, Action, AllocationPlan, ClusterView, JobAllocation
+from gpuplan.models.fast import construct
 
 from .policy import Decision, Delta
 
@@ -42,27 +43,28 @@ def build_plan(
         before = job.allocation
         after = placements.get(job_id)
         if after is None:
-            actions.append(Action.model_construct(kind="preempt", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="preempt", job_id=job_id, before=before,
                                                   after=None))
         elif after is before or (after.placement == before.placement  # type: ignore[union-attr]
                                  and after.share == before.share):  # type: ignore[union-attr]
             if include_keep:
-                actions.append(Action.model_construct(kind="keep", job_id=job_id, before=before,
+                actions.append(construct(Action, kind="keep", job_id=job_id, before=before,
                                                       after=after))
         elif after.placement == before.placement:  # type: ignore[union-attr]
-            actions.append(Action.model_construct(kind="reshare", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="reshare", job_id=job_id, before=before,
                                                   after=after))
         elif after.gpus != job.gpus:
-            actions.append(Action.model_construct(kind="resize", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="resize", job_id=job_id, before=before,
                                                   after=after))
         else:
-            actions.append(Action.model_construct(kind="migrate", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="migrate", job_id=job_id, before=before,
                                                   after=after))
     for job_id, after in placements.items():
         if job_id in view.pending:
-            actions.append(Action.model_construct(kind="start", job_id=job_id, before=None,
+            actions.append(construct(Action, kind="start", job_id=job_id, before=None,
                                                   after=after))
-    return AllocationPlan.model_construct(
+    return construct(
+        AllocationPlan,
         time=view.now,
         policy=policy,
         allocations=placements,
@@ -80,12 +82,13 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
     other running job keeps the allocation it holds), which is what :func:`check_actions`
     reads; the engine never takes this path when a hook needs the full allocations."""
     running = view.running
-    actions = [Action.model_construct(kind="preempt", job_id=job_id,
+    actions = [construct(Action, kind="preempt", job_id=job_id,
                                       before=running[job_id].allocation, after=None)
                for job_id in delta.preempts]
-    actions += [Action.model_construct(kind="start", job_id=job_id, before=None, after=after)
+    actions += [construct(Action, kind="start", job_id=job_id, before=None, after=after)
                 for job_id, after in delta.starts.items()]
-    return AllocationPlan.model_construct(
+    return construct(
+        AllocationPlan,
         time=view.now,
         policy=policy,
         allocations=delta.starts,

@@ -61,6 +61,7 @@ from gpuplan.models import (
     placement_rate,
 )
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
+from gpuplan.models.fast import construct
 from gpuplan.models.interference import InterferenceModel
 from gpuplan.models.state import NO_OBSERVATIONS
 
@@ -153,17 +154,17 @@ class SimulatedCluster(Executor):
                         continue
                     self._close_segment(job_id, time)
                     self._leave_shared(job_id, time)
-                    batch.append(JobCompletion.model_construct(time=time, kind="completion",
+                    batch.append(construct(JobCompletion, time=time, kind="completion",
                                                                job_id=job_id))
                 elif kind == _ARRIVAL:
-                    batch.append(JobArrival.model_construct(time=time, kind="arrival",
+                    batch.append(construct(JobArrival, time=time, kind="arrival",
                                                             job=self._believed(payload)))
                 elif kind == _SWITCH:
                     self._switch(time, payload)  # type: ignore[arg-type]
                 elif kind == _INTERNAL:
                     self._internal(time, payload)
                 elif kind == _TIMER:
-                    batch.append(Timer.model_construct(time=time, kind="timer", name="round"))
+                    batch.append(construct(Timer, time=time, kind="timer", name="round"))
                 else:
                     batch.append(payload)  # type: ignore[arg-type]
             if batch:
