@@ -229,30 +229,45 @@ class Engine:
         alloc = job.allocation
         if alloc is None:
             return
+        share = alloc.share
+        whole = share >= 1.0  # vacate_gpu of a whole GPU only adds it back
+        all_free, all_shared, stale, index = self.free, self.shared, self._stale, self._index
         for node, gpus in alloc.placement.items():
-            if node in self.free:
-                free, shared = self.free[node], self.shared[node]
-                self._stale.add(node)
-                for g in gpus:
-                    vacate_gpu(free, shared, g, alloc.share)
-                self._index.set(node, len(free))
+            free = all_free.get(node)
+            if free is not None:
+                shared = all_shared[node]
+                stale.add(node)
+                if whole:
+                    free.update(gpus)
+                else:
+                    for g in gpus:
+                        vacate_gpu(free, shared, g, share)
+                index.set(node, len(free))
                 if not shared:
                     self._shared_nodes.discard(node)
-        self._allocated -= job.gpus * alloc.share
+        self._allocated -= job.gpus * share
 
     def _acquire(self, job: ActiveJob) -> None:
         alloc = job.allocation
         assert alloc is not None
+        share = alloc.share
+        whole = share >= 1.0
+        all_free, stale, index = self.free, self._stale, self._index
         for node, gpus in alloc.placement.items():
-            free, shared = self.free[node], self.shared[node]
-            self._stale.add(node)
-            for g in gpus:
-                if not occupy_gpu(free, shared, g, alloc.share):
-                    raise RuntimeError(f"plan gives GPU {node}:{g} to {job.id} but it is taken")
-            self._index.set(node, len(free))
-            if alloc.share < 1.0:
+            free = all_free[node]
+            stale.add(node)
+            if whole and free.issuperset(gpus):  # occupy_gpu of free whole GPUs: discards
+                free.difference_update(gpus)
+            else:
+                shared = self.shared[node]
+                for g in gpus:
+                    if not occupy_gpu(free, shared, g, share):
+                        raise RuntimeError(
+                            f"plan gives GPU {node}:{g} to {job.id} but it is taken")
+            index.set(node, len(free))
+            if not whole:
                 self._shared_nodes.add(node)
-        self._allocated += job.gpus * alloc.share
+        self._allocated += job.gpus * share
 
     def adopt(self, job: ActiveJob, allocation: JobAllocation) -> None:
         """Hold ``job`` as running on ``allocation``, the whole GPUs an executor observed it on
@@ -527,11 +542,14 @@ class Engine:
             stats = decision.stats
             plan = build_plan(view, decision, self.policy.name)
         ms = (wallclock.perf_counter() - t0) * 1000.0
-        plan.decision_ms = ms
+        # build_plan / build_delta_plan set every field, decision_ms included (so it is in the
+        # fields set already): a plain write is what pydantic's __setattr__ would do, cheaper.
+        plan.__dict__["decision_ms"] = ms
         self.decision_ms.append(ms)
-        self.solver_calls += len(stats)
-        self.solver_fallbacks += sum(1 for s in stats if s.fell_back)
-        self.solver_ms.extend(s.wall_ms for s in stats)
+        if stats:
+            self.solver_calls += len(stats)
+            self.solver_fallbacks += sum(1 for s in stats if s.fell_back)
+            self.solver_ms.extend(s.wall_ms for s in stats)
         if self.on_plan is not None:
             self.on_plan(view, plan)
         try:
@@ -588,32 +606,39 @@ class Engine:
         return unpaid
 
     def _apply(self, plan: AllocationPlan, now: float) -> None:
+        if not plan.actions:  # nothing to carry out (and no grow to drop, nothing to relabel)
+            return
         unpaid = self._unpaid_grows(plan, now)
         if unpaid:
             plan = plan.model_copy(update={
                 "actions": [a for a in plan.actions if a.job_id not in unpaid]})
             self.skipped_grows += len(unpaid)
         relabels = self._relabels(plan)
+        actions = plan.actions
+        running, pending = self.running, self.pending
         touched: dict[str, ActiveJob] = {}
-        # Release everything first so GPUs can change hands within one plan.
-        for action in plan.actions:
-            job = self.running.get(action.job_id) or self.pending[action.job_id]
-            touched[job.id] = job
+        # Release everything first so GPUs can change hands within one plan. (Jobs are keyed
+        # by id, so ``action.job_id`` is the job's id: read it rather than ``job.id``.)
+        for action in actions:
+            job_id = action.job_id
+            job = running.get(job_id) or pending[job_id]
+            touched[job_id] = job
             job.settle(now)
             if action.kind != "start":
                 self._release(job)
-        for action in plan.actions:
-            job = touched[action.job_id]
+        for action in actions:
+            job_id = action.job_id
+            job = touched[job_id]
             kind = action.kind
             if kind == "start":
-                del self.pending[job.id]
+                del pending[job_id]
                 job.pending_time = job.pending_time_at(now)
                 job.pending_since = None
                 job.status = "running"
                 if job.first_start is None:
                     job.first_start = now
                 job.set_allocation(action.after)
-                self.running[job.id] = job
+                running[job_id] = job
                 self._acquire(job)
             elif kind == "preempt":
                 job.preemptions += 1
@@ -622,15 +647,16 @@ class Engine:
                 if kind == "resize":
                     job.resizes += 1
                     self.degraded_resizes += self._degraded
-                elif kind == "migrate" and job.id not in relabels:
+                elif kind == "migrate" and job_id not in relabels:
                     job.migrations += 1
                 job.set_allocation(action.after)
                 self._acquire(job)
         if relabels:
-            carried = [a for a in plan.actions if a.job_id not in relabels]
+            carried = [a for a in actions if a.job_id not in relabels]
             plan = plan.model_copy(update={"actions": carried})
+            touched = {j: touched[j] for j in touched if j not in relabels}
         if plan.actions:
-            self.executor.apply(plan, {j: touched[j] for j in touched if j not in relabels})
+            self.executor.apply(plan, touched)
 
     def _schedule_wakeup(self, view: ClusterView) -> None:
         wanted = self.policy.next_wakeup(view)

@@ -138,37 +138,49 @@ def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
     job or shares summing past 1. Costs O(GPUs the actions touch), so executors run it on every
     plan.
     """
+    actions = plan.actions
+    if not actions:
+        return
+    running, pending, allocations = view.running, view.pending, plan.allocations
     delta: dict[tuple[str, int], float] = {}
-    for a in plan.actions:
-        job = view.running.get(a.job_id)
-        if a.kind == "start":
-            if a.job_id not in view.pending:
-                raise ValueError(f"job {a.job_id}: start of a job that is not pending")
-        elif job is None:
-            raise ValueError(f"job {a.job_id}: {a.kind} of a job that is not running")
-        elif a.before != job.allocation:
-            raise ValueError(f"job {a.job_id}: {a.kind} from an allocation it does not hold")
-        if a.kind in ("keep", "preempt"):
-            if a.kind == "preempt" and a.job_id in plan.allocations:
-                raise ValueError(f"job {a.job_id}: preempted but still allocated")
-            if a.kind == "preempt" and a.before is not None:
-                for node, gpus in a.before.placement.items():
+    get = delta.get
+    for a in actions:
+        job_id, kind, before = a.job_id, a.kind, a.before
+        if kind == "start":
+            if job_id not in pending:
+                raise ValueError(f"job {job_id}: start of a job that is not pending")
+        else:
+            job = running.get(job_id)
+            if job is None:
+                raise ValueError(f"job {job_id}: {kind} of a job that is not running")
+            if before is not job.allocation and before != job.allocation:
+                raise ValueError(f"job {job_id}: {kind} from an allocation it does not hold")
+        if kind in ("keep", "preempt"):
+            if kind == "preempt" and job_id in allocations:
+                raise ValueError(f"job {job_id}: preempted but still allocated")
+            if kind == "preempt" and before is not None:
+                share = before.share
+                for node, gpus in before.placement.items():
                     for g in gpus:
-                        delta[(node, g)] = delta.get((node, g), 0.0) - a.before.share
+                        delta[(node, g)] = get((node, g), 0.0) - share
             continue
         after = a.after
-        if after is None or plan.allocations.get(a.job_id) != after:
-            raise ValueError(f"job {a.job_id}: {a.kind} to an allocation the plan does not hold")
-        if after.job_id != a.job_id:
-            raise ValueError(f"job {a.job_id}: its allocation names job {after.job_id!r}")
-        _check_gpus(view, a.job_id, after)
-        if a.before is not None:
-            for node, gpus in a.before.placement.items():
+        planned = allocations.get(job_id)
+        if after is None or (planned is not after and planned != after):
+            raise ValueError(f"job {job_id}: {kind} to an allocation the plan does not hold")
+        if after.job_id != job_id:
+            raise ValueError(f"job {job_id}: its allocation names job {after.job_id!r}")
+        _check_gpus(view, job_id, after)
+        if before is not None:
+            share = before.share
+            for node, gpus in before.placement.items():
                 for g in gpus:
-                    delta[(node, g)] = delta.get((node, g), 0.0) - a.before.share
+                    delta[(node, g)] = get((node, g), 0.0) - share
+        share = after.share
         for node, gpus in after.placement.items():
             for g in gpus:
-                delta[(node, g)] = delta.get((node, g), 0.0) + after.share
+                delta[(node, g)] = get((node, g), 0.0) + share
+    gpu_load = view.gpu_load
     for (node, g), change in delta.items():
-        if change > SHARE_EPS and view.gpu_load(node, g) + change > 1.0 + SHARE_EPS:
+        if change > SHARE_EPS and gpu_load(node, g) + change > 1.0 + SHARE_EPS:
             raise ValueError(f"GPU {node}:{g} is over-committed by the plan")

@@ -152,8 +152,10 @@ class SimulatedCluster(Executor):
                     job_id, version = payload  # type: ignore[misc]
                     if self._version.get(job_id) != version:
                         continue
-                    self._close_segment(job_id, time)
-                    self._leave_shared(job_id, time)
+                    if self.segments is not None:
+                        self._close_segment(job_id, time)
+                    if self._colocated:  # else the job held no shared GPU: nothing to re-rate
+                        self._leave_shared(job_id, time)
                     batch.append(construct(JobCompletion, time=time, kind="completion",
                                                                job_id=job_id))
                 elif kind == _ARRIVAL:

@@ -246,13 +246,16 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
                 else:
                     count = need
                 gpus = left[node] if node in left else free[node]
-                taken[node] = taken.get(node, ()) + tuple(gpus[:count])
+                # A node is taken from at most once per job (after a take it either has
+                # ``need`` fewer GPUs and need is 0, or none left), and ``gpus`` ascends, so
+                # each node's tuple is already sorted.
+                taken[node] = tuple(gpus[:count])
                 left[node] = gpus[count:]
                 undo.append((node, len(gpus)))
                 index.set(node, len(gpus) - count)
                 need -= count
             result[job_id] = JobAllocation.fast(
-                job_id, {n: tuple(sorted(g)) for n, g in sorted(taken.items())})
+                job_id, taken if len(taken) == 1 else dict(sorted(taken.items())))
     finally:
         for node, count in reversed(undo):
             index.set(node, count)
