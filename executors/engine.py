@@ -311,7 +311,7 @@ class Engine:
         dt = now - self.now
         if dt > 0:
             self.gpu_seconds_allocated += self._allocated * dt
-            self.gpu_seconds_capacity += self.capacity * dt
+            self.gpu_seconds_capacity += self._capacity * dt
         self.now = now
 
     # ------------------------------------------------------------------ events

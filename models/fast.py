@@ -111,12 +111,13 @@ def construct(cls: type[M], /, **values: Any) -> M:
     if len(fields) != shape.size:
         unknown = sorted(set(values) - shape.names)
         raise TypeError(f"{cls.__name__}: unknown field(s) {unknown}")
-    if shape.required and not shape.required.issubset(values):
+    if not shape.required.issubset(values):
         missing = sorted(shape.required - values.keys())
         raise TypeError(f"{cls.__name__}: missing required field(s) {missing}")
-    for name, make in shape.computed:
-        if name not in values:
-            fields[name] = make()
+    if shape.computed:
+        for name, make in shape.computed:
+            if name not in values:
+                fields[name] = make()
     m = _new(cls)
     _setattr(m, "__dict__", fields)
     _set_fields_set(m, set(values))

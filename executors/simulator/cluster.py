@@ -399,15 +399,18 @@ class SimulatedCluster(Executor):
         self._version[job.id] = self._version.get(job.id, 0) + 1
 
     def _predict_completion(self, job: ActiveJob) -> None:
-        version = self._version.get(job.id, 0) + 1
-        self._version[job.id] = version
-        if job.rate <= 0.0:
+        job_id = job.id
+        version = self._version.get(job_id, 0) + 1
+        self._version[job_id] = version
+        rate = job.rate
+        if rate <= 0.0:
             return
-        start = max(job.anchor_time, job.resume_time)
-        finish = start + (job.spec.work - job.done) / job.rate
-        self._push(finish, _COMPLETION, (job.id, version))
+        anchor, resume = job.anchor_time, job.resume_time
+        start = resume if resume > anchor else anchor  # max(anchor, resume), as before
+        finish = start + (job.spec.work - job.done) / rate
+        self._push(finish, _COMPLETION, (job_id, version))
         if self.segments is not None:
-            self._open[job.id] = Segment(job.id, start, finish, job.rate, job.gpus)
+            self._open[job_id] = Segment(job_id, start, finish, rate, job.gpus)
 
     def _close_segment(self, job_id: str, now: float) -> None:
         if self.segments is None:
