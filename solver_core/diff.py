@@ -180,7 +180,12 @@ def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
         for node, gpus in after.placement.items():
             for g in gpus:
                 delta[(node, g)] = get((node, g), 0.0) + share
-    gpu_load = view.gpu_load
+    shared, free = view.shared, view.free
     for (node, g), change in delta.items():
-        if change > SHARE_EPS and gpu_load(node, g) + change > 1.0 + SHARE_EPS:
-            raise ValueError(f"GPU {node}:{g} is over-committed by the plan")
+        if change > SHARE_EPS:
+            # view.gpu_load(node, g), inlined (one call per GPU a plan takes)
+            used = shared[node].get(g) if node in shared else None
+            if used is None:
+                used = 0.0 if g in free.get(node, ()) else 1.0
+            if used + change > 1.0 + SHARE_EPS:
+                raise ValueError(f"GPU {node}:{g} is over-committed by the plan")

@@ -232,7 +232,9 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
                 undo.append((node, index.count(node)))
                 left[node] = sorted(free[node] + gpus)
                 index.set(node, len(left[node]))
-        for job_id, want in sorted(wants, key=lambda x: (-x[1], x[0])):
+        order = sorted(wants, key=lambda x: (-x[1], x[0])) if len(wants) > 1 else wants
+        last = len(order) - 1
+        for i, (job_id, want) in enumerate(order):
             if index.total < want:  # _take_best_fit's "not enough free GPUs": left pending
                 continue
             need = want
@@ -250,10 +252,12 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
                 # ``need`` fewer GPUs and need is 0, or none left), and ``gpus`` ascends, so
                 # each node's tuple is already sorted.
                 taken[node] = tuple(gpus[:count])
+                need -= count
+                if need == 0 and i == last:  # the decision's last take: nothing reads the
+                    break  # index or ``left`` again, so neither is updated (nor undone)
                 left[node] = gpus[count:]
                 undo.append((node, len(gpus)))
                 index.set(node, len(gpus) - count)
-                need -= count
             result[job_id] = JobAllocation.fast(
                 job_id, taken if len(taken) == 1 else dict(sorted(taken.items())))
     finally:
