@@ -526,13 +526,21 @@ class Engine:
         delta = delta_of(view)
         return None if delta is None else (view, delta, t0)
 
+    check_delta_plans = False
+    """Re-check the plans the engine builds from a policy's delta (``check_actions`` in
+    :meth:`Executor.accept`, O(GPUs taken) per event). Off by default: a delta's starts are
+    placed on GPUs the engine's own free index holds and its preemptions name running jobs, and
+    ``_acquire`` still refuses a taken GPU. The tests turn it on."""
+
     def decide(self, now: float) -> AllocationPlan:
         fast = self._decide_delta(now)
+        built = False
         if fast is not None:
             view, answer, t0 = fast
             stats = answer.stats
             if isinstance(answer, Delta):
                 plan = build_delta_plan(view, answer, self.policy.name)
+                built = not self.check_delta_plans
             else:
                 plan = build_plan(view, answer, self.policy.name)
         else:
@@ -553,7 +561,10 @@ class Engine:
         if self.on_plan is not None:
             self.on_plan(view, plan)
         try:
-            self.executor.accept(view, plan)
+            if built:
+                self.executor.accept(view, plan, built=True)
+            else:
+                self.executor.accept(view, plan)
         except PlanRefused:
             self.plans_refused += 1
             raise
