@@ -619,12 +619,15 @@ class Engine:
     def _apply(self, plan: AllocationPlan, now: float) -> None:
         if not plan.actions:  # nothing to carry out (and no grow to drop, nothing to relabel)
             return
-        unpaid = self._unpaid_grows(plan, now)
-        if unpaid:
-            plan = plan.model_copy(update={
-                "actions": [a for a in plan.actions if a.job_id not in unpaid]})
-            self.skipped_grows += len(unpaid)
-        relabels = self._relabels(plan)
+        caps = self.executor.capabilities
+        # (the two helpers' own first tests, read here: most executors need neither)
+        if caps.resize == "restart" and caps.restart_latency_s > 0:
+            unpaid = self._unpaid_grows(plan, now)
+            if unpaid:
+                plan = plan.model_copy(update={
+                    "actions": [a for a in plan.actions if a.job_id not in unpaid]})
+                self.skipped_grows += len(unpaid)
+        relabels = set() if caps.pin_gpus else self._relabels(plan)
         actions = plan.actions
         running, pending = self.running, self.pending
         touched: dict[str, ActiveJob] = {}

@@ -82,11 +82,17 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
     other running job keeps the allocation it holds), which is what :func:`check_actions`
     reads; the engine never takes this path when a hook needs the full allocations."""
     running = view.running
-    actions = [construct(Action, kind="preempt", job_id=job_id,
-                                      before=running[job_id].allocation, after=None)
-               for job_id in delta.preempts]
-    actions += [construct(Action, kind="start", job_id=job_id, before=None, after=after)
-                for job_id, after in delta.starts.items()]
+    actions: list[Action] = []
+    # plain loops, skipped when empty: most deltas start one job or none (a comprehension is
+    # a function call of its own in Python 3.11)
+    if delta.preempts:
+        for job_id in delta.preempts:
+            actions.append(construct(Action, kind="preempt", job_id=job_id,
+                                     before=running[job_id].allocation, after=None))
+    if delta.starts:
+        for job_id, after in delta.starts.items():
+            actions.append(construct(Action, kind="start", job_id=job_id, before=None,
+                                     after=after))
     return construct(
         AllocationPlan,
         time=view.now,

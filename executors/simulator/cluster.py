@@ -408,7 +408,8 @@ class SimulatedCluster(Executor):
         anchor, resume = job.anchor_time, job.resume_time
         start = resume if resume > anchor else anchor  # max(anchor, resume), as before
         finish = start + (job.spec.work - job.done) / rate
-        self._push(finish, _COMPLETION, (job_id, version))
+        self._seq += 1  # self._push, inlined (once per start)
+        heapq.heappush(self._heap, (finish, _COMPLETION, self._seq, (job_id, version)))
         if self.segments is not None:
             self._open[job_id] = Segment(job_id, start, finish, rate, job.gpus)
 

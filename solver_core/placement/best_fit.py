@@ -219,8 +219,9 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
     if index is None or view.shaped or cluster.multi_rack or len(cluster.node_gpu_types) > 1:
         return None
     pending = view.pending
-    if any(pending[j].spec.gpu_type is not None for j, _ in wants):
-        return None
+    for j, _ in wants:  # a loop, not any(genexpr): usually one job
+        if pending[j].spec.gpu_type is not None:
+            return None
     free = view.free
     left: dict[str, list[int]] = {}
     """Node -> its free GPUs after this decision's takes so far."""
