@@ -40,12 +40,11 @@ from gpuplan.models import (
     placement_rate,
     vacate_gpu,
 )
-from gpuplan.models.fast import construct
 from gpuplan.solver_core.diff import build_delta_plan, build_plan
 from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 
 from .base import Executor
-from .metrics import take_sample
+from .metrics import job_record, run_result, take_sample
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
 log = logging.getLogger(__name__)
@@ -359,28 +358,7 @@ class Engine:
         self.records.append(record.model_copy(update={"failed": True, "failure": reason}))
 
     def _record(self, job: ActiveJob) -> JobRecord:
-        spec = job.spec
-        finish = job.finish_time
-        return construct(
-            JobRecord,
-            job_id=spec.id,
-            user=spec.user,
-            model=spec.model,
-            requested_gpus=spec.requested_gpus,
-            work=spec.work,
-            submit_time=spec.submit_time,
-            first_start=job.first_start,
-            finish_time=finish,
-            queueing_time=None if job.first_start is None else job.first_start - spec.submit_time,
-            pending_time=job.pending_time_at(finish if finish is not None else (self.now or 0.0)),
-            jct=None if finish is None else finish - spec.submit_time,
-            gpu_seconds=job.attained_service,
-            done_iterations=job.done,
-            lost_iterations=job.lost_work,
-            preemptions=job.preemptions,
-            resizes=job.resizes,
-            migrations=job.migrations,
-        )
+        return job_record(job, self.now)
 
     def handle(self, now: float, events: list[Event]) -> AllocationPlan:
         """Apply one batch of simultaneous events, decide, and carry the plan out."""
@@ -527,10 +505,9 @@ class Engine:
         return None if delta is None else (view, delta, t0)
 
     check_delta_plans = False
-    """Re-check the plans the engine builds from a policy's delta (``check_actions`` in
-    :meth:`Executor.accept`, O(GPUs taken) per event). Off by default: a delta's starts are
-    placed on GPUs the engine's own free index holds and its preemptions name running jobs, and
-    ``_acquire`` still refuses a taken GPU. The tests turn it on."""
+    """Re-check plans built from a policy's delta (``check_actions`` in :meth:`Executor.accept`):
+    off by default, as their starts are on GPUs the engine's free index holds and ``_acquire``
+    still refuses a taken GPU; the tests turn it on."""
 
     def decide(self, now: float) -> AllocationPlan:
         fast = self._decide_delta(now)
@@ -697,24 +674,4 @@ class Engine:
 
     def result(self, scenario: str = "", seed: int = 0, wall_s: float = 0.0) -> RunResult:
         """Records of finished jobs plus unfinished ones (finish None)."""
-        unfinished = [self._record(j) for j in (*self.running.values(), *self.pending.values())]
-        return construct(
-            RunResult,
-            scenario=scenario,
-            policy=self.policy.name,
-            seed=seed,
-            jobs=[*self.records, *unfinished],
-            samples=self.samples,
-            decision_ms=self.decision_ms,
-            gpu_seconds_allocated=self.gpu_seconds_allocated,
-            gpu_seconds_capacity=self.gpu_seconds_capacity,
-            start_time=self.start_time or 0.0,
-            end_time=self.now or 0.0,
-            events=self.events,
-            wall_s=wall_s,
-            solver_calls=self.solver_calls,
-            solver_fallbacks=self.solver_fallbacks,
-            solver_ms=self.solver_ms,
-            rejected=list(self.rejected),
-            degraded_resizes=self.degraded_resizes,
-        )
+        return run_result(self, scenario, seed, wall_s)
