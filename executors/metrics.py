@@ -5,7 +5,8 @@ The definitions follow the AFS paper's §5.3 (000 digest): queue length (QL), cl
 better than the baseline). ``docs/metrics.md`` states every equation, unit and CSV column.
 
 :func:`take_sample` runs inside the simulator's event loop, so it is a single pass over the
-active jobs with scalar accumulators. Everything else runs once per run and favours clarity.
+active jobs with scalar accumulators; :func:`job_record` (once per finished job) builds its
+record without re-validation. Everything else runs once per run and favours clarity.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,20 +22,83 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuplan.models import ActiveJob, JobRecord, RunResult, Sample
+from gpuplan.models.fast import construct
 from gpuplan.models.records import LoaningMetrics
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = [
     "RunSummary",
     "compare_json",
     "compare_table",
     "format_duration",
+    "job_record",
     "loaning_table",
     "mean_summary",
+    "run_result",
     "summarize",
     "take_sample",
     "write_job_csv",
     "write_samples_csv",
 ]
+
+
+# --------------------------------------------------------------------------- records
+def job_record(job: ActiveJob, now: float | None) -> JobRecord:
+    """The record of one job (finished, failed or, with ``finish_time`` None, still active at
+    ``now``). Built once per finished job inside the event loop, so with
+    :func:`~gpuplan.models.fast.construct` (the values are the engine's own, already valid)."""
+    spec = job.spec
+    finish = job.finish_time
+    return construct(
+        JobRecord,
+        job_id=spec.id,
+        user=spec.user,
+        model=spec.model,
+        requested_gpus=spec.requested_gpus,
+        work=spec.work,
+        submit_time=spec.submit_time,
+        first_start=job.first_start,
+        finish_time=finish,
+        queueing_time=None if job.first_start is None else job.first_start - spec.submit_time,
+        pending_time=job.pending_time_at(finish if finish is not None else (now or 0.0)),
+        jct=None if finish is None else finish - spec.submit_time,
+        gpu_seconds=job.attained_service,
+        done_iterations=job.done,
+        lost_iterations=job.lost_work,
+        preemptions=job.preemptions,
+        resizes=job.resizes,
+        migrations=job.migrations,
+    )
+
+
+def run_result(engine: Engine, scenario: str, seed: int, wall_s: float) -> RunResult:
+    """What :meth:`Engine.result` returns: the records of finished jobs, then the unfinished
+    ones (finish None), and the run's counters."""
+    now = engine.now
+    unfinished = [job_record(j, now) for j in (*engine.running.values(),
+                                               *engine.pending.values())]
+    return construct(
+        RunResult,
+        scenario=scenario,
+        policy=engine.policy.name,
+        seed=seed,
+        jobs=[*engine.records, *unfinished],
+        samples=engine.samples,
+        decision_ms=engine.decision_ms,
+        gpu_seconds_allocated=engine.gpu_seconds_allocated,
+        gpu_seconds_capacity=engine.gpu_seconds_capacity,
+        start_time=engine.start_time or 0.0,
+        end_time=now or 0.0,
+        events=engine.events,
+        wall_s=wall_s,
+        solver_calls=engine.solver_calls,
+        solver_fallbacks=engine.solver_fallbacks,
+        solver_ms=engine.solver_ms,
+        rejected=list(engine.rejected),
+        degraded_resizes=engine.degraded_resizes,
+    )
 
 
 # --------------------------------------------------------------------------- sampling

@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sized
 
 __all__ = ["FreeIndex"]
 
+_bisect_left = bisect.bisect_left
+_insort = bisect.insort
+
 
 class FreeIndex:
     """Node name -> free-GPU count, bucketed by count (each bucket's names ascending)."""
@@ -37,19 +40,21 @@ class FreeIndex:
 
     def set(self, node: str, count: int) -> None:
         """Record that ``node`` has ``count`` free GPUs (adds the node if it is new)."""
-        old = self._count.get(node)
+        counts = self._count
+        old = counts.get(node)
         if old == count:
             return
         buckets = self._buckets
         if old is not None:
             bucket = buckets[old]
-            del bucket[bisect.bisect_left(bucket, node)]
-            self.total -= old
+            del bucket[_bisect_left(bucket, node)]
+            self.total += count - old
+        else:
+            self.total += count
         while len(buckets) <= count:
             buckets.append([])
-        bisect.insort(buckets[count], node)
-        self._count[node] = count
-        self.total += count
+        _insort(buckets[count], node)
+        counts[node] = count
 
     def discard(self, node: str) -> None:
         """Forget ``node`` (it left the usable set)."""

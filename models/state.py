@@ -109,10 +109,16 @@ def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | 
     profile = spec.throughput
     gpus = allocation.gpus
     ref = cluster.gpu_type(profile.reference_gpu).relative_speed
-    slowest = min(
-        profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed, ref)
-        for node in (cluster.node_by_name[n] for n in allocation.placement)
-    )
+    types = cluster.node_gpu_types
+    if len(types) == 1:  # one GPU type: every node gives the same factor (no per-node lookups)
+        (only,) = types
+        slowest = profile.type_multiplier(only, cluster.gpu_type(only).relative_speed, ref)
+    else:
+        slowest = min(
+            profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed,
+                                    ref)
+            for node in (cluster.node_by_name[n] for n in allocation.placement)
+        )
     share = allocation.share
     if share < 1.0 and spec.memory is not None:
         # A job that declares its compute demand alpha (OJPP's model: the fraction of a

@@ -20,6 +20,7 @@ shared GPUs, in time proportional to the actions — every executor runs it thro
 from __future__ import annotations
 
 from gpuplan.models import SHARE_EPS, Action, AllocationPlan, ClusterView, JobAllocation
+from gpuplan.models.fast import construct
 
 from .policy import Decision, Delta
 
@@ -42,27 +43,28 @@ def build_plan(
         before = job.allocation
         after = placements.get(job_id)
         if after is None:
-            actions.append(Action.model_construct(kind="preempt", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="preempt", job_id=job_id, before=before,
                                                   after=None))
         elif after is before or (after.placement == before.placement  # type: ignore[union-attr]
                                  and after.share == before.share):  # type: ignore[union-attr]
             if include_keep:
-                actions.append(Action.model_construct(kind="keep", job_id=job_id, before=before,
+                actions.append(construct(Action, kind="keep", job_id=job_id, before=before,
                                                       after=after))
         elif after.placement == before.placement:  # type: ignore[union-attr]
-            actions.append(Action.model_construct(kind="reshare", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="reshare", job_id=job_id, before=before,
                                                   after=after))
         elif after.gpus != job.gpus:
-            actions.append(Action.model_construct(kind="resize", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="resize", job_id=job_id, before=before,
                                                   after=after))
         else:
-            actions.append(Action.model_construct(kind="migrate", job_id=job_id, before=before,
+            actions.append(construct(Action, kind="migrate", job_id=job_id, before=before,
                                                   after=after))
     for job_id, after in placements.items():
         if job_id in view.pending:
-            actions.append(Action.model_construct(kind="start", job_id=job_id, before=None,
+            actions.append(construct(Action, kind="start", job_id=job_id, before=None,
                                                   after=after))
-    return AllocationPlan.model_construct(
+    return construct(
+        AllocationPlan,
         time=view.now,
         policy=policy,
         allocations=placements,
@@ -80,12 +82,19 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
     other running job keeps the allocation it holds), which is what :func:`check_actions`
     reads; the engine never takes this path when a hook needs the full allocations."""
     running = view.running
-    actions = [Action.model_construct(kind="preempt", job_id=job_id,
-                                      before=running[job_id].allocation, after=None)
-               for job_id in delta.preempts]
-    actions += [Action.model_construct(kind="start", job_id=job_id, before=None, after=after)
-                for job_id, after in delta.starts.items()]
-    return AllocationPlan.model_construct(
+    actions: list[Action] = []
+    # plain loops, skipped when empty: most deltas start one job or none (a comprehension is
+    # a function call of its own in Python 3.11)
+    if delta.preempts:
+        for job_id in delta.preempts:
+            actions.append(construct(Action, kind="preempt", job_id=job_id,
+                                     before=running[job_id].allocation, after=None))
+    if delta.starts:
+        for job_id, after in delta.starts.items():
+            actions.append(construct(Action, kind="start", job_id=job_id, before=None,
+                                     after=after))
+    return construct(
+        AllocationPlan,
         time=view.now,
         policy=policy,
         allocations=delta.starts,
@@ -135,37 +144,54 @@ def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
     job or shares summing past 1. Costs O(GPUs the actions touch), so executors run it on every
     plan.
     """
+    actions = plan.actions
+    if not actions:
+        return
+    running, pending, allocations = view.running, view.pending, plan.allocations
     delta: dict[tuple[str, int], float] = {}
-    for a in plan.actions:
-        job = view.running.get(a.job_id)
-        if a.kind == "start":
-            if a.job_id not in view.pending:
-                raise ValueError(f"job {a.job_id}: start of a job that is not pending")
-        elif job is None:
-            raise ValueError(f"job {a.job_id}: {a.kind} of a job that is not running")
-        elif a.before != job.allocation:
-            raise ValueError(f"job {a.job_id}: {a.kind} from an allocation it does not hold")
-        if a.kind in ("keep", "preempt"):
-            if a.kind == "preempt" and a.job_id in plan.allocations:
-                raise ValueError(f"job {a.job_id}: preempted but still allocated")
-            if a.kind == "preempt" and a.before is not None:
-                for node, gpus in a.before.placement.items():
+    get = delta.get
+    for a in actions:
+        job_id, kind, before = a.job_id, a.kind, a.before
+        if kind == "start":
+            if job_id not in pending:
+                raise ValueError(f"job {job_id}: start of a job that is not pending")
+        else:
+            job = running.get(job_id)
+            if job is None:
+                raise ValueError(f"job {job_id}: {kind} of a job that is not running")
+            if before is not job.allocation and before != job.allocation:
+                raise ValueError(f"job {job_id}: {kind} from an allocation it does not hold")
+        if kind in ("keep", "preempt"):
+            if kind == "preempt" and job_id in allocations:
+                raise ValueError(f"job {job_id}: preempted but still allocated")
+            if kind == "preempt" and before is not None:
+                share = before.share
+                for node, gpus in before.placement.items():
                     for g in gpus:
-                        delta[(node, g)] = delta.get((node, g), 0.0) - a.before.share
+                        delta[(node, g)] = get((node, g), 0.0) - share
             continue
         after = a.after
-        if after is None or plan.allocations.get(a.job_id) != after:
-            raise ValueError(f"job {a.job_id}: {a.kind} to an allocation the plan does not hold")
-        if after.job_id != a.job_id:
-            raise ValueError(f"job {a.job_id}: its allocation names job {after.job_id!r}")
-        _check_gpus(view, a.job_id, after)
-        if a.before is not None:
-            for node, gpus in a.before.placement.items():
+        planned = allocations.get(job_id)
+        if after is None or (planned is not after and planned != after):
+            raise ValueError(f"job {job_id}: {kind} to an allocation the plan does not hold")
+        if after.job_id != job_id:
+            raise ValueError(f"job {job_id}: its allocation names job {after.job_id!r}")
+        _check_gpus(view, job_id, after)
+        if before is not None:
+            share = before.share
+            for node, gpus in before.placement.items():
                 for g in gpus:
-                    delta[(node, g)] = delta.get((node, g), 0.0) - a.before.share
+                    delta[(node, g)] = get((node, g), 0.0) - share
+        share = after.share
         for node, gpus in after.placement.items():
             for g in gpus:
-                delta[(node, g)] = delta.get((node, g), 0.0) + after.share
+                delta[(node, g)] = get((node, g), 0.0) + share
+    shared, free = view.shared, view.free
     for (node, g), change in delta.items():
-        if change > SHARE_EPS and view.gpu_load(node, g) + change > 1.0 + SHARE_EPS:
-            raise ValueError(f"GPU {node}:{g} is over-committed by the plan")
+        if change > SHARE_EPS:
+            # view.gpu_load(node, g), inlined (one call per GPU a plan takes)
+            used = shared[node].get(g) if node in shared else None
+            if used is None:
+                used = 0.0 if g in free.get(node, ()) else 1.0
+            if used + change > 1.0 + SHARE_EPS:
+                raise ValueError(f"GPU {node}:{g} is over-committed by the plan")

@@ -58,3 +58,12 @@ def run_sim():
         return result, engine, executor
 
     return _run
+
+
+@pytest.fixture(autouse=True)
+def _check_delta_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs with the engine re-checking the plans it builds from deltas (off by
+    default for speed; tests/test_engine_delta_check.py covers both settings)."""
+    from gpuplan.executors.engine import Engine
+
+    monkeypatch.setattr(Engine, "check_delta_plans", True)

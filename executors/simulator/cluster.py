@@ -61,6 +61,7 @@ from gpuplan.models import (
     placement_rate,
 )
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
+from gpuplan.models.fast import construct
 from gpuplan.models.interference import InterferenceModel
 from gpuplan.models.state import NO_OBSERVATIONS
 
@@ -151,19 +152,21 @@ class SimulatedCluster(Executor):
                     job_id, version = payload  # type: ignore[misc]
                     if self._version.get(job_id) != version:
                         continue
-                    self._close_segment(job_id, time)
-                    self._leave_shared(job_id, time)
-                    batch.append(JobCompletion.model_construct(time=time, kind="completion",
+                    if self.segments is not None:
+                        self._close_segment(job_id, time)
+                    if self._colocated:  # else the job held no shared GPU: nothing to re-rate
+                        self._leave_shared(job_id, time)
+                    batch.append(construct(JobCompletion, time=time, kind="completion",
                                                                job_id=job_id))
                 elif kind == _ARRIVAL:
-                    batch.append(JobArrival.model_construct(time=time, kind="arrival",
+                    batch.append(construct(JobArrival, time=time, kind="arrival",
                                                             job=self._believed(payload)))
                 elif kind == _SWITCH:
                     self._switch(time, payload)  # type: ignore[arg-type]
                 elif kind == _INTERNAL:
                     self._internal(time, payload)
                 elif kind == _TIMER:
-                    batch.append(Timer.model_construct(time=time, kind="timer", name="round"))
+                    batch.append(construct(Timer, time=time, kind="timer", name="round"))
                 else:
                     batch.append(payload)  # type: ignore[arg-type]
             if batch:
@@ -396,15 +399,19 @@ class SimulatedCluster(Executor):
         self._version[job.id] = self._version.get(job.id, 0) + 1
 
     def _predict_completion(self, job: ActiveJob) -> None:
-        version = self._version.get(job.id, 0) + 1
-        self._version[job.id] = version
-        if job.rate <= 0.0:
+        job_id = job.id
+        version = self._version.get(job_id, 0) + 1
+        self._version[job_id] = version
+        rate = job.rate
+        if rate <= 0.0:
             return
-        start = max(job.anchor_time, job.resume_time)
-        finish = start + (job.spec.work - job.done) / job.rate
-        self._push(finish, _COMPLETION, (job.id, version))
+        anchor, resume = job.anchor_time, job.resume_time
+        start = resume if resume > anchor else anchor  # max(anchor, resume), as before
+        finish = start + (job.spec.work - job.done) / rate
+        self._seq += 1  # self._push, inlined (once per start)
+        heapq.heappush(self._heap, (finish, _COMPLETION, self._seq, (job_id, version)))
         if self.segments is not None:
-            self._open[job.id] = Segment(job.id, start, finish, job.rate, job.gpus)
+            self._open[job_id] = Segment(job_id, start, finish, rate, job.gpus)
 
     def _close_segment(self, job_id: str, now: float) -> None:
         if self.segments is None:

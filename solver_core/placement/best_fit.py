@@ -219,8 +219,9 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
     if index is None or view.shaped or cluster.multi_rack or len(cluster.node_gpu_types) > 1:
         return None
     pending = view.pending
-    if any(pending[j].spec.gpu_type is not None for j, _ in wants):
-        return None
+    for j, _ in wants:  # a loop, not any(genexpr): usually one job
+        if pending[j].spec.gpu_type is not None:
+            return None
     free = view.free
     left: dict[str, list[int]] = {}
     """Node -> its free GPUs after this decision's takes so far."""
@@ -232,7 +233,9 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
                 undo.append((node, index.count(node)))
                 left[node] = sorted(free[node] + gpus)
                 index.set(node, len(left[node]))
-        for job_id, want in sorted(wants, key=lambda x: (-x[1], x[0])):
+        order = sorted(wants, key=lambda x: (-x[1], x[0])) if len(wants) > 1 else wants
+        last = len(order) - 1
+        for i, (job_id, want) in enumerate(order):
             if index.total < want:  # _take_best_fit's "not enough free GPUs": left pending
                 continue
             need = want
@@ -246,13 +249,18 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
                 else:
                     count = need
                 gpus = left[node] if node in left else free[node]
-                taken[node] = taken.get(node, ()) + tuple(gpus[:count])
+                # A node is taken from at most once per job (after a take it either has
+                # ``need`` fewer GPUs and need is 0, or none left), and ``gpus`` ascends, so
+                # each node's tuple is already sorted.
+                taken[node] = tuple(gpus[:count])
+                need -= count
+                if need == 0 and i == last:  # the decision's last take: nothing reads the
+                    break  # index or ``left`` again, so neither is updated (nor undone)
                 left[node] = gpus[count:]
                 undo.append((node, len(gpus)))
                 index.set(node, len(gpus) - count)
-                need -= count
             result[job_id] = JobAllocation.fast(
-                job_id, {n: tuple(sorted(g)) for n, g in sorted(taken.items())})
+                job_id, taken if len(taken) == 1 else dict(sorted(taken.items())))
     finally:
         for node, count in reversed(undo):
             index.set(node, count)
