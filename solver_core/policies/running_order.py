@@ -14,15 +14,26 @@ regular once their pause is over.
 
 ``C - now`` rounds differently from :func:`.shortest_first.remaining_time`, so two keys that
 are equal (or within an ulp) may order differently than the full sort: ties only.
+
+Which jobs changed: with the view's change set (``ClusterView.changed``, issue 13 round 4)
+only the jobs it names are read, O(changes) per event; without one (Slurm, SSH, a hand-built
+view, or a view skipped since the last sync) every running job's signature is read and
+compared. Both re-key exactly the jobs whose signature changed, so they give the same order.
+With :data:`VERIFY` on (``GPUPLAN_VERIFY_CHANGES=1``, or set by tests) every sync that takes
+the change set also runs the full comparison and raises :class:`ChangeSetMissed` naming any
+job whose signature changed but that the set left out: an executor or engine path that
+writes a job without reporting it fails the tests instead of silently mis-ranking.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+import os
+from collections.abc import Collection, Mapping
 from operator import attrgetter
 
 from gpuplan.models import ActiveJob
+from gpuplan.models.state import ChangeSet
 
 from .ranked_queue import Entry, RankKey
 
@@ -37,13 +48,21 @@ _ALWAYS_LATE = float("inf")
 Group = tuple[list[Entry], list[int]]
 """One slope's entries ``(C, submit, id)`` ascending, and their requested GPUs aligned."""
 
+VERIFY = os.environ.get("GPUPLAN_VERIFY_CHANGES", "") not in ("", "0")
+"""Check every change set against the full signature pass (read once at import; tests set
+it directly). Costs the full pass, so off outside tests."""
+
+
+class ChangeSetMissed(RuntimeError):
+    """A running job's signature changed, but the view's change set did not name it."""
+
 
 class RunningOrder:
     """Running jobs in groups sorted by ``(C, submit time, id)``, plus the few keyed per
     event. A group's multiplier ``m`` gives the key at ``now``: ``(C - now) x m``, or ``C``
     itself when ``m`` is 0 (a key that never changes, ``static``)."""
 
-    __slots__ = ("_entry", "_groups", "_late", "_sig", "key", "service", "static")
+    __slots__ = ("_entry", "_groups", "_late", "_seen", "_sig", "key", "service", "static")
 
     def __init__(self, key: RankKey, service: bool = False, static: bool = False) -> None:
         self.key = key
@@ -56,21 +75,69 @@ class RunningOrder:
         self._groups: dict[int, Group] = {}
         self._late: dict[str, float] = {}
         """Late job -> the time after which it is regular (inf: never, its rate differs)."""
+        self._seen: tuple[int, int] | None = None
+        """``(stream, seq)`` of the change set of the last successful sync (None: none)."""
 
     @property
     def groups(self) -> dict[int, Group]:
         """Multiplier -> group (read, never edit)."""
         return self._groups
 
-    def sync(self, running: Mapping[str, ActiveJob], now: float) -> bool:
+    def sync(self, running: Mapping[str, ActiveJob], now: float,
+             changed: ChangeSet | None = None) -> bool:
         """Bring the order up to ``running`` at ``now``. False when a running job holds a
-        count other than its request (a resize): the caller then takes the full path."""
+        count other than its request (a resize): the caller then takes the full path.
+        ``changed``: the view's change set; used when it follows the one of the previous
+        sync (the same engine, no view skipped), else every running job is compared."""
+        if changed is not None and changed.follows(self._seen):
+            if VERIFY:
+                self._verify(running, changed.jobs)
+            self._seen = (changed.stream, changed.seq)
+            return self._sync_changed(running, now, changed.jobs)
+        self._seen = None if changed is None else (changed.stream, changed.seq)
         sigs = dict(zip(running, map(_SIGNATURE, running.values()), strict=True))
         old = self._sig
-        changed = [j for j, s in sigs.items() if old.get(j) != s]
+        edited = [j for j, s in sigs.items() if old.get(j) != s]
         removed = old.keys() - sigs.keys()
-        ripe = [j for j, t in self._late.items() if t < now and j in sigs]
         self._sig = sigs
+        return self._rekey(running, now, edited, removed)
+
+    def _sync_changed(self, running: Mapping[str, ActiveJob], now: float,
+                      jobs: Collection[str]) -> bool:
+        """:meth:`sync` from a change set: compare the signatures of the named jobs only
+        (sorted, so the work does not depend on the set's hash order)."""
+        sigs = self._sig
+        edited: list[str] = []
+        removed: list[str] = []
+        for job_id in sorted(jobs):
+            job = running.get(job_id)
+            if job is None:
+                if sigs.pop(job_id, None) is not None:
+                    removed.append(job_id)
+                continue
+            sig = _SIGNATURE(job)
+            if sigs.get(job_id) != sig:
+                sigs[job_id] = sig
+                edited.append(job_id)
+        return self._rekey(running, now, edited, removed)
+
+    def _verify(self, running: Mapping[str, ActiveJob], jobs: Collection[str]) -> None:
+        """Raise :class:`ChangeSetMissed` when a job started, stopped or whose signature
+        changed since the last sync is not in ``jobs`` (:data:`VERIFY` mode)."""
+        old = self._sig
+        missed = sorted(
+            [j for j, job in running.items() if j not in jobs and old.get(j) != _SIGNATURE(job)]
+            + [j for j in old if j not in running and j not in jobs])
+        if missed:
+            raise ChangeSetMissed(
+                f"{len(missed)} job(s) written but not in the view's change set, e.g. "
+                f"{missed[:5]}: a writer of ActiveJob progress/lifecycle fields must add the "
+                "job to Executor.touched (see executors/change_log.py)")
+
+    def _rekey(self, running: Mapping[str, ActiveJob], now: float, changed: list[str],
+               removed: Collection[str]) -> bool:
+        """Re-key ``changed`` and the late jobs now past their pause, drop ``removed``."""
+        ripe = [j for j, t in self._late.items() if t < now and j in running]
         if len(changed) + len(removed) > _REBUILD:
             self._entry, self._groups, self._late = {}, {}, {}
             fresh: list[tuple[int, Entry, int]] = []
@@ -102,6 +169,7 @@ class RunningOrder:
     def _fail(self) -> bool:
         """Forget everything (the next sync starts afresh) and report failure."""
         self._sig, self._entry, self._groups, self._late = {}, {}, {}, {}
+        self._seen = None
         return False
 
     def _classify(self, job_id: str, job: ActiveJob, now: float,

@@ -220,7 +220,7 @@ class ShortestFirst:
             return None
         stats: list[SolverStats] = []
         order = self._order
-        if order is not None and order.sync(view.running, view.now):
+        if order is not None and order.sync(view.running, view.now, view.changed):
             starts, preempts = changes_by_rank(view, self._queue.pending_entries(view), order)
             return delta_from_changes(view, starts, preempts, placement, stats)
         return delta_from_shares(view, self(view, stats), placement, stats)
