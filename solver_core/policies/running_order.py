@@ -19,23 +19,27 @@ Which jobs changed: with the view's change set (``ClusterView.changed``, issue 1
 only the jobs it names are read, O(changes) per event; without one (Slurm, SSH, a hand-built
 view, or a view skipped since the last sync) every running job's signature is read and
 compared. Both re-key exactly the jobs whose signature changed, so they give the same order.
-With :data:`VERIFY` on (``GPUPLAN_VERIFY_CHANGES=1``, or set by tests) every sync that takes
-the change set also runs the full comparison and raises :class:`ChangeSetMissed` naming any
-job whose signature changed but that the set left out: an executor or engine path that
-writes a job without reporting it fails the tests instead of silently mis-ranking.
+With :data:`.change_verify.VERIFY` on (``GPUPLAN_VERIFY_CHANGES=1``, or set by tests) every
+sync that takes the change set also runs the full comparison and raises
+:class:`~.change_verify.ChangeSetMissed` naming any job whose signature changed but that the
+set left out: an engine or executor path that writes a job without reporting it fails the
+tests instead of silently mis-ranking.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Collection, Mapping
 from operator import attrgetter
 
 from gpuplan.models import ActiveJob
 from gpuplan.models.state import ChangeSet
 
+from . import change_verify
+from .change_verify import ChangeSetMissed, missed
 from .ranked_queue import Entry, RankKey
+
+__all__ = ["ChangeSetMissed", "RunningOrder"]
 
 _SIGNATURE = attrgetter("spec", "done", "anchor_time", "resume_time", "rate", "gpus")
 """What a running job's key depends on; a job is re-keyed when any of it changes."""
@@ -47,14 +51,6 @@ _ALWAYS_LATE = float("inf")
 
 Group = tuple[list[Entry], list[int]]
 """One slope's entries ``(C, submit, id)`` ascending, and their requested GPUs aligned."""
-
-VERIFY = os.environ.get("GPUPLAN_VERIFY_CHANGES", "") not in ("", "0")
-"""Check every change set against the full signature pass (read once at import; tests set
-it directly). Costs the full pass, so off outside tests."""
-
-
-class ChangeSetMissed(RuntimeError):
-    """A running job's signature changed, but the view's change set did not name it."""
 
 
 class RunningOrder:
@@ -90,7 +86,7 @@ class RunningOrder:
         ``changed``: the view's change set; used when it follows the one of the previous
         sync (the same engine, no view skipped), else every running job is compared."""
         if changed is not None and changed.follows(self._seen):
-            if VERIFY:
+            if change_verify.VERIFY:
                 self._verify(running, changed.jobs)
             self._seen = (changed.stream, changed.seq)
             return self._sync_changed(running, now, changed.jobs)
@@ -123,16 +119,13 @@ class RunningOrder:
 
     def _verify(self, running: Mapping[str, ActiveJob], jobs: Collection[str]) -> None:
         """Raise :class:`ChangeSetMissed` when a job started, stopped or whose signature
-        changed since the last sync is not in ``jobs`` (:data:`VERIFY` mode)."""
+        changed since the last sync is not in ``jobs`` (verify mode)."""
         old = self._sig
-        missed = sorted(
-            [j for j, job in running.items() if j not in jobs and old.get(j) != _SIGNATURE(job)]
-            + [j for j in old if j not in running and j not in jobs])
-        if missed:
-            raise ChangeSetMissed(
-                f"{len(missed)} job(s) written but not in the view's change set, e.g. "
-                f"{missed[:5]}: a writer of ActiveJob progress/lifecycle fields must add the "
-                "job to Executor.touched (see executors/change_log.py)")
+        left_out = [j for j, job in running.items()
+                    if j not in jobs and old.get(j) != _SIGNATURE(job)]
+        left_out += [j for j in old if j not in running and j not in jobs]
+        if left_out:
+            raise missed("running", left_out)
 
     def _rekey(self, running: Mapping[str, ActiveJob], now: float, changed: list[str],
                removed: Collection[str]) -> bool:
