@@ -65,7 +65,7 @@ def delta_from_changes(view: ClusterView, starts: list[tuple[str, int]], preempt
     :func:`delta_from_shares` does (a preempted job without allocation, placement the
     free-count index cannot reproduce)."""
     running = view.running
-    if preempts:
+    if len(preempts) > 1:  # one preemption needs no ordering (no pass over running)
         stopping = set(preempts)
         # The running-dict order delta_from_shares uses (released GPUs merge in that order).
         preempts = [job_id for job_id in running if job_id in stopping]
