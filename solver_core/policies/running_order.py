@@ -58,7 +58,8 @@ class RunningOrder:
     event. A group's multiplier ``m`` gives the key at ``now``: ``(C - now) x m``, or ``C``
     itself when ``m`` is 0 (a key that never changes, ``static``)."""
 
-    __slots__ = ("_entry", "_groups", "_late", "_seen", "_sig", "key", "service", "static")
+    __slots__ = ("_entry", "_groups", "_late", "_seen", "_sig", "_totals", "key", "service",
+                 "static")
 
     def __init__(self, key: RankKey, service: bool = False, static: bool = False) -> None:
         self.key = key
@@ -69,6 +70,9 @@ class RunningOrder:
         self._entry: dict[str, tuple[int, Entry]] = {}
         """Regular job -> (its group's multiplier, its entry)."""
         self._groups: dict[int, Group] = {}
+        self._totals: dict[int, int] = {}
+        """Multiplier -> the requested GPUs summed over its group (kept as jobs come and go,
+        so the walk sums a group's tail in O(1))."""
         self._late: dict[str, float] = {}
         """Late job -> the time after which it is regular (inf: never, its rate differs)."""
         self._seen: tuple[int, int] | None = None
@@ -78,6 +82,11 @@ class RunningOrder:
     def groups(self) -> dict[int, Group]:
         """Multiplier -> group (read, never edit)."""
         return self._groups
+
+    @property
+    def totals(self) -> dict[int, int]:
+        """Multiplier -> its group's requested GPUs summed (read, never edit)."""
+        return self._totals
 
     def sync(self, running: Mapping[str, ActiveJob], now: float,
              changed: ChangeSet | None = None) -> bool:
@@ -132,16 +141,18 @@ class RunningOrder:
         """Re-key ``changed`` and the late jobs now past their pause, drop ``removed``."""
         ripe = [j for j, t in self._late.items() if t < now and j in running]
         if len(changed) + len(removed) > _REBUILD:
-            self._entry, self._groups, self._late = {}, {}, {}
+            self._entry, self._groups, self._late, self._totals = {}, {}, {}, {}
             fresh: list[tuple[int, Entry, int]] = []
             for job_id, job in running.items():
                 if not self._classify(job_id, job, now, fresh):
                     return self._fail()
             fresh.sort()
+            totals = self._totals
             for m, entry, need in fresh:
                 order, needs = self._groups.setdefault(m, ([], []))
                 order.append(entry)
                 needs.append(need)
+                totals[m] = totals.get(m, 0) + need
             return True
         for job_id in removed:
             self._drop(job_id)
@@ -162,6 +173,7 @@ class RunningOrder:
     def _fail(self) -> bool:
         """Forget everything (the next sync starts afresh) and report failure."""
         self._sig, self._entry, self._groups, self._late = {}, {}, {}, {}
+        self._totals = {}
         self._seen = None
         return False
 
@@ -200,6 +212,7 @@ class RunningOrder:
             at = bisect.bisect_left(order, entry)
             order.insert(at, entry)
             needs.insert(at, need)
+            self._totals[m] = self._totals.get(m, 0) + need
         return True
 
     def _drop(self, job_id: str) -> None:
@@ -209,5 +222,6 @@ class RunningOrder:
             order, needs = self._groups[m]
             at = bisect.bisect_left(order, entry)
             del order[at]
+            self._totals[m] -= needs[at]
             del needs[at]
         self._late.pop(job_id, None)
