@@ -210,3 +210,52 @@ def test_slurm_ssh_and_hand_built_views_carry_no_change_set() -> None:
     cluster = Cluster.uniform(1, 8)
     view = ClusterView(now=0.0, cluster=cluster, nodes={}, free={}, running={}, pending={})
     assert view.changed is None
+
+    class Observed(Executor):
+        """An executor that observes progress (as Slurm and SSH do): no ``touched``."""
+
+        capabilities = SimulatedCluster(cluster, []).capabilities
+
+        def next_events(self) -> None:
+            return None
+
+        def apply(self, plan: Any, jobs: Any) -> None: ...
+
+        def evict(self, job: ActiveJob, now: float, graceful: bool) -> None: ...
+
+        def wake_at(self, time: float) -> None: ...
+
+    engine = Engine(cluster, make_policy("srtf"), Observed())
+    assert engine.view(0.0).changed is None and engine.view(1.0, live=True).changed is None
+    simulated = Engine(cluster, make_policy("srtf"), SimulatedCluster(cluster, []))
+    first, second = simulated.view(0.0), simulated.view(1.0, live=True)
+    assert first.changed is not None and second.changed is not None
+    assert second.changed.follows((first.changed.stream, first.changed.seq))
+    other = Engine(cluster, make_policy("srtf"), SimulatedCluster(cluster, [])).view(0.0)
+    assert other.changed is not None and other.changed.stream != first.changed.stream
+
+
+def test_ranked_queue_verifier_catches_an_unreported_arrival(monkeypatch: pytest.MonkeyPatch,
+                                                             ) -> None:
+    from gpuplan.solver_core.policies.ranked_queue import RankedQueue
+
+    cluster = Cluster.uniform(1, 8)
+    a = JobSpec(id="a", submit_time=0.0, requested_gpus=1, total_iterations=100.0)
+    pending = {"a": ActiveJob(spec=a)}
+
+    def view(seq: int, jobs: set[str]) -> ClusterView:
+        return ClusterView(0.0, cluster, {}, {}, {}, dict(pending),
+                           changed=ChangeSet(3, seq, frozenset(jobs)))
+
+    queue = RankedQueue(remaining_time)
+    monkeypatch.setattr(change_verify, "VERIFY", True)
+    assert [e[2] for e in queue.pending_entries(view(1, {"a"}))] == ["a"]
+    pending["b"] = ActiveJob(spec=a.model_copy(update={"id": "b"}))
+    with pytest.raises(ChangeSetMissed, match=r"pending job\(s\).*\['b'\]"):
+        queue.pending_entries(view(2, set()))
+    monkeypatch.setattr(change_verify, "VERIFY", False)
+    queue = RankedQueue(remaining_time)
+    queue.pending_entries(view(1, {"a"}))
+    assert [e[2] for e in queue.pending_entries(view(2, {"b"}))] == ["a", "b"]
+    del pending["a"]
+    assert [e[2] for e in queue.pending_entries(view(3, {"a"}))] == ["b"]
