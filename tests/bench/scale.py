@@ -14,10 +14,10 @@ on a shared machine a run may get a small fraction of a core, which wall time hi
 
 ``python -m tests.bench.scale [--quick] [--huge] [--profile]``: ``--quick`` runs 64 GPUs / 2k
 jobs only; ``--huge`` adds 8,192 GPUs / 100k jobs (FIFO: ~30 CPU-s there on the 2-core
-bench machine; SRTF keeps its running jobs sorted across events since round 3 but still
-reads every running job's progress fields once per event, so it takes several CPU-minutes;
-see docs/performance.md); ``--profile`` prints cProfile's top
-entries of each run (what docs/performance.md keeps). ``--one GPUS JOBS POLICY`` is one child run.
+bench machine; SRTF about a CPU-minute since round 4, which reads only the jobs the view's
+change set names; see docs/performance.md); ``--profile`` prints cProfile's top entries of
+each run, timed in CPU seconds (what docs/performance.md keeps). ``--one GPUS JOBS POLICY``
+is one child run.
 """
 
 from __future__ import annotations
