@@ -7,10 +7,10 @@ between events. SRSF: the key is ``(C - now) x GPUs``, so jobs of one GPU count 
 order; one sorted group per count. SJF: the key (the GPU count) never changes at all.
 :class:`RunningOrder` keeps each group sorted by ``C`` and re-keys a job only when its
 progress fields change (start, pause, resize, new rate or spec): O(changes x log n) list
-edits plus one C-speed signature pass, instead of re-keying and re-sorting every running job
-on every event. A job whose key does not fall at that slope (a pause still running, a rate
-other than its requested size's) is a *late* job, keyed exactly per event; late jobs become
-regular once their pause is over.
+edits (plus, without a change set, one C-speed signature pass), instead of re-keying and
+re-sorting every running job on every event. A job whose key does not fall at that slope
+(a pause still running, a rate other than its requested size's) is a *late* job, keyed
+exactly per event; late jobs become regular once their pause is over.
 
 ``C - now`` rounds differently from :func:`.shortest_first.remaining_time`, so two keys that
 are equal (or within an ulp) may order differently than the full sort: ties only.
