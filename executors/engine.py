@@ -273,14 +273,14 @@ class Engine:
                 self._acquire(job)
             raise RuntimeError(f"cannot adopt {job.id}: GPUs {taken} are not free")
         job.set_allocation(allocation)
-        self._touched.add(job.id)
+        self._changes.wrote(job.id, entered=job.id not in self.running)
         self._acquire(job)
         self.pending.pop(job.id, None)
         job.status = "running"
         self.running[job.id] = job
 
     def _to_pending(self, job: ActiveJob, now: float) -> None:
-        self._touched.add(job.id)
+        self._changes.left(job.id)
         self.running.pop(job.id, None)
         job.set_allocation(None)
         job.status = "pending"
@@ -324,7 +324,7 @@ class Engine:
         job = self.running.get(job_id)
         if job is None:
             return
-        self._touched.add(job_id)
+        self._changes.left(job_id)
         job.settle(now)
         job.done = job.spec.work
         self._release(job)
@@ -340,7 +340,7 @@ class Engine:
         job = self.running.get(job_id) or self.pending.get(job_id)
         if job is None:
             return
-        self._touched.add(job_id)
+        self._changes.left(job_id)
         job.settle(now)
         self._release(job)
         self.running.pop(job_id, None)
@@ -414,9 +414,10 @@ class Engine:
 
     def _decided(self, plan: AllocationPlan) -> AllocationPlan:
         """Count every job of a carried-out plan as written (settled, started, stopped,
-        resized, moved) for the next view's change set."""
-        if plan.actions:
-            self._touched.update(a.job_id for a in plan.actions)
+        resized, moved) for the next view's change set; number the started ones in the order
+        ``_apply`` appended them to ``running``."""
+        for a in plan.actions:
+            self._changes.wrote(a.job_id, entered=a.kind == "start")
         return plan
 
     def _round_gate(self, now: float) -> AllocationPlan:
@@ -513,6 +514,7 @@ class Engine:
             capacity=self._capacity,
             free_index=self._index if live else None,
             changed=self._changes.take(),
+            running_since=self._changes.since,
         )
 
     def _decide_delta(self, now: float) -> tuple[ClusterView, Delta | Decision, float] | None:

@@ -167,7 +167,7 @@ class ClusterView:
     """
 
     __slots__ = ("_capacity", "changed", "cluster", "free", "free_index", "interference",
-                 "nodes", "now", "pending", "running", "shaped", "shared")
+                 "nodes", "now", "pending", "running", "running_since", "shaped", "shared")
 
     def __init__(
         self,
@@ -184,6 +184,7 @@ class ClusterView:
         capacity: int | None = None,
         free_index: FreeIndex | None = None,
         changed: ChangeSet | None = None,
+        running_since: Mapping[str, int] | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -207,6 +208,9 @@ class ClusterView:
         (see :class:`~gpuplan.models.free_index.FreeIndex`)."""
         self.changed = changed
         """Jobs written since the previous view of the same engine (None: unknown)."""
+        self.running_since = running_since
+        """Running job -> a number ascending in ``running``'s order (the engine's; None when
+        the view was built otherwise): a few running jobs sorted by it are in dict order."""
 
     def gpu_load(self, node: str, gpu: int) -> float:
         """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""

@@ -259,3 +259,33 @@ def test_ranked_queue_verifier_catches_an_unreported_arrival(monkeypatch: pytest
     assert [e[2] for e in queue.pending_entries(view(2, {"b"}))] == ["a", "b"]
     del pending["a"]
     assert [e[2] for e in queue.pending_entries(view(3, {"a"}))] == ["b"]
+
+
+def test_preemptions_listed_in_running_order_by_entry_numbers(monkeypatch: pytest.MonkeyPatch,
+                                                               ) -> None:
+    """Two or more preemptions are listed in the running dict's order (released GPUs merge
+    in it) from the engine's entry numbers, with no pass over the running jobs; the verifier
+    catches numbers that disagree with the dict."""
+    from gpuplan.models import JobAllocation
+    from gpuplan.solver_core.delta import delta_from_changes
+    from gpuplan.solver_core.placement.best_fit import best_fit_placement
+
+    cluster = Cluster.uniform(1, 8)
+    running: dict[str, ActiveJob] = {}
+    for g, job_id in enumerate(["c", "a", "b", "d"]):  # the dict's order
+        spec = JobSpec(id=job_id, submit_time=0.0, requested_gpus=1, total_iterations=1e3)
+        job = ActiveJob(spec=spec, status="running")
+        job.set_allocation(JobAllocation.fast(job_id, {cluster.nodes[0].name: (g,)}))
+        running[job_id] = job
+
+    def preempted(since: dict[str, int] | None) -> list[str]:
+        view = ClusterView(0.0, cluster, {}, {}, running, {}, running_since=since)
+        answer = delta_from_changes(view, [], ["b", "d", "c"], best_fit_placement, [])
+        return answer.preempts  # type: ignore[union-attr]
+
+    numbers = {"c": 5, "a": 6, "b": 9, "d": 12}
+    assert preempted(numbers) == preempted(None) == ["c", "b", "d"]
+    monkeypatch.setattr(change_verify, "VERIFY", True)
+    assert preempted(numbers) == ["c", "b", "d"]
+    with pytest.raises(ChangeSetMissed, match="running_since"):
+        preempted({**numbers, "c": 20})
