@@ -289,3 +289,27 @@ def test_preemptions_listed_in_running_order_by_entry_numbers(monkeypatch: pytes
     assert preempted(numbers) == ["c", "b", "d"]
     with pytest.raises(ChangeSetMissed, match="running_since"):
         preempted({**numbers, "c": 20})
+
+
+def test_adoption_is_reported_and_numbered_once() -> None:
+    """The controller's adoption (a job found running after a restart, or placed otherwise
+    than planned) is a write; a job adopted again keeps its place in ``running``."""
+    from gpuplan.models import JobAllocation
+
+    cluster = Cluster.uniform(1, 8)
+    node = cluster.nodes[0].name
+    engine = Engine(cluster, make_policy("fifo"), SimulatedCluster(cluster, []))
+    engine.view(0.0)
+    job = ActiveJob(spec=JobSpec(id="x", submit_time=0.0, requested_gpus=2,
+                                 total_iterations=1e3))
+    engine.pending["x"] = job
+    engine.adopt(job, JobAllocation.fast("x", {node: (0, 1)}))
+    view = engine.view(1.0)
+    assert view.changed is not None and view.changed.jobs == {"x"}
+    assert view.running_since is not None and "x" in view.running_since
+    number = view.running_since["x"]
+    engine.adopt(job, JobAllocation.fast("x", {node: (2, 3)}))
+    again = engine.view(2.0)
+    assert again.changed is not None and again.changed.jobs == {"x"}
+    assert again.running_since is not None and again.running_since["x"] == number
+    assert engine.view(3.0).changed.jobs == frozenset()  # type: ignore[union-attr]
