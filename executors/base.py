@@ -53,6 +53,11 @@ class Executor(ABC):
     """Carries out plans and reports events."""
 
     capabilities: ExecutorCapabilities
+    touched: set[str] | None = None
+    """Ids of the jobs whose progress fields this executor wrote since the engine last took
+    them (see :mod:`.change_log`): an executor that can name every write it makes (the
+    simulator) keeps a set here and adds to it on every write; None (Slurm, SSH: progress is
+    observed) means unknown, and the engine's views then carry no change set."""
 
     def accept(self, view: ClusterView, plan: AllocationPlan, *, built: bool = False) -> None:
         """Check ``plan`` against the cluster and this executor's capabilities before anything

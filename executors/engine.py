@@ -44,6 +44,7 @@ from gpuplan.solver_core.diff import build_delta_plan, build_plan
 from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 
 from .base import Executor
+from .change_log import ChangeLog
 from .metrics import job_record, run_result, take_sample
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
@@ -115,6 +116,9 @@ class Engine:
             self._add_node(name)
         self.running: dict[str, ActiveJob] = {}
         self.pending: dict[str, ActiveJob] = {}
+        self._changes = ChangeLog(executor)
+        self._touched = self._changes.touched
+        """Jobs written since the last view (see :mod:`.change_log`)."""
         self.shaped: set[str] = set()
         """Active jobs with a node shape (the view passes it on; see ClusterView.shaped)."""
         self.records: list[JobRecord] = []
@@ -184,6 +188,7 @@ class Engine:
             return
         hit = [j for j in self.running.values() if j.allocation and name in j.allocation.placement]
         for job in hit:
+            self._touched.add(job.id)
             job.settle(now)
             self._release(job)
             alloc = job.allocation
@@ -283,12 +288,14 @@ class Engine:
                 self._acquire(job)
             raise RuntimeError(f"cannot adopt {job.id}: GPUs {taken} are not free")
         job.set_allocation(allocation)
+        self._changes.wrote(job.id, entered=job.id not in self.running)
         self._acquire(job)
         self.pending.pop(job.id, None)
         job.status = "running"
         self.running[job.id] = job
 
     def _to_pending(self, job: ActiveJob, now: float) -> None:
+        self._changes.left(job.id)
         self.running.pop(job.id, None)
         job.set_allocation(None)
         job.status = "pending"
@@ -324,6 +331,7 @@ class Engine:
             return
         job = ActiveJob(spec=spec, anchor_time=now, resume_time=now, pending_since=now)
         self.pending[spec.id] = job
+        self._touched.add(spec.id)
         if spec.node_shape is not None:
             self.shaped.add(spec.id)
 
@@ -331,6 +339,7 @@ class Engine:
         job = self.running.get(job_id)
         if job is None:
             return
+        self._changes.left(job_id)
         job.settle(now)
         job.done = job.spec.work
         self._release(job)
@@ -346,6 +355,7 @@ class Engine:
         job = self.running.get(job_id) or self.pending.get(job_id)
         if job is None:
             return
+        self._changes.left(job_id)
         job.settle(now)
         self._release(job)
         self.running.pop(job_id, None)
@@ -395,7 +405,15 @@ class Engine:
         self._recover_due(now)
         if self._only_rounds:
             return self._round_gate(now)
-        return self.decide(now)
+        return self._decided(self.decide(now))
+
+    def _decided(self, plan: AllocationPlan) -> AllocationPlan:
+        """Count every job of a carried-out plan as written (settled, started, stopped,
+        resized, moved) for the next view's change set; number the started ones in the order
+        ``_apply`` appended them to ``running``."""
+        for a in plan.actions:
+            self._changes.wrote(a.job_id, entered=a.kind == "start")
+        return plan
 
     def _round_gate(self, now: float) -> AllocationPlan:
         """Pollux/Gavel rounds: decide at boundaries only; between them events just update
@@ -406,7 +424,7 @@ class Engine:
         if now + 1e-9 >= self._next_round:
             while self._next_round <= now + 1e-9:
                 self._next_round += self._round
-            plan = self.decide(now)
+            plan = self._decided(self.decide(now))
         else:
             plan = AllocationPlan.model_construct(time=now, policy=self.policy.name,
                                                   allocations={}, actions=[], stats=[],
@@ -431,6 +449,7 @@ class Engine:
         job = self.running.get(job_id) or self.pending.get(job_id)
         if job is None:
             return
+        self._touched.add(job_id)
         job.measured.update(points)
         belief = job.spec.throughput.believed_from(dict(job.measured))
         job.spec = job.spec.model_copy(update={"throughput": belief})
@@ -489,6 +508,8 @@ class Engine:
             interference=self.executor.observed_interference(now),
             capacity=self._capacity,
             free_index=self._index if live else None,
+            changed=self._changes.take(),
+            running_since=self._changes.since,
         )
 
     def _decide_delta(self, now: float) -> tuple[ClusterView, Delta | Decision, float] | None:

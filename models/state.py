@@ -31,6 +31,31 @@ NO_OBSERVATIONS: Mapping[tuple[str, int], float] = MappingProxyType({})
 """The ``ClusterView.interference`` of an executor that observes no interference."""
 
 
+@dataclass(frozen=True, slots=True)
+class ChangeSet:
+    """The jobs whose progress or lifecycle fields were written since the previous view of the
+    same stream (``ClusterView.changed``), so a policy that keeps per-job state across
+    decisions can re-read only those instead of every running job on every event.
+
+    ``jobs`` names every job started, stopped, preempted, resized, moved, settled, re-rated,
+    finished, failed, adopted or given a new spec since view ``seq - 1`` of stream
+    ``stream`` was built (jobs no longer active included). A consumer that last saw
+    ``(stream, seq - 1)`` has seen every change; any other pair (another engine, a view it
+    skipped) means it must re-read everything. Only an executor that reports every write it
+    makes (the simulator) yields one; Slurm, SSH and hand-built views carry None."""
+
+    stream: int
+    """Which engine built the views (unique per engine in this process)."""
+    seq: int
+    """This view's number in its stream (1, 2, ...)."""
+    jobs: frozenset[str]
+
+    def follows(self, seen: tuple[int, int] | None) -> bool:
+        """Whether a consumer that last saw ``seen`` = ``(stream, seq)`` saw every view of
+        this stream before this one."""
+        return seen is not None and seen[0] == self.stream and seen[1] == self.seq - 1
+
+
 @dataclass(slots=True, eq=False)
 class ActiveJob:
     """A job the engine knows about, with its progress. Policies must treat it as read-only."""
@@ -143,11 +168,12 @@ class ClusterView:
     suffer (the worst worker's, 0.5 = 50 % slower than alone): what an online adjuster such as
     OJPAP monitors. Only an executor that measures it fills it (the simulator with an
     interference model); elsewhere it is empty. Policies read the view and return a decision;
-    they never mutate it.
+    they never mutate it. ``changed`` (:class:`ChangeSet`) names the jobs written since the
+    previous view when the executor reports its writes, else None (read everything).
     """
 
-    __slots__ = ("_capacity", "cluster", "free", "free_index", "interference", "nodes", "now",
-                 "pending", "running", "shaped", "shared")
+    __slots__ = ("_capacity", "changed", "cluster", "free", "free_index", "interference",
+                 "nodes", "now", "pending", "running", "running_since", "shaped", "shared")
 
     def __init__(
         self,
@@ -163,6 +189,8 @@ class ClusterView:
         *,
         capacity: int | None = None,
         free_index: FreeIndex | None = None,
+        changed: ChangeSet | None = None,
+        running_since: Mapping[str, int] | None = None,
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -184,6 +212,11 @@ class ClusterView:
         """The engine's per-node free-count index over ``free`` (None when the view was built
         otherwise): read-only for policies; delta policies place with it in O(GPUs per node)
         (see :class:`~gpuplan.models.free_index.FreeIndex`)."""
+        self.changed = changed
+        """Jobs written since the previous view of the same engine (None: unknown)."""
+        self.running_since = running_since
+        """Running job -> a number ascending in ``running``'s order (the engine's; None when
+        the view was built otherwise): a few running jobs sorted by it are in dict order."""
 
     def gpu_load(self, node: str, gpu: int) -> float:
         """Fraction of GPU ``node:gpu`` in use (0 free, 1 held whole, in between shared)."""

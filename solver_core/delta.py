@@ -17,6 +17,7 @@ from gpuplan.models import ClusterView, SolverStats
 
 from .placement.best_fit import best_fit_placement, place_new_best_fit
 from .placement.shapes import enforce_shapes
+from .policies import change_verify
 from .policy import Decision, Delta, PlacementStage, Shares
 
 
@@ -65,10 +66,19 @@ def delta_from_changes(view: ClusterView, starts: list[tuple[str, int]], preempt
     :func:`delta_from_shares` does (a preempted job without allocation, placement the
     free-count index cannot reproduce)."""
     running = view.running
-    if preempts:
-        stopping = set(preempts)
-        # The running-dict order delta_from_shares uses (released GPUs merge in that order).
-        preempts = [job_id for job_id in running if job_id in stopping]
+    if len(preempts) > 1:  # one preemption needs no ordering
+        # The running-dict order delta_from_shares uses (released GPUs merge in that order):
+        # by the engine's entry numbers when the view has them, else a pass over running.
+        since = view.running_since
+        if since is not None:
+            preempts = sorted(preempts, key=since.__getitem__)
+        if since is None or change_verify.VERIFY:
+            stopping = set(preempts)
+            scanned = [job_id for job_id in running if job_id in stopping]
+            if since is not None and scanned != preempts:
+                raise change_verify.ChangeSetMissed(
+                    f"running_since orders {preempts} but running holds {scanned}")
+            preempts = scanned
     released: dict[str, list[int]] = {}
     free = view.free
     for job_id in preempts:

@@ -213,10 +213,13 @@ def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, 
                                                       capacity: int, kind: str) -> None:
     """After any sequence of starts (with or without a pause), stops, rate changes, settles
     and waits, :class:`RunningOrder` ranks the running jobs as a full sort of the exact keys
-    does, a job at full rate past its pause is kept sorted (not re-keyed per event), and
+    does, a job at full rate past its pause is kept sorted (not re-keyed per event),
     :func:`changes_by_rank` selects what :func:`rigid_by_rank` selects (both up to float
-    near-ties, the documented tie-only difference; without one: exactly)."""
+    near-ties, the documented tie-only difference; without one: exactly), and an order synced
+    from change sets naming the jobs each step wrote is the very order of the full pass
+    (groups, totals, late jobs)."""
     from gpuplan.models import ActiveJob, ClusterView
+    from gpuplan.models.state import ChangeSet
     from gpuplan.solver_core.policies.ranked_queue import RankedQueue
     from gpuplan.solver_core.policies.running_order import RunningOrder
     from gpuplan.solver_core.policies.shortest_first import (
@@ -233,10 +236,12 @@ def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, 
     jobs = {s.id: ActiveJob(spec=s) for s in specs}
     running: dict[str, ActiveJob] = {}
     order = RunningOrder(key, service=kind == "srsf", static=kind == "sjf")
+    by_changes = RunningOrder(key, service=kind == "srsf", static=kind == "sjf")
     queue = RankedQueue(key, None if kind == "sjf" else RunningKeys(service=kind == "srsf"))
     now = 0.0
-    for op, pick, pause, dt in ops:
+    for seq, (op, pick, pause, dt) in enumerate(ops, 1):
         job = jobs[specs[pick].id]
+        wrote = {job.id}
         per_s = job.spec.throughput.rate(job.spec.requested_gpus)
         if op == "start" and job.id not in running:
             job.settle(now)
@@ -254,7 +259,14 @@ def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, 
         now += dt
         for job_id in [j for j, a in running.items() if remaining_time(a, now) <= 0.0]:
             del running[job_id]  # finished
+            wrote.add(job_id)
         assert order.sync(running, now)
+        assert by_changes.sync(running, now, ChangeSet(1, seq, frozenset(wrote)))
+        assert by_changes.groups == {m: g for m, g in order.groups.items() if g[0]} | {
+            m: g for m, g in by_changes.groups.items() if not g[0]}
+        assert by_changes.late_entries(running, now) == order.late_entries(running, now)
+        for m, (_, needs) in order.groups.items():
+            assert order.totals[m] == sum(needs) == by_changes.totals.get(m, 0)
         late, _ = order.late_entries(running, now)
         exact = {j: key(a, now) for j, a in running.items()}
         regular = [(c if m == 0 else (c - now) * m, s, j)
@@ -266,7 +278,9 @@ def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, 
             ids = [j for _, _, j in entries]
             for a, b in itertools.pairwise(ids):
                 assert exact[a] <= exact[b] + 1e-6 * max(1.0, exact[b])
-            assert m == (0 if kind == "sjf" else 1 if kind == "srtf" else running[ids[0]].gpus)
+            if ids:  # a group whose last job left stays, empty
+                assert m == (0 if kind == "sjf" else 1 if kind == "srtf"
+                             else running[ids[0]].gpus)
         late_ids = {j for *_, j in late}
         for j, a in running.items():  # regular whenever the slope is known
             full_rate = a.rate == a.spec.throughput.rate(a.spec.requested_gpus)

@@ -113,6 +113,10 @@ class SimulatedCluster(Executor):
         self._starting_until: dict[str, float] = {}
         """Job -> end of its start/restart pause: resizes and migrations wait for it."""
         self._jobs_by_id: dict[str, ActiveJob] = {}
+        self.touched: set[str] = set()
+        """Jobs written since the engine last took the set: every rate change goes through
+        :meth:`_predict_completion`, every stop through :meth:`_stop`, and :meth:`apply`
+        names its plan's jobs (the engine's ``ClusterView.changed``)."""
         self.overheads = overheads or Overheads()
         mode = self.overheads.resize_mode
         self.capabilities = ExecutorCapabilities(
@@ -243,6 +247,7 @@ class SimulatedCluster(Executor):
 
     def apply(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob]) -> None:
         now = plan.time
+        self.touched.update(jobs)
         touched: set[tuple[str, int]] = set()
         for action in plan.actions:  # who sits on which shared GPU after this plan
             self._jobs_by_id[action.job_id] = jobs[action.job_id]
@@ -380,6 +385,7 @@ class SimulatedCluster(Executor):
 
     def _stop(self, job: ActiveJob, now: float, graceful: bool) -> None:
         """Take a job off its GPUs, rolling progress back to its last checkpoint."""
+        self.touched.add(job.id)
         self._close_segment(job.id, now)
         ck = job.spec.checkpoint
         ran_since = max(job.segment_start, job.resume_time)
@@ -399,7 +405,10 @@ class SimulatedCluster(Executor):
         self._version[job.id] = self._version.get(job.id, 0) + 1
 
     def _predict_completion(self, job: ActiveJob) -> None:
+        """Called after every write to a job's rate or pause: also records the job as
+        written (``touched``)."""
         job_id = job.id
+        self.touched.add(job_id)
         version = self._version.get(job_id, 0) + 1
         self._version[job_id] = version
         rate = job.rate

@@ -4,6 +4,9 @@ Rank-based policies (SRTF, SRSF, ...) need all active jobs in key order at every
 job's key (e.g. remaining time) is constant while it waits, so instead of re-sorting thousands of
 queued jobs per event we keep them sorted and only insert newcomers and drop leavers; the set
 differences run at C speed. Running jobs (at most one per GPU) are sorted afresh each time.
+With the view's change set (``ClusterView.changed``) following the one of the previous sync,
+only the jobs it names are looked at (every arrival, start, preemption and failure is in it),
+not every pending job.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import heapq
 from collections.abc import Callable, Iterator, Mapping
 
 from gpuplan.models import ActiveJob, ClusterView
+
+from . import change_verify
 
 RankKey = Callable[[ActiveJob, float], float]
 Entry = tuple[float, float, str]
@@ -30,11 +35,26 @@ class RankedQueue:
         """Batch keying of the running jobs (same keys as ``key``), when the policy has one."""
         self._entry: dict[str, Entry] = {}
         self._order: list[Entry] = []
+        self._seen: tuple[int, int] | None = None
+        """``(stream, seq)`` of the change set of the last sync (None: none)."""
 
     def _sync(self, view: ClusterView) -> None:
         pending = view.pending
         entries = self._entry
-        removed = entries.keys() - pending.keys()
+        changed = view.changed
+        if changed is not None and changed.follows(self._seen):
+            # Membership only changes for named jobs (a job's key is read when it enters).
+            jobs = changed.jobs
+            removed = [j for j in jobs if j in entries and j not in pending]
+            added = [j for j in jobs if j in pending and j not in entries]
+            if change_verify.VERIFY:
+                left_out = [j for j in (entries.keys() ^ pending.keys()) if j not in jobs]
+                if left_out:
+                    raise change_verify.missed("pending", left_out)
+        else:
+            removed = entries.keys() - pending.keys()  # type: ignore[assignment]
+            added = pending.keys() - entries.keys()  # type: ignore[assignment]
+        self._seen = None if changed is None else (changed.stream, changed.seq)
         if removed:
             if len(removed) > 64:
                 for job_id in removed:
@@ -45,7 +65,6 @@ class RankedQueue:
                 for job_id in removed:
                     entry = entries.pop(job_id)
                     del order[bisect.bisect_left(order, entry)]
-        added = pending.keys() - entries.keys()
         if added:
             now = view.now
             key = self.key

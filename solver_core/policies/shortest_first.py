@@ -125,8 +125,10 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
 
     The same greedy walk over the merged order, except that a stretch of regular running
     jobs of one group ranked before every other head (pending, late, other groups) is taken
-    in one step: found by bisection on ``C`` and summed at C speed; only when the stretch
-    does not fit as a whole is it walked job by job. A running job's key only falls relative
+    in one step: found by bisection on ``C`` and summed at C speed over the shorter of the
+    stretch and the group's tail (group total less what was taken less the tail: a stretch
+    to the group's end costs O(1)); only when the stretch does not fit as a whole is it
+    walked job by job. A running job's key only falls relative
     to the pending keys, so after a decision the walk meets few pending jobs ahead of running
     ones: per event the cost is O((pending jobs visited + stretches) x (groups + log n)) plus
     the changes."""
@@ -136,6 +138,9 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
     late, late_need = order.late_entries(running, now)
     groups = [(m, entries, needs) for m, (entries, needs) in order.groups.items() if entries]
     cursor = [0] * len(groups)
+    totals = order.totals
+    taken = [0] * len(groups)
+    """Requested GPUs of each group's entries before its cursor."""
     starts: list[tuple[str, int]] = []
     preempts: list[str] = []
     li = p = 0
@@ -164,7 +169,12 @@ def changes_by_rank(view: ClusterView, pending_order: list[Entry], order: Runnin
             else:
                 c_bound = bound[0] if m == 0 else bound[0] / m + now
                 j = max(i + 1, bisect.bisect_left(entries, (c_bound, bound[1], bound[2]), i))
-            total = sum(needs[i:j])
+            n = len(entries)
+            if j - i <= n - j:
+                total = sum(needs[i:j])
+            else:  # the tail is shorter (empty when the stretch runs to the end)
+                total = totals[m] - taken[g] - (sum(needs[j:]) if j < n else 0)
+            taken[g] += total
             if total <= free:
                 free -= total
             else:
@@ -220,7 +230,7 @@ class ShortestFirst:
             return None
         stats: list[SolverStats] = []
         order = self._order
-        if order is not None and order.sync(view.running, view.now):
+        if order is not None and order.sync(view.running, view.now, view.changed):
             starts, preempts = changes_by_rank(view, self._queue.pending_entries(view), order)
             return delta_from_changes(view, starts, preempts, placement, stats)
         return delta_from_shares(view, self(view, stats), placement, stats)
