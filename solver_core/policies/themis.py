@@ -50,7 +50,6 @@ import hashlib
 import heapq
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
@@ -64,6 +63,9 @@ from ..policy import Shares, StagedPolicy
 from ..registry import PolicyDef
 from .ladders import Ladders
 from .ranked_queue import RankedQueue
+from .themis_state import JobFacts, Lease, LeaseBook
+
+__all__ = ["Lease", "Themis", "ThemisParams", "themis_policy", "themis_shares", "tiebreak_key"]
 
 THEMIS_FAIRNESS_KNOB = 0.8
 """f: the worst (1 - f) fraction of jobs bids in each auction."""
@@ -83,14 +85,6 @@ def tiebreak_key(seed: int, job_id: str) -> float:
     and of the order jobs are seen)."""
     digest = hashlib.blake2b(f"{seed}:{job_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
-
-
-@dataclass(slots=True)
-class Lease:
-    """``gpus`` GPUs of one job, leased until ``expires``."""
-
-    gpus: int
-    expires: float
 
 
 def _trim(leases: list[Lease], excess: int, newest_first: bool) -> None:
@@ -134,24 +128,49 @@ class Themis:
         self.ladders = Ladders()
         self._keys: dict[str, float] = {}
         self._queue = RankedQueue(self._key)
-        self._leases: dict[str, list[Lease]] = {}
+        self._leases: dict[str, LeaseBook] = {}
         self._times: list[float] = []
         self._areas: list[float] = []
         self._active = 0
         self._lts: dict[tuple[str, int, float], float] = {}
+        self._facts: dict[str, JobFacts] = {}
 
     def snapshot(self) -> dict[str, Any]:
         """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
-        return {"leases": {j: [[lease.gpus, lease.expires] for lease in ls]
-                           for j, ls in self._leases.items()},
+        return {"leases": {j: [[lease.gpus, lease.expires] for lease in book.leases]
+                           for j, book in self._leases.items()},
                 "times": list(self._times), "areas": list(self._areas), "active": self._active}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self._leases = {str(j): [Lease(int(g), float(e)) for g, e in ls]
+        self._leases = {str(j): LeaseBook.of([Lease(int(g), float(e)) for g, e in ls])
                         for j, ls in state.get("leases", {}).items()}
         self._times = [float(t) for t in state.get("times", [])]
         self._areas = [float(a) for a in state.get("areas", [])]
         self._active = int(state.get("active", 0))
+        self._facts.clear()  # cached contention integrals belong to the old time points
+
+    def leases_of(self, job_id: str) -> list[Lease]:
+        """``job_id``'s current leases (empty when it holds none); read-only."""
+        book = self._leases.get(job_id)
+        return book.leases if book is not None else []
+
+    def _job_facts(self, job: ActiveJob, capacity: int) -> JobFacts:
+        """``job``'s constants under ``capacity`` (rebuilt for a new spec object or capacity)."""
+        spec = job.spec
+        facts = self._facts.get(spec.id)
+        if facts is None or facts.spec is not spec or facts.capacity != capacity:
+            facts = self._facts[spec.id] = JobFacts(
+                spec, capacity, self.ladders(job, capacity), self._key(job), spec.submit_time,
+                spec.work, spec.throughput.rate)
+        return facts
+
+    def _prune_facts(self, view: ClusterView) -> None:
+        """Forget finished jobs' facts once they outnumber the active jobs (amortised O(1))."""
+        facts = self._facts
+        active = len(view.running) + len(view.pending)
+        if len(facts) > 2 * active + 1024:
+            running, pending = view.running, view.pending
+            self._facts = {j: f for j, f in facts.items() if j in running or j in pending}
 
     # ------------------------------------------------------------------ helpers
     def _key(self, job: ActiveJob, now: float = 0.0) -> float:
@@ -194,22 +213,61 @@ class Themis:
             return math.inf
         if capacity is None:
             capacity = view.capacity
-        now, spec = view.now, job.spec
-        rate = spec.throughput.rate
-        t_shared = (now - spec.submit_time) + job.remaining(now) / rate(count)
-        peak = self.ladders(job, capacity)[-1]
-        contention = self.mean_contention(spec.submit_time, now)
+        facts = self._job_facts(job, capacity)
+        return self._rho(facts, job, count, view.now, self._area_at(view.now))
+
+    def _area_at(self, now: float) -> float:
+        """The contention integral up to ``now`` (0 before the first time point)."""
+        times = self._times
+        return self._areas[-1] + self._active * (now - times[-1]) if times else 0.0
+
+    def _contention(self, facts: JobFacts, now: float, area_now: float) -> float:
+        """:meth:`mean_contention` since the job's submit time, with the same float operations;
+        the integral up to the submit time is cached once a later time point fixes it."""
+        times = self._times
+        since = facts.submit
+        if not times:
+            return float(max(self._active, 1))
+        since = max(since, times[0])
+        if now - since <= _EPS:
+            return float(max(self._active, 1))
+        area_since = facts.area_since
+        if area_since is None:
+            areas = self._areas
+            i = bisect.bisect_right(times, since) - 1
+            if i + 1 < len(times):
+                slope = (areas[i + 1] - areas[i]) / (times[i + 1] - times[i])
+                area_since = facts.area_since = areas[i] + slope * (since - times[i])
+            else:  # the last segment is still growing: not final, not cached
+                area_since = areas[i] + float(self._active) * (since - times[i])
+        return max((area_now - area_since) / (now - since), 1.0)
+
+    def _rho(self, facts: JobFacts, job: ActiveJob, count: int, now: float,
+             area_now: float) -> float:
+        """rho of ``job`` at ``count`` > 0 GPUs from its cached facts: ``ActiveJob.remaining``
+        and :meth:`mean_contention` inlined, same float operations in the same order."""
+        work = facts.work
+        start = job.anchor_time if job.anchor_time > job.resume_time else job.resume_time
+        if now <= start or job.rate <= 0.0:
+            done = job.done
+        else:
+            done = min(work, job.done + job.rate * (now - start))
+        rate = facts.rate
+        t_shared = (now - facts.submit) + max(0.0, work - done) / rate(count)
+        peak = facts.ladder[-1]
+        contention = self._contention(facts, now, area_now)
         if self.ideal == "afs":
             ideal_rate = min(peak / contention * rate(1), rate(peak))
         else:
-            share = min(capacity / contention, peak)
+            share = min(facts.capacity / contention, peak)
             if share < 1:
                 ideal_rate = share * rate(1)
             else:
                 lo = math.floor(share)
                 frac = share - lo
                 ideal_rate = rate(lo) + (frac * (rate(lo + 1) - rate(lo)) if frac > 0 else 0.0)
-        return t_shared / (spec.work / ideal_rate)
+        return t_shared / (work / ideal_rate)
+
 
     def _log_t_shared(self, job: ActiveJob, count: int, now: float) -> float:
         """log T_shared of ``job`` at ``count`` GPUs, memoised within one decision (cleared at
@@ -223,30 +281,71 @@ class Themis:
                 (now - spec.submit_time) + job.remaining(now) / spec.throughput.rate(count))
         return value
 
-    def _settle_leases(self, view: ClusterView) -> dict[str, int]:
-        """Drop expired leases and reconcile with what the jobs really hold; return held counts."""
+    def _settle_leases(
+        self, view: ClusterView
+    ) -> tuple[dict[str, int], list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]],
+               list[ActiveJob], int]:
+        """Drop expired leases and reconcile with what the jobs really hold.
+
+        Returns the held counts, the jobs that hold GPUs and can grow (``(0.0, key, job,
+        ladder, facts)``, running order), the running jobs holding no leased GPU (running
+        order) and how many of those have a ladder. A job whose leases all outlive ``now``,
+        sum to the GPUs it holds and sit on its ladder is settled by three comparisons (the
+        lease list would be copied unchanged).
+        """
         now, running, capacity = view.now, view.running, view.capacity
-        for job_id in [j for j in self._leases if j not in running]:
-            del self._leases[job_id]
+        books = self._leases
+        for job_id in [j for j in books if j not in running]:
+            del books[job_id]
         held: dict[str, int] = {}
+        finite: list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]] = []
+        idle: list[ActiveJob] = []
+        zero_running = 0
+        now_eps = now + _EPS
+        facts_of = self._facts
         for job_id, job in running.items():
-            leases = self._leases.get(job_id, [])
-            total = sum(lease.gpus for lease in leases)
-            if total > job.gpus:  # growth the placement could not carry out
-                _trim(leases, total - job.gpus, newest_first=True)
-            elif total < job.gpus:  # a job we did not place (e.g. restored from a state file)
-                leases.append(Lease(job.gpus - total, now + self.lease_s))
-            live = [lease for lease in leases if lease.expires > now + _EPS]
-            count = sum(lease.gpus for lease in live)
-            keep = _floor_count(self.ladders(job, capacity), count)
-            if keep < count:
-                _trim(live, count - keep, newest_first=False)
-            if live:
-                self._leases[job_id] = live
-                held[job_id] = keep
+            facts = facts_of.get(job_id)
+            if facts is None or facts.spec is not job.spec or facts.capacity != capacity:
+                facts = self._job_facts(job, capacity)
+            ladder = facts.ladder
+            gpus = job.gpus
+            book = books.get(job_id)
+            if (book is not None and gpus > 0 and book.total == gpus and book.first > now_eps
+                    and (i := bisect.bisect_right(ladder, gpus)) and ladder[i - 1] == gpus):
+                held[job_id] = gpus
+                count = gpus
             else:
-                self._leases.pop(job_id, None)
-        return held
+                count = self._settle_one(job_id, job, ladder, book, now, now_eps, held)
+            if count == 0:
+                idle.append(job)
+                if ladder:
+                    zero_running += 1
+            elif ladder and count < ladder[-1]:
+                finite.append((0.0, facts.key, job, ladder, facts))
+        return held, finite, idle, zero_running
+
+    def _settle_one(self, job_id: str, job: ActiveJob, ladder: tuple[int, ...],
+                    book: LeaseBook | None, now: float, now_eps: float,
+                    held: dict[str, int]) -> int:
+        """The general case of :meth:`_settle_leases` for one job; returns its held count."""
+        leases = book.leases if book is not None else []
+        total = sum(lease.gpus for lease in leases)
+        if total > job.gpus:  # growth the placement could not carry out
+            _trim(leases, total - job.gpus, newest_first=True)
+        elif total < job.gpus:  # a job we did not place (e.g. restored from a state file)
+            leases.append(Lease(job.gpus - total, now + self.lease_s))
+        live = [lease for lease in leases if lease.expires > now_eps]
+        count = sum(lease.gpus for lease in live)
+        keep = _floor_count(ladder, count)
+        if keep < count:
+            _trim(live, count - keep, newest_first=False)
+        if live:
+            self._leases[job_id] = LeaseBook.of(live)
+            held[job_id] = keep
+            return keep
+        self._leases.pop(job_id, None)
+        return 0
+
 
     def _auction(
         self,
@@ -283,25 +382,15 @@ class Themis:
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         self._lts.clear()
         self._advance(view)
-        now, capacity, running, pending = view.now, view.capacity, view.running, view.pending
-        held = self._settle_leases(view)
+        self._prune_facts(view)
+        now, capacity, pending = view.now, view.capacity, view.pending
+        held, finite, idle, zero_running = self._settle_leases(view)
         shares: Shares = dict(held)
         free = capacity - sum(held.values())
         if free <= 0:
             return shares
 
         # ---- candidates: finite rho (holding GPUs, can grow) and zero-GPU jobs (rho = inf)
-        finite: list[tuple[float, float, ActiveJob, tuple[int, ...]]] = []
-        zero_running = 0
-        for job_id, job in running.items():
-            ladder = self.ladders(job, capacity)
-            if not ladder:
-                continue
-            count = held.get(job_id, 0)
-            if count == 0:
-                zero_running += 1
-            elif count < ladder[-1]:
-                finite.append((0.0, self._key(job), job, ladder))
         n_zero = len(pending) + zero_running
         n_candidates = n_zero + len(finite)
         if n_candidates == 0:
@@ -309,14 +398,14 @@ class Themis:
         bidders_wanted = max(int((1 - self.fairness_knob) * n_candidates + 1e-9), 1)
         zero_bidders = min(bidders_wanted, n_zero)
         if bidders_wanted > zero_bidders:  # some jobs holding GPUs bid: rank them by rho
-            finite = [(-self.rho(job, held[job.spec.id], view, capacity), key, job, ladder)
-                      for _, key, job, ladder in finite]
+            area_now = self._area_at(now)
+            rho = self._rho
+            finite = [(-rho(facts, job, held[job.spec.id], now, area_now), key, job, ladder,
+                       facts) for _, key, job, ladder, facts in finite]
         finite.sort(key=lambda t: (t[0], t[1]))  # worst rho first, then tie-break key
         finite_bidders = finite[: bidders_wanted - zero_bidders]
         finite_rest = finite[bidders_wanted - zero_bidders:]
-        zero_iter: Iterator[ActiveJob] = (
-            job for job in self._queue.ranked(view) if held.get(job.spec.id, 0) == 0
-        )
+        zero_iter = self._zero_held(view, idle)
 
         # ---- auction, phase A: a bidder without GPUs first gets its smallest count
         counts: dict[str, int] = {}
@@ -336,7 +425,7 @@ class Themis:
             elif ladder:
                 unserved.append(job)
         if free > 0:
-            for _, _, job, ladder in finite_bidders:
+            for _, _, job, ladder, _ in finite_bidders:
                 counts[job.spec.id] = held[job.spec.id]
                 bidders.append((job, ladder))
             counts, free = self._partial_allocation(bidders, counts, free, now)
@@ -344,23 +433,43 @@ class Themis:
 
         # ---- leftovers: non-bidders in tie-break order, then bidders (work conservation)
         if free > 0:
-            rest = sorted(((k, job, ladder) for _, k, job, ladder in finite_rest),
-                          key=lambda t: t[0])
+            rest = sorted(((k, job) for _, k, job, _, _ in finite_rest), key=lambda t: t[0])
             merged = heapq.merge(
-                ((k, job, None) for k, job, _ in rest),
-                ((self._key(job), job, None) for job in zero_iter),
+                rest,
+                ((self._key(job), job) for job in zero_iter),
                 key=lambda t: t[0],
             )
-            free = self._spread(view, shares, (job for _, job, _ in merged), free)
+            free = self._spread(view, shares, (job for _, job in merged), free)
             if free > 0:  # hidden payments may now fit a bidder that got nothing
                 ordered = sorted([job for job, _ in bidders] + unserved, key=self._key)
                 self._spread(view, shares, iter(ordered), free)
 
+        expires = now + self.lease_s
+        books = self._leases
         for job_id, count in shares.items():
             extra = count - held.get(job_id, 0)
             if extra > 0:
-                self._leases.setdefault(job_id, []).append(Lease(extra, now + self.lease_s))
+                book = books.get(job_id)
+                if book is None:
+                    book = books[job_id] = LeaseBook()
+                book.add(extra, expires)
         return shares
+
+    def _zero_held(self, view: ClusterView, idle: list[ActiveJob]) -> Iterator[ActiveJob]:
+        """Active jobs holding no leased GPU in tie-break order: the pending queue (kept sorted
+        across decisions) merged with ``idle``, the running jobs without leases. Lazy, so a
+        decision that never reads it does not sync the queue."""
+        order = self._queue.pending_entries(view)
+        pending = view.pending
+        if not idle:
+            for _, _, job_id in order:
+                yield pending[job_id]
+            return
+        running = view.running
+        entries = sorted((self._key(job), job.spec.submit_time, job.spec.id) for job in idle)
+        for _, _, job_id in heapq.merge(entries, order):
+            yield running.get(job_id) or pending[job_id]
+
 
     def _partial_allocation(
         self,
@@ -421,15 +530,22 @@ class Themis:
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """The next lease expiry of a running job (GPUs then return to the auction)."""
-        now = view.now
-        due = [
-            lease.expires
-            for job_id, leases in self._leases.items()
-            if job_id in view.running
-            for lease in leases
-            if lease.expires > now + _EPS
-        ]
-        return min(due) if due else None
+        now_eps = view.now + _EPS
+        running = view.running
+        best: float | None = None
+        for job_id, book in self._leases.items():
+            if job_id not in running:
+                continue
+            first = book.first
+            if first <= now_eps:  # a lapsed lease not yet settled: the next live one counts
+                due = [lease.expires for lease in book.leases if lease.expires > now_eps]
+                if not due:
+                    continue
+                first = min(due)
+            if best is None or first < best:
+                best = first
+        return best
+
 
 
 def themis_shares(
