@@ -99,6 +99,11 @@ def _trim(leases: list[Lease], excess: int, newest_first: bool) -> None:
     leases[:] = [lease for lease in leases if lease.gpus > 0]
 
 
+def _gain_table(bidders: list[tuple[ActiveJob, tuple[int, ...]]]) -> list[list[float | None]]:
+    """An empty per-(bidder, ladder step) cache of log-rho gains for one decision's auctions."""
+    return [[None] * max(len(ladder) - 1, 0) for _, ladder in bidders]
+
+
 def _floor_count(ladder: tuple[int, ...], count: int) -> int:
     """Largest ladder count <= ``count`` (0 if none)."""
     i = bisect.bisect_right(ladder, count)
@@ -355,27 +360,53 @@ class Themis:
         now: float,
     ) -> dict[str, int]:
         """Greedy Nash-welfare phase: one ladder step at a time to the largest log-rho drop/GPU."""
+        return self._greedy(bidders, start, free, now, _gain_table(bidders), -1)
+
+    def _greedy(
+        self,
+        bidders: list[tuple[ActiveJob, tuple[int, ...]]],
+        start: dict[str, int],
+        free: int,
+        now: float,
+        gains: list[list[float | None]],
+        skip: int,
+    ) -> dict[str, int]:
+        """:meth:`_auction` without bidder number ``skip`` (-1: none). ``gains[rank][i]`` caches
+        the log-rho drop per GPU of bidder ``rank``'s step ``i -> i + 1`` across the hidden-
+        payment reruns of one decision. Heap entries are ``(-gain, rank, i)`` with the rank in
+        the full bidder list: dropping one bidder keeps the others' relative order, so ties
+        break as they would with the bidder list renumbered."""
         counts = dict(start)
-        heap: list[tuple[float, int, int, ActiveJob, tuple[int, ...]]] = []
-
-        def push(rank: int, job: ActiveJob, ladder: tuple[int, ...], i: int) -> None:
-            if i + 1 >= len(ladder):
-                return
-            c, nxt = ladder[i], ladder[i + 1]
-            gain = (self._log_t_shared(job, c, now) - self._log_t_shared(job, nxt, now)) / (nxt - c)
-            if gain > 0:
-                heapq.heappush(heap, (-gain, rank, i, job, ladder))
-
+        lts = self._log_t_shared
+        heap: list[tuple[float, int, int]] = []
         for rank, (job, ladder) in enumerate(bidders):
-            push(rank, job, ladder, bisect.bisect_left(ladder, counts[job.spec.id]))
+            if rank == skip:
+                continue
+            i = bisect.bisect_left(ladder, counts[job.spec.id])
+            if i + 1 < len(ladder):
+                gain = gains[rank][i]
+                if gain is None:
+                    c, nxt = ladder[i], ladder[i + 1]
+                    gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+                if gain > 0:
+                    heap.append((-gain, rank, i))
+        heapq.heapify(heap)  # (gain, rank) is unique: pops come in one order however built
         while free > 0 and heap:
-            _, rank, i, job, ladder = heapq.heappop(heap)
+            _, rank, i = heapq.heappop(heap)
+            job, ladder = bidders[rank]
             step = ladder[i + 1] - ladder[i]
             if step > free:
                 continue
-            counts[job.spec.id] = ladder[i + 1]
+            i += 1
+            counts[job.spec.id] = ladder[i]
             free -= step
-            push(rank, job, ladder, i + 1)
+            if i + 1 < len(ladder):
+                gain = gains[rank][i]
+                if gain is None:
+                    c, nxt = ladder[i], ladder[i + 1]
+                    gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+                if gain > 0:
+                    heapq.heappush(heap, (-gain, rank, i))
         return counts
 
     # ------------------------------------------------------------------ the stage
@@ -479,20 +510,20 @@ class Themis:
         now: float,
     ) -> tuple[dict[str, int], int]:
         """Auction phase B plus hidden payments; returns final counts and GPUs left over."""
-        won = self._auction(bidders, start, free, now)
+        gains = _gain_table(bidders)
+        won = self._greedy(bidders, start, free, now, gains, -1)
         final = dict(won)
-        for job, ladder in bidders:
+        lts = self._log_t_shared
+        for rank, (job, ladder) in enumerate(bidders):
             job_id = job.spec.id
             gained = won[job_id] - start[job_id]
             if gained <= 0:
                 continue
-            others = [b for b in bidders if b[0] is not job]
-            without = self._auction(others, start, free, now)
+            without = self._greedy(bidders, start, free, now, gains, rank)
             log_c = sum(
-                self._log_t_shared(j, without[j.spec.id], now)
-                - self._log_t_shared(j, won[j.spec.id], now)
-                for j, _ in others
-                if without[j.spec.id] != won[j.spec.id]
+                lts(j, without[j.spec.id], now) - lts(j, won[j.spec.id], now)
+                for r, (j, _) in enumerate(bidders)
+                if r != rank and without[j.spec.id] != won[j.spec.id]
             )
             fraction = min(1.0, math.exp(log_c))
             keep = start[job_id] + math.floor(fraction * gained + 1e-9)
