@@ -49,6 +49,7 @@ import bisect
 import hashlib
 import heapq
 import math
+import operator
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -97,6 +98,10 @@ def _trim(leases: list[Lease], excess: int, newest_first: bool) -> None:
         leases[i].gpus -= cut
         excess -= cut
     leases[:] = [lease for lease in leases if lease.gpus > 0]
+
+
+_RHO_KEY = operator.itemgetter(0, 1)
+"""Sort key of the ranked candidates: (-rho, tie-break key)."""
 
 
 def _gain_table(bidders: list[tuple[ActiveJob, tuple[int, ...]]]) -> list[list[float | None]]:
@@ -164,9 +169,12 @@ class Themis:
         spec = job.spec
         facts = self._facts.get(spec.id)
         if facts is None or facts.spec is not spec or facts.capacity != capacity:
+            counts, rates = self.ladders.ladder(job, capacity)
+            rate = spec.throughput.rate
+            peak = counts[-1] if counts else 0
             facts = self._facts[spec.id] = JobFacts(
-                spec, capacity, self.ladders(job, capacity), self._key(job), spec.submit_time,
-                spec.work, spec.throughput.rate)
+                spec, capacity, counts, self._key(job), spec.submit_time, spec.work, rate,
+                dict(zip(counts, rates, strict=True)), peak, rates[-1] if counts else 0.0)
         return facts
 
     def _prune_facts(self, view: ClusterView) -> None:
@@ -243,6 +251,7 @@ class Themis:
             if i + 1 < len(times):
                 slope = (areas[i + 1] - areas[i]) / (times[i + 1] - times[i])
                 area_since = facts.area_since = areas[i] + slope * (since - times[i])
+                facts.since = since
             else:  # the last segment is still growing: not final, not cached
                 area_since = areas[i] + float(self._active) * (since - times[i])
         return max((area_now - area_since) / (now - since), 1.0)
@@ -429,11 +438,8 @@ class Themis:
         bidders_wanted = max(int((1 - self.fairness_knob) * n_candidates + 1e-9), 1)
         zero_bidders = min(bidders_wanted, n_zero)
         if bidders_wanted > zero_bidders:  # some jobs holding GPUs bid: rank them by rho
-            area_now = self._area_at(now)
-            rho = self._rho
-            finite = [(-rho(facts, job, held[job.spec.id], now, area_now), key, job, ladder,
-                       facts) for _, key, job, ladder, facts in finite]
-        finite.sort(key=lambda t: (t[0], t[1]))  # worst rho first, then tie-break key
+            finite = self._ranked_by_rho(finite, held, now)
+        finite.sort(key=_RHO_KEY)  # worst rho first, then tie-break key
         finite_bidders = finite[: bidders_wanted - zero_bidders]
         finite_rest = finite[bidders_wanted - zero_bidders:]
         zero_iter = self._zero_held(view, idle)
@@ -485,6 +491,44 @@ class Themis:
                     book = books[job_id] = LeaseBook()
                 book.add(extra, expires)
         return shares
+
+    def _ranked_by_rho(
+        self, finite: list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]],
+        held: dict[str, int], now: float,
+    ) -> list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]]:
+        """``finite`` with ``-rho`` in front: :meth:`_rho` inlined for the AFS ideal once a
+        job's contention integral is cached (every decision after its first), with the same
+        float operations in the same order; otherwise :meth:`_rho` itself."""
+        area_now = self._area_at(now)
+        active = float(max(self._active, 1))
+        afs = self.ideal == "afs"
+        out = []
+        for _, key, job, ladder, f in finite:
+            count = held[f.spec.id]
+            a = f.area_since
+            rate = f.rate_at.get(count)
+            if a is None or not afs or rate is None:
+                out.append((-self._rho(f, job, count, now, area_now), key, job, ladder, f))
+                continue
+            work = f.work
+            anchor, resume, r = job.anchor_time, job.resume_time, job.rate
+            start = anchor if anchor > resume else resume
+            if now <= start or r <= 0.0:
+                done = job.done
+            else:
+                done = min(work, job.done + r * (now - start))
+            t_shared = (now - f.submit) + max(0.0, work - done) / rate
+            since = f.since
+            if now - since <= _EPS:
+                contention = active
+            else:
+                contention = max((area_now - a) / (now - since), 1.0)
+            rate_one = f.rate_one
+            if rate_one is None:
+                rate_one = f.rate_one = f.rate(1)
+            ideal_rate = min(f.peak / contention * rate_one, f.rate_peak)
+            out.append((-(t_shared / (work / ideal_rate)), key, job, ladder, f))
+        return out
 
     def _zero_held(self, view: ClusterView, idle: list[ActiveJob]) -> Iterator[ActiveJob]:
         """Active jobs holding no leased GPU in tie-break order: the pending queue (kept sorted

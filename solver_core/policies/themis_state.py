@@ -73,5 +73,14 @@ class JobFacts:
     submit: float
     work: float
     rate: Callable[[int], float]
+    rate_at: dict[int, float]
+    """``rate(c)`` for every count ``c`` of the ladder (the ladder's own rates)."""
+    peak: int
+    """Top of the ladder (0 when empty)."""
+    rate_peak: float
     area_since: float | None = None
-    """Contention integral at ``max(submit, first time point)``; None until it is final."""
+    """Contention integral at ``since``; None until it is final (a later time point exists)."""
+    since: float = 0.0
+    """``max(submit, first time point)``: where the job's mean contention starts."""
+    rate_one: float | None = None
+    """``rate(1)``, read the first time rho needs it."""
