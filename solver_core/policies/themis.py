@@ -558,17 +558,22 @@ class Themis:
         won = self._greedy(bidders, start, free, now, gains, -1)
         final = dict(won)
         lts = self._log_t_shared
+        won_log: list[float | None] = [None] * len(bidders)  # log T_shared at the won count
         for rank, (job, ladder) in enumerate(bidders):
             job_id = job.spec.id
             gained = won[job_id] - start[job_id]
             if gained <= 0:
                 continue
             without = self._greedy(bidders, start, free, now, gains, rank)
-            log_c = sum(
-                lts(j, without[j.spec.id], now) - lts(j, won[j.spec.id], now)
-                for r, (j, _) in enumerate(bidders)
-                if r != rank and without[j.spec.id] != won[j.spec.id]
-            )
+            terms = []
+            for r, (j, _) in enumerate(bidders):
+                jid = j.spec.id
+                if r != rank and without[jid] != won[jid]:
+                    at_won = won_log[r]
+                    if at_won is None:
+                        at_won = won_log[r] = lts(j, won[jid], now)
+                    terms.append(lts(j, without[jid], now) - at_won)
+            log_c = sum(terms)  # same terms, same order as summing the generator
             fraction = min(1.0, math.exp(log_c))
             keep = start[job_id] + math.floor(fraction * gained + 1e-9)
             final[job_id] = max(_floor_count(ladder, keep), start[job_id])
