@@ -321,20 +321,22 @@ class Themis:
             facts = facts_of.get(job_id)
             if facts is None or facts.spec is not job.spec or facts.capacity != capacity:
                 facts = self._job_facts(job, capacity)
-            ladder = facts.ladder
             gpus = job.gpus
             book = books.get(job_id)
+            # gpus in rate_at: gpus is a ladder count, i.e. _floor_count(ladder, gpus) == gpus
             if (book is not None and gpus > 0 and book.total == gpus and book.first > now_eps
-                    and (i := bisect.bisect_right(ladder, gpus)) and ladder[i - 1] == gpus):
+                    and gpus in facts.rate_at):
                 held[job_id] = gpus
-                count = gpus
-            else:
-                count = self._settle_one(job_id, job, ladder, book, now, now_eps, held)
+                if gpus < facts.peak:
+                    finite.append((0.0, facts.key, job, facts.ladder, facts))
+                continue
+            ladder = facts.ladder
+            count = self._settle_one(job_id, job, ladder, book, now, now_eps, held)
             if count == 0:
                 idle.append(job)
                 if ladder:
                     zero_running += 1
-            elif ladder and count < ladder[-1]:
+            elif count < facts.peak:
                 finite.append((0.0, facts.key, job, ladder, facts))
         return held, finite, idle, zero_running
 
