@@ -40,7 +40,12 @@ evaluation assumes for Optimus' estimates.
 Cost per decision: leases and rho are evaluated only for running jobs (at most M); jobs without
 GPUs are read lazily from a queue kept sorted by their static tie-break key, and only until the
 free GPUs are gone. The auction is O(F log M) for F free GPUs, and the hidden payments rerun it
-once per bidder that grew (at most F times).
+once per bidder that grew (at most F times), reusing each (bidder, step) gain of the decision.
+Lease expiries make decisions frequent (up to ~100 per job on the AFS Philly VCs), so the
+running jobs' lease totals and per-job constants (ladder, rates, the contention integral up to
+the submit time) are kept across decisions (:mod:`.themis_state`): a job whose leases neither
+lapsed nor disagree with what it holds is settled by three comparisons, and rho is computed
+from the cached constants with the same float operations as :meth:`Themis.rho`.
 """
 
 from __future__ import annotations
