@@ -40,7 +40,12 @@ evaluation assumes for Optimus' estimates.
 Cost per decision: leases and rho are evaluated only for running jobs (at most M); jobs without
 GPUs are read lazily from a queue kept sorted by their static tie-break key, and only until the
 free GPUs are gone. The auction is O(F log M) for F free GPUs, and the hidden payments rerun it
-once per bidder that grew (at most F times).
+once per bidder that grew (at most F times), reusing each (bidder, step) gain of the decision.
+Lease expiries make decisions frequent (up to ~100 per job on the AFS Philly VCs), so the
+running jobs' lease totals and per-job constants (ladder, rates, the contention integral up to
+the submit time) are kept across decisions (:mod:`.themis_state`): a job whose leases neither
+lapsed nor disagree with what it holds is settled by three comparisons, and rho is computed
+from the cached constants with the same float operations as :meth:`Themis.rho`.
 """
 
 from __future__ import annotations
@@ -49,8 +54,8 @@ import bisect
 import hashlib
 import heapq
 import math
+import operator
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
@@ -64,6 +69,9 @@ from ..policy import Shares, StagedPolicy
 from ..registry import PolicyDef
 from .ladders import Ladders
 from .ranked_queue import RankedQueue
+from .themis_state import JobFacts, Lease, LeaseBook
+
+__all__ = ["Lease", "Themis", "ThemisParams", "themis_policy", "themis_shares", "tiebreak_key"]
 
 THEMIS_FAIRNESS_KNOB = 0.8
 """f: the worst (1 - f) fraction of jobs bids in each auction."""
@@ -85,14 +93,6 @@ def tiebreak_key(seed: int, job_id: str) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
-@dataclass(slots=True)
-class Lease:
-    """``gpus`` GPUs of one job, leased until ``expires``."""
-
-    gpus: int
-    expires: float
-
-
 def _trim(leases: list[Lease], excess: int, newest_first: bool) -> None:
     """Remove ``excess`` GPUs from ``leases`` in place."""
     order = sorted(range(len(leases)), key=lambda i: leases[i].expires, reverse=newest_first)
@@ -103,6 +103,15 @@ def _trim(leases: list[Lease], excess: int, newest_first: bool) -> None:
         leases[i].gpus -= cut
         excess -= cut
     leases[:] = [lease for lease in leases if lease.gpus > 0]
+
+
+_RHO_KEY = operator.itemgetter(0, 1)
+"""Sort key of the ranked candidates: (-rho, tie-break key)."""
+
+
+def _gain_table(bidders: list[tuple[ActiveJob, tuple[int, ...]]]) -> list[list[float | None]]:
+    """An empty per-(bidder, ladder step) cache of log-rho gains for one decision's auctions."""
+    return [[None] * max(len(ladder) - 1, 0) for _, ladder in bidders]
 
 
 def _floor_count(ladder: tuple[int, ...], count: int) -> int:
@@ -134,24 +143,52 @@ class Themis:
         self.ladders = Ladders()
         self._keys: dict[str, float] = {}
         self._queue = RankedQueue(self._key)
-        self._leases: dict[str, list[Lease]] = {}
+        self._leases: dict[str, LeaseBook] = {}
         self._times: list[float] = []
         self._areas: list[float] = []
         self._active = 0
         self._lts: dict[tuple[str, int, float], float] = {}
+        self._facts: dict[str, JobFacts] = {}
 
     def snapshot(self) -> dict[str, Any]:
         """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
-        return {"leases": {j: [[lease.gpus, lease.expires] for lease in ls]
-                           for j, ls in self._leases.items()},
+        return {"leases": {j: [[lease.gpus, lease.expires] for lease in book.leases]
+                           for j, book in self._leases.items()},
                 "times": list(self._times), "areas": list(self._areas), "active": self._active}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self._leases = {str(j): [Lease(int(g), float(e)) for g, e in ls]
+        self._leases = {str(j): LeaseBook.of([Lease(int(g), float(e)) for g, e in ls])
                         for j, ls in state.get("leases", {}).items()}
         self._times = [float(t) for t in state.get("times", [])]
         self._areas = [float(a) for a in state.get("areas", [])]
         self._active = int(state.get("active", 0))
+        self._facts.clear()  # cached contention integrals belong to the old time points
+
+    def leases_of(self, job_id: str) -> list[Lease]:
+        """``job_id``'s current leases (empty when it holds none); read-only."""
+        book = self._leases.get(job_id)
+        return book.leases if book is not None else []
+
+    def _job_facts(self, job: ActiveJob, capacity: int) -> JobFacts:
+        """``job``'s constants under ``capacity`` (rebuilt for a new spec object or capacity)."""
+        spec = job.spec
+        facts = self._facts.get(spec.id)
+        if facts is None or facts.spec is not spec or facts.capacity != capacity:
+            counts, rates = self.ladders.ladder(job, capacity)
+            rate = spec.throughput.rate
+            peak = counts[-1] if counts else 0
+            facts = self._facts[spec.id] = JobFacts(
+                spec, capacity, counts, self._key(job), spec.submit_time, spec.work, rate,
+                dict(zip(counts, rates, strict=True)), peak, rates[-1] if counts else 0.0)
+        return facts
+
+    def _prune_facts(self, view: ClusterView) -> None:
+        """Forget finished jobs' facts once they outnumber the active jobs (amortised O(1))."""
+        facts = self._facts
+        active = len(view.running) + len(view.pending)
+        if len(facts) > 2 * active + 1024:
+            running, pending = view.running, view.pending
+            self._facts = {j: f for j, f in facts.items() if j in running or j in pending}
 
     # ------------------------------------------------------------------ helpers
     def _key(self, job: ActiveJob, now: float = 0.0) -> float:
@@ -194,22 +231,62 @@ class Themis:
             return math.inf
         if capacity is None:
             capacity = view.capacity
-        now, spec = view.now, job.spec
-        rate = spec.throughput.rate
-        t_shared = (now - spec.submit_time) + job.remaining(now) / rate(count)
-        peak = self.ladders(job, capacity)[-1]
-        contention = self.mean_contention(spec.submit_time, now)
+        facts = self._job_facts(job, capacity)
+        return self._rho(facts, job, count, view.now, self._area_at(view.now))
+
+    def _area_at(self, now: float) -> float:
+        """The contention integral up to ``now`` (0 before the first time point)."""
+        times = self._times
+        return self._areas[-1] + self._active * (now - times[-1]) if times else 0.0
+
+    def _contention(self, facts: JobFacts, now: float, area_now: float) -> float:
+        """:meth:`mean_contention` since the job's submit time, with the same float operations;
+        the integral up to the submit time is cached once a later time point fixes it."""
+        times = self._times
+        since = facts.submit
+        if not times:
+            return float(max(self._active, 1))
+        since = max(since, times[0])
+        if now - since <= _EPS:
+            return float(max(self._active, 1))
+        area_since = facts.area_since
+        if area_since is None:
+            areas = self._areas
+            i = bisect.bisect_right(times, since) - 1
+            if i + 1 < len(times):
+                slope = (areas[i + 1] - areas[i]) / (times[i + 1] - times[i])
+                area_since = facts.area_since = areas[i] + slope * (since - times[i])
+                facts.since = since
+            else:  # the last segment is still growing: not final, not cached
+                area_since = areas[i] + float(self._active) * (since - times[i])
+        return max((area_now - area_since) / (now - since), 1.0)
+
+    def _rho(self, facts: JobFacts, job: ActiveJob, count: int, now: float,
+             area_now: float) -> float:
+        """rho of ``job`` at ``count`` > 0 GPUs from its cached facts: ``ActiveJob.remaining``
+        and :meth:`mean_contention` inlined, same float operations in the same order."""
+        work = facts.work
+        start = job.anchor_time if job.anchor_time > job.resume_time else job.resume_time
+        if now <= start or job.rate <= 0.0:
+            done = job.done
+        else:
+            done = min(work, job.done + job.rate * (now - start))
+        rate = facts.rate
+        t_shared = (now - facts.submit) + max(0.0, work - done) / rate(count)
+        peak = facts.ladder[-1]
+        contention = self._contention(facts, now, area_now)
         if self.ideal == "afs":
             ideal_rate = min(peak / contention * rate(1), rate(peak))
         else:
-            share = min(capacity / contention, peak)
+            share = min(facts.capacity / contention, peak)
             if share < 1:
                 ideal_rate = share * rate(1)
             else:
                 lo = math.floor(share)
                 frac = share - lo
                 ideal_rate = rate(lo) + (frac * (rate(lo + 1) - rate(lo)) if frac > 0 else 0.0)
-        return t_shared / (spec.work / ideal_rate)
+        return t_shared / (work / ideal_rate)
+
 
     def _log_t_shared(self, job: ActiveJob, count: int, now: float) -> float:
         """log T_shared of ``job`` at ``count`` GPUs, memoised within one decision (cleared at
@@ -223,30 +300,73 @@ class Themis:
                 (now - spec.submit_time) + job.remaining(now) / spec.throughput.rate(count))
         return value
 
-    def _settle_leases(self, view: ClusterView) -> dict[str, int]:
-        """Drop expired leases and reconcile with what the jobs really hold; return held counts."""
+    def _settle_leases(
+        self, view: ClusterView
+    ) -> tuple[dict[str, int], list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]],
+               list[ActiveJob], int]:
+        """Drop expired leases and reconcile with what the jobs really hold.
+
+        Returns the held counts, the jobs that hold GPUs and can grow (``(0.0, key, job,
+        ladder, facts)``, running order), the running jobs holding no leased GPU (running
+        order) and how many of those have a ladder. A job whose leases all outlive ``now``,
+        sum to the GPUs it holds and sit on its ladder is settled by three comparisons (the
+        lease list would be copied unchanged).
+        """
         now, running, capacity = view.now, view.running, view.capacity
-        for job_id in [j for j in self._leases if j not in running]:
-            del self._leases[job_id]
+        books = self._leases
+        for job_id in [j for j in books if j not in running]:
+            del books[job_id]
         held: dict[str, int] = {}
+        finite: list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]] = []
+        idle: list[ActiveJob] = []
+        zero_running = 0
+        now_eps = now + _EPS
+        facts_of = self._facts
         for job_id, job in running.items():
-            leases = self._leases.get(job_id, [])
-            total = sum(lease.gpus for lease in leases)
-            if total > job.gpus:  # growth the placement could not carry out
-                _trim(leases, total - job.gpus, newest_first=True)
-            elif total < job.gpus:  # a job we did not place (e.g. restored from a state file)
-                leases.append(Lease(job.gpus - total, now + self.lease_s))
-            live = [lease for lease in leases if lease.expires > now + _EPS]
-            count = sum(lease.gpus for lease in live)
-            keep = _floor_count(self.ladders(job, capacity), count)
-            if keep < count:
-                _trim(live, count - keep, newest_first=False)
-            if live:
-                self._leases[job_id] = live
-                held[job_id] = keep
-            else:
-                self._leases.pop(job_id, None)
-        return held
+            facts = facts_of.get(job_id)
+            if facts is None or facts.spec is not job.spec or facts.capacity != capacity:
+                facts = self._job_facts(job, capacity)
+            gpus = job.gpus
+            book = books.get(job_id)
+            # gpus in rate_at: gpus is a ladder count, i.e. _floor_count(ladder, gpus) == gpus
+            if (book is not None and gpus > 0 and book.total == gpus and book.first > now_eps
+                    and gpus in facts.rate_at):
+                held[job_id] = gpus
+                if gpus < facts.peak:
+                    finite.append((0.0, facts.key, job, facts.ladder, facts))
+                continue
+            ladder = facts.ladder
+            count = self._settle_one(job_id, job, ladder, book, now, now_eps, held)
+            if count == 0:
+                idle.append(job)
+                if ladder:
+                    zero_running += 1
+            elif count < facts.peak:
+                finite.append((0.0, facts.key, job, ladder, facts))
+        return held, finite, idle, zero_running
+
+    def _settle_one(self, job_id: str, job: ActiveJob, ladder: tuple[int, ...],
+                    book: LeaseBook | None, now: float, now_eps: float,
+                    held: dict[str, int]) -> int:
+        """The general case of :meth:`_settle_leases` for one job; returns its held count."""
+        leases = book.leases if book is not None else []
+        total = sum(lease.gpus for lease in leases)
+        if total > job.gpus:  # growth the placement could not carry out
+            _trim(leases, total - job.gpus, newest_first=True)
+        elif total < job.gpus:  # a job we did not place (e.g. restored from a state file)
+            leases.append(Lease(job.gpus - total, now + self.lease_s))
+        live = [lease for lease in leases if lease.expires > now_eps]
+        count = sum(lease.gpus for lease in live)
+        keep = _floor_count(ladder, count)
+        if keep < count:
+            _trim(live, count - keep, newest_first=False)
+        if live:
+            self._leases[job_id] = LeaseBook.of(live)
+            held[job_id] = keep
+            return keep
+        self._leases.pop(job_id, None)
+        return 0
+
 
     def _auction(
         self,
@@ -256,52 +376,68 @@ class Themis:
         now: float,
     ) -> dict[str, int]:
         """Greedy Nash-welfare phase: one ladder step at a time to the largest log-rho drop/GPU."""
+        return self._greedy(bidders, start, free, now, _gain_table(bidders), -1)
+
+    def _greedy(
+        self,
+        bidders: list[tuple[ActiveJob, tuple[int, ...]]],
+        start: dict[str, int],
+        free: int,
+        now: float,
+        gains: list[list[float | None]],
+        skip: int,
+    ) -> dict[str, int]:
+        """:meth:`_auction` without bidder number ``skip`` (-1: none). ``gains[rank][i]`` caches
+        the log-rho drop per GPU of bidder ``rank``'s step ``i -> i + 1`` across the hidden-
+        payment reruns of one decision. Heap entries are ``(-gain, rank, i)`` with the rank in
+        the full bidder list: dropping one bidder keeps the others' relative order, so ties
+        break as they would with the bidder list renumbered."""
         counts = dict(start)
-        heap: list[tuple[float, int, int, ActiveJob, tuple[int, ...]]] = []
-
-        def push(rank: int, job: ActiveJob, ladder: tuple[int, ...], i: int) -> None:
-            if i + 1 >= len(ladder):
-                return
-            c, nxt = ladder[i], ladder[i + 1]
-            gain = (self._log_t_shared(job, c, now) - self._log_t_shared(job, nxt, now)) / (nxt - c)
-            if gain > 0:
-                heapq.heappush(heap, (-gain, rank, i, job, ladder))
-
+        lts = self._log_t_shared
+        heap: list[tuple[float, int, int]] = []
         for rank, (job, ladder) in enumerate(bidders):
-            push(rank, job, ladder, bisect.bisect_left(ladder, counts[job.spec.id]))
+            if rank == skip:
+                continue
+            i = bisect.bisect_left(ladder, counts[job.spec.id])
+            if i + 1 < len(ladder):
+                gain = gains[rank][i]
+                if gain is None:
+                    c, nxt = ladder[i], ladder[i + 1]
+                    gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+                if gain > 0:
+                    heap.append((-gain, rank, i))
+        heapq.heapify(heap)  # (gain, rank) is unique: pops come in one order however built
         while free > 0 and heap:
-            _, rank, i, job, ladder = heapq.heappop(heap)
+            _, rank, i = heapq.heappop(heap)
+            job, ladder = bidders[rank]
             step = ladder[i + 1] - ladder[i]
             if step > free:
                 continue
-            counts[job.spec.id] = ladder[i + 1]
+            i += 1
+            counts[job.spec.id] = ladder[i]
             free -= step
-            push(rank, job, ladder, i + 1)
+            if i + 1 < len(ladder):
+                gain = gains[rank][i]
+                if gain is None:
+                    c, nxt = ladder[i], ladder[i + 1]
+                    gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+                if gain > 0:
+                    heapq.heappush(heap, (-gain, rank, i))
         return counts
 
     # ------------------------------------------------------------------ the stage
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         self._lts.clear()
         self._advance(view)
-        now, capacity, running, pending = view.now, view.capacity, view.running, view.pending
-        held = self._settle_leases(view)
+        self._prune_facts(view)
+        now, capacity, pending = view.now, view.capacity, view.pending
+        held, finite, idle, zero_running = self._settle_leases(view)
         shares: Shares = dict(held)
         free = capacity - sum(held.values())
         if free <= 0:
             return shares
 
         # ---- candidates: finite rho (holding GPUs, can grow) and zero-GPU jobs (rho = inf)
-        finite: list[tuple[float, float, ActiveJob, tuple[int, ...]]] = []
-        zero_running = 0
-        for job_id, job in running.items():
-            ladder = self.ladders(job, capacity)
-            if not ladder:
-                continue
-            count = held.get(job_id, 0)
-            if count == 0:
-                zero_running += 1
-            elif count < ladder[-1]:
-                finite.append((0.0, self._key(job), job, ladder))
         n_zero = len(pending) + zero_running
         n_candidates = n_zero + len(finite)
         if n_candidates == 0:
@@ -309,14 +445,11 @@ class Themis:
         bidders_wanted = max(int((1 - self.fairness_knob) * n_candidates + 1e-9), 1)
         zero_bidders = min(bidders_wanted, n_zero)
         if bidders_wanted > zero_bidders:  # some jobs holding GPUs bid: rank them by rho
-            finite = [(-self.rho(job, held[job.spec.id], view, capacity), key, job, ladder)
-                      for _, key, job, ladder in finite]
-        finite.sort(key=lambda t: (t[0], t[1]))  # worst rho first, then tie-break key
+            finite = self._ranked_by_rho(finite, held, now)
+        finite.sort(key=_RHO_KEY)  # worst rho first, then tie-break key
         finite_bidders = finite[: bidders_wanted - zero_bidders]
         finite_rest = finite[bidders_wanted - zero_bidders:]
-        zero_iter: Iterator[ActiveJob] = (
-            job for job in self._queue.ranked(view) if held.get(job.spec.id, 0) == 0
-        )
+        zero_iter = self._zero_held(view, idle)
 
         # ---- auction, phase A: a bidder without GPUs first gets its smallest count
         counts: dict[str, int] = {}
@@ -336,7 +469,7 @@ class Themis:
             elif ladder:
                 unserved.append(job)
         if free > 0:
-            for _, _, job, ladder in finite_bidders:
+            for _, _, job, ladder, _ in finite_bidders:
                 counts[job.spec.id] = held[job.spec.id]
                 bidders.append((job, ladder))
             counts, free = self._partial_allocation(bidders, counts, free, now)
@@ -344,23 +477,81 @@ class Themis:
 
         # ---- leftovers: non-bidders in tie-break order, then bidders (work conservation)
         if free > 0:
-            rest = sorted(((k, job, ladder) for _, k, job, ladder in finite_rest),
-                          key=lambda t: t[0])
+            rest = sorted(((k, job) for _, k, job, _, _ in finite_rest), key=lambda t: t[0])
             merged = heapq.merge(
-                ((k, job, None) for k, job, _ in rest),
-                ((self._key(job), job, None) for job in zero_iter),
+                rest,
+                ((self._key(job), job) for job in zero_iter),
                 key=lambda t: t[0],
             )
-            free = self._spread(view, shares, (job for _, job, _ in merged), free)
+            free = self._spread(view, shares, (job for _, job in merged), free)
             if free > 0:  # hidden payments may now fit a bidder that got nothing
                 ordered = sorted([job for job, _ in bidders] + unserved, key=self._key)
                 self._spread(view, shares, iter(ordered), free)
 
+        expires = now + self.lease_s
+        books = self._leases
         for job_id, count in shares.items():
             extra = count - held.get(job_id, 0)
             if extra > 0:
-                self._leases.setdefault(job_id, []).append(Lease(extra, now + self.lease_s))
+                book = books.get(job_id)
+                if book is None:
+                    book = books[job_id] = LeaseBook()
+                book.add(extra, expires)
         return shares
+
+    def _ranked_by_rho(
+        self, finite: list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]],
+        held: dict[str, int], now: float,
+    ) -> list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]]:
+        """``finite`` with ``-rho`` in front: :meth:`_rho` inlined for the AFS ideal once a
+        job's contention integral is cached (every decision after its first), with the same
+        float operations in the same order; otherwise :meth:`_rho` itself."""
+        area_now = self._area_at(now)
+        active = float(max(self._active, 1))
+        afs = self.ideal == "afs"
+        out = []
+        for _, key, job, ladder, f in finite:
+            count = held[f.spec.id]
+            a = f.area_since
+            rate = f.rate_at.get(count)
+            if a is None or not afs or rate is None:
+                out.append((-self._rho(f, job, count, now, area_now), key, job, ladder, f))
+                continue
+            work = f.work
+            anchor, resume, r = job.anchor_time, job.resume_time, job.rate
+            start = anchor if anchor > resume else resume
+            if now <= start or r <= 0.0:
+                done = job.done
+            else:
+                done = min(work, job.done + r * (now - start))
+            t_shared = (now - f.submit) + max(0.0, work - done) / rate
+            since = f.since
+            if now - since <= _EPS:
+                contention = active
+            else:
+                contention = max((area_now - a) / (now - since), 1.0)
+            rate_one = f.rate_one
+            if rate_one is None:
+                rate_one = f.rate_one = f.rate(1)
+            ideal_rate = min(f.peak / contention * rate_one, f.rate_peak)
+            out.append((-(t_shared / (work / ideal_rate)), key, job, ladder, f))
+        return out
+
+    def _zero_held(self, view: ClusterView, idle: list[ActiveJob]) -> Iterator[ActiveJob]:
+        """Active jobs holding no leased GPU in tie-break order: the pending queue (kept sorted
+        across decisions) merged with ``idle``, the running jobs without leases. Lazy, so a
+        decision that never reads it does not sync the queue."""
+        order = self._queue.pending_entries(view)
+        pending = view.pending
+        if not idle:
+            for _, _, job_id in order:
+                yield pending[job_id]
+            return
+        running = view.running
+        entries = sorted((self._key(job), job.spec.submit_time, job.spec.id) for job in idle)
+        for _, _, job_id in heapq.merge(entries, order):
+            yield running.get(job_id) or pending[job_id]
+
 
     def _partial_allocation(
         self,
@@ -370,21 +561,26 @@ class Themis:
         now: float,
     ) -> tuple[dict[str, int], int]:
         """Auction phase B plus hidden payments; returns final counts and GPUs left over."""
-        won = self._auction(bidders, start, free, now)
+        gains = _gain_table(bidders)
+        won = self._greedy(bidders, start, free, now, gains, -1)
         final = dict(won)
-        for job, ladder in bidders:
+        lts = self._log_t_shared
+        won_log: list[float | None] = [None] * len(bidders)  # log T_shared at the won count
+        for rank, (job, ladder) in enumerate(bidders):
             job_id = job.spec.id
             gained = won[job_id] - start[job_id]
             if gained <= 0:
                 continue
-            others = [b for b in bidders if b[0] is not job]
-            without = self._auction(others, start, free, now)
-            log_c = sum(
-                self._log_t_shared(j, without[j.spec.id], now)
-                - self._log_t_shared(j, won[j.spec.id], now)
-                for j, _ in others
-                if without[j.spec.id] != won[j.spec.id]
-            )
+            without = self._greedy(bidders, start, free, now, gains, rank)
+            terms = []
+            for r, (j, _) in enumerate(bidders):
+                jid = j.spec.id
+                if r != rank and without[jid] != won[jid]:
+                    at_won = won_log[r]
+                    if at_won is None:
+                        at_won = won_log[r] = lts(j, won[jid], now)
+                    terms.append(lts(j, without[jid], now) - at_won)
+            log_c = sum(terms)  # same terms, same order as summing the generator
             fraction = min(1.0, math.exp(log_c))
             keep = start[job_id] + math.floor(fraction * gained + 1e-9)
             final[job_id] = max(_floor_count(ladder, keep), start[job_id])
@@ -421,15 +617,22 @@ class Themis:
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """The next lease expiry of a running job (GPUs then return to the auction)."""
-        now = view.now
-        due = [
-            lease.expires
-            for job_id, leases in self._leases.items()
-            if job_id in view.running
-            for lease in leases
-            if lease.expires > now + _EPS
-        ]
-        return min(due) if due else None
+        now_eps = view.now + _EPS
+        running = view.running
+        best: float | None = None
+        for job_id, book in self._leases.items():
+            if job_id not in running:
+                continue
+            first = book.first
+            if first <= now_eps:  # a lapsed lease not yet settled: the next live one counts
+                due = [lease.expires for lease in book.leases if lease.expires > now_eps]
+                if not due:
+                    continue
+                first = min(due)
+            if best is None or first < best:
+                best = first
+        return best
+
 
 
 def themis_shares(
