@@ -28,6 +28,9 @@ BENCHMARKS = [
     ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
      ["--quick"]),
     ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
+    ("AFS reproduction through the sweep runner (issue 13: all 11 VCs x 8 policies x 3 seeds "
+     "<= 10 min; --quick: 2 small VCs, seed 0)", "afs_vcs",
+     ["--vcs", "e13805,2869ce", "--seeds", "0"]),
     ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
 ]
 
