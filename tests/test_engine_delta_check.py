@@ -4,8 +4,10 @@ Off by default since round 4 (docs/performance.md): the check changes no result,
 first test shows on runs with node failures and preemptions; the second shows what it is
 for: with the check on, a delta that starts a job on a GPU another job holds is refused
 (:class:`PlanRefused`) before anything changes; with it off, ``_acquire`` still refuses it
-(RuntimeError), so a broken delta never passes silently. The tests' conftest turns the
-check on for every other test.
+(RuntimeError), so a broken delta never passes silently. Only the simulator skips the check
+(``Executor.trusts_built_plans``): real-cluster executors re-check every plan whatever the
+engine's setting, which the third test shows. The tests' conftest turns the check on for
+every other test.
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ from typing import Any
 
 import pytest
 
+from gpuplan.executors.control.executor import ControllerExecutor
 from gpuplan.executors.engine import Engine
+from gpuplan.executors.simulator.cluster import SimulatedCluster
 from gpuplan.executors.simulator.run import simulate
+from gpuplan.executors.slurm.executor import SlurmExecutor
+from gpuplan.executors.ssh.executor import SshExecutor
 from gpuplan.models import Cluster, JobAllocation, JobSpec, PlanRefused
 from gpuplan.solver_core.policy import Delta, StagedPolicy
 from gpuplan.solver_core.registry import make_policy
@@ -67,3 +73,12 @@ def test_a_broken_delta_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Engine, "check_delta_plans", False)
     with pytest.raises(RuntimeError, match="but it is taken"):
         _broken_run()
+
+
+def test_only_the_simulator_skips_the_re_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Engine, "check_delta_plans", False)
+    monkeypatch.setattr(SimulatedCluster, "trusts_built_plans", False)
+    with pytest.raises(PlanRefused, match="over-committed"):
+        _broken_run()
+    assert not any(cls.trusts_built_plans
+                   for cls in (SlurmExecutor, SshExecutor, ControllerExecutor))

@@ -85,6 +85,8 @@ class Segment:
 class SimulatedCluster(Executor):
     """The simulated executor. Feed it jobs (and optional external events), then run an Engine."""
 
+    trusts_built_plans = True  # the engine's delta plans skip the re-check (docs/performance.md)
+
     def __init__(
         self,
         cluster: Cluster,
