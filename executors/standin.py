@@ -322,10 +322,14 @@ class StandinJob:
 
     def __init__(self, job_id: str, work: float, rate_per_gpu: float, state_dir: Path,
                  gpus: int, checkpoint_interval: float | None,
-                 progress_interval: float, data: DataFeed | None = None) -> None:
+                 progress_interval: float, data: DataFeed | None = None,
+                 names: list[str] | None = None) -> None:
         self.job_id = job_id
         self.work = work
         self.gpus = gpus
+        self.names = names
+        """The GPUs it runs on (``CUDA_VISIBLE_DEVICES``, then each in-place resize's set):
+        a resize request naming exactly these is no change and is not carried out."""
         self.rate_per_gpu = rate_per_gpu
         self.rate = rate_per_gpu * gpus
         self.dir = state_dir
@@ -391,6 +395,7 @@ class StandinJob:
             self.data.save(done)
         self.base, self.t0 = done, now
         self.gpus = gpus
+        self.names = names
         self.rate = self.rate_per_gpu * gpus
         self._progress(done)
 
@@ -417,10 +422,14 @@ class StandinJob:
             finish = self.t0 + (self.work - self.base) / self.rate
             wait = max(0.001, min(next_progress, next_ckpt, finish) - time.monotonic())
             signum = stop.wait(wait)
-            while stop.resizes and signum is None:
-                stop.resizes -= 1
+            if stop.resizes and signum is None:
+                # The request file names a state, not a queue of steps: however many signals
+                # arrived since the last look, the file is read once, and a request for the
+                # GPUs the job already has changes nothing (a signal handled after the file
+                # was rewritten for a later one would otherwise resize twice to one set).
+                stop.resizes = 0
                 new_gpus = read_resize_gpus(os.environ.get(RESIZE_FILE_ENV))
-                if new_gpus is not None:
+                if new_gpus is not None and new_gpus != self.names:
                     self.resize(len(new_gpus), new_gpus)
                     next_progress = time.monotonic() + self.progress_every
             if signum is not None:
@@ -483,7 +492,8 @@ def run(argv: list[str] | None = None) -> int:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2
     job = StandinJob(job_id, args.work, args.rate_per_gpu, args.state_dir, gpus,
-                     args.checkpoint_interval, args.progress_interval, data)
+                     args.checkpoint_interval, args.progress_interval, data,
+                     gpu_names(visible) if visible is not None else None)
     return job.run(stop)
 
 

@@ -93,6 +93,34 @@ def test_standin_switches_gpus_in_place_on_sigusr2(tmp_path: Path) -> None:
     assert pause < 5.0
 
 
+def test_standin_carries_out_a_request_once_however_the_signals_interleave(
+        tmp_path: Path) -> None:
+    """The request file names a state: a request for the GPUs the job runs on is no change,
+    and signals that pile up (or one handled after the file was rewritten for the next) give
+    one resize per new GPU set. Both orders of handling the first signal give the same log."""
+    resize = tmp_path / "resize.json"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPUPLAN_RESIZE_FILE": str(resize)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", "j", "--work", "40",
+         "--rate-per-gpu", "10", "--state-dir", str(tmp_path), "--progress-interval", "0.05"],
+        env=env)
+    progress = tmp_path / "j.progress"
+    try:
+        poll("first progress", lambda: json.loads(progress.read_text())["done"] > 0)
+        resize.write_text(json.dumps({"gpus": [0]}))  # the GPU it already has
+        proc.send_signal(signal.SIGUSR2)
+        resize.write_text(json.dumps({"gpus": [0, 1]}))
+        proc.send_signal(signal.SIGUSR2)
+        proc.send_signal(signal.SIGUSR2)
+        poll("2 GPUs reported", lambda: json.loads(progress.read_text())["gpus"] == 2)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    segs = [json.loads(line) for line in (tmp_path / "j.log").read_text().splitlines()]
+    assert [(s["reason"], s["gpus"]) for s in segs] == [("resize", 1), ("complete", 2)]
+
+
 # --------------------------------------------------------------------------- lab
 
 
@@ -119,6 +147,23 @@ def gpu_spans(run_root: Path) -> dict[tuple[str, int], list[tuple[float, float, 
         for g, t in held.items():
             spans[(node, g)].append((t, float("inf"), job))
     return spans
+
+
+def warm_up(lab: Harness) -> None:
+    """Run the executor once with no jobs: its first start-up on a cold lab (sshd's first
+    connections, the node agents' first Python start) takes seconds, and :func:`run_shrink_grow`'s
+    trace, whose jobs arrive on the executor's clock, needs ``big`` started alone before
+    ``small`` arrives at 1.5 s. Warm, start-up takes a fraction of that (the suite order ran
+    this test after tests/test_ssh.py, which warmed the lab; run alone it failed)."""
+    folder = lab.tmp / "warm-up"  # its own engine dir: the clock origin stays the test's
+    folder.mkdir(mode=0o755)
+    warm = Harness(lab.lab, folder)
+    try:
+        cluster = cluster_of(["node1"], 4)
+        Engine(cluster, make_policy("fifo"), warm.executor(cluster, []),
+               sample_interval_s=None).run()
+    finally:
+        warm.close()
 
 
 def run_shrink_grow(lab: Harness, in_place: bool, tag: str) -> tuple[Engine, SshExecutor]:
@@ -148,6 +193,7 @@ def run_shrink_grow(lab: Harness, in_place: bool, tag: str) -> tuple[Engine, Ssh
 
 def test_ssh_in_place_resize_keeps_the_process_and_beats_restart(
         harness: Harness) -> None:  # noqa: F811
+    warm_up(harness)
     _, ex = run_shrink_grow(harness, True, "i")
     assert ex.capabilities.resize == "in_place"
     resizes = [r for r in ex.resize_log if r["job"] == "bigi"]
