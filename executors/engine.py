@@ -526,9 +526,10 @@ class Engine:
         return None if delta is None else (view, delta, t0)
 
     check_delta_plans = False
-    """Re-check plans built from a policy's delta (``check_actions`` in :meth:`Executor.accept`):
-    off by default, as their starts are on GPUs the engine's free index holds and ``_acquire``
-    still refuses a taken GPU; the tests turn it on."""
+    """Re-check plans built from a policy's delta (``check_actions`` in :meth:`Executor.accept`)
+    on every executor. Off by default: an executor that trusts built plans (the simulator,
+    ``Executor.trusts_built_plans``) then skips the check, as their starts are on GPUs the
+    engine's free index holds and ``_acquire`` still refuses a taken GPU; the tests turn it on."""
 
     def decide(self, now: float) -> AllocationPlan:
         fast = self._decide_delta(now)
@@ -559,10 +560,7 @@ class Engine:
         if self.on_plan is not None:
             self.on_plan(view, plan)
         try:
-            if built:
-                self.executor.accept(view, plan, built=True)
-            else:
-                self.executor.accept(view, plan)
+            self.executor.accept(view, plan, built=built)
         except PlanRefused:
             self.plans_refused += 1
             raise
