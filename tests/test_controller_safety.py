@@ -428,3 +428,38 @@ def test_library_check_setup_lists_partitions(lab: SlurmLab) -> None:
     assert {"gpu", "gpuplan"} <= set(parts) and set(parts["gpuplan"]) == set(lab.node_names)
     nodes = cli.check_setup(["gpuplan"], wait_s=60, stop=threading.Event())
     assert {n.name for n in nodes} >= set(lab.node_names)
+
+
+def test_the_controllers_first_start_killed_while_creating_its_journal(
+        lab: SlurmLab, private_dir: Path) -> None:
+    """The real ``gpuplan slurm-controller`` on the lab, SIGKILLed (failpoint) after its new
+    journal's schema was written but before the rename: the next start creates the journal,
+    completes a cycle (its heartbeat appears) and leaves no temporary file."""
+    db = private_dir / "state" / "ctl.db"
+    log = private_dir / "controller.log"
+    argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", "fifo",
+            "--state-db", str(db), "--partition", "gpuplan", "--interval", "0.5",
+            "--wake-file", "none"]
+    env = {**os.environ, **lab.env, "GPUPLAN_FAILPOINT": "journal.schema"}
+    with open(log, "ab") as out:
+        first = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=300, check=False)
+    assert first.returncode == -signal.SIGKILL, log.read_text()[-2000:]
+    assert not db.exists() and _leftovers(db)
+    env.pop("GPUPLAN_FAILPOINT")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while heartbeat_age(Path(f"{db}.heartbeat")) > 60.0:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=300)
+    assert code == 0, log.read_text()[-2000:]
+    assert _leftovers(db) == []
+    with Journal(db, writer=False) as journal:
+        assert journal.schema_version == SCHEMA_VERSION and len(journal.runs()) == 1

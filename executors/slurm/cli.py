@@ -524,13 +524,15 @@ class SlurmCli:
 
         1. every :data:`CLIENT_COMMANDS` is installed;
         2. ``sinfo --json`` answers within ``wait_s`` (slurmctld restarting or failing over is
-           waited for; a client error that is not "cannot reach the controller", such as a
-           missing ``slurm.conf`` or munge failure, is refused at once);
+           waited for; the last attempt may run up to ``timeout`` past ``wait_s`` — Slurm's
+           client retries its connect for 10 to 20 s by itself; a client error that is not
+           "cannot reach the controller", such as a missing ``slurm.conf`` or munge failure,
+           is refused at once);
         3. each of ``partitions`` exists and together they hold at least one GPU node (with
            no partitions: the cluster has a GPU node).
 
         Returns the nodes; raises :class:`SlurmSetupError` (one line) otherwise. ``stop``
-        ends the wait early (a SIGTERM during start-up)."""
+        (when set) ends the wait early."""
         missing = self.missing_commands()
         if missing:
             raise SlurmSetupError(f"Slurm client not found: {', '.join(missing)} not on PATH "
@@ -545,9 +547,13 @@ class SlurmCli:
                 break
             except ControllerUnavailable as err:
                 if time.monotonic() + delay > deadline or stop.is_set():
+                    # 22.05's sinfo says no more than "Unspecified error": name the config.
+                    conf = self.env.get("SLURM_CONF")
+                    where = f"; SLURM_CONF={conf}" if conf else ""
                     raise SlurmSetupError(
-                        f"slurmctld unreachable (waited {wait_s:g} s, --connect-timeout): "
-                        f"{one_line(err.stderr or str(err))}") from None
+                        f"slurmctld unreachable: no answer to sinfo --json within {wait_s:g} s "
+                        f"(--connect-timeout{where}): {one_line(err.stderr or str(err))}"
+                    ) from None
                 stop.wait(delay)
                 delay = min(delay * 2, 5.0)
             except SlurmSetupError:
