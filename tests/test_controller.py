@@ -119,6 +119,7 @@ def test_journal_has_one_writer_and_refuses_newer_schemas(tmp_path: Path) -> Non
     with pytest.raises(JournalError, match="newer gpuplan"):
         Journal(db)
     (tmp_path / "junk.db").write_bytes(b"not a database at all" * 100)
+    (tmp_path / "junk.db").chmod(0o600)  # private, so the content is what is refused
     with pytest.raises(JournalError, match="not a SQLite database"):
         Journal(tmp_path / "junk.db")
 
@@ -249,12 +250,13 @@ def test_hook_values_out_of_bounds_are_refused_by_the_controller(admin: str, com
 
 def test_an_empty_or_damaged_journal_is_refused_never_restarted(tmp_path: Path) -> None:
     empty = tmp_path / "empty.db"
-    empty.touch()
-    with pytest.raises(JournalError, match="empty"):
+    empty.touch(mode=0o600)  # private, so the content is what is refused
+    with pytest.raises(JournalError, match=r"is empty \(0 bytes\)"):
         Journal(empty)
     assert empty.stat().st_size == 0  # untouched: the operator decides
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"not a database at all" * 100)
+    garbage.chmod(0o600)
     with pytest.raises(JournalError, match="not a SQLite database"):
         Journal(garbage)
     # a real journal damaged in the middle (pages overwritten)
@@ -274,6 +276,7 @@ def test_an_empty_or_damaged_journal_is_refused_never_restarted(tmp_path: Path) 
     # an SQLite file that is not a gpuplan journal is not silently turned into one
     foreign = tmp_path / "foreign.db"
     sqlite3.connect(foreign).execute("CREATE TABLE t(x)").connection.close()
+    foreign.chmod(0o600)
     with pytest.raises(JournalError, match="holds no gpuplan journal"):
         Journal(foreign)
 
@@ -300,7 +303,7 @@ def test_journal_paths_are_escaped_and_files_private(tmp_path: Path) -> None:
         Journal(shared / "j.db")
     link = tmp_path / "link.db"
     link.symlink_to(db)
-    with pytest.raises(JournalError, match="not a regular file"):
+    with pytest.raises(JournalError, match="is a symlink"):
         Journal(link)
 
 
@@ -792,14 +795,19 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
 def test_a_controller_that_never_completes_a_cycle_writes_no_heartbeat(lab: SlurmLab,
                                                                        shared: Path) -> None:
     """The heartbeat means "a cycle completed", not "the process started": a controller that
-    cannot reach Slurm (here: a wrong slurm.conf) never looks alive to the watchdog."""
+    passed its start-up checks but then cannot reach Slurm never looks alive to the watchdog.
+    (A wrong slurm.conf no longer gets this far: the start-up check refuses it, exit 2 —
+    ``tests/test_controller_safety.py``.) Here ``squeue`` says what it says while slurmctld is
+    unreachable; sinfo and scontrol are the real ones, so the start-up checks pass."""
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     heartbeat = Path(f"{db}.heartbeat")
-    env_conf = shared / "state" / "slurm.conf"
-    env_conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\n"
-                        "SlurmctldPort=1\n")
+    bindir = shared / "state" / "bin"
+    bindir.mkdir()
+    (bindir / "squeue").write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm "
+                                   "controller (connect failure)' >&2\nexit 1\n")
+    (bindir / "squeue").chmod(0o755)
     run = Controller(lab, db, log, args=_controller_args(),
-                     env={"SLURM_CONF": str(env_conf)})
+                     env={"PATH": f"{bindir}:{os.environ.get('PATH', os.defpath)}"})
     try:
         _wait("the controller to try Slurm and fail twice", lambda: log.read_text().count(
             "slurmctld unavailable") + log.read_text().count("cycle failed") >= 2,

@@ -27,6 +27,9 @@ from gpuplan.models.bounds import MAX_SEED
 DEFAULT_STATE_DB = "/var/lib/gpuplan/slurm-controller.db"
 DEFAULT_WAKE_FILE = Path("/run/gpuplan/wake")
 """Where the shipped ``epilog_wake.sh`` writes unless edited (see ``docs/controller.md``)."""
+DEFAULT_CONNECT_TIMEOUT_S = 60.0
+"""Start-up wait for slurmctld (``--connect-timeout``): a fail-over or restart of slurmctld
+takes seconds; a wrong ``slurm.conf`` never answers."""
 MAX_SECONDS = 7 * 86400.0
 """Largest value of any duration option (a week)."""
 
@@ -103,6 +106,11 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-stall", type=_seconds, default=600.0, metavar="S",
                    help="withhold the heartbeat when the main loop is stuck this long "
                         "(default 600)")
+    p.add_argument("--connect-timeout", type=_seconds, default=DEFAULT_CONNECT_TIMEOUT_S,
+                   metavar="S",
+                   help="at start-up, wait at most S seconds for slurmctld to answer, then exit "
+                        f"2 (default {DEFAULT_CONNECT_TIMEOUT_S:g}); once running, the "
+                        "controller waits for slurmctld indefinitely")
     p.add_argument("--fail-open-check", action="store_true",
                    help="watchdog mode: if the heartbeat is older than --stale-after, release "
                         "every engine-held job to Slurm's own scheduler")
@@ -130,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.executors.slurm.cli import SlurmCli
 
     from .controller import ControllerSettings, SlurmController, fail_open_check, watch_fail_open
-    from .journal import JournalError
+    from .journal import JournalError, UnsafeStatePath
 
     state_db = Path(args.state_db)
     heartbeat = Path(args.heartbeat) if args.heartbeat else \
@@ -166,13 +174,21 @@ def run(args: argparse.Namespace) -> int:
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
             max_stall_s=args.max_stall, seed=args.seed,
             wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
-        return SlurmController(settings).run()
-    except JournalError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except GpuplanError as err:
-        print(f"error: {err}", file=sys.stderr)
+        return SlurmController(settings, connect_timeout_s=args.connect_timeout).run()
+    except UnsafeStatePath as err:  # a set-up error, found before anything was created
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
+    except JournalError as err:  # an existing journal that cannot be used (docs § 3)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except GpuplanError as err:  # bad options, no Slurm client, slurmctld or partition
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(err: Exception) -> str:
+    """A refusal is one line, whatever Slurm or the OS put into the message."""
+    return " ".join(str(err).split())
 
 
 def main(argv: list[str] | None = None) -> int:

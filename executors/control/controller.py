@@ -79,7 +79,14 @@ from .failopen import (
     write_heartbeat,
 )
 from .failpoints import FailpointCli, Failpoints
-from .journal import TERMINAL_STATES, JobRow, JobUpdate, Journal
+from .journal import (
+    TERMINAL_STATES,
+    JobRow,
+    JobUpdate,
+    Journal,
+    check_private_dir,
+    check_state_path,
+)
 from .markers import (
     FAILOPEN,
     MARK,
@@ -121,8 +128,11 @@ class _Recycle(Exception):
 class SlurmController:
     """The ``slurm-controller`` daemon: reconcile, then loop engine <-> Slurm until stopped."""
 
-    def __init__(self, settings: ControllerSettings, cli: SlurmCli | None = None) -> None:
+    def __init__(self, settings: ControllerSettings, cli: SlurmCli | None = None, *,
+                 connect_timeout_s: float = 60.0) -> None:
         self.settings = settings
+        self.connect_timeout_s = connect_timeout_s
+        """Longest start-up wait for slurmctld to answer (:meth:`preflight`)."""
         self.failpoints = Failpoints(os.environ.get("GPUPLAN_FAILPOINT"))
         self.cli = cli or FailpointCli(self.failpoints, timeout=30.0, unavailable_retry_s=0.0)
         self.journal: Journal | None = None
@@ -147,9 +157,24 @@ class SlurmController:
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
 
     # ------------------------------------------------------------------ entry point
+    def preflight(self) -> None:
+        """Refuse a set-up that cannot work, before anything is created (``docs/controller.md``
+        § Start-up checks): the journal's and the heartbeat's directories must be this user's
+        and private (:class:`~.journal.UnsafeStatePath`); the Slurm client must be installed,
+        slurmctld must answer within ``connect_timeout_s`` and every ``--partition`` must
+        exist with GPU nodes (:class:`~gpuplan.executors.slurm.cli.SlurmSetupError`). Without
+        it, a controller with no Slurm client created its journal and then retried for ever."""
+        check_state_path(self.settings.state_db)
+        heartbeat_dir = self.settings.heartbeat_path.parent
+        if heartbeat_dir != self.settings.state_db.parent:
+            check_private_dir(heartbeat_dir, "heartbeat directory")
+        self.cli.check_setup(self.settings.partitions, self.connect_timeout_s, self._stop)
+
     def run(self) -> int:
-        """Run until SIGTERM/SIGINT; returns the process exit code."""
-        self.journal = Journal(self.settings.state_db)
+        """Check the set-up (:meth:`preflight`), then run until SIGTERM/SIGINT; returns the
+        process exit code."""
+        self.preflight()
+        self.journal = Journal(self.settings.state_db, failpoints=self.failpoints)
         self._adoption = JobAdoption(self.cli, self.journal, self.settings)
         self.run_id = self.journal.begin_run(self.settings.policy)
         log.info("controller run %d: policy %s, journal %s (schema %d), heartbeat %s",

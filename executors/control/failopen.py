@@ -9,9 +9,12 @@ controller never leaves jobs held for ever (``docs/controller.md``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
+import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,14 +40,79 @@ def write_heartbeat(path: Path, info: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def heartbeat_age(path: Path, now: float | None = None) -> float:
-    """Seconds since the controller last wrote its heartbeat (inf when missing or unreadable:
-    a controller that never ran is as absent as a dead one)."""
+HEARTBEAT_MAX_BYTES = 4096
+"""A heartbeat is one small JSON object (~150 bytes); anything longer is not one."""
+
+
+class BadHeartbeat(ValueError):
+    """The heartbeat path holds something that is not a heartbeat the controller wrote."""
+
+
+def read_heartbeat(path: Path) -> dict[str, Any] | None:
+    """The heartbeat's JSON object, or None when there is no file.
+
+    Read bounded and without following links, because whoever can put something at ``path``
+    must not be able to kill the watchdog (the one component that fails held jobs open): the
+    file is opened ``O_NOFOLLOW | O_NONBLOCK`` (a symlink or a FIFO does not block or
+    redirect), must be a regular file not writable by group or others (``fstat`` of what was
+    opened), and at most :data:`HEARTBEAT_MAX_BYTES` are read. ``/dev/zero`` in its place once
+    grew the watchdog to a MemoryError. Anything else raises :class:`BadHeartbeat`."""
     try:
-        stamp = float(json.loads(path.read_text())["time"])
-    except (OSError, ValueError, KeyError, TypeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        # ELOOP: the last component is a symlink.
+        raise BadHeartbeat("a symlink" if err.errno == errno.ELOOP else err.strerror) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadHeartbeat("not a regular file")
+        if st.st_mode & 0o022:
+            raise BadHeartbeat(f"writable by group or others (mode "
+                               f"{stat.S_IMODE(st.st_mode):o})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= HEARTBEAT_MAX_BYTES:
+            chunk = os.read(fd, HEARTBEAT_MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > HEARTBEAT_MAX_BYTES:
+        raise BadHeartbeat(f"larger than {HEARTBEAT_MAX_BYTES} bytes")
+    try:
+        info = json.loads(b"".join(chunks).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise BadHeartbeat("not a JSON heartbeat") from None
+    if not isinstance(info, dict):
+        raise BadHeartbeat("not a JSON object")
+    return info
+
+
+def heartbeat_age(path: Path, now: float | None = None) -> float:
+    """Seconds since the controller last wrote its heartbeat; ``inf`` (stale) when it is
+    missing or bad. A controller that never ran is as absent as a dead one, and a heartbeat
+    that is not one the controller wrote (a symlink, a device, a huge or foreign file, no
+    finite ``time``) is stale too: one warning line names the problem, and the watchdog goes
+    on (fails open) instead of dying or trusting it."""
+    try:
+        info = read_heartbeat(path)
+        if info is None:
+            return float("inf")
+        stamp = info.get("time")
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) \
+                or not math.isfinite(stamp):
+            raise BadHeartbeat("no finite 'time'")
+    except BadHeartbeat as err:
+        log.warning("heartbeat %s is not usable (%s): treated as stale", path, err)
         return float("inf")
-    return max(0.0, (time.time() if now is None else now) - stamp)
+    except OSError as err:
+        log.warning("heartbeat %s cannot be read (%s): treated as stale", path, err.strerror)
+        return float("inf")
+    return max(0.0, (time.time() if now is None else now) - float(stamp))
 
 
 def fail_open_check(cli: SlurmCli, heartbeat: Path, stale_after_s: float,

@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +84,12 @@ class JobBusy(SlurmError):
 
 class SubmitRejected(SlurmError):
     """sbatch refused the job (bad options, no such partition, hook rejection, ...)."""
+
+
+class SlurmSetupError(SlurmError):
+    """The Slurm set-up cannot work at all: no client installed, no usable configuration,
+    slurmctld unreachable for the whole start-up wait, or an unknown partition. Found by
+    :meth:`SlurmCli.check_setup` before a daemon creates anything; not worth a retry loop."""
 
 
 # Order matters: the first pattern that matches Slurm's stderr decides the class.
@@ -324,6 +332,16 @@ class SlurmNode:
         )
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """Slurm's multi-line complaints as one line (for one-line refusals), bounded."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
+CLIENT_COMMANDS = ("sinfo", "squeue", "scontrol", "scancel")
+"""The Slurm client commands a controller needs (sbatch only submits, which it never does)."""
+
+
 # ---------------------------------------------------------------------------------------- adapter
 
 
@@ -477,6 +495,92 @@ class SlurmCli:
             node = SlurmNode.from_json(raw)
             seen.setdefault(node.name, node)
         return sorted(seen.values(), key=lambda n: _natural_key(n.name))
+
+    def partitions(self) -> dict[str, tuple[str, ...]]:
+        """Partition name -> its nodes, from ``scontrol show partition --oneliner`` (also
+        partitions without nodes, which ``sinfo`` leaves out)."""
+        out = self.run(["scontrol", "show", "partition", "--oneliner"])
+        found: dict[str, tuple[str, ...]] = {}
+        for line in out.splitlines():
+            name = re.search(r"(?:^|\s)PartitionName=(\S+)", line)
+            if name is None:
+                continue
+            nodes = re.search(r"(?:^|\s)Nodes=(\S+)", line)
+            value = nodes.group(1) if nodes else ""
+            found[name.group(1)] = tuple(expand_hostlist(value)) if value != "(null)" else ()
+        return found
+
+    def missing_commands(self, names: Iterable[str] = CLIENT_COMMANDS) -> list[str]:
+        """Which of ``names`` cannot be run (not in ``bindir``, or not on this client's
+        ``PATH``)."""
+        if self.bindir is not None:
+            return [n for n in names if not os.access(self.bindir / n, os.X_OK)]
+        path = self.env.get("PATH", os.defpath)
+        return [n for n in names if shutil.which(n, path=path) is None]
+
+    def check_setup(self, partitions: Sequence[str] = (), wait_s: float = 60.0,
+                    stop: threading.Event | None = None) -> list[SlurmNode]:
+        """Fail fast on a set-up that cannot work, before a daemon creates any state.
+
+        1. every :data:`CLIENT_COMMANDS` is installed;
+        2. ``sinfo --json`` answers within ``wait_s`` (slurmctld restarting or failing over is
+           waited for; the last attempt may run up to ``timeout`` past ``wait_s`` — Slurm's
+           client retries its connect for 10 to 20 s by itself; a client error that is not
+           "cannot reach the controller", such as a missing ``slurm.conf`` or munge failure,
+           is refused at once);
+        3. each of ``partitions`` exists and together they hold at least one GPU node (with
+           no partitions: the cluster has a GPU node).
+
+        Returns the nodes; raises :class:`SlurmSetupError` (one line) otherwise. ``stop``
+        (when set) ends the wait early."""
+        missing = self.missing_commands()
+        if missing:
+            raise SlurmSetupError(f"Slurm client not found: {', '.join(missing)} not on PATH "
+                                  "(install Slurm's client commands, e.g. the slurm-client "
+                                  "package, or fix PATH)")
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + wait_s
+        delay = 0.5
+        while True:
+            try:
+                nodes = self.nodes()
+                break
+            except ControllerUnavailable as err:
+                if time.monotonic() + delay > deadline or stop.is_set():
+                    # 22.05's sinfo says no more than "Unspecified error": name the config.
+                    conf = self.env.get("SLURM_CONF")
+                    where = f"; SLURM_CONF={conf}" if conf else ""
+                    raise SlurmSetupError(
+                        f"slurmctld unreachable: no answer to sinfo --json within {wait_s:g} s "
+                        f"(--connect-timeout{where}): {one_line(err.stderr or str(err))}"
+                    ) from None
+                stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+            except SlurmSetupError:
+                raise
+            except SlurmError as err:
+                raise SlurmSetupError(f"Slurm client cannot work: "
+                                      f"{one_line(err.stderr or str(err))}") from None
+        wanted = list(dict.fromkeys(partitions))
+        if wanted:
+            try:
+                known = self.partitions()
+            except SlurmError as err:
+                raise SlurmSetupError(f"cannot list partitions: "
+                                      f"{one_line(err.stderr or str(err))}") from None
+            unknown = [p for p in wanted if p not in known]
+            if unknown:
+                raise SlurmSetupError(
+                    f"unknown partition{'s' if len(unknown) > 1 else ''} "
+                    f"{', '.join(map(repr, unknown))} (slurmctld has: "
+                    f"{one_line(', '.join(sorted(known)) or 'none', 200)})")
+        gpu_nodes = [n for n in nodes if n.gpus > 0 and (
+            not wanted or set(wanted) & set(n.raw.get("partitions") or []))]
+        if not gpu_nodes:
+            where = f"partition{'s' if len(wanted) > 1 else ''} {', '.join(wanted)}" \
+                if wanted else "the cluster"
+            raise SlurmSetupError(f"no GPU node in {where} (no node with Gres=gpu:N)")
+        return nodes
 
     def show_config(self) -> dict[str, str]:
         """``scontrol show config`` as a dict (keys as Slurm prints them)."""
