@@ -78,7 +78,7 @@ class CommentError(ValueError):
 
 def is_tagged(comment: str | None) -> bool:
     """True when the comment claims to be gpuplan's (and so must follow the grammar)."""
-    return bool(comment) and comment.startswith(TAG)  # type: ignore[union-attr]
+    return comment is not None and comment.startswith(TAG)
 
 
 def _show(text: str) -> str:
@@ -122,9 +122,8 @@ def parse_comment(comment: str | None) -> dict[str, Value]:
     """The fields of a gpuplan comment (``{}`` for an untagged one); CommentError when a tagged
     comment is outside the grammar. Checks run in the hook's order, so the first problem found
     (and its message) is the same in both."""
-    if not is_tagged(comment):
+    if comment is None or not is_tagged(comment):
         return {}
-    assert comment is not None
     # Characters first: once they are ASCII, Lua's byte length and Python's character length
     # are the same number.
     if any(not "!" <= ch <= "~" for ch in comment):
