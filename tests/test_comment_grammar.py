@@ -199,12 +199,10 @@ def test_parsed_values_are_typed_and_exact() -> None:
             parse_comment(hostile)
 
 
-def test_the_lua_slurm_links_is_one_the_corpus_runs_under() -> None:
-    """Debian 12's slurm-wlm links liblua5.1: the corpus must run under that version."""
-    if not SLURM_LUA_PLUGIN.exists():
-        if fx.required():
-            pytest.fail(f"{SLURM_LUA_PLUGIN} missing (CI installs slurmctld)")
-        pytest.skip(f"{SLURM_LUA_PLUGIN} not installed")
+def test_lab_the_lua_slurm_links_is_one_the_corpus_runs_under(lab: SlurmLab) -> None:
+    """Debian 12's slurm-wlm links liblua5.1: the corpus must run under that version. (The lab
+    fixture installs Slurm's packages where they are missing.)"""
+    assert SLURM_LUA_PLUGIN.exists(), f"{SLURM_LUA_PLUGIN} missing after the lab's install"
     ldd = subprocess.run(["ldd", str(SLURM_LUA_PLUGIN)], capture_output=True, text=True,
                          timeout=60, check=False).stdout
     linked = re.findall(r"liblua(5\.\d)", ldd)
