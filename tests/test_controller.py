@@ -158,7 +158,7 @@ def test_markers_comments_and_management() -> None:
         "held", {"gpus": "2", "min": "1", "max": "4"})
     assert marker("something else") is None
     assert with_marker_state("gpuplan:held;gpus=2", "failopen") == "gpuplan:failopen;gpus=2"
-    assert comment_options("gpuplan:min=1,max=8;work=5") == {"min": "1", "max": "8", "work": "5"}
+    assert comment_options("gpuplan:min=1,max=8;work=5") == {"min": 1, "max": 8, "work": 5.0}
     assert comment_options("not ours:min=1") == {}
     held = SlurmJob.from_json(V38_HELD)
     assert is_managed(held) and is_managed(held, ["gpuplan"]) and not is_managed(held, ["gpu"])
@@ -231,10 +231,10 @@ def test_command_line_checks_before_touching_anything(tmp_path: Path,
     ("gpuplan:held;gpus=2;min=1;max=1000000000", "gpuplan:work=60", "max"),
     ("gpuplan:held;gpus=2;min=0;max=4", "gpuplan:work=60", "min"),
     ("gpuplan:held;gpus=2;min=3;max=4", "gpuplan:work=60", "min"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=nan", "work"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=1e400", "work"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:duration=-5", "duration"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=5,rate=inf", "rate"),
+    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=nan", "comment"),
+    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=1e400", "comment"),
+    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:duration=-5", "comment"),
+    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=5,rate=inf", "comment"),
     ("gpuplan:held;gpus=99;min=1;max=99", "gpuplan:work=5", "gpus"),
 ])
 def test_hook_values_out_of_bounds_are_refused_by_the_controller(admin: str, comment: str,
@@ -752,8 +752,9 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
     its heartbeat written at start-up — keep every held job held under a restart loop.
 
     Now the hook refuses it at submit; and a marker that got past the hook (an outdated hook,
-    an operator's typo) is re-checked by the controller, which releases that one job to Slurm's
-    own scheduler and keeps scheduling the others, its heartbeat fresh throughout."""
+    an operator's typo) is re-checked by the controller, which keeps that one job held, marked
+    ``refused`` (never released to Slurm's own scheduler: no queue bypass), and keeps
+    scheduling the others, its heartbeat fresh throughout."""
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     greedy = ["sbatch", "--parsable", f"--partition={PARTITION}", "--gpus=2",
               "--comment=gpuplan:min=1,max=1000000000,work=5", "--job-name=greedy",
@@ -771,12 +772,12 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
     heartbeat = Path(f"{db}.heartbeat")
     run = Controller(lab, db, log, args=_controller_args())
     try:
-        _wait("X released to Slurm's own scheduler", lambda: (
-            _states(lab, ids)["X"].admin_comment.startswith("gpuplan:rejected;")
-            and not _states(lab, ids)["X"].held), LAB_WAIT_S, log)
-        _wait("both jobs completed", lambda: all(
-            j.state == "COMPLETED" for j in _states(lab, ids).values())
-            and _journal_states(db, {"G": ids["G"]}) == {"completed"}, LAB_WAIT_S, log)
+        _wait("X marked refused", lambda: _states(lab, ids)["X"].admin_comment.startswith(
+            "gpuplan:refused;"), LAB_WAIT_S, log)
+        _wait("G completed", lambda: _states(lab, ids)["G"].state == "COMPLETED"
+              and _journal_states(db, {"G": ids["G"]}) == {"completed"}, LAB_WAIT_S, log)
+        x = _states(lab, ids)["X"]
+        assert x.state == "PENDING" and x.held and "why=" in x.admin_comment, x
         assert run.proc.poll() is None, "the controller exited"
         _wait("a heartbeat written after these cycles", lambda: heartbeat_age(heartbeat) < 5.0,
               LAB_WAIT_S, log)
@@ -788,8 +789,8 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
         assert row is not None and row.state == "rejected" and "max=" in row.reason, row
         starts = {a.engine_id for a in journal.actions() if a.kind == "start"}
     assert engine_id(ids["G"]) in starts and engine_id(ids["X"]) not in starts
-    for name in ids:
-        _assert_tiles(shared, name, 4.0)
+    _assert_tiles(shared, "G", 4.0)
+    lab.cli(timeout=30).cancel(ids["X"])
 
 
 def test_a_controller_that_never_completes_a_cycle_writes_no_heartbeat(lab: SlurmLab,

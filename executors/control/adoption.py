@@ -3,7 +3,8 @@
 :class:`JobAdoption` holds the per-job steps the daemon's reconciliation and discovery share:
 the job's ``JobSpec`` (journaled, or read from Slurm), its journal row, holding a job released
 behind the engine's back, adopting a running job as running (no restart), recording a job's end,
-and rejecting a job the engine cannot schedule (fail open for that job alone).
+refusing a job the controller cannot read (it stays held, with the reason in its marker), and
+rejecting a journaled job the cluster can no longer hold (fail open for that job alone).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .markers import (
     allocation_counts,
     engine_id,
     fingerprint,
+    refused_marker,
     slurm_shape,
     spec_from_slurm,
 )
@@ -128,6 +130,33 @@ class JobAdoption:
             self.journal.set_state(eid, "completed", "completed in Slurm")
         else:
             self.journal.set_state(eid, "failed", f"{sj.state} {sj.reason}".strip())
+
+    def refuse(self, sj: SlurmJob, reason: str) -> None:
+        """A job the controller cannot read (its comment outside the grammar, marker values
+        outside the partition, a fault while adopting it) stays HELD: releasing it to Slurm's
+        own scheduler would let whoever wrote it skip the engine's queue. Its marker becomes
+        ``refused`` with ``why=<reason>`` — the owner sees it in ``scontrol show job`` and
+        ``squeue -O AdminComment``, cannot release the job (the hook refuses users' updates of
+        marked jobs) and may ``scancel`` it and resubmit. Journaled ``rejected`` with the
+        reason. If the marker update fails the job keeps its ``held`` marker and its journal
+        row goes back to ``pending``, so the next poll tries again; it stays held meanwhile."""
+        eid = engine_id(sj.job_id)
+        self.add(sj, None, "rejected", f"refused, kept held: {reason}"[:500])
+        try:
+            if sj.state == "PENDING" and not sj.held:
+                self.cli.hold(sj.job_id)
+            self.cli.update_job(sj.job_id, AdminComment=refused_marker(sj.admin_comment, reason))
+        except (JobNotPending, InvalidJobId) as err:
+            log.warning("%s (Slurm %d) cannot be read (%s) and changed meanwhile: %s", eid,
+                        sj.job_id, reason, err)
+            return
+        except SlurmError as err:
+            log.error("%s (Slurm %d) cannot be read (%s); marking it refused failed: %s; "
+                      "retrying next poll", eid, sj.job_id, reason, err)
+            self.journal.set_state(eid, "pending", f"marking refused failed: {err}"[:500])
+            return
+        log.warning("%s (Slurm %d) cannot be read: %s; kept held, marked refused", eid,
+                    sj.job_id, reason)
 
     def reject(self, sj: SlurmJob, reason: str) -> None:
         """Fail open for one job: journal why, then hand it to Slurm's own scheduler (marker

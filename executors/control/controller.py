@@ -420,7 +420,7 @@ class SlurmController:
             try:
                 spec = self.adoption.spec(sj, row, engine.cluster)
             except (GpuplanError, ValueError) as err:
-                self.adoption.reject(sj, str(err))
+                self.adoption.refuse(sj, str(err))  # stays held: never a queue bypass
                 continue
             if row is None:
                 self.adoption.add(sj, spec, "pending")
@@ -557,9 +557,9 @@ class SlurmController:
                     events.extend(self._discovered(sj, engine, ex, now))
                 except (SlurmError, _Recycle):
                     raise
-                except Exception as err:  # the job at fault fails open; the rest are served
+                except Exception as err:  # the job at fault stays held; the rest are served
                     log.exception("adopting Slurm job %d failed", sj.job_id)
-                    self.adoption.reject(sj, f"internal error while adopting it: "
+                    self.adoption.refuse(sj, f"internal error while adopting it: "
                                              f"{type(err).__name__}: {err}")
             elif not tracked.running and not tracked.completed and sj.finished:
                 reason = f"{sj.state.lower()} while pending"
@@ -610,7 +610,7 @@ class SlurmController:
         try:
             spec = self.adoption.spec(sj, None, engine.cluster)
         except (GpuplanError, ValueError, OverflowError, MemoryError) as err:
-            self.adoption.reject(sj, str(err))
+            self.adoption.refuse(sj, str(err))  # stays held: never a queue bypass
             return []
         self.adoption.add(sj, spec, "pending")
         if sj.state in RUNNING_STATES and self.adoption.adopt_running(

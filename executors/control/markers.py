@@ -2,15 +2,15 @@
 
 The site's ``job_submit.lua`` marks engine-managed jobs (``AdminComment=gpuplan:held;gpus=N;
 min=A;max=B``); users state work and speed in ``--comment gpuplan:work=...,rate=...``. This module
-reads both (with the hook's bounds, so a hostile value is refused, never trusted), tells which
-jobs the controller manages, and turns one into the engine's :class:`JobSpec`. Pure functions of
+reads both — the comment with the hook's own grammar (:mod:`..slurm.comments`), the marker with
+the partition's bounds, so a hostile value is refused, never trusted — tells which jobs the
+controller manages, and turns one into the engine's :class:`JobSpec`. Pure functions of
 ``squeue --json`` rows: no Slurm command is run here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import time
 from collections.abc import Iterable
@@ -27,19 +27,23 @@ from gpuplan.models import (
 )
 
 from ..slurm.cli import SlurmJob, gpus_in_tres
+from ..slurm.comments import MAX_DURATION_S as MAX_DURATION_S  # re-exported (controller.py)
+from ..slurm.comments import MAX_RATE as MAX_RATE
+from ..slurm.comments import MAX_WORK as MAX_WORK
+from ..slurm.comments import CommentError, Value, parse_comment
 
 MARK = "gpuplan:"
 """Prefix of the hook's ``AdminComment`` marker (``gpuplan:<state>;gpus=N;min=A;max=B``)."""
 FAILOPEN = "failopen"
 REJECTED = "rejected"
-"""Marker state of a job the controller could not schedule and released to Slurm's own
-scheduler (out-of-range hook values, a fault while adopting it): not managed, not taken back."""
-MAX_WORK = 1e15
-"""Largest ``work=`` (iterations) a job may state; the hook enforces the same bound."""
-MAX_DURATION_S = 10 * 365 * 86400.0
-"""Largest ``duration=`` (ten years); the hook enforces the same bound."""
-MAX_RATE = 1e9
-"""Largest ``rate=`` (iterations per second per GPU); the hook enforces the same bound."""
+"""Marker state of a job the controller released to Slurm's own scheduler because its spec no
+longer fits the cluster (read from the journal, the partition shrank): not managed, not taken
+back."""
+REFUSED = "refused"
+"""Marker state of a job the controller cannot read (a comment outside the grammar, marker
+values outside the partition, a fault while adopting it): it stays HELD — never released to
+Slurm's own scheduler, which would let whoever wrote it skip the engine's queue — and the
+marker's ``why=`` tells its owner (``scontrol show job``) what to fix before resubmitting."""
 NO_LIMIT = 0xFFFFFFFE
 STOP_KINDS = frozenset({"resize", "migrate", "preempt", "evict", "stop"})
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "SIGNALING", "RESIZING",
@@ -63,12 +67,31 @@ def with_marker_state(admin_comment: str, state: str) -> str:
     return f"{MARK}{state};{rest}" if rest else f"{MARK}{state}"
 
 
-def comment_options(comment: str) -> dict[str, str]:
-    """The job's ``--comment gpuplan:min=1,max=8,work=5000`` options (the hook's convention:
-    ``,`` or ``;`` between ``key=value`` fields)."""
-    if not comment.startswith("gpuplan"):
-        return {}
-    return dict(re.findall(r"([A-Za-z_]+)=([^,;]*)", comment[len("gpuplan"):]))
+def comment_options(comment: str) -> dict[str, Value]:
+    """The job's ``--comment gpuplan:min=1,max=8,work=5000`` fields, typed, read with the hook's
+    grammar (:func:`..slurm.comments.parse_comment`; ``{}`` for a comment that is not gpuplan's).
+    Raises :class:`CommentError` for a gpuplan comment outside the grammar."""
+    return parse_comment(comment)
+
+
+def refused_marker(admin_comment: str, reason: str) -> str:
+    """The marker of a refused job: state ``refused`` and, last, ``why=`` with the reason made
+    safe for a marker field and for Slurm's line-based output (printable ASCII, no ``,``/``;``
+    that would split it, at most 200 characters)."""
+    why = re.sub(r"[^ -~]", "?", reason).replace(", ", " ").replace(",", " ").replace(";", " ")
+    base = with_marker_state(admin_comment, REFUSED) if marker(admin_comment) is not None \
+        else f"{MARK}{REFUSED}"
+    base = re.sub(r";why=.*$", "", base)
+    return f"{base};why={why[:200]}"
+
+
+def _executor_job(comment: str) -> bool:
+    """Submitted by a library-driven SlurmExecutor (``run=``): that engine's, not ours. A
+    comment outside the grammar is nobody's executor job: the controller refuses it."""
+    try:
+        return "run" in parse_comment(comment)
+    except CommentError:
+        return False
 
 
 def engine_id(slurm_id: int) -> str:
@@ -96,7 +119,7 @@ def is_managed(sj: SlurmJob, partitions: Iterable[str] = ()) -> bool:
     and not submitted by a library-driven :class:`SlurmExecutor` (comment ``gpuplan:run=...``:
     that engine owns it)."""
     found = marker(sj.admin_comment)
-    if found is None or found[0] in (FAILOPEN, REJECTED) or "run" in comment_options(sj.comment):
+    if found is None or found[0] in (FAILOPEN, REJECTED, REFUSED) or _executor_job(sj.comment):
         return False
     wanted = set(partitions)
     return not wanted or bool(_partitions(sj) & wanted)
@@ -144,7 +167,10 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
     """
     found = marker(sj.admin_comment)
     fields = found[1] if found else {}
-    opts = comment_options(sj.comment)
+    try:
+        opts = comment_options(sj.comment)
+    except CommentError as err:
+        raise InputError(f"Slurm job {sj.job_id}: comment: {err}", field="comment") from None
     requested = requested_gpus(sj)
     capacity = cluster.total_gpus
     if not 1 <= requested <= capacity:
@@ -162,15 +188,13 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
     gtype = requested_type(sj)
     types = {n.gpu_type for n in cluster.nodes}
     ref = gtype if gtype in types else sorted(types)[0]
-    rate = bounded_float(opts.get("rate"), 1.0, MAX_RATE, sj.job_id, "rate")
-    throughput = ThroughputProfile.linear(rate, reference_gpu=ref)
+    # The grammar has bounded and typed every comment value already.
+    throughput = ThroughputProfile.linear(float(opts.get("rate", 1.0)), reference_gpu=ref)
     work: dict[str, float] = {}
-    if opts.get("work"):
-        work["total_iterations"] = bounded_float(opts["work"], None, MAX_WORK, sj.job_id,
-                                                  "work")
-    elif opts.get("duration"):
-        work["duration"] = bounded_float(opts["duration"], None, MAX_DURATION_S, sj.job_id,
-                                          "duration")
+    if "work" in opts:
+        work["total_iterations"] = float(opts["work"])
+    elif "duration" in opts:
+        work["duration"] = float(opts["duration"])
     else:
         limit = sj.raw.get("time_limit")
         minutes = int(limit) if isinstance(limit, int | float) else 0
@@ -184,21 +208,18 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
         elasticity=Elasticity(min_gpus=lo, max_gpus=hi) if hi > lo else None,
         node_shape=shape,
         throughput=throughput, gpu_type=gtype, checkpoint=Checkpointing(on_signal=True),
-        model=opts.get("model") or None, **work,
+        model=str(opts["model"]) if "model" in opts else None, **work,
     )
 
 
-def starts_ranks(fields: dict[str, str], opts: dict[str, str], comment: str) -> bool:
+def starts_ranks(fields: dict[str, str], opts: dict[str, Value]) -> bool:
     """The job launches its own ranks on every node: the hook's ``ranks=1`` (from
     ``--ntasks-per-node`` or the comment), or ``ranks`` / ``ranks=1`` in the comment itself (a
     marker written by an older hook)."""
-    if fields.get("ranks") == "1" or opts.get("ranks") == "1":
-        return True
-    body = comment[len("gpuplan"):] if comment.startswith("gpuplan") else ""
-    return "ranks" in re.split(r"[,;:]", body)
+    return fields.get("ranks") == "1" or opts.get("ranks") == 1
 
 
-def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, str], requested: int,
+def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, Value], requested: int,
                cluster: Cluster) -> NodeShape:
     """How the job's GPUs may spread over nodes, from the hook's ``nodes=``/``gpn=``/``ranks=``.
 
@@ -212,7 +233,7 @@ def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, str], reque
         gpus_in_tres(sj.tres_per_node) or None)  # a marker from an older hook: the TRES
     nodes_text = fields.get("nodes", "") or str(sj.raw.get("node_count") or "")
     nodes = int(nodes_text) if nodes_text.isdigit() and 0 < int(nodes_text) <= 4096 else 1
-    if starts_ranks(fields, opts, sj.comment):
+    if starts_ranks(fields, opts):
         even = per_node if nodes > 1 and per_node is not None and \
             requested % per_node == 0 else None
         return NodeShape(starts_ranks=True, gpus_per_node=even)
@@ -232,23 +253,6 @@ def bounded_int(text: str | None, default: int, lo: int, hi: int, job_id: int,
         raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be an integer in "
                          f"[{lo}, {hi}]", field=field)
     return int(text)
-
-
-def bounded_float(text: str | None, default: float | None, hi: float, job_id: int,
-                   field: str) -> float:
-    """A hook-supplied number in ``(0, hi]`` (``default`` when absent); else InputError."""
-    if text is None or text == "":
-        if default is None:
-            raise InputError(f"Slurm job {job_id}: {field} is empty", field=field)
-        return default
-    try:
-        value = float(text[:40])
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= hi) or len(text) > 40:
-        raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be a number in "
-                         f"(0, {hi:g}]", field=field)
-    return value
 
 
 def allocation_counts(alloc: JobAllocation | None) -> dict[str, int]:

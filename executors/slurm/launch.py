@@ -22,6 +22,8 @@ from gpuplan.models import Cluster, GpuType, JobSpec, Node
 from gpuplan.models.gpu import KNOWN_GPU_TYPES
 
 from .cli import SlurmCli, SlurmError
+from .comments import CommentError
+from .comments import parse_comment as grammar_parse
 
 STANDIN_MODULE = "gpuplan.executors.standin"
 COMMENT_TAG = "gpuplan"
@@ -93,10 +95,16 @@ def job_name(job_id: str) -> str:
 
 
 def parse_comment(comment: str) -> dict[str, str]:
-    """``gpuplan:run=R;id=ENC;min=1;max=4`` -> fields (``id`` percent-decoded)."""
+    """``gpuplan:run=R;id=ENC;min=1;max=4`` -> fields as text (``id`` percent-decoded), read
+    with the hook's grammar (:mod:`.comments`); ``{}`` for any other comment, including one
+    outside the grammar (no executor of ours wrote it)."""
     if not comment.startswith(COMMENT_TAG + ":"):
         return {}
-    fields = dict(re.findall(r"([A-Za-z_]+)=([^,;]*)", comment[len(COMMENT_TAG) + 1:]))
+    try:
+        parsed = grammar_parse(comment)
+    except CommentError:
+        return {}
+    fields = {key: str(value) for key, value in parsed.items()}
     if "id" in fields:
         fields["id"] = unquote(fields["id"])
     return fields
