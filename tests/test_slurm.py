@@ -213,7 +213,14 @@ def test_lab_runs_four_gpu_nodes_and_up_is_idempotent(lab: SlurmLab) -> None:
     status = subprocess.run(
         [sys.executable, "-m", "gpuplan.executors.slurm.lab", "status", "--root",
          str(lab.root)], capture_output=True, text=True, check=True)
-    assert json.loads(status.stdout)["processes"]["slurmctld"]["alive"] is True
+    processes = json.loads(status.stdout)["processes"]
+    # every daemon passes the identity check down() applies before a signal (exe through
+    # Debian's alternatives, exact argv, uid), so down() can stop them all
+    assert {k for k, v in processes.items() if v["alive"]} >= {
+        "slurmctld", *(f"slurmd-{n}" for n in lab.node_names)}
+    root = lab.root.lstat()
+    assert (root.st_uid, stat.S_IMODE(root.st_mode)) == (os.geteuid(), 0o711)
+    assert (lab.root / "lab.lock").is_file()  # the session's lock, inside the private root
 
 
 def test_a_second_lab_stops_only_what_it_started(lab: SlurmLab, tmp_path: Path) -> None:
