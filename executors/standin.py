@@ -54,8 +54,11 @@ executor splits a multi-node job's remaining work over per-rank stand-ins that w
 the JSON file ``$GPUPLAN_RESIZE_FILE`` (``{"gpus": [...]}``) without stopping. The segment so far
 is committed (reason ``resize``), the rate becomes ``--rate-per-gpu`` x the new count, and a
 progress file with the new ``gpus`` is written at once: that write is the acknowledgement the
-sidecar waits for. A SIGUSR2 without a readable file is ignored (the executor then falls back to
-a checkpoint-restart); files and command line are the same as without resizing.
+sidecar waits for. A SIGUSR2 without a readable file, or naming the GPUs the job already has, is
+no change (the executor then falls back to a checkpoint-restart). Every look at the file, done or
+not, is counted in the progress file's ``requests`` and that file is rewritten, so whoever sent
+the signal can tell it was handled; files and command line are otherwise the same as without
+resizing.
 
 Exit codes: 0 after completion or a stop signal, 2 for a usage error (no GPUs, bad arguments,
 a data state written for another dataset).
@@ -346,6 +349,8 @@ class StandinJob:
         self.wall0 = time.time()
         self.t_commit = self.wall0
         self.data = data
+        self.requests = 0
+        """Resize requests looked at (signals that pile up before a look count once)."""
 
     def done_at(self, now: float) -> float:
         return min(self.work, self.base + self.rate * (now - self.t0))
@@ -372,7 +377,7 @@ class StandinJob:
     def _progress(self, done: float) -> None:
         write_json_atomic(self.progress_path, {
             "done": done, "gpus": self.gpus, "time": time.time(), "pid": self.pid,
-            "started": self.wall0, "work": self.work,
+            "started": self.wall0, "work": self.work, "requests": self.requests,
         })
 
     def _complete(self) -> int:
@@ -428,10 +433,13 @@ class StandinJob:
                 # GPUs the job already has changes nothing (a signal handled after the file
                 # was rewritten for a later one would otherwise resize twice to one set).
                 stop.resizes = 0
+                self.requests += 1
                 new_gpus = read_resize_gpus(os.environ.get(RESIZE_FILE_ENV))
                 if new_gpus is not None and new_gpus != self.names:
                     self.resize(len(new_gpus), new_gpus)
-                    next_progress = time.monotonic() + self.progress_every
+                else:  # no change: still acknowledge that the request was looked at
+                    self._progress(self.done_at(time.monotonic()))
+                next_progress = time.monotonic() + self.progress_every
             if signum is not None:
                 done = self.done_at(time.monotonic())
                 self._commit(done, f"signal:{signal.Signals(signum).name}")

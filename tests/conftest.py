@@ -1,8 +1,12 @@
-"""Shared test helpers: small clusters, jobs, and a simulation runner with invariant checks."""
+"""Shared test helpers: small clusters, jobs, a simulation runner with invariant checks, and
+the one way tests find the shared traces (:func:`need_traces`)."""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -67,3 +71,69 @@ def _check_delta_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuplan.executors.engine import Engine
 
     monkeypatch.setattr(Engine, "check_delta_plans", True)
+
+
+# --------------------------------------------------------------------------- shared traces
+TRACES_ENV = "GPUPLAN_TRACES"
+_TRUTHY = ("1", "true", "yes", "on")
+
+
+def traces_expected() -> Path:
+    """Where the shared traces must be: ``$GPUPLAN_TRACES``, else ``../shared/traces`` next
+    to the repository (the project layout). No other place is searched: a test that finds its
+    data somewhere else by luck would pass here and fail in CI."""
+    env = os.environ.get(TRACES_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def traces_dir() -> Path | None:
+    """The shared traces folder (resolved), or None when it is not where it must be."""
+    path = traces_expected()
+    return path.resolve() if path.is_dir() else None
+
+
+def traces_required() -> bool:
+    """Under CI (``CI`` true, or ``GPUPLAN_REQUIRE_TRACES``) missing traces fail the test:
+    a CI machine without the data must not pass by skipping everything that reads it."""
+    return (os.environ.get("CI", "").lower() in _TRUTHY
+            or os.environ.get("GPUPLAN_REQUIRE_TRACES", "").lower() in _TRUTHY)
+
+
+def need_traces(*parts: str) -> Path:
+    """The shared traces folder, or ``parts`` below it, for a test that reads them. Missing:
+    a skip with the reason outside CI, a failure (same reason) under CI."""
+    root = traces_dir()
+    target = root.joinpath(*parts) if root is not None else None
+    if target is not None and target.exists():
+        return target
+    what = (f"{traces_expected()} is not a directory" if root is None
+            else f"{'/'.join(parts)} is missing under {root}")
+    reason = f"shared traces not found: {what} (set ${TRACES_ENV} or put shared/traces " \
+        "next to the repository)"
+    if traces_required():
+        pytest.fail(f"shared traces required (CI) but not found: {what}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def traces() -> Path:
+    """The shared traces folder (skip or, under CI, fail when it is missing)."""
+    return need_traces()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_traces_folder() -> Iterator[None]:
+    """Product code that resolves trace paths itself (scenario loaders) reads the folder the
+    tests found: ``$GPUPLAN_TRACES`` is pinned to it for the session, so the loader's own
+    search (a walk up from the working directory) never picks another copy."""
+    found = traces_dir()
+    if found is None or os.environ.get(TRACES_ENV):
+        yield
+        return
+    os.environ[TRACES_ENV] = str(found)
+    try:
+        yield
+    finally:
+        os.environ.pop(TRACES_ENV, None)

@@ -36,7 +36,8 @@ from gpuplan.executors.slurm.executor import (
     file_key,
     standin_command,
 )
-from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
+from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab, lock_path, open_lock
+from gpuplan.executors.slurm.lab_config import DEFAULT_ROOT
 from gpuplan.models import (
     Checkpointing,
     Cluster,
@@ -45,7 +46,10 @@ from gpuplan.models import (
     ThroughputProfile,
 )
 
-LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "/tmp/gpuplan-slurmlab"))
+LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "") or DEFAULT_ROOT)
+"""The lab's root: ``GPUPLAN_SLURM_LAB`` or the default. Either way the lab creates it private
+or refuses it (one line, the test then fails under CI or skips) when another user owns it or
+can write it."""
 GPUS_PER_NODE = 4
 NODES = 4
 UNPRIVILEGED_USER = "gpuuser"
@@ -91,15 +95,19 @@ def lab_session() -> Iterator[SlurmLab]:
 
 def lab_locked_here(lab_root: Path = LAB_ROOT) -> bool:
     """True when this very process already holds the lab (``tests/test_slurm.py``'s session
-    fixture ran first): taking the lock again would wait for ourselves until it timed out."""
-    path = lab_root.with_name(lab_root.name + ".lock")
+    fixture ran first): taking the lock again would wait for ourselves until it timed out.
+    The lock lives in the lab's private root; it is read only when that root passes the lab's
+    own checks (``SlurmLab.env`` verifies it) and opened the lab's safe way."""
+    path = lock_path(lab_root)
     try:
-        holder = int(path.read_text().strip() or 0)
-    except (OSError, ValueError):
+        SlurmLab(LabConfig(root=lab_root)).env  # noqa: B018 - the root's check
+        with open_lock(path) as fh:
+            holder = int(fh.read().strip() or 0)
+    except (LabError, ValueError):
         return False
     if holder != os.getpid():
         return False
-    with open(path, "a+") as fh:
+    with open_lock(path) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -38,6 +38,8 @@ from gpuplan.solver_core.aryl.reclaim import Reclaimer, reclaim_metrics
 from gpuplan.solver_core.registry import make_policy, policy_names
 from tests.conftest import NO_OVERHEADS, CapacityChecker
 
+from .conftest import need_traces
+
 ARYL_POLICIES = ("aryl", "aryl-scaling", "aryl-loaning", "aryl-loaning-scf",
                  "aryl-loaning-random", "aryl-loaning-exact", "aryl-exact", "aryl-cpsat",
                  "aryl-greedy", "aryl-naive", "aryl-sjf", "aryl-hetero", "aryl-hetero-ideal")
@@ -259,10 +261,8 @@ def test_embedded_qps_series() -> None:
 
 @pytest.mark.traces
 def test_raw_trace_aggregation_matches_embedded() -> None:
-    try:
-        raw = load_qps(step_s=300.0, request_types=["Generative Requests", "API Requests"])
-    except Exception as err:  # pragma: no cover - no shared traces here
-        pytest.skip(f"shared traces unavailable: {err}")
+    need_traces("alibaba_genai_v2026", "qps.csv")  # the raw series load_qps reads
+    raw = load_qps(step_s=300.0, request_types=["Generative Requests", "API Requests"])
     emb = load_qps()
     assert len(raw.values) == len(emb.values)
     assert raw.values == pytest.approx(emb.values, abs=1e-3)

@@ -25,15 +25,14 @@ from gpuplan.scenarios.mapping import map_afs, map_rigid
 from gpuplan.scenarios.pollux_jobs import pollux_step_time, pollux_steps
 from gpuplan.scenarios.profiles import gavel_profiles
 from gpuplan.scenarios.trace_job import TraceJob
-from gpuplan.scenarios.traces import shared_traces_dir
 from gpuplan.scenarios.zoo import load_afs_zoo
 
-try:
-    TRACES: Path | None = shared_traces_dir()
-except InputError:  # pragma: no cover - depends on the machine
-    TRACES = None
+from .conftest import traces_dir
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="shared traces folder not found")
+TRACES: Path | None = traces_dir()
+needs_traces = pytest.mark.usefixtures("traces")
+"""tests/conftest.py's fixture: missing traces skip the test (with the reason), or fail it
+under CI."""
 pytestmark = pytest.mark.traces
 
 ZERO = {"start_s": 0, "restart_s": 0, "migrate_s": 0, "preempt_s": 0}

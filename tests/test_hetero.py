@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +22,9 @@ from gpuplan.solver_core.placement.gpu_types import spans_types
 from gpuplan.solver_core.policies.maxmin_perf import max_min_perf, solve_allocation
 from gpuplan.solver_core.registry import make_policy
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-GAVEL_JSON = TRACES / "gavel" / "simulation_throughputs.json"
+from .conftest import need_traces
+
+GAVEL_JSON = ("gavel", "simulation_throughputs.json")
 ARTIFACT = "gavel/physical_cluster/artifact_evaluation.trace"
 
 
@@ -39,10 +39,11 @@ def _mixed_nodes(one_gpu_v100: bool = False) -> list[Node]:
 
 def _gavel_spec(nodes: list[Node], trace: str = ARTIFACT, mapping: str = "rigid"
                 ) -> ScenarioSpec:
+    path = need_traces(*trace.split("/"))  # the one way tests find the shared traces
     return ScenarioSpec.model_validate({
         "name": "gavel-mixed",
         "cluster": {"nodes": [n.model_dump() for n in nodes]},
-        "workload": {"source": "gavel", "path": trace, "mapping": mapping},
+        "workload": {"source": "gavel", "path": str(path), "mapping": mapping},
     })
 
 
@@ -55,8 +56,9 @@ def _gavel_spec(nodes: list[Node], trace: str = ARTIFACT, mapping: str = "rigid"
 ])
 def test_gavel_profiles_carry_the_measured_type_speeds(job_type: str,
                                                        k80_ratio: float | None) -> None:
-    raw = json.loads(GAVEL_JSON.read_text())
-    profiles = gavel_profiles(GAVEL_JSON)
+    gavel_json = need_traces(*GAVEL_JSON)
+    raw = json.loads(gavel_json.read_text())
+    profiles = gavel_profiles(gavel_json)
     v100 = profiles[(job_type, "v100")]
     key = f"('{job_type}', 1)"
     for other in ("k80", "p100"):

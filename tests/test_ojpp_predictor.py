@@ -4,8 +4,6 @@ plus the collision penalty it documents."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -24,18 +22,13 @@ from gpuplan.scenarios.ojpp_predictor import (
     pair_samples,
     select_and_fit,
 )
-from gpuplan.scenarios.traces import resolve_trace_path
+
+from .conftest import need_traces
 
 
 @pytest.fixture(scope="module")
 def gavel() -> tuple[list, dict]:
-    try:
-        path = resolve_trace_path("gavel/simulation_throughputs.json", None)
-    except Exception:  # any failure to find the traces means: skip
-        pytest.skip("shared traces folder not available")
-    if not Path(path).exists():
-        pytest.skip("shared traces folder not available")
-    return pair_samples(path)
+    return pair_samples(need_traces("gavel", "simulation_throughputs.json"))
 
 
 @pytest.mark.traces

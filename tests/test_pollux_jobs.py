@@ -10,17 +10,11 @@ from gpuplan.models import InputError
 from gpuplan.scenarios.pollux import load_pollux_workload
 from gpuplan.scenarios.pollux_jobs import map_pollux, pollux_steps
 from gpuplan.scenarios.trace_job import TraceJob
-from gpuplan.scenarios.traces import shared_traces_dir
 
 pytestmark = pytest.mark.traces
 
 
-@pytest.fixture(scope="module")
-def traces():
-    try:
-        return shared_traces_dir()
-    except InputError:
-        pytest.skip("shared traces not available")
+# ``traces``: tests/conftest.py's fixture (the one way tests find the shared traces).
 
 
 def _column(path, name: str) -> list[float]:

@@ -38,33 +38,8 @@ TABLE4_MAX = {
 }
 
 
-# --------------------------------------------------------------------------- locating traces
-def _find_traces() -> Path | None:
-    """The shared traces folder via the loader helper when present, else env / walk-up."""
-    try:
-        from gpuplan.scenarios.traces import shared_traces_dir
-    except ImportError:
-        shared_traces_dir = None
-    if shared_traces_dir is not None:
-        try:
-            return shared_traces_dir()
-        except InputError:
-            return None
-    env = os.environ.get("GPUPLAN_TRACES")
-    if env:
-        return Path(env) if Path(env).is_dir() else None
-    for folder in Path(__file__).resolve().parents:
-        if (folder / "shared" / "traces").is_dir():
-            return folder / "shared" / "traces"
-    return None
-
-
-@pytest.fixture(scope="module")
-def traces() -> Path:
-    found = _find_traces()
-    if found is None:
-        pytest.skip("shared traces folder not available")
-    return found
+# --------------------------------------------------------------------------- traces
+# ``traces`` is tests/conftest.py's fixture: the one way tests find the shared traces.
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from gpuplan.scenarios.build import build, embedded_scenarios, resolve_scenario
 from gpuplan.scenarios.inference import aryl_testbed
 from gpuplan.scenarios.mapping import map_rigid
 from gpuplan.scenarios.trace_job import TraceJob
-from gpuplan.scenarios.traces import shared_traces_dir
+
+from .conftest import need_traces
 
 
 def _write(tmp_path: Path, data: dict, name: str = "s.yaml") -> Path:
@@ -133,10 +134,7 @@ def test_map_rigid_require_profile_rejects_unknown_models() -> None:
 
 
 def test_gavel_scenario_with_unknown_job_type_fails(tmp_path: Path) -> None:
-    try:
-        shared_traces_dir()
-    except InputError as err:  # pragma: no cover - depends on the machine
-        pytest.skip(f"needs gavel/simulation_throughputs.json: {err.message}")
+    need_traces("gavel", "simulation_throughputs.json")
     trace = tmp_path / "v.trace"
     trace.write_text("ResNet-50 (batch size 64)\tpython3 main.py\t-n\t1\t100\t0\t1\n"
                      "Frobnicator (batch size 8)\tpython3 f.py\t-n\t1\t100\t5\t1\n")
@@ -254,10 +252,7 @@ def test_embedded_itp_scenarios_follow_the_sizing_rule() -> None:
     from gpuplan.scenarios.build import load_rows
     from gpuplan.scenarios.itp_sizing import itp_cluster_nodes, offered_load
 
-    try:
-        shared_traces_dir()
-    except InputError as err:  # pragma: no cover - depends on the machine
-        pytest.skip(f"needs the ITP traces: {err.message}")
+    need_traces("elasticflow_itp")
     names = [n for n in embedded_scenarios() if n.startswith("itp-")]
     assert names == [f"itp-cluster{c}" for c in ("01", "04", "05", "07", "09", "10")]
     for name in names:

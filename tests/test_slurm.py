@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import pwd
+import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -209,7 +213,14 @@ def test_lab_runs_four_gpu_nodes_and_up_is_idempotent(lab: SlurmLab) -> None:
     status = subprocess.run(
         [sys.executable, "-m", "gpuplan.executors.slurm.lab", "status", "--root",
          str(lab.root)], capture_output=True, text=True, check=True)
-    assert json.loads(status.stdout)["processes"]["slurmctld"]["alive"] is True
+    processes = json.loads(status.stdout)["processes"]
+    # every daemon passes the identity check down() applies before a signal (exe through
+    # Debian's alternatives, exact argv, uid), so down() can stop them all
+    assert {k for k, v in processes.items() if v["alive"]} >= {
+        "slurmctld", *(f"slurmd-{n}" for n in lab.node_names)}
+    root = lab.root.lstat()
+    assert (root.st_uid, stat.S_IMODE(root.st_mode)) == (os.geteuid(), 0o711)
+    assert (lab.root / "lab.lock").is_file()  # the session's lock, inside the private root
 
 
 def test_a_second_lab_stops_only_what_it_started(lab: SlurmLab, tmp_path: Path) -> None:
@@ -250,6 +261,212 @@ def test_a_lab_with_another_configuration_is_refused_not_stopped(lab: SlurmLab,
     finally:
         dev.down()
     assert not dev.is_up()
+
+
+# ------------------------------------------------------------------------- lab security (issue 23)
+# The attacks of issue 23 against a lab root another local user prepared. They need root (to act
+# as another user) but no running cluster: each lab here is configured, never started.
+
+
+@pytest.fixture
+def hostile() -> pwd.struct_passwd:
+    """The unprivileged account that plays the hostile local user."""
+    if os.geteuid() != 0:
+        fx.unavailable("acting as another local user needs root")
+    return fx.ensure_user(fx.UNPRIVILEGED_USER)
+
+
+def _plant_lab(root: Path) -> None:
+    """What a squatter leaves in a lab root: a config link to a root-owned file, an epilog of
+    their own (slurmctld would run it as root) and a manifest of PIDs for down() to kill."""
+    for sub in ("etc", "run"):
+        (root / sub).mkdir(parents=True)
+    (root / "etc" / "slurm.conf").symlink_to("/etc/shadow")
+    (root / "etc" / "epilog_wake.sh").write_text("#!/bin/sh\ncp /bin/sh /tmp/rootshell\n")
+
+
+def _as_other_user(user: pwd.struct_passwd, argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                            cwd="/", stdin=subprocess.DEVNULL)
+
+
+def _start_ticks(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rfind(")") + 2:].split()[19])
+
+
+def _lab_at(root: Path) -> SlurmLab:
+    return SlurmLab(LabConfig(root=root, nodes=1, gpus_per_node=2, node_prefix="plant",
+                              ctld_port=6937, slurmd_port0=17401, install=False))
+
+
+def _chown_tree(root: Path, user: pwd.struct_passwd) -> None:
+    for path in [root, *root.rglob("*")]:
+        os.lchown(path, user.pw_uid, user.pw_gid)
+
+
+def test_a_root_another_user_created_is_refused_everywhere(tmp_path: Path,
+                                                           hostile: pwd.struct_passwd) -> None:
+    """Issue 23: a local user who creates the lab root first must get nothing: up, down,
+    status, env and the lock each refuse in one line naming the root, nothing in it is written
+    or followed, and no PID from its manifest is signalled."""
+    root = tmp_path / "lab"
+    _plant_lab(root)
+    victim = _as_other_user(hostile, ["sleep", "600"])
+    try:
+        (root / "run" / "started.json").write_text(json.dumps({"slurmctld": {
+            "pid": victim.pid, "start_ticks": _start_ticks(victim.pid),
+            "argv": ["sleep", "600"]}}))
+        _chown_tree(root, hostile)
+        before = {p: p.lstat() for p in root.rglob("*")}
+        lab = _lab_at(root)
+        for name, action in [("up", lambda: lab.up(timeout_s=5)), ("down", lab.down),
+                             ("status", lab.status), ("env", lambda: lab.env),
+                             ("is_up", lab.is_up), ("write_config", lab.write_config)]:
+            with pytest.raises(LabError, match="belongs to uid") as err:
+                action()
+            assert str(root) in str(err.value) and "\n" not in str(err.value), name
+        with pytest.raises(LabError, match="belongs to uid"), lab.exclusive(timeout_s=1):
+            pass
+        cli = subprocess.run([sys.executable, "-m", "gpuplan.executors.slurm.lab", "down",
+                              "--root", str(root)], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 1 and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+        assert "belongs to uid" in cli.stderr
+        assert victim.poll() is None, "down() signalled a PID from a foreign manifest"
+        after = {p: p.lstat() for p in root.rglob("*")}
+        assert {p: (s.st_ino, s.st_mtime_ns) for p, s in after.items()} == {
+            p: (s.st_ino, s.st_mtime_ns) for p, s in before.items()}
+        assert not (root / "lab.lock").exists()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("shape", ["world-writable", "group-writable", "symlink", "file",
+                                   "parent-writable"])
+def test_a_root_others_can_write_or_redirect_is_refused(tmp_path: Path, shape: str) -> None:
+    root = tmp_path / "lab"
+    expect = {"world-writable": "writable by group or others",
+              "group-writable": "writable by group or others",
+              "symlink": "symbolic link", "file": "not a directory",
+              "parent-writable": "writable by others and not sticky"}[shape]
+    if shape == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        root.symlink_to(tmp_path / "elsewhere")
+    elif shape == "file":
+        root.write_text("")
+    elif shape == "parent-writable":
+        parent = tmp_path / "open"
+        parent.mkdir()
+        parent.chmod(0o777)
+        root = parent / "lab"
+    else:
+        root.mkdir()
+        root.chmod(0o777 if shape == "world-writable" else 0o770)
+    with pytest.raises(LabError, match=expect):
+        _lab_at(root).write_config()
+    if shape == "symlink":
+        assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_new_root_is_private_and_planted_links_are_replaced_not_followed(
+        tmp_path: Path, hostile: pwd.struct_passwd) -> None:
+    root = tmp_path / "lab"
+    lab = _lab_at(root)
+    lab.write_config()
+    st = root.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o711)
+    # Links and foreign files inside (a root left by an older version, or an operator's
+    # mistake): every write replaces the entry itself and never follows it.
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.unlink(lab.conf_path)
+    lab.conf_path.symlink_to(victim)
+    epilog = root / "etc" / "epilog_wake.sh"
+    shipped = epilog.read_text()
+    epilog.write_text("#!/bin/sh\ncp /bin/sh /tmp/rootshell\n")
+    os.chown(epilog, hostile.pw_uid, hostile.pw_gid)
+    (root / "run" / "config.sha256").unlink()
+    (root / "run" / "config.sha256").symlink_to(victim)
+    lab.write_config()
+    assert victim.read_text() == "precious\n"
+    for path in (lab.conf_path, epilog, root / "run" / "config.sha256"):
+        st = path.lstat()
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022, path
+    assert epilog.read_text() == shipped and stat.S_IMODE(epilog.stat().st_mode) == 0o755
+    # slurmctld runs the epilog as root: no directory on its path may be writable by others
+    # (a sticky /tmp is fine: nobody can rename our entry in it).
+    conf = lab.conf_path.read_text()
+    path = Path(next(line.split("=", 1)[1] for line in conf.splitlines()
+                     if line.startswith("EpilogSlurmctld=")))
+    assert path == epilog
+    for part in [*path.parents, path]:
+        st = part.lstat()
+        assert st.st_uid == 0 and not stat.S_ISLNK(st.st_mode), part
+        assert not st.st_mode & 0o022 or st.st_mode & stat.S_ISVTX, part
+    # A directory below the root that others can write, or a link instead of it: refused.
+    (root / "etc").chmod(0o777)
+    with pytest.raises(LabError, match=r"etc is writable by group or others"):
+        lab.write_config()
+    (root / "etc").chmod(0o755)
+    shutil.rmtree(root / "log")
+    (root / "log").symlink_to(tmp_path)
+    with pytest.raises(LabError, match=r"log is a symbolic link"):
+        lab.write_config()
+
+
+def test_down_never_signals_a_pid_it_did_not_start(tmp_path: Path,
+                                                   hostile: pwd.struct_passwd) -> None:
+    """A manifest naming processes that are not the lab's daemons (another user's, or one of
+    root's that is not a Slurm daemon), with their correct start times: down() leaves them
+    all running, status() calls them dead."""
+    lab = _lab_at(tmp_path / "lab")
+    lab.write_config()
+    theirs = _as_other_user(hostile, ["sleep", "600"])
+    roots = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+    try:
+        manifest = {
+            "slurmctld": {"pid": theirs.pid, "start_ticks": _start_ticks(theirs.pid),
+                          "argv": ["slurmctld", "-D", "-f", str(lab.conf_path)]},
+            "slurmd-plant1": {"pid": roots.pid, "start_ticks": _start_ticks(roots.pid),
+                              "argv": ["sleep", "600"]},
+            "munged": {"pid": theirs.pid, "start_ticks": _start_ticks(theirs.pid)},
+        }
+        (lab.root / "run" / "started.json").write_text(json.dumps(manifest))
+        assert not any(p["alive"] for p in lab.status()["processes"].values())  # type: ignore[union-attr]
+        lab.down()
+        assert theirs.poll() is None and roots.poll() is None
+        # a manifest that is a link is not read at all
+        (lab.root / "run" / "started.json").unlink()
+        (lab.root / "run" / "started.json").symlink_to(tmp_path / "elsewhere.json")
+        with pytest.raises(LabError, match=r"started\.json"):
+            lab.down()
+        assert theirs.poll() is None and roots.poll() is None
+    finally:
+        for proc in (theirs, roots):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_lab_lock_is_inside_the_root_and_never_followed(tmp_path: Path,
+                                                            hostile: pwd.struct_passwd) -> None:
+    lab = _lab_at(tmp_path / "lab")
+    with lab.exclusive(timeout_s=5):
+        lock = lab.root / "lab.lock"
+        assert int(lock.read_text()) == os.getpid() and lock.stat().st_uid == 0
+    assert not (tmp_path / "lab.lock").exists()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    lock.unlink()
+    lock.symlink_to(victim)
+    with pytest.raises(LabError, match="lab lock"), lab.exclusive(timeout_s=1):
+        pass
+    assert victim.read_text() == "precious\n"
+    lock.unlink()
+    lock.write_text("")
+    os.chown(lock, hostile.pw_uid, hostile.pw_gid)
+    with pytest.raises(LabError, match="lab lock"), lab.exclusive(timeout_s=1):
+        pass
 
 
 # ---------------------------------------------------------------------------------------- hook

@@ -25,6 +25,7 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -416,6 +417,94 @@ def test_lab_is_idempotent_and_host_keys_are_verified(ssh_lab: SshLab, tmp_path:
     with pytest.raises(HostKeyRejected):
         asyncio.run(attempt(wrong))
     assert asyncio.run(attempt(ssh_lab.known_hosts)) == "it's $(id)\n"
+
+
+# The lab's own root (issue 23): a root another user prepared is refused, a key the lab did not
+# make is never used. Root is needed to act as another user; no sshd is started here.
+
+
+@pytest.fixture
+def hostile() -> pwd.struct_passwd:
+    """The unprivileged account that plays the hostile local user."""
+    if os.geteuid() != 0:
+        if REQUIRED:
+            pytest.fail("acting as another local user needs root (CI requires it)")
+        pytest.skip("acting as another local user needs root")
+    from .slurm_fixtures import ensure_user
+
+    return ensure_user("gpuuser")
+
+
+def _keypair(path: Path, comment: str = "planted") -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f",
+                    str(path)], check=True)
+    return path.with_suffix(".pub").read_text()
+
+
+def test_a_planted_ssh_lab_root_is_refused_and_its_key_never_authorised(
+        tmp_path: Path, hostile: pwd.struct_passwd) -> None:
+    """Issue 23: a user who creates the lab root first, with a key pair of their own in
+    ``keys/``, must never get that key into root's ``authorized_keys``."""
+    root = tmp_path / "sshlab"
+    (root / "keys").mkdir(parents=True)
+    planted = _keypair(root / "keys" / "id_ed25519")
+    (root / "authorized_keys").mkdir()
+    for path in [root, *root.rglob("*")]:
+        os.lchown(path, hostile.pw_uid, hostile.pw_gid)
+    lab = SshLab(root, nodes=1, port=free_port(["127.0.1.1"]))
+    for action in (lab.up, lab.prepare, lab.down, lab.status):
+        with pytest.raises(LabError, match="belongs to uid") as err:
+            action()
+        assert str(root) in str(err.value) and "\n" not in str(err.value)
+    assert not list((root / "authorized_keys").iterdir())
+    assert (root / "keys" / "id_ed25519.pub").read_text() == planted
+    cli = subprocess.run([sys.executable, "-m", "gpuplan.executors.ssh.lab", "down", "--dir",
+                          str(root)], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 1 and "belongs to uid" in cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+
+
+@pytest.mark.parametrize("plant", ["foreign-owner", "readable-mode", "symlink"])
+def test_ssh_lab_never_reuses_a_key_it_did_not_make(tmp_path: Path, hostile: pwd.struct_passwd,
+                                                    plant: str) -> None:
+    lab = SshLab(tmp_path / "own", nodes=1, port=free_port(["127.0.1.1"]))
+    assert lab.prepare() is True  # a new root: fresh keys
+    st = lab.root.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o711)
+    assert stat.S_IMODE((lab.root / "keys").stat().st_mode) == 0o700
+    made = lab.client_key.with_suffix(".pub").read_text()
+    assert lab.prepare() is False and lab.client_key.with_suffix(".pub").read_text() == made
+    # Plant a key pair the lab did not make (as a squatter or a careless copy would).
+    for half in (lab.client_key, lab.client_key.with_suffix(".pub")):
+        half.unlink()
+    if plant == "symlink":
+        planted = _keypair(tmp_path / "elsewhere")
+        lab.client_key.symlink_to(tmp_path / "elsewhere")
+        lab.client_key.with_suffix(".pub").symlink_to(tmp_path / "elsewhere.pub")
+    else:
+        planted = _keypair(lab.client_key)
+        if plant == "foreign-owner":
+            for half in (lab.client_key, lab.client_key.with_suffix(".pub")):
+                os.chown(half, hostile.pw_uid, hostile.pw_gid)
+        else:
+            lab.client_key.chmod(0o644)
+    # ... and a link where root's authorized_keys goes.
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (lab.root / "authorized_keys" / "root").unlink()
+    (lab.root / "authorized_keys" / "root").symlink_to(victim)
+    assert lab.prepare() is False
+    fresh = lab.client_key.with_suffix(".pub").read_text()
+    assert fresh != planted and fresh != made
+    key = lab.client_key.lstat()
+    assert stat.S_ISREG(key.st_mode) and key.st_uid == 0 and stat.S_IMODE(key.st_mode) == 0o600
+    for user in ("root", "gpuuser"):
+        auth = lab.root / "authorized_keys" / user
+        assert not auth.is_symlink() and auth.stat().st_uid == 0
+        assert auth.read_text() == fresh and planted.split()[1] not in auth.read_text()
+    assert victim.read_text() == "precious\n"
+    if plant == "symlink":
+        assert (tmp_path / "elsewhere.pub").read_text() == planted
 
 
 def test_hostile_names_and_arguments_never_reach_a_shell(harness: Harness) -> None:

@@ -67,13 +67,21 @@ def test_standin_switches_gpus_in_place_on_sigusr2(tmp_path: Path) -> None:
     progress = tmp_path / "j.progress"
     try:
         poll("first progress", lambda: json.loads(progress.read_text())["done"] > 0)
-        # No request file yet: ignored. That the job ran on is proven below: one PID wrote
-        # every segment and it exited 0 (SIGUSR2's default action would have killed it).
+        # No request file yet: ignored. The stand-in acknowledges every request it looked at
+        # (``requests`` in its progress), so the file is written only after this one was
+        # handled: without that wait the signal could be handled after the write (a race
+        # that once resized twice) and the "no file" case would go untested. That the job ran
+        # on is proven below: one PID wrote every segment and it exited 0 (SIGUSR2's default
+        # action would have killed it).
         proc.send_signal(signal.SIGUSR2)
+        poll("the first request looked at",
+             lambda: json.loads(progress.read_text())["requests"] == 1)
+        assert json.loads(progress.read_text())["gpus"] == 1
         resize.write_text(json.dumps({"gpus": [0, 1, 2]}))
         t_req = time.time()
         proc.send_signal(signal.SIGUSR2)
         poll("3 GPUs reported", lambda: json.loads(progress.read_text())["gpus"] == 3)
+        assert json.loads(progress.read_text())["requests"] == 2
         pause = time.time() - t_req
         report = json.loads(progress.read_text())
         assert report["pid"] == proc.pid

@@ -21,7 +21,8 @@ from gpuplan.scenarios.throughput_fit import (
     pollux_samples,
     predict_step_time,
 )
-from gpuplan.scenarios.traces import shared_traces_dir
+
+from .conftest import need_traces
 
 MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
@@ -53,13 +54,7 @@ def _assert_close(got: PolluxPerfParams, want: PolluxPerfParams, rel: float) -> 
 
 @pytest.fixture(scope="module")
 def pollux_dir() -> Path:
-    try:
-        root = shared_traces_dir() / "pollux" / "profiles"
-    except InputError:
-        pytest.skip("shared traces not available")
-    if not root.is_dir():
-        pytest.skip("shared Pollux profiles not available")
-    return root
+    return need_traces("pollux", "profiles")
 
 
 @pytest.fixture(scope="module")

@@ -31,33 +31,20 @@ from gpuplan.scenarios.traces import (
     shared_traces_dir,
 )
 
+from .conftest import need_traces, traces_dir
+
 pytestmark = pytest.mark.traces
 
 
-def traces_required() -> bool:
-    """Under CI (``CI`` true, or ``GPUPLAN_REQUIRE_TRACES``) a missing traces folder fails
-    every test here instead of skipping it -- the rule the Slurm tests use -- so a CI machine
-    without the data can't pass by asserting nothing."""
-    truthy = ("1", "true", "yes", "on")
-    return (os.environ.get("CI", "").lower() in truthy
-            or os.environ.get("GPUPLAN_REQUIRE_TRACES", "").lower() in truthy)
-
-
-try:
-    TRACES = shared_traces_dir()
-    MISSING: str | None = None
-except InputError as err:  # pragma: no cover - depends on the machine
-    TRACES, MISSING = Path("/nonexistent/shared/traces"), err.message
+TRACES = traces_dir() or Path("/nonexistent/shared/traces")
 
 
 @pytest.fixture(autouse=True)
 def _need_traces() -> None:
-    if MISSING is None:
-        return
-    if traces_required():  # pragma: no cover - depends on the machine
-        pytest.fail(f"shared traces folder required (CI) but not found: {MISSING}",
-                    pytrace=False)
-    pytest.skip(f"shared traces folder not found: {MISSING}")  # pragma: no cover
+    """Under CI (``CI`` true, or ``GPUPLAN_REQUIRE_TRACES``) a missing traces folder fails
+    every test here instead of skipping it, so a CI machine without the data can't pass by
+    asserting nothing (tests/conftest.py's :func:`need_traces`)."""
+    need_traces()
 
 
 PHILLY = TRACES / "philly_pollux" / "philly.csv"
@@ -71,7 +58,8 @@ PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 
 @pytest.fixture(scope="module")
 def philly() -> list[TraceJob]:
-    return load_philly(PHILLY)
+    # module scope runs before the autouse check above: ask for the file itself
+    return load_philly(need_traces("philly_pollux", "philly.csv"))
 
 
 def _assert_sorted(jobs: list[TraceJob]) -> None:

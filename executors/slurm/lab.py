@@ -19,10 +19,21 @@ What :class:`SlurmLab` does, all under one root directory (default ``/tmp/gpupla
   ``run/started.json``;
 * waits until every node is usable.
 
-``down`` cancels the lab's jobs and stops **only** the processes in that manifest whose PID and
-start time still match (a reused PID is never signalled), so it cannot hit another cluster's
-daemons or a munged someone else started. ``up`` is idempotent: an already running lab with the
-same configuration is reused.
+``down`` cancels the lab's jobs and stops **only** the processes in that manifest that are still
+the daemons the lab started: same PID and start time, the expected executable and command line
+(derived from the lab's configuration, not from the manifest) and the expected uid. A reused or
+forged PID is never signalled, so ``down`` cannot hit another cluster's daemons, a munged someone
+else started, or another user's process. ``up`` is idempotent: an already running lab with the
+same configuration (and intact configuration files) is reused.
+
+Security (see docs/slurm.md, "Threat model"): the root is private. ``up`` creates it (``mkdir``,
+mode 0711: others may reach ``etc/slurm.conf``, which Slurm clients of every user read, but never
+list or write anything) or accepts an existing one only when it is a real directory owned by the
+caller that no one else can write, below directories only root or the caller control; every
+entry point (up, down, status, env, the lock) checks that again, and every directory the lab
+writes below it. Files are written without following links (:mod:`..labroot`), so a planted
+``etc/slurm.conf`` link or a swapped ``etc/epilog_wake.sh`` (slurmctld runs it as root) cannot
+reach root. The lock that serialises test sessions lives inside the root.
 
 Ports: see :mod:`.lab_config` (never Slurm's standard 6817/6818, distinct per root).
 
@@ -37,6 +48,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -49,9 +61,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import IO
 
 from gpuplan.models import GpuplanError
 
+from ..labroot import apt_get, private_dir, private_root, process_is, read_file, write_file
 from ..pidlock import lock_with_pid
 from .cli import SlurmCli, SlurmError
 from .lab_config import PACKAGES, LabConfig, LabError
@@ -91,11 +105,32 @@ def _other_slurm_daemons() -> bool:
     return False
 
 
-def _alive(entry: _Started) -> bool:
-    """The recorded process still runs: same PID *and* start time, and not a zombie (PID 1 on
-    these VMs reaps orphans slowly, so ``kill -0`` alone would call a dead daemon alive)."""
-    st = _proc_stat(entry.pid)
-    return st is not None and st[0] not in ("Z", "X") and st[1] == entry.start_ticks
+MUNGED = "/usr/sbin/munged"
+ROOT_MODE = 0o711
+"""The lab root's mode: private to its owner, except that other users may traverse it to read
+``etc/slurm.conf`` (every Slurm client reads it; the tests submit as an unprivileged user)."""
+_MANIFEST_LIMIT = 1 << 20
+
+
+def lock_path(root: Path) -> Path:
+    """The file whose ``flock`` serialises users of the lab under ``root`` (inside the root, so
+    it is as private as the root: no predictable path in a shared directory)."""
+    return root / "lab.lock"
+
+
+def open_lock(path: Path) -> IO[str]:
+    """Open (create) the lab lock without following links, and only when it is a regular file
+    of ours: a lock another user planted (a link to a file root would truncate, or a file they
+    hold locked forever) is refused."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise LabError(f"cannot open the lab lock {path}: {err.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise LabError(f"the lab lock {path} is not a regular file of this user; refusing it")
+    return os.fdopen(fd, "r+")
 
 
 class SlurmLab:
@@ -106,7 +141,7 @@ class SlurmLab:
         if overrides:
             cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
         self.config = cfg
-        self.root = cfg.root
+        self.root = Path(os.path.abspath(cfg.root))
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._cgroup = self._choose_cgroup()
         self.reused = False
@@ -135,7 +170,9 @@ class SlurmLab:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment for Slurm clients talking to this lab."""
+        """Environment for Slurm clients talking to this lab (its root checked first: a client
+        must never read a slurm.conf another user could have written)."""
+        self._verify(create=False)
         return {"SLURM_CONF": str(self.conf_path)}
 
     @property
@@ -174,18 +211,19 @@ class SlurmLab:
         t0 = time.monotonic()
         if os.geteuid() != 0:
             raise LabError("the Slurm lab needs root (slurmd, munged and cgroups run as root)")
+        self._verify(create=True)
         self._install()
         configs = self._render()
         fingerprint = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()
         owner_file = self.root / "run" / "owner"
-        running_owner = owner_file.read_text().strip() if owner_file.exists() else ""
-        if self._running_with(fingerprint):
+        running_owner = self._read_text(owner_file).strip()
+        if self._running_with(configs, fingerprint):
             self._wait_nodes(time.monotonic() + timeout_s)
             self.reused = True
             self.owner = running_owner
             return time.monotonic() - t0
         live = [name for name, entry in self._manifest().items()
-                if name != "munged" and _alive(entry)]
+                if name != "munged" and self._alive(name, entry)]
         if live and running_owner != owner:
             # Someone else's lab with another configuration: never stop what we did not start.
             raise LabError(
@@ -200,7 +238,7 @@ class SlurmLab:
         shutil.rmtree(self.root / "state", ignore_errors=True)
         shutil.rmtree(self.root / "log", ignore_errors=True)
         self._write(configs, fingerprint)
-        owner_file.write_text(owner + "\n")
+        write_file(owner_file, owner + "\n", mode=0o644, error=LabError)
         deadline = time.monotonic() + timeout_s
         self._start_munge(deadline)
         self._start_ctld(deadline)
@@ -211,10 +249,13 @@ class SlurmLab:
         return time.monotonic() - t0
 
     def down(self, timeout_s: float = 30.0) -> None:
-        """Cancel the lab's jobs, then stop only the processes this lab started."""
+        """Cancel the lab's jobs, then stop only the processes this lab started (refused, with
+        nothing signalled, when the root is not a private root of the caller's)."""
+        if not self._verify(create=False):
+            return
         started = self._manifest()
         ctld = started.get("slurmctld")
-        if ctld is not None and _alive(ctld) and self.conf_path.exists():
+        if ctld is not None and self._alive("slurmctld", ctld) and self.conf_path.exists():
             self._cancel_all_jobs(timeout_s)
         daemons = [k for k in started if k != "munged"]
         self._stop(daemons, started)
@@ -234,7 +275,7 @@ class SlurmLab:
     def start_controller(self, timeout_s: float = 60.0) -> None:
         """Start slurmctld again; it recovers jobs and nodes from ``StateSaveLocation``."""
         entry = self._manifest().get("slurmctld")
-        if entry is not None and _alive(entry):
+        if entry is not None and self._alive("slurmctld", entry):
             return
         self._start_ctld(time.monotonic() + timeout_s)
 
@@ -259,20 +300,22 @@ class SlurmLab:
     def start_node(self, name: str) -> None:
         """Start one node's slurmd again (it registers; ``ReturnToService=1`` clears DOWN)."""
         entry = self._manifest().get(f"slurmd-{name}")
-        if entry is None or not _alive(entry):
+        if entry is None or not self._alive(f"slurmd-{name}", entry):
             self._start(f"slurmd-{name}", ["slurmd", "-D", "-f", str(self.conf_path), "-N", name])
 
     def is_up(self) -> bool:
         started = self._manifest()
         names = ["slurmctld", *(f"slurmd-{n}" for n in self.node_names)]
-        return all(n in started and _alive(started[n]) for n in names) and self.cli().ping()
+        return all(n in started and self._alive(n, started[n]) for n in names) and \
+            self.cli().ping()
 
     def status(self) -> dict[str, object]:
         started = self._manifest()
         result: dict[str, object] = {
             "root": str(self.root),
             "slurm_conf": str(self.conf_path),
-            "processes": {k: {"pid": v.pid, "alive": _alive(v)} for k, v in started.items()},
+            "processes": {k: {"pid": v.pid, "alive": self._alive(k, v)}
+                          for k, v in started.items()},
         }
         try:
             result["nodes"] = {n.name: n.state + "".join("+" + f for f in n.flags)
@@ -283,18 +326,17 @@ class SlurmLab:
 
     @contextlib.contextmanager
     def exclusive(self, timeout_s: float = 900.0) -> Iterator[None]:
-        """Hold the lab for this process (``flock`` on ``<root>.lock``).
+        """Hold the lab for this process (``flock`` on :func:`lock_path`, inside the root).
 
         Test sessions that share a machine (developers running the suite side by side) would
         otherwise submit into the same cluster and one session's ``down`` would stop the other's
-        daemons mid-run. The lock is released when the block ends or the process dies.
+        daemons mid-run. The lock is released when the block ends or the process dies. The root
+        is created (private) or checked first, and the lock file is opened without following
+        links and used only when it is ours: another user can neither plant it nor hold it.
         """
-        path = self.root.with_name(self.root.name + ".lock")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(path, "a+")  # noqa: SIM115 - closed by the with block below
-        except OSError as err:
-            raise LabError(f"cannot create the lab lock {path}: {err}") from err
+        self._verify(create=True)
+        path = lock_path(self.root)
+        fh = open_lock(path)
         with fh:
             if not lock_with_pid(fh, timeout_s, poll_s=0.5):
                 raise LabError(f"lab {self.root} still in use by another process after "
@@ -318,20 +360,15 @@ class SlurmLab:
             return
         if not self.config.install:
             raise LabError(f"Debian packages missing: {' '.join(missing)}")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         guard = Path("/usr/sbin/policy-rc.d")
         own_guard = not guard.exists()
         if own_guard:  # keep the packages' postinst from starting system-wide daemons
             guard.write_text("#!/bin/sh\nexit 101\n")
             guard.chmod(0o755)
-        try:
-            for argv in (["apt-get", "update", "-qq"],
-                         ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                          *missing]):
-                proc = subprocess.run(argv, env=env, capture_output=True, text=True,
-                                      stdin=subprocess.DEVNULL, timeout=600, check=False)
-                if proc.returncode != 0:
-                    raise LabError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-2000:]}")
+        try:  # both wait (bounded) for another apt/dpkg holding the locks
+            apt_get(["update", "-qq"], error=LabError)
+            apt_get(["install", "-y", "-qq", "--no-install-recommends", *missing],
+                    error=LabError)
         finally:
             if own_guard:
                 guard.unlink(missing_ok=True)
@@ -435,27 +472,55 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
                                     "ConstrainRAMSpace=no\nConstrainDevices=yes\n")
         return files
 
+    def write_config(self) -> str:
+        """Render and write the configuration files (no daemon is started or stopped); return
+        their fingerprint. :meth:`up` does this when it (re)starts the lab."""
+        self._verify(create=True)
+        configs = self._render()
+        fingerprint = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()
+        self._write(configs, fingerprint)
+        return fingerprint
+
+    def _verify(self, create: bool) -> bool:
+        """The root is private to the caller (created here when ``create``); False when it does
+        not exist (and ``create`` is False). Refused with a :class:`LabError` otherwise."""
+        return private_root(self.root, mode=ROOT_MODE, error=LabError, create=create) is not None
+
+    def _dir(self, rel: str) -> Path:
+        return private_dir(self.root, rel, error=LabError)
+
+    def _read_text(self, path: Path) -> str:
+        raw = read_file(path, limit=_MANIFEST_LIMIT, error=LabError)
+        return "" if raw is None else raw.decode(errors="replace")
+
     def _write(self, files: Mapping[str, str], fingerprint: str) -> None:
-        root = self.root
+        """Every directory checked or created private, every file replaced without following
+        links: nothing here can be redirected to another file or swapped by another user."""
         for sub in ("etc", "state/ctld", "log", "run", "dev"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
+            self._dir(sub)
         for name in self.node_names:
-            (root / "state" / "d" / name).mkdir(parents=True, exist_ok=True)
-        etc = root / "etc"
+            self._dir(f"state/d/{name}")
+        etc = self._dir("etc")
         for stale in etc.iterdir():
             if stale.name not in files:
-                stale.unlink()
+                stale.unlink()  # a link is removed, never followed
         for name, text in files.items():
-            (etc / name).write_text(text)
-            (etc / name).chmod(0o755 if name.endswith(".sh") else 0o644)
-        (root / "run" / "config.sha256").write_text(fingerprint)
+            write_file(etc / name, text, mode=0o755 if name.endswith(".sh") else 0o644,
+                       error=LabError)
+        write_file(self.root / "run" / "config.sha256", fingerprint, mode=0o644, error=LabError)
         # Fake GPUs: c 195 N like /dev/nvidiaN. Opening one fails (no driver), which is fine:
         # Slurm only needs the device numbers for gres accounting and cgroup rules.
         for i in range(self.config.gpus_per_node):
-            dev = root / "dev" / f"nvidia{i}"
-            if dev.exists() and not stat.S_ISCHR(dev.stat().st_mode):
-                dev.unlink()
-            if not dev.exists():
+            dev = self.root / "dev" / f"nvidia{i}"
+            try:
+                st = os.lstat(dev)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (not stat.S_ISCHR(st.st_mode) or st.st_uid != os.geteuid()
+                                   or st.st_rdev != os.makedev(195, i)):
+                os.unlink(dev)
+                st = None
+            if st is None:
                 os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
 
     # ------------------------------------------------------------------ processes
@@ -463,28 +528,67 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
         return self.root / "run" / "started.json"
 
     def _manifest(self) -> dict[str, _Started]:
-        try:
-            data = json.loads(self._manifest_path().read_text())
-        except (OSError, ValueError):
+        """What the lab started, read only from the verified private root, without following
+        links and bounded; an entry that does not parse is dropped (never signalled)."""
+        if not self._verify(create=False):
             return {}
-        return {k: _Started(**v) for k, v in data.items()}
+        try:
+            data = json.loads(self._read_text(self._manifest_path()) or "{}")
+        except ValueError:
+            return {}
+        started: dict[str, _Started] = {}
+        for key, value in data.items() if isinstance(data, dict) else ():
+            with contextlib.suppress(TypeError, ValueError):
+                entry = _Started(**value)
+                if isinstance(entry.pid, int) and isinstance(entry.start_ticks, int):
+                    started[str(key)] = entry
+        return started
 
     def _save_manifest(self, started: Mapping[str, _Started]) -> None:
-        path = self._manifest_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: asdict(v) for k, v in started.items()}, indent=1))
-        tmp.replace(path)
+        self._dir("run")
+        write_file(self._manifest_path(),
+                   json.dumps({k: asdict(v) for k, v in started.items()}, indent=1),
+                   mode=0o644, error=LabError)
 
-    def _start(self, name: str, argv: list[str]) -> _Started:
-        log = open(self.root / "log" / f"{name}.stdio", "ab")  # noqa: SIM115 - handed to the child
+    def _expected(self, name: str) -> tuple[list[str], int] | None:
+        """The command line and uid the lab's daemon ``name`` runs with, derived from the
+        configuration (never from the manifest, which only says which PID to look at)."""
+        conf = str(self.conf_path)
+        if name == "slurmctld":
+            return ["slurmctld", "-D", "-f", conf], os.geteuid()
+        if name.startswith("slurmd-") and name[len("slurmd-"):] in self.node_names:
+            return ["slurmd", "-D", "-f", conf, "-N", name[len("slurmd-"):]], os.geteuid()
+        if name == "munged":
+            try:
+                return [MUNGED, "-F", "--num-threads=10"], pwd.getpwnam("munge").pw_uid
+            except KeyError:
+                return None
+        return None
+
+    def _alive(self, name: str, entry: _Started) -> bool:
+        """The recorded daemon still runs and is the one we started: same PID *and* start time,
+        not a zombie (PID 1 on these VMs reaps orphans slowly, so ``kill -0`` alone would call a
+        dead daemon alive), the expected executable, command line and uid. Anything else (a
+        reused PID, a PID someone wrote into the manifest) is not ours and never signalled."""
+        expected = self._expected(name)
+        if expected is None:
+            return False
+        argv, uid = expected
+        return process_is(entry.pid, exe=argv[0], uid=uid, argv=argv,
+                          start_ticks=entry.start_ticks)
+
+    def _start(self, name: str, argv: list[str], **popen: object) -> _Started:
+        self._dir("log")
+        fd = os.open(self.root / "log" / f"{name}.stdio",
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, **self.env}, start_new_session=True,
+                argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                env={**os.environ, **self.env}, start_new_session=True, umask=0o022,
+                **popen,  # type: ignore[arg-type]
             )
         finally:
-            log.close()
+            os.close(fd)
         st = None
         for _ in range(50):  # /proc entry appears at once; retry only for robustness
             st = _proc_stat(proc.pid)
@@ -503,19 +607,20 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
     def _stop(self, names: list[str], started: dict[str, _Started],
               timeout_s: float = 10.0) -> None:
         """SIGTERM all of ``names`` at once (each Slurm daemon needs ~2 s), SIGKILL stragglers."""
-        live = [n for n in names if n in started and _alive(started[n])]
+        live = [n for n in names if n in started and self._alive(n, started[n])]
         for name in live:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(started[name].pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while live and time.monotonic() < deadline:
             self._reap()
-            live = [n for n in live if _alive(started[n])]
+            live = [n for n in live if self._alive(n, started[n])]
             if live:
                 time.sleep(0.1)
         for name in live:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(started[name].pid, signal.SIGKILL)
+            if self._alive(name, started[name]):  # checked again right before the signal
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(started[name].pid, signal.SIGKILL)
         self._reap()
         current = self._manifest()
         for name in names:
@@ -527,12 +632,18 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
         for proc in self._procs.values():
             proc.poll()
 
-    def _running_with(self, fingerprint: str) -> bool:
-        try:
-            old = (self.root / "run" / "config.sha256").read_text()
-        except OSError:
+    def _running_with(self, files: Mapping[str, str], fingerprint: str) -> bool:
+        """The running lab has this configuration: same fingerprint, and the files slurmctld
+        reads are still exactly ours (content, owner, mode; no link), so a swapped
+        ``epilog_wake.sh`` is never kept running."""
+        if self._read_text(self.root / "run" / "config.sha256") != fingerprint:
             return False
-        return old == fingerprint and self.is_up()
+        try:
+            intact = all(self._read_text(self.root / "etc" / name) == text
+                         for name, text in files.items())
+        except LabError:
+            intact = False
+        return intact and self.is_up()
 
     def _start_munge(self, deadline: float) -> None:
         if _munge_works():
@@ -547,11 +658,14 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
             Path(d).mkdir(parents=True, exist_ok=True)
             shutil.chown(d, "munge", "munge")
         Path("/run/munge").chmod(0o755)
-        # setpriv exec()s munged, so the PID we record is munged's own (munged refuses root).
-        # Ten threads, munge's own advice for a busy host: with the default two, a loaded
-        # machine running two labs sees "If munged is up, restart with --num-threads=10".
-        self._start("munged", ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
-                               "/usr/sbin/munged", "-F", "--num-threads=10"])
+        # Popen switches to munge before exec, so the PID we record is munged's own (munged
+        # refuses root). Ten threads, munge's own advice for a busy host: with the default
+        # two, a loaded machine running two labs sees "If munged is up, restart with
+        # --num-threads=10".
+        munge = pwd.getpwnam("munge")
+        argv, _uid = self._expected("munged")  # type: ignore[misc]
+        self._start("munged", argv, user=munge.pw_uid, group=munge.pw_gid,
+                    extra_groups=os.getgrouplist("munge", munge.pw_gid))
         while not _munge_works():
             if time.monotonic() > deadline:
                 raise LabError("munged did not start; see log/munged.stdio")
@@ -562,7 +676,8 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
         cli = self.cli(timeout=5)
         while not cli.ping():
             entry = self._manifest().get("slurmctld")
-            if entry is None or not _alive(entry) or time.monotonic() > deadline:
+            if entry is None or not self._alive("slurmctld", entry) or \
+                    time.monotonic() > deadline:
                 tail = _tail(self.log_dir / "slurmctld.log") or _tail(
                     self.log_dir / "slurmctld.stdio")
                 raise LabError(f"slurmctld did not come up:\n{tail}")

@@ -7,11 +7,21 @@ and the same port, like real hosts. Everything lives under one directory: host k
 ``authorized_keys`` per user, ``known_hosts`` (exact host keys, so the executor's strict host-key
 check is exercised), one ``sshd_config`` per node, PID files and logs.
 
-It only ever stops processes it started: listeners are found through their PID files and checked
-against ``/proc/PID/cmdline`` (PID reuse), and per-connection ``sshd`` processes only as
-descendants of such a listener. ``up`` is idempotent (running nodes are kept; keys are reused).
-It installs ``openssh-server`` with apt when ``sshd`` is missing and creates the unprivileged
-user (default ``gpuuser``) if needed; both stay after ``down``.
+It only ever stops processes it started: listeners are found through their PID files (read
+from the private root only) and checked against ``/proc/PID`` (our uid, the ``sshd``
+executable, this node's config on the command line: PID reuse or a forged file), and
+per-connection ``sshd`` processes only as descendants of such a listener. ``up`` is idempotent
+(running nodes are kept; keys it made are reused). It installs ``openssh-server`` with apt when
+``sshd`` is missing (waiting, bounded, for another apt's lock) and creates the unprivileged user
+(default ``gpuuser``) if needed; both stay after ``down``.
+
+Security (docs/ssh.md, "Threat model"): the root is private (:mod:`..labroot`). ``up`` creates
+it, or accepts an existing one only when it is a real directory of the caller's that no one else
+can write; every entry point (up, down, status) checks it again. Mode 0711: sshd reads each
+user's ``authorized_keys`` with that user's rights, so they must traverse it, never list or
+write it. A new root always gets fresh keys; in an existing one a key is reused only when it is
+a regular file of ours with mode 0600 (else it is replaced), and every file is written without
+following links. So a planted ``keys/id_ed25519`` can never become root's authorized key.
 
 Needs root (binding sshd for several users, apt). CLI::
 
@@ -29,15 +39,21 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..labroot import apt_get, private_dir, private_root, process_is, read_file, write_file
+
 SSHD = "/usr/sbin/sshd"
 DEFAULT_DIR = "/tmp/gpuplan-sshlab"
 DEFAULT_PORT = 2222
+ROOT_MODE = 0o711
+"""Private to its owner; others may only traverse it (sshd reads ``authorized_keys/USER`` as
+USER)."""
 
 
 class LabError(RuntimeError):
@@ -66,15 +82,6 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
     fields = raw[raw.rfind(")") + 2:].split()
     return fields[0], int(fields[1])
-
-
-def _cmdline(pid: int) -> str:
-    """The command line as one string (sshd rewrites its argv into a single title string)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace")
 
 
 def _comm(pid: int) -> str:
@@ -125,7 +132,7 @@ class SshLab:
                  user: str = "gpuuser", first_address: int = 1) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
-        self.root = Path(root)
+        self.root = Path(os.path.abspath(root))
         self.port = port
         self.user = user
         self.nodes = [LabNode(f"node{k}", k, f"127.0.1.{first_address + k - 1}", port)
@@ -168,23 +175,16 @@ class SshLab:
             return
         if os.geteuid() != 0:
             raise LabError("openssh-server is not installed and installing it needs root")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         guard = Path("/usr/sbin/policy-rc.d")
         made_guard = False
         if not guard.exists():  # keep the package's postinst from starting the system sshd
             guard.write_text("#!/bin/sh\nexit 101\n")
             guard.chmod(0o755)
             made_guard = True
-        try:
-            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env,
-                           capture_output=True, timeout=300)
-            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                            "openssh-server", "openssh-client"], check=True, env=env,
-                           capture_output=True, timeout=600)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-            err = getattr(exc, "stderr", b"") or b""
-            raise LabError(f"apt-get install openssh-server failed: {err.decode()[-500:]}"
-                           ) from exc
+        try:  # both wait (bounded) for another apt/dpkg holding the locks
+            apt_get(["update", "-qq"], error=LabError)
+            apt_get(["install", "-y", "-qq", "--no-install-recommends", "openssh-server",
+                     "openssh-client"], error=LabError)
         finally:
             if made_guard:
                 guard.unlink(missing_ok=True)
@@ -209,30 +209,49 @@ class SshLab:
         # accounts even for key login. '*' = no password, not locked.
         _run(["usermod", "-p", "*", self.user])
 
-    def _write_files(self) -> None:
-        for sub in ("keys", "run", "log", "authorized_keys"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        # sshd reads a user's authorized_keys with that user's rights: the path must be
-        # traversable by gpuuser.
-        self.root.chmod(0o755)
-        (self.root / "authorized_keys").chmod(0o755)
+    def _verify(self, create: bool) -> bool | None:
+        """The root is private to the caller: True when created now (new), False when an
+        existing one passed the checks, None when absent (``create`` False)."""
+        return private_root(self.root, mode=ROOT_MODE, error=LabError, create=create)
+
+    def _key_is_ours(self, key: Path) -> bool:
+        """A key pair this lab made: both halves regular files of ours, the private one 0600
+        and no one else can write the public one (``read_file`` refuses links and others')."""
+        try:
+            st = os.lstat(key)
+            pub = read_file(key.with_suffix(".pub"), limit=4096, error=LabError)
+        except (FileNotFoundError, LabError):
+            return False
+        return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+                and stat.S_IMODE(st.st_mode) == 0o600 and pub is not None)
+
+    def prepare(self) -> bool:
+        """Check or create the private root and write keys, ``authorized_keys``, known_hosts
+        and configs (no sshd is started); return True when the root was new (fresh keys)."""
+        new = self._verify(create=True)
+        for sub in ("keys", "run", "log"):
+            private_dir(self.root, sub, error=LabError, mode=0o700)
+        # sshd reads a user's authorized_keys with that user's rights: traversable by gpuuser.
+        private_dir(self.root, "authorized_keys", error=LabError, mode=0o755)
         for key, comment in ((self.host_key, "gpuplan-lab-host"),
                              (self.client_key, "gpuplan-lab-client")):
-            if not key.exists():
+            if new or not self._key_is_ours(key):  # never reuse a key this lab did not make
+                for stale in (key, key.with_suffix(".pub")):
+                    stale.unlink(missing_ok=True)
                 _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
-                      "-f", str(key)])
-            key.chmod(0o600)
-        pub = self.client_key.with_suffix(".pub").read_text()
+                      "-f", str(key)], umask=0o077)
+        pub = (read_file(self.client_key.with_suffix(".pub"), limit=4096, error=LabError)
+               or b"").decode()
         for user in ("root", self.user):
-            path = self.root / "authorized_keys" / user
-            path.write_text(pub)
-            shutil.chown(path, user)
-            path.chmod(0o644)
-        host_pub = " ".join(self.host_key.with_suffix(".pub").read_text().split()[:2])
-        self.known_hosts.write_text(
-            "".join(f"[{n.host}]:{n.port} {host_pub}\n" for n in self.nodes))
+            # root-owned, 0644: sshd (as USER) reads it, nobody but root can change it
+            write_file(self.root / "authorized_keys" / user, pub, mode=0o644, error=LabError)
+        host_raw = read_file(self.host_key.with_suffix(".pub"), limit=4096, error=LabError)
+        host_pub = " ".join((host_raw or b"").decode().split()[:2])
+        write_file(self.known_hosts,
+                   "".join(f"[{n.host}]:{n.port} {host_pub}\n" for n in self.nodes),
+                   mode=0o644, error=LabError)
         for node in self.nodes:
-            self.config_path(node).write_text(f"""\
+            write_file(self.config_path(node), mode=0o644, error=LabError, data=f"""\
 # generated by gpuplan.executors.ssh.lab ({node.name})
 ListenAddress {node.host}:{node.port}
 HostKey {self.host_key}
@@ -252,7 +271,9 @@ MaxSessions 128
 MaxStartups 64:30:128
 LogLevel VERBOSE
 """)
-        (self.root / "lab.json").write_text(json.dumps(self.describe(), indent=1))
+        write_file(self.root / "lab.json", json.dumps(self.describe(), indent=1), mode=0o644,
+                   error=LabError)
+        return bool(new)
 
     def describe(self) -> dict[str, object]:
         """What a client needs: addresses, keys, known_hosts, user (also written to lab.json)."""
@@ -265,12 +286,18 @@ LogLevel VERBOSE
 
     # ------------------------------------------------------------------ processes
     def listener_pid(self, node: LabNode) -> int | None:
-        """PID of this lab's listener for ``node``, if it runs (checked against its cmdline)."""
-        try:
-            pid = int(self.pid_path(node).read_text().split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
+        """PID of this lab's listener for ``node``, if it runs: the PID file is read from the
+        verified private root only (no link, ours, bounded), and the process must be an
+        ``sshd`` of our uid with this node's config on its command line."""
+        if self._verify(create=False) is None:
             return None
-        if _alive(pid) and f"-f {self.config_path(node)} " in _cmdline(pid) + " ":
+        try:
+            raw = read_file(self.pid_path(node), limit=64, error=LabError)
+            pid = int((raw or b"").split()[0])
+        except (ValueError, IndexError):
+            return None
+        if process_is(pid, exe=SSHD, uid=os.geteuid(),
+                      cmdline_contains=f"-f {self.config_path(node)} "):
             return pid
         return None
 
@@ -288,7 +315,7 @@ LogLevel VERBOSE
             raise LabError(f"sshd -t {cfg}: {check.stderr.strip()}")
         # sshd daemonises and writes its PidFile; -E keeps its log out of syslog.
         started = subprocess.run([SSHD, "-f", cfg, "-E", str(self.log_path(node))],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True, umask=0o022)
         if started.returncode != 0:
             raise LabError(f"sshd {node.name}: {started.stderr.strip()}")
         deadline = time.monotonic() + timeout
@@ -333,9 +360,10 @@ LogLevel VERBOSE
         """Install if needed, write keys/configs, start every node. Idempotent."""
         if os.geteuid() != 0:
             raise LabError("the SSH lab needs root (sshd for several users, apt)")
+        self._verify(create=True)
         self.install()
         self._ensure_user()
-        self._write_files()
+        self.prepare()
         for node in self.nodes:
             if not self.is_up(node) and not port_is_free(node.host, node.port):
                 raise LabError(f"{node.host}:{node.port} is taken by another process")
@@ -343,6 +371,10 @@ LogLevel VERBOSE
         return self
 
     def down(self) -> None:
+        """Stop the nodes this lab started (refused, nothing signalled, when the root is not a
+        private root of the caller's)."""
+        if self._verify(create=False) is None:
+            return
         for node in self.nodes:
             self.stop_node(node)
 

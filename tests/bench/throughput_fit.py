@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuplan.models.errors import InputError
 from gpuplan.scenarios.throughput_fit import fit_pollux_params, pollux_samples
-from gpuplan.scenarios.traces import shared_traces_dir
+from tests.conftest import traces_dir, traces_expected
 
 MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
@@ -37,11 +36,11 @@ def _best_ms(fn: Callable[[], Any], repeat: int) -> tuple[Any, float]:
 def main(argv: Sequence[str] = ()) -> None:
     """Print the parameter table and the fit/read time ratio per model."""
     repeat = 2 if "--quick" in argv else 5
-    try:
-        root = shared_traces_dir() / "pollux" / "profiles"
-    except InputError as err:
-        print(f"skipped: {err}")
+    found = traces_dir()  # the tests' one way: $GPUPLAN_TRACES, else ../shared/traces
+    if found is None or not (found / "pollux" / "profiles").is_dir():
+        print(f"skipped: no pollux/profiles under {traces_expected()}")
         return
+    root = found / "pollux" / "profiles"
     print(f"load average {os.getloadavg()[0]:.2f}, best of {repeat}")
     print("| model | samples | alpha_c | beta_c | alpha_n | beta_n | alpha_r | beta_r | gamma "
           "| RMSLE |")
