@@ -69,9 +69,11 @@ class ThroughputProfile(BaseModel):
         for gpus, rate in points.items():
             if not 1 <= gpus <= MAX_GPUS:
                 raise ValueError(f"points: GPU count {gpus} must be in [1, {MAX_GPUS}]")
-            if not 0 < rate <= MAX_RATE:
-                raise ValueError(f"points[{gpus}]: throughput {rate} must be in (0, "
-                                 f"{MAX_RATE:g}] iterations/s")
+            if not rate > 0:
+                raise ValueError(f"points[{gpus}]: throughput {rate} must be > 0")
+            if rate > MAX_RATE:
+                raise ValueError(f"points[{gpus}]: throughput {rate:g} must be at most "
+                                 f"{MAX_RATE:g} iterations/s")
         ordered = dict(sorted(points.items()))
         first = next(iter(ordered))
         per_gpu = ordered[first] / first
