@@ -125,7 +125,7 @@ class ClusterSpec(BaseModel):
     nodes: int | list[Node] = Field(default=16)
     gpus_per_node: int = Field(default=4, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "v100"
-    nodes_per_rack: int | None = None
+    nodes_per_rack: int | None = Field(default=None, ge=1, le=MAX_NODES)
 
     @model_validator(mode="after")
     def _bounded(self) -> ClusterSpec:
@@ -155,7 +155,7 @@ class ArylMixSpec(BaseModel):
     checkpoint_fraction: float = Field(default=0.5, ge=0, le=1)
     min_fraction: float = Field(default=0.5, ge=0, le=1,
                                 description="elastic range [ceil(g x min_fraction), g]")
-    min_elastic_gpus: int = Field(default=2, ge=1)
+    min_elastic_gpus: int = Field(default=2, ge=1, le=MAX_GPUS)
 
 
 MAX_SIZE_WEIGHT = 1e9
