@@ -302,6 +302,20 @@ def test_bad_qps_rows_are_refused(capsys, tmp_path: Path, rows: str, field: str,
     assert f"row {row}," in err
 
 
+@pytest.mark.parametrize(("value", "column"), [("nan", "value"), ("1e308", "value"),
+                                              ("-inf", "value")])
+def test_bad_raw_trace_cells_are_refused(capsys, tmp_path: Path, value: str,
+                                         column: str) -> None:
+    """The raw GenAI trace format (Unix timestamps, one row per container and instant)."""
+    (tmp_path / "qps.csv").write_text(
+        "timestamp_anon,value,container_ip,request_type\n"
+        "1662859176.0,0.09,,API Requests\n"
+        f"1662859233.0,{value},,API Requests\n")
+    path = _write(tmp_path, _with(LOANING, "loaning.qps", "qps.csv"))
+    err = _refused(capsys, path, column, file=tmp_path / "qps.csv")
+    assert "row 3," in err
+
+
 def test_a_good_qps_series_runs(capsys, tmp_path: Path) -> None:
     path = _qps_scenario(tmp_path, "0,1\n300,5\n600,2\n")
     assert _runs(capsys, path)["unfinished"] == 0
