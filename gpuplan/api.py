@@ -35,7 +35,13 @@ from gpuplan.models import (
     RunResult,
     ScenarioSpec,
 )
-from gpuplan.scenarios.build import build, embedded_scenarios, fit_error, resolve_scenario
+from gpuplan.scenarios.build import (
+    INLINE_SOURCE,
+    build,
+    embedded_scenarios,
+    fit_error,
+    resolve_scenario,
+)
 from gpuplan.scenarios.inference import InferenceLoad, PoolUsage, loaning_metrics
 from gpuplan.scenarios.sim_interference import simulator_interference
 from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, ReclaimOutcome, evaluate
@@ -105,7 +111,13 @@ def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> Prepare
         spec, base = resolve_scenario(scenario)
     if seed is not None:
         spec = spec.model_copy(update={"seed": seed})
-    built = build(spec, base)
+    try:
+        built = build(spec, base)
+    except InputError as err:  # name the scenario file when the error names no file of its own
+        if isinstance(scenario, ScenarioSpec) or err.source not in (None, INLINE_SOURCE):
+            raise
+        source = scenario if err.source is None else f"{scenario}, {err.source}"
+        raise InputError(err.message, source=source, row=err.row, field=err.field) from None
     if not built.jobs:
         raise InputError("selects no jobs (check the window start_s/end_s, vc, max_gpus and "
                          "the trace path)", source=spec.name, field="workload")

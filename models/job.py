@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_ITERATIONS, MAX_TIME_S
+from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_ITERATIONS, MAX_LIST, MAX_TIME_S
 from .throughput import ThroughputProfile
 
 
@@ -20,14 +20,15 @@ class Elasticity(BaseModel):
     """How many GPUs an elastic job may run on.
 
     ``allowed`` restricts the counts (e.g. powers of two, or the network-packing units); when
-    empty every count in ``[min_gpus, max_gpus]`` is allowed.
+    empty every count in ``[min_gpus, max_gpus]`` is allowed. It holds at most ``MAX_LIST``
+    entries (``models/bounds.py``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     min_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
     max_gpus: int = Field(ge=1, le=MAX_GPUS)
-    allowed: tuple[int, ...] = ()
+    allowed: tuple[int, ...] = Field(default=(), max_length=MAX_LIST)
 
     @model_validator(mode="after")
     def _check(self) -> Elasticity:
@@ -61,7 +62,7 @@ class Checkpointing(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     on_signal: bool = True
-    interval_s: float | None = Field(default=None, gt=0)
+    interval_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
 
 
 class MemoryProfile(BaseModel):
@@ -121,7 +122,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=1000)
     user: str = ""
     submit_time: float = Field(ge=0, le=MAX_TIME_S,
                                description="seconds since the scenario's origin")

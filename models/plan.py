@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .bounds import MAX_SPEED
 from .fast import construct
 
 ActionKind = Literal["start", "resize", "preempt", "migrate", "reshare", "keep"]
@@ -38,7 +39,7 @@ class JobAllocation(BaseModel):
     job_id: str
     placement: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     share: float = Field(default=1.0, gt=0, le=1)
-    efficiency: float = Field(default=1.0, gt=0)
+    efficiency: float = Field(default=1.0, gt=0, le=MAX_SPEED)
 
     @model_validator(mode="after")
     def _check(self) -> JobAllocation:

@@ -10,9 +10,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEED
+from .bounds import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HEADROOM,
+    MAX_JOBS,
+    MAX_JOBS_PER_HOUR,
+    MAX_LIST,
+    MAX_LOAN_RATIO,
+    MAX_NODES,
+    MAX_OVERHEAD_S,
+    MAX_SEED,
+    MAX_TIME_S,
+    MAX_TIME_SCALE,
+    MIN_LOAN_RATIO,
+    MIN_TIME_SCALE,
+)
 from .cluster import Cluster, Node
 from .ojpp import Composition
 
@@ -29,34 +44,39 @@ class Overheads(BaseModel):
 
     ``resize_mode`` picks which cost a grow/shrink pays: EDL/CoDDL stop-free scaling (ms),
     checkpoint-restart (tens of seconds), or a SideCar process restart (a few seconds).
+    Every pause is at most ``MAX_OVERHEAD_S`` (one day, ``models/bounds.py``).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    start_s: float = Field(default=0.0, ge=0)
+    start_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
     resize_mode: ResizeMode = "checkpoint_restart"
-    stop_free_s: float = Field(default=0.004, ge=0, description="CoDDL ~4 ms grow/shrink")
-    restart_s: float = Field(default=30.0, ge=0, description="checkpoint-restart: tens of s")
-    sidecar_s: float = Field(default=3.0, ge=0, description="SideCar stop/restart")
-    migrate_s: float = Field(default=30.0, ge=0)
-    preempt_s: float = Field(default=0.0, ge=0, description="checkpoint time on preemption")
+    stop_free_s: float = Field(default=0.004, ge=0, le=MAX_OVERHEAD_S,
+                               description="CoDDL ~4 ms grow/shrink")
+    restart_s: float = Field(default=30.0, ge=0, le=MAX_OVERHEAD_S,
+                             description="checkpoint-restart: tens of s")
+    sidecar_s: float = Field(default=3.0, ge=0, le=MAX_OVERHEAD_S,
+                             description="SideCar stop/restart")
+    migrate_s: float = Field(default=30.0, ge=0, le=MAX_OVERHEAD_S)
+    preempt_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S,
+                             description="checkpoint time on preemption")
     expand_prep_s: float = Field(
-        default=0.0, ge=0,
+        default=0.0, ge=0, le=MAX_OVERHEAD_S,
         description="CoDDL concurrent expansion: with stop_free resizes, a growing job keeps "
         "training on its old GPUs this long while the new ones load the graph, then switches",
     )
     resize_up_s: float | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_OVERHEAD_S,
         description="cost of a grow, overriding resize_mode's (EDL stop-free scale-out < 1 s, "
         "SideCar up 37 s, termination up 242 s); null: resize_mode's cost",
     )
     resize_down_s: float | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_OVERHEAD_S,
         description="cost of a shrink, overriding resize_mode's (EDL graceful exit ~0 s, "
         "SideCar down 27 s, termination down 204 s); null: resize_mode's cost",
     )
     early_init_s: float = Field(
-        default=0.0, ge=0,
+        default=0.0, ge=0, le=MAX_OVERHEAD_S,
         description="SideCar early initialisation (004 digest §3.4): in a plan that starts a "
         "job and shrinks another, the shrinking job keeps training on all its GPUs this long "
         "(the new container comes up meanwhile), then pays its shrink cost; the new job "
@@ -93,7 +113,8 @@ class LearningSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = False
-    measure_s: float = Field(default=60.0, ge=0, description="time to measure all units")
+    measure_s: float = Field(default=60.0, ge=0, le=MAX_OVERHEAD_S,
+                             description="time to measure all units")
 
 
 class ClusterSpec(BaseModel):
@@ -104,7 +125,7 @@ class ClusterSpec(BaseModel):
     nodes: int | list[Node] = Field(default=16)
     gpus_per_node: int = Field(default=4, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "v100"
-    nodes_per_rack: int | None = None
+    nodes_per_rack: int | None = Field(default=None, ge=1, le=MAX_NODES)
 
     @model_validator(mode="after")
     def _bounded(self) -> ClusterSpec:
@@ -134,7 +155,26 @@ class ArylMixSpec(BaseModel):
     checkpoint_fraction: float = Field(default=0.5, ge=0, le=1)
     min_fraction: float = Field(default=0.5, ge=0, le=1,
                                 description="elastic range [ceil(g x min_fraction), g]")
-    min_elastic_gpus: int = Field(default=2, ge=1)
+    min_elastic_gpus: int = Field(default=2, ge=1, le=MAX_GPUS)
+
+
+MAX_SIZE_WEIGHT = 1e9
+"""Largest ``size_mix`` weight: weights are relative, and 1e9 to 1 already makes a size vanish."""
+
+
+def _check_size_mix(size_mix: dict[int, float]) -> None:
+    """``{GPU count: weight}``: counts within ``MAX_GPUS``, weights finite, in [0, 1e9] and
+    not all zero (weights are relative; two weights of 1e308 summed to infinity)."""
+    if not size_mix:
+        raise ValueError("give at least one {GPU count: weight}")
+    for gpus, weight in size_mix.items():
+        if not 1 <= gpus <= MAX_GPUS:
+            raise ValueError(f"GPU count {gpus} is outside [1, {MAX_GPUS}]")
+        if not 0 <= weight <= MAX_SIZE_WEIGHT:
+            raise ValueError(f"weight {weight:g} of {gpus} GPUs is outside "
+                             f"[0, {MAX_SIZE_WEIGHT:g}] (weights are relative)")
+    if not any(size_mix.values()):
+        raise ValueError("weights must not all be zero")
 
 
 class WorkloadSpec(BaseModel):
@@ -149,18 +189,24 @@ class WorkloadSpec(BaseModel):
         "traces folder ($GPUPLAN_TRACES or ../shared/traces)",
     )
     vc: str | None = Field(default=None, description="Philly virtual cluster")
-    start_s: float | None = Field(default=None, ge=0, description="window start (s after origin)")
-    end_s: float | None = Field(default=None, ge=0, description="window end (s after origin)")
-    max_jobs: int | None = Field(default=None, ge=1)
+    start_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S,
+                                   description="window start (s after origin)")
+    end_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S,
+                                 description="window end (s after origin)")
+    max_jobs: int | None = Field(default=None, ge=1, le=MAX_JOBS)
     mapping: JobMapping = "rigid"
-    time_scale: float = Field(default=1.0, gt=0, description="multiply arrivals and work")
+    time_scale: float = Field(default=1.0, ge=MIN_TIME_SCALE, le=MAX_TIME_SCALE,
+                              description="multiply arrivals and work")
     max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS,
                                  description="drop jobs asking for more")
     # synthetic generator
-    jobs: int | None = Field(default=None, ge=1, le=10_000_000)
-    arrival_rate_per_h: float | None = Field(default=None, gt=0)
-    size_mix: dict[int, float] | None = None
-    mean_duration_s: float | None = Field(default=None, gt=0)
+    jobs: int | None = Field(default=None, ge=1, le=MAX_JOBS)
+    arrival_rate_per_h: float | None = Field(default=None, gt=0, le=MAX_JOBS_PER_HOUR)
+    size_mix: dict[int, float] | None = Field(
+        default=None, max_length=MAX_LIST,
+        description="{GPU count: weight}: counts in [1, MAX_GPUS], weights relative, each in "
+        "[0, 1e9] and not all zero")
+    mean_duration_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
     inline_jobs: list[dict] | None = None
     aryl: ArylMixSpec = Field(default_factory=ArylMixSpec, description="mapping 'aryl' knobs")
 
@@ -170,13 +216,20 @@ class WorkloadSpec(BaseModel):
             raise ValueError("end_s must be after start_s")
         return self
 
+    @field_validator("size_mix")
+    @classmethod
+    def _size_mix(cls, size_mix: dict[int, float] | None) -> dict[int, float] | None:
+        if size_mix is not None:
+            _check_size_mix(size_mix)
+        return size_mix
+
 
 class EngineSpec(BaseModel):
     """Engine options: periodic rounds and metric sampling."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    round_interval_s: float | None = Field(default=None, gt=0)
+    round_interval_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
     decide_only_at_rounds: bool = Field(
         default=False,
         description="decide only at round boundaries (every round_interval_s), as Pollux's "
@@ -187,7 +240,7 @@ class EngineSpec(BaseModel):
         if self.decide_only_at_rounds and self.round_interval_s is None:
             raise ValueError("decide_only_at_rounds needs round_interval_s")
         return self
-    sample_interval_s: float = Field(default=3600.0, gt=0)
+    sample_interval_s: float = Field(default=3600.0, gt=0, le=MAX_TIME_S)
 
 
 class LoaningSpec(BaseModel):
@@ -208,24 +261,30 @@ class LoaningSpec(BaseModel):
     servers: int = Field(ge=1, le=MAX_NODES, description="inference servers")
     gpus_per_server: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "t4"
-    ratio: float = Field(default=0.25, gt=0, description="one inference GPU in training GPUs")
+    ratio: float = Field(default=0.25, ge=MIN_LOAN_RATIO, le=MAX_LOAN_RATIO,
+                         description="one inference GPU in training GPUs")
     normalise: bool = True
     qps: str | None = Field(
         default=None,
         description="QPS series file (t_s,qps or the raw Alibaba GenAI trace); relative paths "
         "resolve like workload.path. None: the embedded 5-minute series",
     )
-    qps_step_s: float = Field(default=300.0, gt=0, description="bin width of the series")
-    request_types: list[str] | None = Field(default=None, description="raw trace filter")
-    period_s: float = Field(default=86400.0, gt=0, description="simulated time per series copy")
-    offset_s: float = Field(default=0.0, ge=0, description="phase shift of the series")
-    step_s: float = Field(default=300.0, gt=0, description="loan / reclaim decision interval")
+    qps_step_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S,
+                              description="bin width of the series")
+    request_types: list[str] | None = Field(default=None, max_length=MAX_LIST,
+                                            description="raw trace filter")
+    period_s: float = Field(default=86400.0, gt=0, le=MAX_TIME_S,
+                            description="simulated time per series copy")
+    offset_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S,
+                            description="phase shift of the series")
+    step_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S,
+                          description="loan / reclaim decision interval")
     peak_busy: float = Field(default=0.95, ge=0, le=1)
     base_busy: float = Field(default=0.3, ge=0, le=1)
-    headroom: float = Field(default=0.1, ge=0)
+    headroom: float = Field(default=0.1, ge=0, le=MAX_HEADROOM)
     horizon_s: float | None = Field(
-        default=None, gt=0, description="last loan event time; default last submission + "
-        "2 x period_s"
+        default=None, gt=0, le=MAX_TIME_S,
+        description="last loan event time; default last submission + 2 x period_s"
     )
 
     @model_validator(mode="after")
@@ -233,6 +292,10 @@ class LoaningSpec(BaseModel):
         if self.base_busy > self.peak_busy:
             raise ValueError(f"base_busy ({self.base_busy}) must be <= peak_busy "
                              f"({self.peak_busy})")
+        if self.normalise and round(self.gpus_per_server * self.ratio) > MAX_GPUS_PER_NODE:
+            raise ValueError(f"ratio: {self.gpus_per_server} GPUs x {self.ratio:g} makes "
+                             f"{round(self.gpus_per_server * self.ratio)} normalised slots per "
+                             f"server, more than {MAX_GPUS_PER_NODE}")
         return self
 
 
@@ -299,7 +362,7 @@ class ScenarioSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str
+    name: str = Field(min_length=1, max_length=200)
     description: str = ""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .bounds import MAX_TIME_S
+from .bounds import MAX_GPUS, MAX_TIME_S
 from .cluster import Cluster, Node
 from .free_index import FreeIndex
 from .job import JobSpec
@@ -276,9 +276,19 @@ class JobSnapshot(BaseModel):
 
     spec: JobSpec
     done_iterations: float = Field(default=0.0, ge=0)
-    attained_service: float = Field(default=0.0, ge=0)
-    pending_time: float = Field(default=0.0, ge=0)
-    allocation: JobAllocation | None = None
+    attained_service: float = Field(default=0.0, ge=0, le=MAX_TIME_S * MAX_GPUS,
+                                    description="GPU-seconds received so far")
+    pending_time: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    allocation: JobAllocation | None = Field(
+        default=None, description="where it runs; omit it (null) for a pending job")
+
+    @model_validator(mode="after")
+    def _placed(self) -> JobSnapshot:
+        # An allocation with no GPUs used to make the job silently pending: say what it is.
+        if self.allocation is not None and not self.allocation.placement:
+            raise ValueError("allocation.placement: empty; a running job names its GPUs, a "
+                             "pending job has no allocation (omit it)")
+        return self
 
 
 class ClusterState(BaseModel):

@@ -18,6 +18,11 @@ from about 0.1 to 0.95), else by the ratio of the GPU types' relative speeds (th
 :data:`~gpuplan.models.gpu.KNOWN_GPU_TYPES` numbers), so profiles without per-type data
 behave exactly as before. A spread placement (job over more than one node) multiplies by
 ``spread_factor`` (Gavel's unconsolidated / consolidated measurements; 1.0 = insensitive).
+
+Bounds (``models/bounds.py``): GPU counts within ``MAX_GPUS``; rates in (0, ``MAX_RATE``] and
+at most ``MAX_SUPERLINEAR`` times linear scaling from the smallest measured count (cluster
+efficiency is a sum of speed-ups ``P(c)/P(1)``: one absurd point made it absurd); type
+multipliers within [1/``MAX_SPEED``, ``MAX_SPEED``]; spread factors in (0, 1].
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from .bounds import MAX_GPUS, MAX_LIST, MAX_RATE, MAX_SPEED, MAX_SUPERLINEAR
+
 Extrapolation = Literal["flat", "linear", "none"]
 
 
@@ -35,14 +42,16 @@ class ThroughputProfile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    points: dict[int, float] = Field(description="GPU count -> iterations/s, reference GPU type")
+    points: dict[int, float] = Field(description="GPU count -> iterations/s, reference GPU type",
+                                     max_length=MAX_LIST)
     reference_gpu: str = "v100"
     extrapolation: Extrapolation = "flat"
     type_speed: dict[str, float] = Field(
-        default_factory=dict, description="per-GPU-type multiplier overriding relative speeds"
+        default_factory=dict, max_length=MAX_LIST,
+        description="per-GPU-type multiplier overriding relative speeds"
     )
     spread_factor: dict[int, float] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=MAX_LIST,
         description="GPU count -> throughput multiplier when spread over >1 node (<=1)",
     )
     default_spread_factor: float = Field(default=1.0, gt=0, le=1)
@@ -58,19 +67,41 @@ class ThroughputProfile(BaseModel):
         if not points:
             raise ValueError("points: at least one measured GPU count is required")
         for gpus, rate in points.items():
-            if gpus < 1:
-                raise ValueError(f"points: GPU count {gpus} must be >= 1")
+            if not 1 <= gpus <= MAX_GPUS:
+                raise ValueError(f"points: GPU count {gpus} must be in [1, {MAX_GPUS}]")
             if not rate > 0:
                 raise ValueError(f"points[{gpus}]: throughput {rate} must be > 0")
-        return dict(sorted(points.items()))
+            if rate > MAX_RATE:
+                raise ValueError(f"points[{gpus}]: throughput {rate:g} must be at most "
+                                 f"{MAX_RATE:g} iterations/s")
+        ordered = dict(sorted(points.items()))
+        first = next(iter(ordered))
+        per_gpu = ordered[first] / first
+        for gpus, rate in ordered.items():
+            if rate / gpus > MAX_SUPERLINEAR * per_gpu:
+                raise ValueError(f"points[{gpus}]: throughput {rate:g} is more than "
+                                 f"{MAX_SUPERLINEAR:g} x linear scaling from points[{first}] "
+                                 f"= {ordered[first]:g}")
+        return ordered
 
     @field_validator("type_speed")
     @classmethod
     def _check_type_speed(cls, speeds: dict[str, float]) -> dict[str, float]:
         for name, speed in speeds.items():
-            if not speed > 0:
-                raise ValueError(f"type_speed[{name}]: multiplier {speed} must be > 0")
+            if not 1 / MAX_SPEED <= speed <= MAX_SPEED:
+                raise ValueError(f"type_speed[{name}]: multiplier {speed} must be in "
+                                 f"[{1 / MAX_SPEED:g}, {MAX_SPEED:g}]")
         return speeds
+
+    @field_validator("spread_factor")
+    @classmethod
+    def _check_spread(cls, factors: dict[int, float]) -> dict[int, float]:
+        for gpus, factor in factors.items():
+            if not 1 <= gpus <= MAX_GPUS:
+                raise ValueError(f"spread_factor: GPU count {gpus} must be in [1, {MAX_GPUS}]")
+            if not 0 < factor <= 1:
+                raise ValueError(f"spread_factor[{gpus}]: {factor} must be in (0, 1]")
+        return factors
 
     def model_post_init(self, __context: object) -> None:
         counts = sorted(self.points)

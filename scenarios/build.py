@@ -9,7 +9,11 @@ has a ``loaning`` block, and rejects impossible input before any simulation star
 * a job whose minimum GPU count exceeds the GPUs it may ever use -- the training pool plus,
   with a loaning block, the inference pool, counting only nodes of its ``gpu_type`` when it
   has one; such a job would never start;
-* a ``gpu_type`` no node of the cluster has.
+* a ``gpu_type`` no node of the cluster has;
+* work beyond the documented work budget (``work_budget.py``: metric samples, rounds, loan
+  steps, events and candidate sizes over an upper estimate of the simulated span), which would
+  run for hours or exhaust memory; checked after the jobs are built and before the loan events
+  are generated.
 
 Each error names the trace row (``<file>, row <n>``) or the inline job (``workload.inline_jobs,
 row <n>``, from 1) and the field.
@@ -39,6 +43,8 @@ from gpuplan.models import (
 from .input_files import parse_structured, read_text
 from .trace_job import TraceJob
 from .traces import resolve_trace_path
+from .work_budget import check as check_budget
+from .work_budget import estimate as estimate_work
 
 if TYPE_CHECKING:
     from .inference import InferenceLoad
@@ -305,6 +311,22 @@ def _check_jobs(jobs: Sequence[JobSpec], origins: Sequence[_Origin], cluster: Cl
         raise InputError(msg, source=origin.source, row=origin.row, field=where)
 
 
+def _check_budget(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
+                  origins: Sequence[_Origin], usable: list[Node]) -> None:
+    """The work budget (``work_budget.py``); a refusal for too many candidate sizes names the
+    job contributing most."""
+    work = estimate_work(spec, cluster, jobs, usable)
+    where = None
+    if work.candidates_job is not None:
+        job, origin = jobs[work.candidates_job], origins[work.candidates_job]
+        field_name = ("elasticity.allowed" if job.elasticity is not None
+                      and job.elasticity.allowed else "elasticity.max_gpus")
+        if origin.trace:
+            field_name = "workload.mapping"
+        where = (origin.source, origin.row, field_name)
+    check_budget(spec, work, job_field=where)
+
+
 # --------------------------------------------------------------------------------------------
 # Jobs
 # --------------------------------------------------------------------------------------------
@@ -409,6 +431,7 @@ def build(spec: ScenarioSpec, base: Path | None) -> BuiltScenario:
         jobs = _map_rows(spec, rows, base, capacity)
         origins = [_Origin(r.source or f"trace job {r.id}", None, trace=True) for r in rows]
     _check_jobs(jobs, origins, cluster, usable)
+    _check_budget(spec, cluster, jobs, origins, usable)
     if spec.loaning is None:
         return BuiltScenario(cluster, jobs)
     load, events = _loan_events(spec, cluster, jobs, base)

@@ -53,6 +53,7 @@ from gpuplan.models import (
     ReclaimRequest,
     RunResult,
 )
+from gpuplan.models.bounds import MAX_QPS, MAX_TIME_S
 from gpuplan.models.records import LoaningMetrics
 from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome, reclaim_metrics
 
@@ -78,6 +79,11 @@ __all__ = [
 
 EMBEDDED_QPS = "aryl_genai_qps_5min.csv"
 SHARED_QPS = "alibaba_genai_v2026/qps.csv"
+MAX_TIMESTAMP = 1e11
+"""Raw trace timestamps are Unix times (1.66e9 in the GenAI trace): within +-3,000 years."""
+MAX_QPS_BINS = 10_000_000
+"""Bins of a QPS series (``span / qps_step_s``): 95 years of 5-minute bins; a tiny
+``qps_step_s`` would otherwise allocate arrays without bound."""
 LoanEvent = LoanOffer | ReclaimRequest
 
 
@@ -126,35 +132,68 @@ def load_qps(path: str | Path | None = None, step_s: float = 300.0,
         reader = csv.DictReader(fh)
         fields = reader.fieldnames or []
         if fields[:2] == ["t_s", "qps"]:
-            pairs = [(float(r["t_s"]), float(r["qps"])) for r in reader]
+            pairs = _series_rows(reader, path)
             if request_types is not None:
                 raise InputError("an aggregated series has no request types", source=str(path))
-            series = _bin(pairs, step_s, already_binned=True)
+            series = _bin(pairs, step_s, already_binned=True, source=str(path))
         elif {"timestamp_anon", "value", "request_type"} <= set(fields):
             keep = None if request_types is None else set(request_types)
             instants: dict[float, float] = {}
             for i, r in enumerate(reader, start=2):
                 if keep is not None and r["request_type"] not in keep:
                     continue
-                try:
-                    t, v = float(r["timestamp_anon"]), float(r["value"])
-                except ValueError:
-                    raise InputError("not a number", source=str(path), row=i) from None
+                t = _number(r["timestamp_anon"], path, i, "timestamp_anon",
+                            MAX_TIMESTAMP, -MAX_TIMESTAMP)
+                v = _number(r["value"], path, i, "value", MAX_QPS)
                 instants[t] = instants.get(t, 0.0) + v
             if not instants:
                 raise InputError("no samples left after filtering", source=str(path))
             t0 = min(instants)
-            series = _bin([(t - t0, v) for t, v in sorted(instants.items())], step_s)
+            series = _bin([(t - t0, v) for t, v in sorted(instants.items())], step_s,
+                          source=str(path))
         else:
             raise InputError(f"unknown QPS file columns {fields}", source=str(path))
     return QpsSeries(step_s, series)
 
 
-def _bin(pairs: Sequence[tuple[float, float]], step_s: float, already_binned: bool = False
-         ) -> np.ndarray:
+def _number(text: str | None, path: Path, row: int, column: str, limit: float,
+            low: float = 0.0) -> float:
+    """One QPS-file cell: a finite number in [``low``, ``limit``] (``nan`` or ``1e308`` in a
+    row used to end in an internal error or a series of infinities)."""
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"not a number: {text!r}", source=str(path), row=row,
+                         field=column) from None
+    if not (math.isfinite(value) and low <= value <= limit):
+        raise InputError(f"{value!r} is not a finite number in [{low:g}, {limit:g}]",
+                         source=str(path), row=row, field=column)
+    return value
+
+
+def _series_rows(reader: csv.DictReader, path: Path) -> list[tuple[float, float]]:
+    """``t_s,qps`` rows: times in [0, ``MAX_TIME_S``] and strictly increasing (a time that
+    goes back or repeats is a broken series, not a second sample), QPS in [0, ``MAX_QPS``]."""
+    pairs: list[tuple[float, float]] = []
+    for i, r in enumerate(reader, start=2):
+        t = _number(r["t_s"], path, i, "t_s", MAX_TIME_S)
+        if pairs and t <= pairs[-1][0]:
+            raise InputError(f"time {t:g} is not after the previous row's {pairs[-1][0]:g} "
+                             "(times must increase)", source=str(path), row=i, field="t_s")
+        pairs.append((t, _number(r["qps"], path, i, "qps", MAX_QPS)))
+    return pairs
+
+
+def _bin(pairs: Sequence[tuple[float, float]], step_s: float, already_binned: bool = False,
+         source: str | None = None) -> np.ndarray:
     if not pairs:
-        raise InputError("empty QPS series")
-    bins = int(max(t for t, _ in pairs) // step_s) + 1
+        raise InputError("empty QPS series", source=source)
+    span = max(t for t, _ in pairs)
+    if span / step_s >= MAX_QPS_BINS:
+        raise InputError(f"the series spans {span:g} s: {span / step_s:.3g} bins of "
+                         f"qps_step_s = {step_s:g} s exceed {MAX_QPS_BINS:,}",
+                         source=source, field="loaning.qps_step_s")
+    bins = int(span // step_s) + 1
     sums = np.zeros(bins)
     counts = np.zeros(bins)
     for t, v in pairs:

@@ -231,7 +231,8 @@ def test_bad_qps_file_is_an_input_error(tmp_path: Path) -> None:
     data = _loaning(tmp_path)
     (tmp_path / "qps.csv").write_text("t_s,qps\n0,lots\n")
     err = _error(tmp_path, data)
-    assert err.field == "loaning.qps" and str(tmp_path / "qps.csv") in str(err)
+    # the QPS file's row and column (the row checks of tests/test_work_budget.py)
+    assert err.field == "qps" and err.row == 2 and str(tmp_path / "qps.csv") in str(err)
 
 
 def test_elastic_mapping_is_applied(tmp_path: Path) -> None:
