@@ -25,7 +25,9 @@ def simulate_file(folder: Path, doc: Any, fmt: str, policy: str) -> tuple[str, O
     path.write_bytes(dump(doc, fmt))
     argv = ["simulate", "--scenario", str(path), "--policy", policy, "--json"]
     outcome = classify(
-        *run_in_process(argv, cwd=folder), names=[str(folder)], oracle=summary_oracle
+        *run_in_process(argv, cwd=folder),
+        names=[str(folder), "field 'policy'"],  # a --policy naming a configuration the mutant lost
+        oracle=summary_oracle,
     )
     return f"{path.read_text('utf-8', 'replace')[:300]!r}", outcome
 

@@ -34,7 +34,9 @@ def run_with(folder: Path, base: str, name: str, content: str | bytes) -> tuple[
     path.write_bytes(dump(doc, "yaml"))
     argv = ["simulate", "--scenario", str(path), "--policy", policy_for(base), "--json"]
     outcome = classify(
-        *run_in_process(argv, cwd=folder), names=[str(folder)], oracle=summary_oracle
+        *run_in_process(argv, cwd=folder),
+        names=[str(folder), "field 'policy'"],  # a --policy naming a configuration the mutant lost
+        oracle=summary_oracle,
     )
     text = content if isinstance(content, str) else content.decode("utf-8", "replace")
     return f"{name}: {text[:300]!r}", outcome
