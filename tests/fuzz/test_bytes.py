@@ -16,18 +16,34 @@ SLOTS: dict[str, tuple[str, list[str]]] = {  # slot -> (file name, argv with {pa
     "scenario-yaml": ("s.yaml", ["simulate", "--scenario", "{path}", "--policy", "fifo"]),
     "scenario-json": ("s.json", ["simulate", "--scenario", "{path}", "--policy", "fifo"]),
     "state": ("state.json", ["plan", "--state", "{path}", "--policy", "fifo"]),
-    "instance": ("i.json", ["solve", "packing", "--instance", "{path}", "--solvers",
-                            "greedy-deficit"]),
+    "instance": (
+        "i.json",
+        ["solve", "packing", "--instance", "{path}", "--solvers", "greedy-deficit"],
+    ),
     "sweep": ("sweep.yaml", ["sweep", "{path}", "--out", "{dir}/out", "--workers", "1"]),
-    "trace": ("philly.csv", ["simulate", "--scenario", "{dir}/scenario.yaml", "--policy",
-                             "fifo"]),
-    "qps": ("qps.csv", ["simulate", "--scenario", "{dir}/scenario.yaml", "--policy",
-                        "aryl-loaning"]),
+    "trace": ("philly.csv", ["simulate", "--scenario", "{dir}/scenario.yaml", "--policy", "fifo"]),
+    "qps": (
+        "qps.csv",
+        ["simulate", "--scenario", "{dir}/scenario.yaml", "--policy", "aryl-loaning"],
+    ),
 }
-BYTES = st.one_of(st.binary(max_size=600),
-                  st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
-                  st.sampled_from([b"", b"\xef\xbb\xbf", b"\x00" * 64, b"---\n...\n",
-                                   b"[]", b"{}", b"null", b"- - -", b"!!binary AAAA"]))
+BYTES = st.one_of(
+    st.binary(max_size=600),
+    st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.sampled_from(
+        [
+            b"",
+            b"\xef\xbb\xbf",
+            b"\x00" * 64,
+            b"---\n...\n",
+            b"[]",
+            b"{}",
+            b"null",
+            b"- - -",
+            b"!!binary AAAA",
+        ]
+    ),
+)
 
 
 @pytest.mark.parametrize("slot", sorted(SLOTS))
@@ -38,15 +54,15 @@ def test_bytes_as_every_file(slot: str, case_dir: Callable[[], Path]) -> None:
     def body(data: bytes) -> tuple[str, Outcome]:
         folder = case_dir()
         write_secondary(folder, {name: data} if base else None)
-        (folder / "scenario.yaml").write_bytes(
-            dump(SCENARIOS[base][0] if base else SMALL, "yaml"))
+        (folder / "scenario.yaml").write_bytes(dump(SCENARIOS[base][0] if base else SMALL, "yaml"))
         if not base:
             (folder / name).write_bytes(data)
         path = folder / name
         args = [a.replace("{path}", str(path)).replace("{dir}", str(folder)) for a in argv]
         if base:
             args[-1] = policy_for(base)
-        return f"{slot}: {data[:120]!r}", classify(*run_in_process(args, cwd=folder),
-                                                    names=[str(folder)])
+        return f"{slot}: {data[:120]!r}", classify(
+            *run_in_process(args, cwd=folder), names=[str(folder)]
+        )
 
     explore("bytes", BYTES, body, 12)

@@ -39,7 +39,7 @@ AREAS = {"h-readers", "h-budget", "product"}
 def _value(raw: Any, folder: Path) -> Any:
     """Expand the corpus's generated values and ``{dir}`` in strings."""
     if isinstance(raw, dict) and len(raw) == 1:
-        (key, arg), = raw.items()
+        ((key, arg),) = raw.items()
         if key == "repeat":
             return str(arg[0]) * int(arg[1])
         if key == "range":
@@ -122,11 +122,13 @@ def _prepare(case: dict[str, Any], folder: Path) -> tuple[list[str], dict[str, s
         (folder / name).symlink_to(folder / target)
     argv = case.get("argv") or {
         "sweep": ["sweep", "{sweep}", "--out", "{dir}/out", "--workers", "1"],
-    }.get(case["kind"], ["simulate", "--scenario", "{scenario}", "--policy",
-                         _policy(case), "--json"])
+    }.get(
+        case["kind"], ["simulate", "--scenario", "{scenario}", "--policy", _policy(case), "--json"]
+    )
     expanded = [_value(a, folder) for a in argv]
-    return [a.format(**slots) if "{" in a and "}" in a and len(a) < 300 else a
-            for a in expanded], slots
+    return [
+        a.format(**slots) if "{" in a and "}" in a and len(a) < 300 else a for a in expanded
+    ], slots
 
 
 def _policy(case: dict[str, Any]) -> str:
@@ -137,8 +139,12 @@ def _policy(case: dict[str, Any]) -> str:
 
 def _into_closed_pipe(argv: list[str], folder: Path) -> tuple[int | None, str, str, str]:
     """``gpuplan ARGV | head -1``: stdout's reader goes away after one line."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpuplan", *argv], cwd=folder,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuplan", *argv],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.readline()
     proc.stdout.close()
@@ -162,25 +168,29 @@ def test_corpus_case(case: dict[str, Any], tmp_path: Path) -> None:
     else:
         code, out, err, why = run_in_process(argv, cwd=folder)
     names = case.get("names") or [str(folder)]
-    oracle = summary_oracle if "--json" in argv and argv[0] in ("simulate",
-                                                                "compare") else None
+    oracle = summary_oracle if "--json" in argv and argv[0] in ("simulate", "compare") else None
     outcome = classify(code, out, err, why, names=names, oracle=oracle)
     expect = case["expect"]
     if expect == "quiet":
         if outcome.kind not in ("hang", "traceback", "internal") and (
-                err.strip() or code not in (0, -signal.SIGPIPE, 128 + signal.SIGPIPE)):
-            outcome = Outcome("wrong-outcome", code, out, err,
-                              "output to a closed pipe must exit quietly")
+            err.strip() or code not in (0, -signal.SIGPIPE, 128 + signal.SIGPIPE)
+        ):
+            outcome = Outcome(
+                "wrong-outcome", code, out, err, "output to a closed pipe must exit quietly"
+            )
         elif outcome.kind not in ("hang", "traceback", "internal"):
             outcome = Outcome("clean", code, out, err)
     elif expect == "refused" and outcome.kind == "clean":
         outcome = Outcome("accepted-nonsense", code, out, err, "must be refused")
     elif expect == "clean" and outcome.kind == "refused":
         outcome = Outcome("wrong-outcome", code, out, err, "valid input refused")
-    elif expect == "refused" and outcome.kind == "refused" and case.get("field") \
-            and case["field"] not in err:
-        outcome = Outcome("unnamed", code, out, err, f"the refusal does not name "
-                          f"{case['field']!r}")
+    elif (
+        expect == "refused"
+        and outcome.kind == "refused"
+        and case.get("field")
+        and case["field"] not in err
+    ):
+        outcome = Outcome("unnamed", code, out, err, f"the refusal does not name {case['field']!r}")
     victim = case.get("untouched")
     if victim and (folder / victim).read_text() != "keep me":
         outcome = Outcome("wrong-outcome", code, out, err, f"{victim} was written through")
