@@ -17,6 +17,7 @@ the simulator; without the block the simulator applies shares alone, as before.
 from __future__ import annotations
 
 import difflib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ from gpuplan.models import (
     ScenarioSpec,
 )
 from gpuplan.scenarios.build import (
-    INLINE_SOURCE,
     build,
     embedded_scenarios,
     fit_error,
@@ -72,18 +72,39 @@ class PreparedScenario:
     @property
     def configs(self) -> dict[str, PolicyConfig]:
         """The scenario's named policy configurations (its ``policies:`` block)."""
-        return policy_configs(self.spec)
+        try:
+            return policy_configs(self.spec)
+        except InputError as err:
+            raise in_file(err, self.source) from None
 
     def make_policy(self, policy: str) -> Policy:
         """``policy`` (a registered name, one of this scenario's configurations, or inline
-        ``base(key=value)``) built with the scenario's seed."""
-        return make_policy(policy, seed=self.spec.seed, configs=self.configs)
+        ``base(key=value)``) built with the scenario's seed. One of the scenario's
+        configurations that cannot be built is refused naming the scenario."""
+        configs = self.configs
+        try:
+            return make_policy(policy, seed=self.spec.seed, configs=configs)
+        except InputError as err:
+            if policy not in configs:
+                raise
+            raise in_file(err, self.source or self.spec.name) from None
 
 
 def policy_configs(spec: ScenarioSpec) -> dict[str, PolicyConfig]:
     """A scenario's ``policies:`` block as configurations (one line per bad entry)."""
     return {name: PolicyConfig.from_mapping(name, raw, where=f"{spec.name}: policies")
             for name, raw in spec.policies.items()}
+
+
+def in_file(err: InputError, source: str) -> InputError:
+    """``err`` naming the scenario ``source`` (its file or embedded name) when it names no file
+    of its own: an inline job's or a ``policies:`` entry's refusal otherwise says
+    ``workload.inline_jobs, row 2`` or ``policies.x`` and leaves the user to guess which file.
+    A source that already holds a path (a trace row's) is kept as it is."""
+    if not source or (err.source and (os.sep in err.source or err.source == source)):
+        return err
+    where = f"{source}: {err.source}" if err.source else source
+    return InputError(err.message, source=where, row=err.row, field=err.field)
 
 
 def _check_scenario_name(name: str) -> None:
@@ -111,22 +132,19 @@ def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> Prepare
         spec, base = resolve_scenario(scenario)
     if seed is not None:
         spec = spec.model_copy(update={"seed": seed})
+    source = scenario if isinstance(scenario, str) else spec.name
     try:
         built = build(spec, base)
-    except InputError as err:  # name the scenario file when the error names no file of its own
-        if isinstance(scenario, ScenarioSpec) or err.source not in (None, INLINE_SOURCE):
-            raise
-        source = scenario if err.source is None else f"{scenario}, {err.source}"
-        raise InputError(err.message, source=source, row=err.row, field=err.field) from None
+    except InputError as err:
+        raise in_file(err, source) from None
     if not built.jobs:
         raise InputError("selects no jobs (check the window start_s/end_s, vc, max_gpus and "
-                         "the trace path)", source=spec.name, field="workload")
+                         "the trace path)", source=source, field="workload")
     notes: tuple[str, ...] = ()
     wanted = spec.workload.max_jobs
     if wanted is not None and len(built.jobs) < wanted:
         notes = (f"scenario {spec.name}: workload.max_jobs asks for {wanted} jobs, the "
                  f"selection holds {len(built.jobs)}",)
-    source = scenario if isinstance(scenario, str) else spec.name
     # Validate the interference block against the jobs now (bad input fails before any run).
     simulator_interference(spec.simulator.interference, built.jobs, spec.seed, source)
     return PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events), built.load,

@@ -556,7 +556,9 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
 
 # --------------------------------------------------------------------------- command line
 def _workers_arg(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 4096:
+    """ASCII digits only: ``int`` reads other Unicode digits, so ``--workers`` U+0661 U+0662
+    silently started a 12-process cluster."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 4096:
         raise argparse.ArgumentTypeError(f"must be an integer in [1, 4096], got {text[:30]!r}")
     return int(text)
 

@@ -62,8 +62,10 @@ def _seconds_or_zero(text: str) -> float:
 
 
 def seed_arg(text: str) -> int:
-    """A ``--seed``: an integer in [0, MAX_SEED] (a negative seed was silently aliased)."""
-    if not text.isdigit() or len(text) > 10 or int(text) > MAX_SEED:
+    """A ``--seed``: an integer in [0, MAX_SEED] (a negative seed was silently aliased), in
+    ASCII digits (``int`` reads Arabic-Indic and other Unicode digits: ``--seed`` U+0661
+    silently meant seed 1)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got "
                                          f"{text[:30]!r}")
     return int(text)
