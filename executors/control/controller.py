@@ -79,6 +79,7 @@ from .failopen import (
     write_heartbeat,
 )
 from .failpoints import FailpointCli, Failpoints
+from .gate_journal import restore_gate, save_gate
 from .journal import TERMINAL_STATES, JobRow, JobUpdate, Journal
 from .markers import (
     FAILOPEN,
@@ -142,6 +143,8 @@ class SlurmController:
         self._cluster_nodes: set[str] = set()
         self._nodes_checked = 0.0
         self._policy_saved: str | None = None
+        self._gate_saved: dict[str, str] = {}
+        """The restart gate's journal rows as last written (see :mod:`.gate_journal`)."""
         self._read_back: dict[str, tuple[Any, ...]] = {}
         """engine id -> (restart count, nodes, engine counts) last read back from Slurm."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
@@ -247,6 +250,7 @@ class SlurmController:
             if self._stop.is_set():
                 return
             self._restore_policy(engine)
+            restore_gate(engine, self.journal)
             self._reconcile(engine, executor)
             self._sync(engine, executor.now())
             self._tick = time.monotonic()
@@ -635,6 +639,7 @@ class SlurmController:
         engine.rejected.clear()
         journal.update_jobs(updates)
         self._save_policy(engine)
+        save_gate(engine, journal, self.run_id, self._gate_saved)
         # Records are journaled: drop them (and other per-decision lists) so memory stays flat.
         del engine.records[:]
         self._records_seen = 0
