@@ -18,13 +18,16 @@ exceeds its cost. This module holds the pure, side-effect-free pieces so they ca
   carried out, so with zero costs the policy's plan passes unchanged (bit-identical results).
 * **hysteresis** (:func:`within_dwell`): a job changed less than ``min_dwell_s`` ago is not
   changed again unless the change is free.
-* **measured costs** (:class:`ChangeCosts`): an EWMA of the latencies the executor measured,
-  per job and kind of change, falling back to the kind's EWMA and then to a prior.
+* **measured costs** (:class:`ChangeCosts`): per job and kind of change an EWMA of the
+  latencies the executor measured (bounded by the kind's median), falling back to the kind's
+  median and then to a prior.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +37,15 @@ GATED_KINDS = ("grow", "shrink", "migrate", "preempt")
 MEASURED_KIND = {"grow": "resize", "shrink": "resize", "migrate": "migrate",
                  "preempt": "preempt"}
 """Gate kind -> the kind executors measure latencies under (grows and shrinks both restart)."""
+
+KIND_WINDOW = 64
+"""Latest samples per kind whose median is the kind's cost."""
+
+JOB_CAP = 3.0
+"""A job's own cost estimate is at most this many times its kind's median."""
+
+MAX_SAMPLE_S = 86400.0
+"""A measured latency beyond a day is clamped to it."""
 
 TIME_CAP_S = 1e12
 """Bound on a predicted time (a job at rate 0 would take for ever): keeps sums finite."""
@@ -98,62 +110,70 @@ class GateConfig:
 
 class ChangeCosts:
     """Measured change latencies (seconds from the executor's stop to the job's first progress
-    again), summarised as EWMAs per (job, kind) and per kind.
+    again), per kind of change and per (job, kind).
 
-    Why an EWMA and not a mean: restart costs drift (page cache, a node's load, a checkpoint
-    that grows), and the newest figure should count most; one sample is enough to replace the
-    prior. Why per job as well as per kind: jobs differ (a ViT-L with a 3.5 GB checkpoint
-    restarts slower than a ResNet-50), and a job's own history predicts its next restart best.
+    Per kind: the median of the latest :data:`KIND_WINDOW` samples. Per job: an EWMA of that
+    job's own samples (restart costs drift, the newest figure should count most, and one
+    sample is enough to replace the prior), capped at :data:`JOB_CAP` x its kind's median.
+    Why both: jobs differ (a ViT-L with a 3.5 GB checkpoint restarts slower than a ResNet-50)
+    and a job's own history predicts its next restart best. Why the median and the cap: the
+    end point of each measurement is written by the job itself (its progress file's
+    ``started``), and a hostile job owner could claim a huge restart cost to keep the gate
+    from ever shrinking or preempting the job; the median ignores a minority of such
+    samples, and the cap bounds what one job can claim for itself.
     """
 
     def __init__(self, alpha: float = 0.3) -> None:
         if not 0 < alpha <= 1:
             raise ValueError("alpha must be in (0, 1]")
         self.alpha = alpha
-        self._by_kind: dict[str, float] = {}
+        self._by_kind: dict[str, deque[float]] = {}
+        self._median: dict[str, float] = {}
         self._by_job: dict[tuple[str, str], float] = {}
         self.samples: dict[str, int] = {}
 
-    def _mix(self, old: float | None, new: float) -> float:
-        return new if old is None else old + self.alpha * (new - old)
-
     def record(self, job_id: str, kind: str, seconds: float) -> None:
-        """One measured latency of a ``kind`` change of ``job_id`` (negatives count as 0)."""
+        """One measured latency of a ``kind`` change of ``job_id`` (clamped to [0, 1 day])."""
         if math.isnan(seconds):
             return
-        seconds = max(0.0, seconds)
-        self._by_kind[kind] = self._mix(self._by_kind.get(kind), seconds)
+        seconds = min(max(0.0, seconds), MAX_SAMPLE_S)
+        window = self._by_kind.setdefault(kind, deque(maxlen=KIND_WINDOW))
+        window.append(seconds)
+        self._median[kind] = statistics.median(window)
         key = (job_id, kind)
-        self._by_job[key] = self._mix(self._by_job.get(key), seconds)
+        old = self._by_job.get(key)
+        self._by_job[key] = seconds if old is None else old + self.alpha * (seconds - old)
         self.samples[kind] = self.samples.get(kind, 0) + 1
 
     def forget(self, job_id: str) -> None:
-        """Drop a finished job's own figures (the per-kind EWMAs keep what it taught)."""
+        """Drop a finished job's own figures (its kinds' medians keep what it taught)."""
         for key in [k for k in self._by_job if k[0] == job_id]:
             del self._by_job[key]
 
     def estimate(self, job_id: str, kind: str, prior: float) -> float:
-        """Expected latency of the next ``kind`` change of ``job_id``: its own EWMA, else the
-        kind's, else ``prior``."""
+        """Expected latency of the next ``kind`` change of ``job_id``: its own EWMA (capped),
+        else the kind's median, else ``prior``."""
+        median = self._median.get(kind)
         own = self._by_job.get((job_id, kind))
         if own is not None:
-            return own
-        return self._by_kind.get(kind, prior)
+            return own if median is None else min(own, JOB_CAP * median)
+        return prior if median is None else median
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per kind: samples and current EWMA (what the controller journals)."""
-        return {k: {"samples": self.samples.get(k, 0), "ewma_s": round(v, 3)}
-                for k, v in sorted(self._by_kind.items())}
+        """Per kind: samples and current median (what the controller journals)."""
+        return {k: {"samples": self.samples.get(k, 0), "median_s": round(v, 3)}
+                for k, v in sorted(self._median.items())}
 
     def restore(self, summary: Mapping[str, Mapping[str, float]]) -> None:
-        """Take per-kind EWMAs from a :meth:`summary` (a restarted controller's memory);
+        """Take per-kind medians from a :meth:`summary` (a restarted controller's memory);
         malformed entries are ignored."""
         for kind, row in summary.items():
             try:
-                value = float(row["ewma_s"])
+                value = float(row["median_s"])
                 count = int(row.get("samples", 0))
             except (KeyError, TypeError, ValueError):
                 continue
-            if math.isfinite(value) and value >= 0:
-                self._by_kind[str(kind)] = value
+            if math.isfinite(value) and 0 <= value <= MAX_SAMPLE_S:
+                self._by_kind[str(kind)] = deque([value], maxlen=KIND_WINDOW)
+                self._median[str(kind)] = value
                 self.samples[str(kind)] = max(0, count)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -90,13 +91,14 @@ def test_zero_cost_is_always_carried_out(gain: float) -> None:
 
 
 @given(st.lists(st.floats(0, 1e4), min_size=1, max_size=30), st.floats(0.01, 1.0))
-def test_change_costs_ewma_stays_within_the_samples(samples: list[float], alpha: float) -> None:
+def test_change_costs_stay_within_the_samples(samples: list[float], alpha: float) -> None:
     costs = ChangeCosts(alpha)
     for s in samples:
         costs.record("j", "resize", s)
     est = costs.estimate("j", "resize", prior=123.0)
     assert min(samples) - 1e-6 <= est <= max(samples) + 1e-6
-    assert costs.estimate("other", "resize", prior=123.0) == pytest.approx(est)
+    assert costs.estimate("other", "resize", prior=123.0) == pytest.approx(
+        statistics.median(samples))
     assert costs.estimate("other", "migrate", prior=123.0) == 123.0
 
 
@@ -105,16 +107,30 @@ def test_change_costs_per_job_first_then_kind_then_prior_and_restore() -> None:
     assert costs.estimate("a", "resize", 3.0) == 3.0
     costs.record("a", "resize", 12.0)
     costs.record("b", "resize", 4.0)
+    costs.record("b", "resize", 6.0)
     assert costs.estimate("a", "resize", 3.0) == 12.0  # its own figure
-    assert costs.estimate("c", "resize", 3.0) == 8.0   # the kind's EWMA: 12 then 4 at 0.5
+    assert costs.estimate("b", "resize", 3.0) == 5.0   # EWMA 4 then 6 at 0.5
+    assert costs.estimate("c", "resize", 3.0) == 6.0   # the kind's median
     costs.forget("a")
-    assert costs.estimate("a", "resize", 3.0) == 8.0
+    assert costs.estimate("a", "resize", 3.0) == 6.0
     again = ChangeCosts()
-    again.restore({**costs.summary(), "bad": {"ewma_s": "x"}, "neg": {"ewma_s": -1}})
-    assert again.estimate("z", "resize", 3.0) == 8.0 and again.samples["resize"] == 2
+    again.restore({**costs.summary(), "bad": {"median_s": "x"}, "neg": {"median_s": -1}})
+    assert again.estimate("z", "resize", 3.0) == 6.0 and again.samples["resize"] == 3
     assert again.estimate("z", "bad", 3.0) == 3.0 and again.estimate("z", "neg", 3.0) == 3.0
     with pytest.raises(ValueError):
         ChangeCosts(alpha=0.0)
+
+
+def test_a_job_cannot_claim_a_huge_restart_cost() -> None:
+    """The measurement's end point is written by the job: one that claims an hour moves
+    neither the kind's median nor its own estimate beyond 3x that median."""
+    costs = ChangeCosts()
+    for job in ("a", "b", "c"):
+        costs.record(job, "preempt", 12.0)
+    costs.record("evil", "preempt", 3600.0)
+    costs.record("evil", "preempt", 1e30)
+    assert costs.estimate("x", "preempt", 3.0) == 12.0
+    assert costs.estimate("evil", "preempt", 3.0) == 36.0
 
 
 def test_progress_core_feeds_the_gate_per_job_and_kind() -> None:
@@ -365,13 +381,56 @@ def test_controller_journals_counters_and_restores_costs(tmp_path: Path) -> None
         save_gate(engine, journal, 7, saved)
         counters = json.loads(journal.meta("restart_gate:run:7") or "{}")
         assert counters["changes"]["shrink"] == gate.stats["shrink"]
-        assert json.loads(journal.meta(COSTS_KEY) or "{}")["resize"]["ewma_s"] == 13.0
+        assert json.loads(journal.meta(COSTS_KEY) or "{}")["resize"]["median_s"] == 13.0
         fresh = _engine(jobs, _Scripted(_shrink_for_b), 30.0, RestartGate())
         restore_gate(fresh, journal)
         assert fresh.restart_gate is not None
         assert fresh.restart_gate.costs.estimate("z", "resize", 3.0) == 13.0
         journal.set_meta(COSTS_KEY, "[not json")
         restore_gate(_engine(jobs, _Scripted(_shrink_for_b), 30.0, RestartGate()), journal)
+
+
+def test_controller_probe_measures_intent_to_running_again(tmp_path: Path) -> None:
+    """The controller's figure: a journaled intent, then Slurm's RUNNING of the next
+    incarnation; once per change, never for a first start, a start after a preemption as
+    ``preempt``."""
+    from gpuplan.executors.control.change_latency import ChangeLatencyProbe
+    from gpuplan.executors.control.journal import ActionIntent
+    from gpuplan.executors.slurm.cli import SlurmJob
+
+    def sj(state: str, restarts: int) -> SlurmJob:
+        return SlurmJob(job_id=5, name="a", state=state, reason="", nodes=("node1",),
+                        partition="p", comment="", admin_comment="", restart_count=restarts,
+                        user_id=0, priority=1, tres_per_node="", tres_per_job="",
+                        exit_code=None, batch_host="node1", raw={})
+
+    def act(journal: Journal, run: int, kind: str, restarts: int) -> float:
+        _, ids = journal.record_plan(run, 0.0, "p", "{}", [ActionIntent(
+            engine_id="a", slurm_id=5, kind=kind, before={"node1": 1}, after={"node1": 2},
+            restart_count=restarts)])
+        journal.settle(ids, "applied")
+        return journal.actions("a")[-1].intended_at
+
+    clock = [0.0]
+    costs = ChangeCosts()
+    with Journal(tmp_path / "state" / "journal.db") as journal:
+        run_id = journal.begin_run("p")
+        probe = ChangeLatencyProbe(journal, costs, clock=lambda: clock[0])
+        t = act(journal, run_id, "start", 0)
+        clock[0] = t + 2.0
+        assert probe.running_again("a", sj("RUNNING", 0)) is None  # a first start
+        t = act(journal, run_id, "resize", 0)
+        clock[0] = t + 14.0
+        assert probe.running_again("a", sj("PENDING", 1)) is None
+        assert probe.running_again("a", sj("RUNNING", 0)) is None  # the old incarnation
+        assert probe.running_again("a", sj("RUNNING", 1)) == pytest.approx(14.0)
+        assert probe.running_again("a", sj("RUNNING", 1)) is None  # measured once
+        act(journal, run_id, "preempt", 1)
+        t = act(journal, run_id, "start", 2)
+        clock[0] = t + 9.0
+        assert probe.running_again("a", sj("RUNNING", 2)) == pytest.approx(9.0)
+    assert costs.estimate("a", "resize", 3.0) == pytest.approx(14.0)
+    assert costs.estimate("a", "preempt", 3.0) == pytest.approx(9.0)
 
 
 # ---------------------------------------------------------------------------------- stand-in

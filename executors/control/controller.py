@@ -70,6 +70,7 @@ from ..slurm.cli import (
 )
 from ..slurm.executor import cluster_from_slurm
 from .adoption import JobAdoption
+from .change_latency import ChangeLatencyProbe
 from .executor import ControllerExecutor, ControllerSettings
 from .failopen import (
     fail_open_check,
@@ -144,6 +145,9 @@ class SlurmController:
         self._nodes_checked = 0.0
         self._policy_saved: str | None = None
         self._gate_saved: dict[str, str] = {}
+        self._latency: ChangeLatencyProbe | None = None
+        """Measures each change's intent -> RUNNING again for the gate (see
+        :mod:`.change_latency`)."""
         """The restart gate's journal rows as last written (see :mod:`.gate_journal`)."""
         self._read_back: dict[str, tuple[Any, ...]] = {}
         """engine id -> (restart count, nodes, engine counts) last read back from Slurm."""
@@ -242,6 +246,8 @@ class SlurmController:
                         executor,
                         sample_interval_s=None)
         self._executor, self._engine = executor, engine
+        costs = engine.restart_gate.costs if engine.restart_gate is not None else None
+        self._latency = ChangeLatencyProbe(self.journal, costs) if costs is not None else None
         self._records_seen = 0
         self._read_back = {}
         self._cluster_nodes = {n.name for n in cluster.nodes}
@@ -313,6 +319,8 @@ class SlurmController:
                    tuple(sorted(allocation_counts(job.allocation).items())))
             if self._read_back.get(eid) == key:
                 continue
+            if self._latency is not None:  # once per incarnation: the gate's measured cost
+                self._latency.running_again(eid, sj)
             try:
                 self.adoption.read_back(engine, job, sj)
             except SlurmError as err:
