@@ -243,8 +243,8 @@ class SlurmController:
                                       run_id=self.run_id, settings=self.settings,
                                       failpoints=self.failpoints, on_poll=self._on_poll)
         engine = Engine(cluster, make_policy(self.settings.policy, seed=self.settings.seed),
-                        executor,
-                        sample_interval_s=None)
+                        executor, sample_interval_s=None,
+                        restart_gate="auto" if self.settings.restart_gate else None)
         self._executor, self._engine = executor, engine
         costs = engine.restart_gate.costs if engine.restart_gate is not None else None
         self._latency = ChangeLatencyProbe(self.journal, costs) if costs is not None else None
