@@ -627,7 +627,7 @@ class Engine:
         caps = self.executor.capabilities
         gate = self.restart_gate
         if gate is not None:  # replaces the grow-only test below
-            plan = gate.filter(plan, self.running, self.cluster, now, caps)
+            plan = gate.filter(plan, self.running, self.cluster, now, caps, self.pending)
             if not plan.actions:
                 return
         # (the two helpers' own first tests, read here: most executors need neither)

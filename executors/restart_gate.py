@@ -13,10 +13,11 @@ running job (grow, shrink, migrate, preempt) is carried out or skipped as a whol
   those the job holds while it restarts (after a resize or move), or those it will hold again
   when a preempted job restarts (its current ones);
 * gain = sum over its resizes and moves of the time each saves its own job (negative for a
-  shrink) x the GPUs it holds after, plus for each start the time the waiting job gains x its
+  shrink; a shrink that lends GPUs to the group's starts loses only while they run) x the GPUs
+  it holds after, plus for each start the time the waiting job gains x its
   GPUs; a start gains the time it would otherwise wait: until the group's jobs that free GPUs
-  end, or sooner, when running jobs holding as many GPUs as it needs end first (all at their
-  current rates);
+  end, or sooner, when running jobs holding as many GPUs as it needs on the nodes it was placed
+  on end first (all at their current rates);
 * carried out when ``cost <= 0 or gain > cost`` and no changed job of the group was changed
   less than ``min_dwell_s`` ago (hysteresis, only for groups that cost something).
 
@@ -44,6 +45,7 @@ from gpuplan.solver_core.restart_gate import (
     carry_out,
     change_cost,
     finish_time,
+    lent_shrink_gain,
     resize_gain,
     start_gain,
     within_dwell,
@@ -152,9 +154,16 @@ class RestartGate:
 
     def _weigh(self, group: list[Action], kinds: dict[int, str | None],
                jobs: dict[str, ActiveJob], cluster: Cluster, now: float,
-               caps: ExecutorCapabilities, ends: _Ends) -> tuple[float, float]:
+               caps: ExecutorCapabilities, ends: _Ends,
+               pending: dict[str, ActiveJob]) -> tuple[float, float]:
         cost = gain = 0.0
         frees_until = float("inf")
+        lent = 0.0  # how long the group's starts hold what they get (inf: unknown)
+        for a in group:
+            if a.kind == "start":
+                waiting = pending.get(a.job_id)
+                lent = max(lent, float("inf") if waiting is None else finish_time(
+                    waiting.remaining(now), placement_rate(waiting.spec, cluster, a.after)))
         for a in group:
             kind = kinds[id(a)]
             job = jobs.get(a.job_id)
@@ -168,21 +177,25 @@ class RestartGate:
             else:
                 cost += change_cost(latency, a.gpus_after)
                 rate_after = placement_rate(job.spec, cluster, a.after)
-                gain += resize_gain(left, rate_before, rate_after, a.gpus_after)
+                if kind == "shrink" and lent > 0:
+                    gain += lent_shrink_gain(left, rate_before, rate_after, a.gpus_after, lent)
+                else:
+                    gain += resize_gain(left, rate_before, rate_after, a.gpus_after)
             before = a.before.gpu_set() if a.before is not None else frozenset()
             after = a.after.gpu_set() if a.after is not None else frozenset()
             if before - after:
-                frees_until = min(frees_until, finish_time(left, rate_before))
+                frees_until = min(frees_until, _pause(job, now) + finish_time(left, rate_before))
         if frees_until != float("inf"):
-            gain += sum(start_gain(min(frees_until, ends.soonest(a.gpus_after)), a.gpus_after)
+            gain += sum(start_gain(min(frees_until, ends.soonest(a)), a.gpus_after)
                         for a in group if a.kind == "start")
         return gain, cost
 
     # ------------------------------------------------------------------ the filter
     def filter(self, plan: AllocationPlan, running: dict[str, ActiveJob], cluster: Cluster,
-               now: float, caps: ExecutorCapabilities) -> AllocationPlan:
+               now: float, caps: ExecutorCapabilities,
+               pending: dict[str, ActiveJob] | None = None) -> AllocationPlan:
         """``plan`` without the hand-over groups whose changes do not pay (same object when
-        nothing is dropped). ``running``: the engine's running jobs (before the plan);
+        nothing is dropped). ``running`` / ``pending``: the engine's jobs (before the plan);
         ``caps``: the executor's capabilities (the last-resort latency priors)."""
         actions = [a for a in plan.actions if a.kind != "keep"]
         kinds = {id(a): (gate_kind(a) if a.job_id in running else None) for a in actions}
@@ -195,7 +208,8 @@ class RestartGate:
             gated = [a for a in group if kinds[id(a)] is not None]
             if not gated:
                 continue
-            gain, cost = self._weigh(group, kinds, running, cluster, now, caps, ends)
+            gain, cost = self._weigh(group, kinds, running, cluster, now, caps, ends,
+                                     pending or {})
             go = carry_out(gain, cost)
             why = ("free" if cost <= 0 else "paid") if go else "too costly"
             if go and cost > 0 and any(
@@ -246,26 +260,40 @@ class RestartGate:
 
 class _Ends:
     """When the running jobs would free their GPUs without the plan (at their current rates):
-    how long a waiting job of ``g`` GPUs would wait anyway, so a change that makes room for it
-    is credited only with the wait it really saves. Sorted lazily, once per plan."""
+    how long a waiting job would wait anyway for as many GPUs as it got, counting only GPUs on
+    the nodes the policy placed it on (it chose those nodes; GPUs freed elsewhere may not suit
+    it), so a change that makes room for it is credited only with the wait it really saves.
+    Computed lazily, once per plan."""
 
     def __init__(self, running: dict[str, ActiveJob], cluster: Cluster, now: float) -> None:
         self._running, self._cluster, self._now = running, cluster, now
-        self._ends: list[tuple[float, int]] | None = None
+        self._ends: list[tuple[float, dict[str, int]]] | None = None
 
-    def soonest(self, gpus: int) -> float:
-        """Seconds until jobs holding ``gpus`` GPUs in all have ended (inf if never)."""
+    def soonest(self, start: Action) -> float:
+        """Seconds until jobs holding ``start``'s GPU count on its nodes have ended (inf if
+        never)."""
+        if start.after is None:
+            return float("inf")
         if self._ends is None:
             now, cluster = self._now, self._cluster
             self._ends = sorted(
-                (finish_time(j.remaining(now), placement_rate(j.spec, cluster, j.allocation)),
-                 j.gpus) for j in self._running.values())
-        freed = 0
+                ((_pause(j, now) + finish_time(j.remaining(now),
+                                               placement_rate(j.spec, cluster, j.allocation)),
+                  {n: len(g) for n, g in j.allocation.placement.items()})
+                 for j in self._running.values() if j.allocation is not None),
+                key=lambda e: e[0])
+        nodes = start.after.placement.keys()
+        freed, wanted = 0, start.gpus_after
         for end, held in self._ends:
-            freed += held
-            if freed >= gpus:
+            freed += sum(held.get(n, 0) for n in nodes)
+            if freed >= wanted:
                 return end
         return float("inf")
+
+
+def _pause(job: ActiveJob, now: float) -> float:
+    """Seconds the job still makes no progress (starting or restarting) before it resumes."""
+    return max(0.0, job.resume_time - now)
 
 
 def _groups(actions: list[Action]) -> list[list[Action]]:

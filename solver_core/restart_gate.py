@@ -73,6 +73,21 @@ def resize_gain(remaining: float, rate_before: float, rate_after: float,
     return saved * max(0.0, float(gpus_after))
 
 
+def lent_shrink_gain(remaining: float, rate_before: float, rate_after: float,
+                     gpus_after: int | float, lent_s: float) -> float:
+    """:func:`resize_gain` of a shrink whose GPUs go to jobs that hold them only ``lent_s``
+    seconds (their predicted run): the job loses ``(rate_before - rate_after) x lent_s``
+    iterations, i.e. that over ``rate_before`` seconds, not the whole rest at the smaller
+    size, since the policy gives GPUs back when those jobs end. Never a larger loss than the
+    permanent shrink's."""
+    permanent = resize_gain(remaining, rate_before, rate_after, gpus_after)
+    if not math.isfinite(lent_s) or rate_before <= 0:
+        return permanent
+    held = min(max(0.0, lent_s), finish_time(remaining, rate_after))
+    delay = max(0.0, rate_before - rate_after) * held / rate_before
+    return max(permanent, -delay * max(0.0, float(gpus_after)))
+
+
 def start_gain(wait_s: float, gpus: int | float) -> float:
     """GPU-seconds gained by starting a waiting job ``wait_s`` earlier on ``gpus`` GPUs."""
     return max(0.0, min(TIME_CAP_S, wait_s)) * max(0.0, float(gpus))

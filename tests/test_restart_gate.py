@@ -46,6 +46,7 @@ from gpuplan.solver_core.restart_gate import (
     GateConfig,
     carry_out,
     change_cost,
+    lent_shrink_gain,
     resize_gain,
     start_gain,
     within_dwell,
@@ -71,6 +72,25 @@ def test_cost_and_gain_formulas() -> None:
     for latency, saved in ((15.0, 14.9), (15.0, 15.0), (15.0, 15.1)):
         gain = saved * 4
         assert carry_out(gain, change_cost(latency, 4)) is (saved > latency)
+
+
+def test_a_shrink_that_lends_its_gpus_loses_only_while_they_are_lent() -> None:
+    # 4 -> 2 GPUs (rate 4 -> 2) with 400 iterations left: for good, 100 s -> 200 s
+    assert resize_gain(400.0, 4.0, 2.0, 2) == -200.0
+    # lent for 10 s: 20 iterations lost = 5 s at the old rate, x 2 GPUs
+    assert lent_shrink_gain(400.0, 4.0, 2.0, 2, 10.0) == -10.0
+    # lent for longer than the job has left: no worse than for good
+    assert lent_shrink_gain(400.0, 4.0, 2.0, 2, 1e6) == -200.0
+    assert lent_shrink_gain(400.0, 4.0, 2.0, 2, float("inf")) == -200.0
+
+
+@given(st.floats(0, 1e6), st.floats(0.01, 100), st.floats(0.01, 100), st.integers(1, 8),
+       st.floats(0, 1e6))
+def test_lent_shrink_loss_is_bounded_by_the_permanent_one(
+        left: float, before: float, after: float, gpus: int, lent: float) -> None:
+    lent_gain = lent_shrink_gain(left, before, after, gpus, lent)
+    assert lent_gain >= resize_gain(left, before, after, gpus) - 1e-6
+    assert lent_gain <= max(0.0, resize_gain(left, before, after, gpus)) + 1e-6
 
 
 @given(gain=st.floats(-1e9, 1e9), cost=st.floats(0, 1e9), more=st.floats(0, 1e9))
