@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time as wallclock
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 from gpuplan.models import (
     Action,
@@ -46,6 +47,7 @@ from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 from .base import Executor
 from .change_log import ChangeLog
 from .metrics import job_record, run_result, take_sample
+from .restart_gate import RestartGate, executor_change_costs
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
 log = logging.getLogger(__name__)
@@ -87,6 +89,7 @@ class Engine:
         decide_only_at_rounds: bool = False,
         on_plan: PlanHook | None = None,
         reclaimer: Reclaimer | None = None,
+        restart_gate: RestartGate | Literal["auto"] | None = "auto",
     ) -> None:
         self.cluster = cluster
         self.policy = policy
@@ -156,6 +159,12 @@ class Engine:
         self._degraded = self._warn_if_degraded()
         self.degraded_resizes = 0
         """Resizes of a policy that wants them stop-free, carried out by a restart."""
+        if restart_gate == "auto":  # on where the executor measures change costs (real ones)
+            costs = executor_change_costs(executor)
+            restart_gate = None if costs is None else RestartGate(costs=costs)
+        self.restart_gate: RestartGate | None = restart_gate
+        """Drops the changes to running jobs that cost more than they gain (see
+        :mod:`.restart_gate`); None: the policy's plan is carried out as it is."""
 
     def _warn_if_degraded(self) -> bool:
         """A policy that wants stop-free resizing (``wants_in_place_resize``) on an executor
@@ -616,8 +625,13 @@ class Engine:
         if not plan.actions:  # nothing to carry out (and no grow to drop, nothing to relabel)
             return
         caps = self.executor.capabilities
+        gate = self.restart_gate
+        if gate is not None:  # replaces the grow-only test below
+            plan = gate.filter(plan, self.running, self.cluster, now, caps, self.pending)
+            if not plan.actions:
+                return
         # (the two helpers' own first tests, read here: most executors need neither)
-        if caps.resize == "restart" and caps.restart_latency_s > 0:
+        elif caps.resize == "restart" and caps.restart_latency_s > 0:
             unpaid = self._unpaid_grows(plan, now)
             if unpaid:
                 plan = plan.model_copy(update={

@@ -98,6 +98,7 @@ def run_result(engine: Engine, scenario: str, seed: int, wall_s: float) -> RunRe
         solver_ms=engine.solver_ms,
         rejected=list(engine.rejected),
         degraded_resizes=engine.degraded_resizes,
+        restart_gate=None if engine.restart_gate is None else engine.restart_gate.summary(),
     )
 
 
@@ -209,6 +210,12 @@ class RunSummary(BaseModel):
     degraded_resizes: int = Field(
         default=0, description="resizes a stop-free policy got as restarts (RunResult's field)"
     )
+    gate_proposed: int | None = Field(
+        default=None, description="restart gate: changes to running jobs the policy proposed "
+        "(per kind in RunResult.restart_gate); None: no gate"
+    )
+    gate_done: int | None = Field(default=None, description="restart gate: carried out")
+    gate_skipped: int | None = Field(default=None, description="restart gate: skipped")
 
 
 def _jct(record: JobRecord) -> float:
@@ -317,7 +324,18 @@ def summarize(result: RunResult) -> RunSummary:
         rejected=len(result.rejected),
         loaning=result.loaning,
         degraded_resizes=result.degraded_resizes,
+        **_gate_totals(result.restart_gate),
     )
+
+
+def _gate_totals(gate: dict[str, Any] | None) -> dict[str, int | None]:
+    """The gate's proposed / done / skipped changes to running jobs, summed over kinds
+    (starts that went with them not counted)."""
+    if gate is None:
+        return {"gate_proposed": None, "gate_done": None, "gate_skipped": None}
+    rows = [v for k, v in gate.get("changes", {}).items() if k != "start"]
+    return {f"gate_{n}": sum(int(r.get(n, 0)) for r in rows)
+            for n in ("proposed", "done", "skipped")}
 
 
 # --------------------------------------------------------------------------- comparison

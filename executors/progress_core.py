@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.models import ActiveJob, Event, JobCompletion, JobFailure, JobSpec
+from gpuplan.solver_core.restart_gate import ChangeCosts
 
 from .base import ExecutorCapabilities
 
@@ -137,13 +138,19 @@ class ProgressCore:
         self.start_summary = start_summary
         self.restart_latencies: list[float] = []
         self.start_latencies: list[float] = []
+        self.change_costs = ChangeCosts()
+        """The same latencies per job and kind of change, for the engine's restart gate."""
         self.failures: dict[str, str] = {}
         self._restarts: dict[str, int] = {}
         self._outbox: list[Event] = []
 
     # ------------------------------------------------------------------ latencies
-    def record_restart_latency(self, seconds: float) -> None:
-        """A stop -> first progress of the relaunched run: what a resize costs the engine."""
+    def record_restart_latency(self, seconds: float, job_id: str | None = None,
+                               kind: str = "resize") -> None:
+        """A stop -> first progress of the relaunched run: what a resize costs the engine
+        (and, with ``job_id``, what a ``kind`` change of that job costs the restart gate)."""
+        if job_id is not None:
+            self.change_costs.record(job_id, kind, seconds)
         self.restart_latencies.append(seconds)
         self.capabilities = dataclasses.replace(
             self.capabilities, restart_latency_s=self.restart_summary(self.restart_latencies))

@@ -9,6 +9,7 @@ restarts and resizes. The command line is a contract other executors depend on::
 
     python -m gpuplan.executors.standin --job-id ID --work ITERS --rate-per-gpu R \\
         --state-dir DIR [--checkpoint-interval S] [--progress-interval S] \\
+        [--startup-s S | --startup-s uniform:LO:HI [--startup-seed N]] \\
         [--dataset-size N [--samples-per-iteration K] [--data-seed S]]
 
 Files in ``DIR`` (all JSON files are replaced atomically, so a reader never sees half a file):
@@ -60,6 +61,17 @@ not, is counted in the progress file's ``requests`` and that file is rewritten, 
 the signal can tell it was handled; files and command line are otherwise the same as without
 resizing.
 
+**Start-up cost** (``--startup-s``): a real training process spends seconds before its first
+step (importing the framework, building the model, loading the checkpoint: 11-16 s for the
+PyTorch jobs in ``shared/measurements/h200-restart``); the bare stand-in starts in well under
+one. With ``--startup-s 12`` every run (first start and every restart) waits 12 s before it
+resumes; ``--startup-s uniform:11:16`` draws each run's wait uniformly from [11, 16] s with a
+generator seeded by ``--startup-seed``, the job id and the checkpoint it resumes from (so the
+same run of the same job always waits the same time, and successive restarts differ). Nothing
+is written during the wait (the first progress file, whose ``started`` is the end of the wait,
+is what executors measure restart latency to); a stop signal during it ends the run at once
+(exit 0, the checkpoint untouched: no work was done).
+
 Exit codes: 0 after completion or a stop signal, 2 for a usage error (no GPUs, bad arguments,
 a data state written for another dataset).
 Stop signals get a process-wide handler from the first line of :func:`run` that only records
@@ -77,6 +89,7 @@ import argparse
 import json
 import math
 import os
+import random
 import select
 import signal
 import sys
@@ -122,6 +135,45 @@ def gpu_count(cuda_visible_devices: str | None) -> int:
     if not cuda_visible_devices.strip() or any(not e for e in entries):
         raise UsageError(f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} names no GPUs")
     return len(entries)
+
+
+def parse_startup(text: str) -> tuple[float, float]:
+    """``--startup-s``: ``S`` (fixed) or ``uniform:LO:HI`` -> the (low, high) seconds."""
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            low = high = float(parts[0])
+        elif len(parts) == 3 and parts[0] == "uniform":
+            low, high = float(parts[1]), float(parts[2])
+        else:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--startup-s {text!r}: give seconds (12) or uniform:LO:HI "
+                         "(uniform:11:16)") from None
+    if not (math.isfinite(low) and math.isfinite(high) and 0 <= low <= high <= 86400):
+        raise UsageError(f"--startup-s {text!r}: need 0 <= LO <= HI <= 86400 seconds")
+    return low, high
+
+
+def startup_delay(bounds: tuple[float, float], seed: int, job_id: str, resume: float) -> float:
+    """This run's start-up wait: fixed, or drawn from ``bounds`` by a generator seeded with
+    ``seed``, the job id and the checkpoint the run resumes from (reproducible per run)."""
+    low, high = bounds
+    if high <= low:
+        return low
+    return random.Random(f"{seed}:{job_id}:{resume!r}").uniform(low, high)
+
+
+def wait_startup(stop: StopSignals, seconds: float) -> bool:
+    """Wait ``seconds`` of start-up; False when a stop signal came first. A resize signal
+    meanwhile stays pending (the main loop reads its request once the run is up)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if stop.wait(left) is not None:
+            return False
+        if stop.resizes:  # wait() returns at once while a resize is pending: do not spin
+            time.sleep(min(left, 0.05))
+    return stop.received is None
 
 
 def check_job_id(job_id: str) -> str:
@@ -459,6 +511,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-interval", type=float, default=None, metavar="S")
     parser.add_argument("--progress-interval", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
                         metavar="S")
+    parser.add_argument("--startup-s", default=None, metavar="S|uniform:LO:HI",
+                        help="seconds each run waits before it resumes (a real job's start-up)")
+    parser.add_argument("--startup-seed", type=int, default=0, metavar="N",
+                        help="seed of the drawn start-up waits")
     data = parser.add_argument_group("data mode (EDL's dynamic data pipeline)")
     data.add_argument("--dataset-size", type=int, default=None, metavar="N",
                       help="consume the work as samples of an N-sample dataset")
@@ -483,6 +539,7 @@ def run(argv: list[str] | None = None) -> int:
             value = getattr(args, name)
             if value is not None and not value > 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+        startup = parse_startup(args.startup_s) if args.startup_s is not None else None
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = gpu_count(visible)
         if not args.state_dir.is_dir():
@@ -499,6 +556,10 @@ def run(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2
+    if startup is not None:
+        resume = min(read_checkpoint(args.state_dir / f"{job_id}.ckpt"), args.work)
+        if not wait_startup(stop, startup_delay(startup, args.startup_seed, job_id, resume)):
+            return 0  # stopped while starting: nothing done, nothing to checkpoint
     job = StandinJob(job_id, args.work, args.rate_per_gpu, args.state_dir, gpus,
                      args.checkpoint_interval, args.progress_interval, data,
                      gpu_names(visible) if visible is not None else None)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplan.executors.engine import ProgressHook, reclaim_least_used
+from gpuplan.executors.restart_gate import gate_for_scenario
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import (
     AllocationPlan,
@@ -195,6 +196,7 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         learning=spec.learning,
         reclaimer=reclaimer,
         interference=interference,
+        restart_gate=gate_for_scenario(spec.engine.restart_gate, spec.overheads),
     )
     if usage is None or reclaimer is None:
         return result

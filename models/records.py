@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class JobRecord(BaseModel):
@@ -113,3 +115,16 @@ class RunResult(BaseModel):
         default=0, description="resizes of a policy that wants them stop-free (in place), "
         "carried out by a checkpoint-restart because the executor cannot resize in place"
     )
+    restart_gate: dict[str, Any] | None = Field(
+        default=None, description="the restart gate's counters (changes proposed / done / "
+        "skipped per kind) and measured costs; absent when the run had no gate"
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_gate(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave ``restart_gate`` out when there was no gate, so results of runs without one
+        dump exactly as before the field existed (fingerprints stay comparable)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("restart_gate", 0) is None:
+            del data["restart_gate"]
+        return data

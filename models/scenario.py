@@ -224,8 +224,35 @@ class WorkloadSpec(BaseModel):
         return size_mix
 
 
+class RestartGateSpec(BaseModel):
+    """The engine's restart gate (docs/algorithms/restart-gate.md): a change to a running job
+    (resize, migration, preemption) is carried out only when its predicted gain exceeds its
+    cost. Off by default in simulation (results as published); on by default on the real
+    executors (Slurm controller, SSH), where this block is not read. Turn it on here to
+    predict what the cluster does."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    enabled: bool = False
+    min_dwell_s: float = Field(
+        default=10.0, ge=0, le=MAX_TIME_S,
+        description="hysteresis: a job changed less than this long ago is not changed again "
+        "unless the change is free")
+    resize_s: float | None = Field(
+        default=None, ge=0, le=MAX_OVERHEAD_S,
+        description="cost of one resize (s); null: the overheads' (resize_up_s, else "
+        "resize_mode's cost)")
+    migrate_s: float | None = Field(
+        default=None, ge=0, le=MAX_OVERHEAD_S,
+        description="cost of one move (s); null: overheads.migrate_s")
+    preempt_s: float | None = Field(
+        default=None, ge=0, le=MAX_OVERHEAD_S,
+        description="cost of one preemption (s); null: overheads.preempt_s + restart_s "
+        "(the checkpoint, then the restart when the job runs again)")
+
+
 class EngineSpec(BaseModel):
-    """Engine options: periodic rounds and metric sampling."""
+    """Engine options: periodic rounds, metric sampling and the restart gate."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -241,6 +268,7 @@ class EngineSpec(BaseModel):
             raise ValueError("decide_only_at_rounds needs round_interval_s")
         return self
     sample_interval_s: float = Field(default=3600.0, gt=0, le=MAX_TIME_S)
+    restart_gate: RestartGateSpec = Field(default_factory=RestartGateSpec)
 
 
 class LoaningSpec(BaseModel):

@@ -98,7 +98,8 @@ def _sbatch(lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus
 
 
 def _args(policy: str) -> tuple[str, ...]:
-    return ("--policy", policy, "--interval", "0.5", "--stop-timeout", "20")
+    # without the restart gate: these tests check where every planned change lands
+    return ("--policy", policy, "--interval", "0.5", "--stop-timeout", "20", "--no-restart-gate")
 
 
 def _slurm_counts(lab: SlurmLab, slurm_id: int) -> dict[str, int]:

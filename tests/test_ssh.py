@@ -637,7 +637,8 @@ def test_elastic_jobs_end_to_end_grow_shrink_preempt(harness: Harness) -> None:
     events = [CapacityChange(time=6.0, change="remove", nodes=("node2",)),
               CapacityChange(time=9.0, change="add", nodes=("node2",))]
     ex = harness.executor(cluster, jobs, events=events)
-    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None)
+    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None,
+                    restart_gate=None)  # every planned change, carried out
     t0 = time.monotonic()
     engine.run()
     wall = time.monotonic() - t0
@@ -667,7 +668,8 @@ def test_policy_preemption_checkpoints_and_resumes_the_job(harness: Harness) -> 
     cluster = cluster_of(["node1"], 4)
     launcher = harness.standin()
     ex = harness.executor(cluster, jobs, launcher=launcher)
-    engine = Engine(cluster, make_policy("srtf"), ex, sample_interval_s=None)
+    engine = Engine(cluster, make_policy("srtf"), ex, sample_interval_s=None,
+                    restart_gate=None)  # every planned change, carried out
     engine.run()
     check_run(engine, ex, jobs)
     kinds = action_kinds(ex)
@@ -780,14 +782,16 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
                 and _running_on(first, "r2", ["node2"]) == "node2")
 
     handover = When("r0 done, r1 and r2 running", r0_done_r1_r2_running, first.end_run)
-    engine = Engine(cluster, make_policy("fifo"), first, sample_interval_s=None)
+    engine = Engine(cluster, make_policy("fifo"), first, sample_interval_s=None,
+                    restart_gate=None)  # every planned change, carried out
     engine.run()  # returns when asked: r1, r2 running, r0 done, r3 not submitted yet
     handover.check()
     pids = {j: sidecar_state(first, j, n)["child_pid"]
             for j, n in (("r1", "node1"), ("r2", "node2"))}
     first.detach()  # the engine "crashes": sidecars and jobs keep running
     second = harness.executor(cluster, jobs)
-    engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None)
+    engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None,
+                    restart_gate=None)  # every planned change, carried out
     engine.run()
     check_run(engine, second, jobs)
     assert second.adopted == {"r0", "r1", "r2"}

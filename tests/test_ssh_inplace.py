@@ -181,7 +181,8 @@ def run_shrink_grow(lab: Harness, in_place: bool, tag: str) -> tuple[Engine, Ssh
     cluster = cluster_of(["node1"], 4)
     ex = lab.executor(cluster, jobs, in_place_resize=in_place, run_root=lab.tmp / f"runs{tag}")
     policy = "afs-p" if "afs-p" in policy_names() else "srtf"
-    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None)
+    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None,
+                    restart_gate=None)  # every planned change, carried out
     engine.run()
     records = {r.job_id: r for r in engine.result().jobs}
     for spec in jobs:
@@ -237,7 +238,8 @@ def test_a_resize_across_nodes_degrades_to_a_logged_restart(
     cluster = cluster_of(["node1", "node2"], 2)
     ex = harness.executor(cluster, jobs, in_place_resize=True)
     policy = "afs-p" if "afs-p" in policy_names() else "srtf"
-    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None)
+    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None,
+                    restart_gate=None)  # every planned change, carried out
     engine.run()
     assert all(r.finish_time is not None for r in engine.result().jobs)
     moved = [r for r in ex.resize_log if r["job"] == "wide" and r["mode"] == "restart"]

@@ -120,6 +120,9 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                    help="watchdog: heartbeat age that counts as 'controller down' (default 120)")
     p.add_argument("--watch", type=_seconds, default=None, metavar="S",
                    help="watchdog: repeat the check every S seconds instead of once")
+    p.add_argument("--no-restart-gate", dest="restart_gate", action="store_false",
+                   help="carry out every change the policy plans, even one whose restart costs "
+                   "more than it gains (default: the restart gate skips those)")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="controller log verbosity (default INFO)")
@@ -174,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             policy=args.policy, state_db=state_db, partitions=partitions,
             interval_s=args.interval, heartbeat=heartbeat,
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
-            max_stall_s=args.max_stall, seed=args.seed,
+            max_stall_s=args.max_stall, seed=args.seed, restart_gate=args.restart_gate,
             wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
         return SlurmController(settings, connect_timeout_s=args.connect_timeout).run()
     except UnsafeStatePath as err:  # a set-up error, found before anything was created

@@ -70,6 +70,7 @@ from ..slurm.cli import (
 )
 from ..slurm.executor import cluster_from_slurm
 from .adoption import JobAdoption
+from .change_latency import ChangeLatencyProbe
 from .executor import ControllerExecutor, ControllerSettings
 from .failopen import (
     fail_open_check,
@@ -79,6 +80,7 @@ from .failopen import (
     write_heartbeat,
 )
 from .failpoints import FailpointCli, Failpoints
+from .gate_journal import restore_gate, save_gate
 from .journal import (
     TERMINAL_STATES,
     JobRow,
@@ -152,6 +154,11 @@ class SlurmController:
         self._cluster_nodes: set[str] = set()
         self._nodes_checked = 0.0
         self._policy_saved: str | None = None
+        self._gate_saved: dict[str, str] = {}
+        self._latency: ChangeLatencyProbe | None = None
+        """Measures each change's intent -> RUNNING again for the gate (see
+        :mod:`.change_latency`)."""
+        """The restart gate's journal rows as last written (see :mod:`.gate_journal`)."""
         self._read_back: dict[str, tuple[Any, ...]] = {}
         """engine id -> (restart count, nodes, engine counts) last read back from Slurm."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
@@ -261,9 +268,11 @@ class SlurmController:
                                       run_id=self.run_id, settings=self.settings,
                                       failpoints=self.failpoints, on_poll=self._on_poll)
         engine = Engine(cluster, make_policy(self.settings.policy, seed=self.settings.seed),
-                        executor,
-                        sample_interval_s=None)
+                        executor, sample_interval_s=None,
+                        restart_gate="auto" if self.settings.restart_gate else None)
         self._executor, self._engine = executor, engine
+        costs = engine.restart_gate.costs if engine.restart_gate is not None else None
+        self._latency = ChangeLatencyProbe(self.journal, costs) if costs is not None else None
         self._records_seen = 0
         self._read_back = {}
         self._cluster_nodes = {n.name for n in cluster.nodes}
@@ -272,6 +281,7 @@ class SlurmController:
             if self._stop.is_set():
                 return
             self._restore_policy(engine)
+            restore_gate(engine, self.journal)
             self._reconcile(engine, executor)
             self._sync(engine, executor.now())
             self._tick = time.monotonic()
@@ -334,6 +344,8 @@ class SlurmController:
                    tuple(sorted(allocation_counts(job.allocation).items())))
             if self._read_back.get(eid) == key:
                 continue
+            if self._latency is not None:  # once per incarnation: the gate's measured cost
+                self._latency.running_again(eid, sj)
             try:
                 self.adoption.read_back(engine, job, sj)
             except SlurmError as err:
@@ -660,6 +672,7 @@ class SlurmController:
         engine.rejected.clear()
         journal.update_jobs(updates)
         self._save_policy(engine)
+        save_gate(engine, journal, self.run_id, self._gate_saved)
         # Records are journaled: drop them (and other per-decision lists) so memory stays flat.
         del engine.records[:]
         self._records_seen = 0

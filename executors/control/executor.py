@@ -58,6 +58,9 @@ class ControllerSettings:
     retention_days: float = 14.0
     seed: int = 0
     """Seed of the policy's random choices (AFS-P's coin, Themis' leftovers)."""
+    restart_gate: bool = True
+    """Carry out a resize, move or preemption only when its predicted gain exceeds its measured
+    cost (docs/algorithms/restart-gate.md); ``--no-restart-gate`` carries out every plan."""
     wake_file: Path | None = None
     """File that Slurm's ``EpilogSlurmctld`` (the shipped ``epilog_wake.sh``) rewrites when a
     job ends; a change makes the controller poll at once (:mod:`gpuplan.executors.slurm.wake`)."""

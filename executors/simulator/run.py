@@ -11,6 +11,7 @@ from gpuplan.models.interference import InterferenceModel
 from gpuplan.solver_core.policy import Policy, Reclaimer
 
 from ..engine import Engine, PlanHook, ProgressHook
+from ..restart_gate import RestartGate
 from .cluster import SimulatedCluster
 
 
@@ -33,6 +34,7 @@ def simulate(
     reclaimer: Reclaimer | None = None,
     horizon_s: float = SIMULATION_HORIZON_S,
     interference: InterferenceModel | None = None,
+    restart_gate: RestartGate | None = None,
 ) -> tuple[RunResult, Engine, SimulatedCluster]:
     """Replay ``jobs`` under ``policy``; return the result, the engine and the executor.
 
@@ -42,6 +44,7 @@ def simulate(
     reported unfinished, never simulated for ever. ``interference`` slows co-located jobs
     (shares < 1) down; None: shares alone set their speed. A policy that declares
     ``needs_future`` (offline-optimal) is handed the whole job list first (``foresee``).
+    ``restart_gate``: drop changes that cost more than they gain (off by default here).
     """
     if getattr(policy, "needs_future", False):
         policy.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal only
@@ -57,6 +60,7 @@ def simulate(
         decide_only_at_rounds=decide_only_at_rounds,
         on_plan=on_plan,
         reclaimer=reclaimer,
+        restart_gate=restart_gate,
     )
     t0 = wallclock.perf_counter()
     engine.run(progress)

@@ -463,9 +463,13 @@ class SlurmJobs:
             seg.observed_gpus = int(data.get("gpus", 0)) or None
             if seg.kind != "start" and tracked.stop_wall is not None:
                 # stop signal -> first progress of the relaunched run: what a resize costs
-                self.core.record_restart_latency(seg.first_progress - tracked.stop_wall)
+                self.core.record_restart_latency(seg.first_progress - tracked.stop_wall,
+                                                 tracked.spec.id, seg.kind)
             else:
                 self.core.record_start_latency(seg.first_progress - seg.released)
+                if tracked.stop_wall is not None:  # back after a preemption: its restart cost
+                    self.core.change_costs.record(tracked.spec.id, "preempt",
+                                                  seg.first_progress - seg.released)
         job = tracked.job
         assert job is not None
         rate = job.rate

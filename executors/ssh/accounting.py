@@ -74,7 +74,7 @@ def measure_progress(run: JobRun, job: ActiveJob, entries: Mapping[str, dict[str
     if fresh and run.restart_t0 is not None:
         latency = max(0.0, started - run.restart_t0)
         run.restart_t0 = None
-        core.record_restart_latency(latency)
+        core.record_restart_latency(latency, run.spec.id)
 
 
 def reported_progress(run: JobRun, status: Statuses) -> float:
