@@ -190,19 +190,27 @@ def _duplicate_message(dup: _DuplicateKey) -> str:
     return f"duplicate key {shown}{where}"
 
 
-def parse_structured(text: str, source: str, *, json_only: bool = False) -> Any:
+def parse_structured(text: str, source: str, *, json_only: bool = False,
+                     line_as_row: bool = False) -> Any:
     """YAML (a superset of JSON) or strict JSON, with every parser failure as one line; a key
-    written twice in one mapping is refused, naming the key (and, in YAML, its lines)."""
+    written twice in one mapping is refused, naming the key (and, in YAML, its lines).
+    ``line_as_row``: a JSON syntax error carries its line as the error's ``row`` (tables whose
+    errors are located by row)."""
     try:
         if json_only:
             return json.loads(text, object_pairs_hook=_no_duplicates)
         return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no tags run code
     except _DuplicateKey as dup:
         raise InputError(_duplicate_message(dup), source=source) from None
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
+    except json.JSONDecodeError as err:
+        if line_as_row:
+            raise InputError(f"invalid JSON: {err.msg}", source=source, row=err.lineno) \
+                from None
         detail = " ".join(str(err).split())[:300]
-        raise InputError(f"not valid {'JSON' if json_only else 'YAML/JSON'}: {detail}",
-                         source=source) from None
+        raise InputError(f"not valid JSON: {detail}", source=source) from None
+    except yaml.YAMLError as err:
+        detail = " ".join(str(err).split())[:300]
+        raise InputError(f"not valid YAML/JSON: {detail}", source=source) from None
     except RecursionError:
         raise InputError("nested too deeply", source=source) from None
     except (ValueError, OverflowError) as err:  # e.g. a 5,000-digit integer

@@ -123,7 +123,7 @@ def _number(value: object, *, source: str, field: str, row: int | None = None) -
 def _load_gavel(path: Path | str) -> tuple[dict[str, dict[str, Any]], str]:
     p = Path(path)
     text = read_text(p, "throughput table", limit=MAX_TRACE_BYTES)
-    data = parse_structured(text, str(p), json_only=True)
+    data = parse_structured(text, str(p), json_only=True, line_as_row=True)
     if not isinstance(data, dict) or not data:
         raise InputError("expected an object {worker_type: {job key: entry}}", source=str(p))
     for worker, table in data.items():
