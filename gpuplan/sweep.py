@@ -176,7 +176,7 @@ def _override(spec: ScenarioSpec, values: dict[str, Any], source: str, where: st
 
 def _resolve(text: str, folder: Path, source: str, field: str) -> tuple[ScenarioSpec, Path]:
     """An embedded scenario, or a file relative to the sweep file (then to the cwd)."""
-    check_path_text(text, "scenario", field=field)  # before exists() raises on it
+    check_path_text(text, "scenario", field=field, source=source)  # before exists() raises
     if text not in embedded_scenarios() and (folder / text).exists():
         text = str(folder / text)
     try:

@@ -61,7 +61,8 @@ hold at most ``MAX_NAME_BYTES``."""
 MAX_NAME_BYTES = 255
 
 
-def check_path_text(text: str, what: str, field: str | None = None) -> None:
+def check_path_text(text: str, what: str, field: str | None = None,
+                    source: str | None = None) -> None:
     """Refuse text that cannot name a file (a NUL byte, an unencodable character, longer than
     the OS allows) before any ``exists()`` or ``stat`` call sees it: those raise on such text
     (``ENAMETOOLONG``, ``ValueError``) instead of answering "no such file"."""
@@ -70,13 +71,14 @@ def check_path_text(text: str, what: str, field: str | None = None) -> None:
         raw = os.fsencode(text)
     except UnicodeError:
         raise InputError(f"{what} {shown!r} cannot be a file name (unencodable character)",
-                         field=field) from None
+                         source=source, field=field) from None
     if b"\0" in raw:
-        raise InputError(f"{what} {shown!r} cannot be a file name (a NUL byte)", field=field)
+        raise InputError(f"{what} {shown!r} cannot be a file name (a NUL byte)",
+                         source=source, field=field)
     if len(raw) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
         raise InputError(f"{what} of {len(text)} characters is too long for a file name "
                          f"(at most {MAX_PATH_BYTES} bytes, {MAX_NAME_BYTES} per component)",
-                         field=field)
+                         source=source, field=field)
 
 
 def read_bytes(path: Path | str, what: str, *, limit: int = MAX_INPUT_BYTES,

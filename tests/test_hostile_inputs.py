@@ -201,7 +201,7 @@ def test_a_5000_character_scenario_in_a_sweep_is_refused(tmp_path: Path,
                                                           ) -> None:
     sweep = _write(tmp_path / "sweep.yaml", {"scenarios": ["x" * 5000], "policies": ["fifo"]})
     line = _refused(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "out")],
-                    "scenarios[0]")
+                    str(sweep), "field 'scenarios[0]'")
     assert "too long" in line
 
 
