@@ -7,8 +7,10 @@ naming the file/row/field, and the exit status is 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import select
 import shutil
 import sys
 import tempfile
@@ -36,22 +38,28 @@ from gpuplan.executors.metrics import (
 from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.models.bounds import MAX_SEED
 from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
-from gpuplan.scenarios.input_files import parse_structured, read_stdin, read_text
+from gpuplan.scenarios.input_files import (
+    check_path_text,
+    parse_structured,
+    read_stdin,
+    read_text,
+)
+from gpuplan.solver_core.params import _split_top as split_top
 from gpuplan.solver_core.params import describe_params, split_policy_list
 from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
 from . import api, sweep
+from .out_paths import check_out_dir
+from .term import console
 
 PROGRESS_MIN_JOBS = 2000
 """Show a progress bar for runs with at least this many jobs."""
 
 
 def _console(err: bool = False) -> Console:
-    """A console; when output is piped or logged (not a terminal) it is 160 columns wide so the
-    comparison table is not squeezed into 80."""
-    stream = sys.stderr if err else sys.stdout
-    width = None if stream.isatty() else 160
-    return Console(stderr=err, highlight=False, width=width)
+    """A console (:func:`gpuplan.term.console`: 160 columns when not a terminal, a closed
+    pipe raised as ``BrokenPipeError`` for :func:`main`)."""
+    return console(err)
 
 
 def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool) -> RunResult:
@@ -77,21 +85,14 @@ def _check_out(text: str | None) -> Path | None:
     """``--out``, checked before anything runs (a run must not end in an error it could have
     had at the start): a directory, created if missing; an existing non-directory or a
     symlink is refused (a planted link would redirect every file we write)."""
-    if not text:
-        return None
-    out = Path(text)
-    if out.is_symlink():
-        raise InputError("is a symlink; give a real directory", source=text, field="out")
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a directory", source=text, field="out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the output directory: {err.strerror}", source=text,
-                         field="out") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise InputError("the output directory is not writable", source=text, field="out")
-    return out
+    return check_out_dir(text) if text else None
+
+
+def _check_scenario(text: str) -> str:
+    """``--scenario``: a name or a path; text no file can have (5,000 characters, a NUL byte)
+    is refused here, before the lookup's ``exists()`` raises on it."""
+    check_path_text(text, "scenario", field="scenario")
+    return text
 
 
 def _write_mean(out: Path, summaries: list[tuple[str, RunSummary]],
@@ -155,7 +156,7 @@ def _warn(prepared: api.PreparedScenario) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
-    prepared = api.prepare(args.scenario, seed=args.seed)
+    prepared = api.prepare(_check_scenario(args.scenario), seed=args.seed)
     _warn(prepared)
     prepared.make_policy(args.policy)  # a bad name or parameter fails before the run
     result = _run_with_progress(prepared, args.policy, args.json)
@@ -172,14 +173,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _parse_seeds(text: str | None) -> list[int | None]:
     if not text:
         return [None]
-    seeds = [s.strip() for s in text.split(",") if s.strip()]
-    if not seeds or not all(s.isdigit() and len(s) <= 10 and int(s) <= MAX_SEED for s in seeds):
+    seeds = [s.strip() for s in text.split(",")]
+    # ASCII digits only: str.isdigit() also holds for '²', which int() refuses
+    if not all(s.isascii() and s.isdigit() and len(s) <= 10 and int(s) <= MAX_SEED
+               for s in seeds):
         raise InputError(f"--seeds must be comma-separated integers in [0, {MAX_SEED}], got "
                          f"{text[:60]!r}", field="seeds")
     return [int(s) for s in seeds]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if any(not p.strip() for p in split_top(args.policies)):  # 'fifo,,srtf': a lost name?
+        raise InputError(f"an empty entry in {args.policies[:80]!r}; give comma-separated "
+                         "policy names", field="policies")
     policies = split_policy_list(args.policies)
     if not policies:
         raise InputError("--policies needs at least one policy name", field="policies")
@@ -189,7 +195,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
     per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
     for i, seed in enumerate(seeds):
-        prepared = api.prepare(args.scenario, seed=seed)
+        prepared = api.prepare(_check_scenario(args.scenario), seed=seed)
         if i == 0:
             _warn(prepared)
             for policy in policies:  # fail fast on a typo, before minutes of simulation
@@ -218,6 +224,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.state != "-":
+        check_path_text(args.state, "state file", field="state")
     path = Path(args.state)
     text = read_stdin("state") if args.state == "-" else read_text(path, "state file")
     data = parse_structured(text, str(path), json_only=True)
@@ -366,11 +374,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+STATUS_CLOSED_PIPE = 141
+"""Exit status when the reader of stdout went away (``gpuplan plan ... | head``): 128 + SIGPIPE,
+what ``cat`` or ``seq`` give there, so ``set -o pipefail`` scripts see the same; nothing is
+printed (docs/cli.md)."""
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has gone: poll reports an error."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _quiet_after_closed_stdout() -> int:
+    """Point stdout at /dev/null so the interpreter's final flush of what is still buffered
+    cannot raise again ("Exception ignored ... BrokenPipeError"), and exit quietly."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return STATUS_CLOSED_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at exit
+        return status
     except GpuplanError as err:
         # soft_wrap: one line however long the path in the message (no hard wrap at 160);
         # escape: a message quoting "[/x]" from user input must not be read as rich markup
@@ -387,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  soft_wrap=True)
         return 2
     except Exception as err:
+        if isinstance(err, BrokenPipeError) and _stdout_closed():
+            return _quiet_after_closed_stdout()  # the reader of our output went away
         if os.environ.get("GPUPLAN_DEBUG"):
             raise
         _console(err=True).print(

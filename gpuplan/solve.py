@@ -24,15 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuplan.executors.control.command import seed_arg
 from gpuplan.models import InputError
+from gpuplan.models.bounds import MAX_SEED
 from gpuplan.models.ojpp import load_ojpp
-from gpuplan.scenarios.input_files import parse_structured, read_text
+from gpuplan.scenarios.input_files import check_path_text, parse_structured, read_text
 from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits
 from gpuplan.solver_core.problems.common import Outcome
+
+from . import term
+from .out_paths import check_file_target, check_out_dir, write_file_atomic
 
 __all__ = ["PROBLEMS", "Problem", "add_subcommand", "cmd_solve", "public", "run_problem",
            "solve_data"]
@@ -106,6 +110,7 @@ def run_problem(problem: str, instance_path: Path, solvers: list[str] | None,
     """The README's JSON list: one object per solver, in the order asked."""
     chosen = _chosen(problem, solvers)
     source = str(instance_path)
+    check_path_text(source, f"{problem} instance", field="instance")
     data = parse_structured(read_text(instance_path, f"{problem} instance"), source,
                             json_only=True)
     return _solve(problem, data, source, chosen, limits)
@@ -147,29 +152,47 @@ def _generated(args: argparse.Namespace) -> tuple[Any, str] | None:
             if getattr(args, flag) is not None:
                 raise InputError("only with --generate", field=flag)
         return None
-    from gpuplan.solver_core.problems.generate import DEFAULT_SIZES, generate, instance_text
+    from gpuplan.solver_core.problems.generate import (
+        DEFAULT_SIZES,
+        MAX_SIZES,
+        generate,
+        instance_text,
+    )
 
     if args.problem not in PROBLEMS:
         raise InputError(f"unknown problem {args.problem!r}; choose one of "
                          f"{', '.join(PROBLEMS)}", field="problem")
-    if args.size is not None and args.size < 1:
-        raise InputError(f"must be an integer >= 1, got {args.size}", field="size")
+    top = MAX_SIZES[args.problem]
+    if args.size is not None and not 1 <= args.size <= top:
+        raise InputError(f"must be an integer in [1, {top}] for {args.problem}, got "
+                         f"{args.size}", field="size")
+    target = None if args.instance is None else _instance_target(args.instance)
     seed = 0 if args.seed is None else args.seed
     data = generate(args.problem, args.size, seed)
     name = f"generated {args.problem} size={args.size or DEFAULT_SIZES[args.problem]} " \
         f"seed={seed}"
-    return data, name if args.instance is None else _write_instance(args.instance,
-                                                                  instance_text(data))
+    if target is None:
+        return data, name
+    write_file_atomic(target, instance_text(data), field="instance")
+    return data, str(target)
 
 
-def _write_instance(path: str, text: str) -> str:
-    target = Path(path)
-    try:
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror}", source=path, field="instance") \
-            from None
-    return path
+def _instance_target(text: str) -> Path:
+    """``--generate --instance FILE``'s FILE, checked before generating: a new or regular file
+    (a symlink, a directory or a device such as /dev/null is refused)."""
+    check_path_text(text, "instance file", field="instance")
+    return check_file_target(text, "instance")
+
+
+def _solver_list(text: str | None) -> list[str] | None:
+    """``--solvers a,b``; an empty entry (``a,,b``) is refused, not dropped."""
+    if not text:
+        return None
+    names = [s.strip() for s in text.split(",")]
+    if not all(names):
+        raise InputError(f"an empty entry in {text[:80]!r}; give comma-separated solver "
+                         "names", field="solvers")
+    return names
 
 
 def _row(solver: str, out: Outcome) -> dict[str, Any]:
@@ -192,7 +215,7 @@ def _fmt(x: float | None) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, width=None if Console().is_terminal else 160)
+    console = term.console()
     if args.list:
         table = Table(title="gpuplan solve: problems and solvers")
         table.add_column("problem")
@@ -205,6 +228,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if not args.problem or not (args.instance or args.generate):
         raise InputError("give PROBLEM and --instance FILE or --generate (or --list)",
                          field="instance")
+    solvers = _solver_list(args.solvers)
+    # --out before anything runs: a bad folder must not cost the solvers' time first
+    out = None
+    if args.out and not (args.generate and args.instance is not None):
+        check_path_text(args.out, "output folder", field="out")
+        out = check_out_dir(args.out)
     generated = _generated(args)
     if generated is not None and args.instance is not None:
         print(f"wrote {generated[1]}")
@@ -214,23 +243,21 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise InputError(f"must be a finite number > 0, got {args.time_limit}",
                          field="time-limit")
     limits = SolveLimits.wall(args.time_limit if args.time_limit else DEFAULT_TIME_LIMIT_S)
-    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()] if args.solvers \
-        else None
     if generated is None:
         name = args.instance
         rows = run_problem(args.problem, Path(args.instance), solvers, limits)
     else:
         data, name = generated
         rows = solve_data(args.problem, data, name, solvers, limits)
-    if args.out:
+    if out is not None:
         from .solve_report import write_report
 
         title = Path(args.instance).name if generated is None else name
-        write_report(rows, Path(args.out), f"{args.problem}: {title}")
+        write_report(rows, out, f"{args.problem}: {title}")
         if generated is not None:
             from gpuplan.solver_core.problems.generate import instance_text
 
-            _write_instance(str(Path(args.out) / "instance.json"), instance_text(data))
+            write_file_atomic(out / "instance.json", instance_text(data), field="out")
     if args.json:
         print(json.dumps(public(rows)))
         return 0
@@ -247,6 +274,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra = " and instance.json" if generated is not None else ""
         console.print(f"wrote {escape(args.out)}/solve.csv, solve.png{extra}")
     return 0
+
+
+def _size_arg(text: str) -> int:
+    """``--size``: ASCII digits (``int()`` also takes '²'-like digits and '1_000'); the bound
+    per problem is checked once the problem is known."""
+    body = text.strip()
+    if not (body.isascii() and body.lstrip("-").isdigit()) or len(body) > 12:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text[:30]!r}")
+    return int(body)
 
 
 def add_subcommand(sub: Any) -> None:
@@ -266,8 +302,9 @@ def add_subcommand(sub: Any) -> None:
                    help="a seeded random instance instead of a file: written to --instance "
                    "FILE if given (not solved), else solved at once (kept as instance.json "
                    "in --out)")
-    p.add_argument("--size", type=int, default=None,
+    p.add_argument("--size", type=_size_arg, default=None,
                    help="with --generate: groups (mckp), loaned servers (reclaim), nodes "
-                   "(placement), jobs (packing, ojpp)")
-    p.add_argument("--seed", type=int, default=None, help="with --generate (default 0)")
+                   "(placement), jobs (packing, ojpp); bounded per problem (docs/cli.md)")
+    p.add_argument("--seed", type=seed_arg, default=None,
+                   help=f"with --generate: an integer in [0, {MAX_SEED}] (default 0)")
     p.set_defaults(func=cmd_solve)

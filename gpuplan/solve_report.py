@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
+import os
 from pathlib import Path
 from typing import Any
+
+from .out_paths import staging_dir, write_file_atomic
 
 __all__ = ["write_report"]
 
@@ -12,14 +16,17 @@ COLUMNS = ("solver", "status", "objective", "bound", "gap", "build_ms", "solve_m
 
 
 def write_report(rows: list[dict[str, Any]], out: Path, title: str) -> None:
-    """``solve.csv`` (one line per solver) and ``solve.png`` (objective and solve time)."""
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "solve.csv").open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow(["" if r.get(k, r.get(f"_{k}")) is None else r.get(k, r.get(f"_{k}"))
-                        for k in COLUMNS])
+    """``solve.csv`` (one line per solver) and ``solve.png`` (objective and solve time) in
+    ``out``, a folder :func:`~gpuplan.out_paths.check_out_dir` accepted. Each file is made
+    under a fresh name and renamed into place, so a link planted at ``out/solve.csv`` is
+    replaced, never written through."""
+    buffer = io.StringIO()
+    w = csv.writer(buffer)
+    w.writerow(COLUMNS)
+    for r in rows:
+        w.writerow(["" if r.get(k, r.get(f"_{k}")) is None else r.get(k, r.get(f"_{k}"))
+                    for k in COLUMNS])
+    write_file_atomic(out / "solve.csv", buffer.getvalue(), field="out")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,5 +44,7 @@ def write_report(rows: list[dict[str, Any]], out: Path, title: str) -> None:
         ax.tick_params(axis="x", rotation=45)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out / "solve.png", dpi=100)
+    with staging_dir(out) as staging:  # matplotlib opens its own path: a private folder
+        fig.savefig(staging / "solve.png", dpi=100)
+        os.replace(staging / "solve.png", out / "solve.png")
     plt.close(fig)

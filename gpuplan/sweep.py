@@ -45,11 +45,17 @@ from gpuplan.executors.metrics import RunSummary, summarize
 from gpuplan.models import GpuplanError, InputError, RunResult, ScenarioSpec
 from gpuplan.models.bounds import MAX_SEED
 from gpuplan.scenarios.build import build, embedded_scenarios, resolve_scenario
-from gpuplan.scenarios.input_files import parse_structured, read_text
+from gpuplan.scenarios.input_files import (
+    MAX_TRACE_BYTES,
+    check_path_text,
+    parse_structured,
+    read_text,
+)
 from gpuplan.solver_core.params import PolicyConfig
 from gpuplan.solver_core.registry import make_policy
 
 from . import api
+from .out_paths import check_out_dir, check_subdir, write_file_atomic
 
 __all__ = ["RunRecord", "RunTask", "SweepFile", "SweepOutcome", "TIMING_COLUMNS",
            "add_subcommand", "execute", "load_sweep", "plan_runs", "run_sweep",
@@ -170,6 +176,7 @@ def _override(spec: ScenarioSpec, values: dict[str, Any], source: str, where: st
 
 def _resolve(text: str, folder: Path, source: str, field: str) -> tuple[ScenarioSpec, Path]:
     """An embedded scenario, or a file relative to the sweep file (then to the cwd)."""
+    check_path_text(text, "scenario", field=field, source=source)  # before exists() raises
     if text not in embedded_scenarios() and (folder / text).exists():
         text = str(folder / text)
     try:
@@ -320,30 +327,28 @@ class RunRecord:
 
     def result(self) -> RunResult:
         """The run's full :class:`RunResult` (jobs, samples), read from its file."""
-        data = json.loads(self.path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(self.path, "run file", limit=MAX_TRACE_BYTES))
         return RunResult.model_validate(data["result"])
 
 
 def _read_record(path: Path, fingerprint: str) -> RunRecord | None:
-    """The record at ``path`` if it is a finished run of this fingerprint, else None."""
+    """The record at ``path`` if it is a finished run of this fingerprint, else None (also
+    for anything that is not a regular file: a planted FIFO or device is not read)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "run file", limit=MAX_TRACE_BYTES))
         if data.get("fingerprint") != fingerprint or data.get("format") != FORMAT:
             return None
         return RunRecord(data["key"], data["scenario"], data["policy"], data["seed"],
                          RunSummary.model_validate(data["summary"]), data["elapsed_s"],
                          data.get("worker", ""), path)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (InputError, OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """A fresh file beside ``path`` (``O_EXCL | O_NOFOLLOW``, unpredictable name) renamed over
+    it: a link planted at the name is replaced, never written through."""
+    write_file_atomic(path, text, field="out")
 
 
 def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00:00",
@@ -490,16 +495,14 @@ class SweepOutcome:
     out: Path
 
 
-def _check_out(out: Path) -> Path:
-    if out.is_symlink():
-        raise InputError("is a symlink; give a real directory", source=str(out), field="out")
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a directory", source=str(out), field="out")
-    try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the output directory: {err.strerror}",
-                         source=str(out), field="out") from None
+def _check_out(out: Path, slurm: bool = False) -> Path:
+    """``--out`` and the folders the sweep writes into (``runs/``, with Slurm
+    ``slurm-logs/``): created if missing; a symlink or a non-directory at any of them is
+    refused, so a link planted at ``out/runs`` cannot redirect the run files."""
+    check_out_dir(str(out))
+    check_subdir(out, "runs")
+    if slurm:
+        check_subdir(out, "slurm-logs")
     return out
 
 
@@ -509,8 +512,8 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
               progress: TextIO | None = None) -> SweepOutcome:
     """Run every pending run of ``sweep``, then write results.csv and report.html."""
     t0 = time.perf_counter()
+    runs_dir = _check_out(out, slurm=bool(slurm)) / "runs"
     tasks = plan_runs(sweep, path)
-    runs_dir = _check_out(out) / "runs"
     records: dict[str, RunRecord] = {}
     for task in tasks:
         record = _read_record(runs_dir / f"{task.key}.json", task.fingerprint)
@@ -539,7 +542,7 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
     ordered = [records[t.key] for t in tasks]
     _write_atomic(out / "results.csv", _csv_text(ordered))
     if report:
-        from .report import write_report  # matplotlib loads only when a report is written
+        from .report import render_report  # matplotlib loads only when a report is written
 
         examples: dict[str, dict[str, RunResult]] = {}
         for r in ordered:
@@ -548,9 +551,8 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
         notes = [f"{len(tasks)} runs: {len(sweep.scenarios)} scenarios x "
                  f"{len(sweep.policies)} policies x {len(sweep.seeds)} seeds; results in "
                  "results.csv and runs/*.json beside this page."]
-        tmp = out / f".report.html.{os.getpid()}.tmp"
-        write_report(tmp, sweep.name or f"Sweep {path.name}", ordered, examples, notes)
-        os.replace(tmp, out / "report.html")
+        _write_atomic(out / "report.html", render_report(sweep.name or f"Sweep {path.name}",
+                                                         ordered, examples, notes))
     return SweepOutcome(ordered, len(tasks) - reused, reused, time.perf_counter() - t0, out)
 
 
@@ -564,6 +566,8 @@ def _workers_arg(text: str) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    check_path_text(args.file, "sweep file", field="file")
+    check_path_text(args.out, "output folder", field="out")
     path = Path(args.file)
     sweep = load_sweep(path)
     if args.scheduler and not args.scheduler.startswith(("tcp://", "tls://", "ucx://",

@@ -25,6 +25,8 @@ from typing import ParamSpec, TypeVar
 
 from gpuplan.models.errors import InputError
 
+from .input_files import MAX_TRACE_BYTES, read_text
+
 __all__ = [
     "Table",
     "gc_paused",
@@ -98,22 +100,6 @@ def source_label(path: str | Path) -> str:
     return str(path)
 
 
-def _read_text(path: Path) -> str:
-    """Whole file as text; every OS / decoding failure becomes an ``InputError`` naming the path."""
-    try:
-        # utf-8-sig drops a BOM that spreadsheet exports put before the first header name.
-        with path.open("r", encoding="utf-8-sig", newline="") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        raise InputError("file not found", source=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a file", source=str(path)) from None
-    except UnicodeDecodeError as err:
-        raise InputError(f"not UTF-8 text ({err.reason})", source=str(path)) from None
-    except OSError as err:
-        raise InputError(f"cannot read file ({err.strerror})", source=str(path)) from None
-
-
 def read_table(
     path: str | Path,
     *,
@@ -138,7 +124,9 @@ def read_table(
     """
     p = Path(path).expanduser()
     source = str(p)
-    text = _read_text(p)
+    # the one safe reader: a regular file only (never a device or FIFO), at most
+    # MAX_TRACE_BYTES, UTF-8 (a spreadsheet's byte-order mark dropped)
+    text = read_text(p, "trace file", limit=MAX_TRACE_BYTES, bom=True)
     reader = csv.reader(
         io.StringIO(text),
         delimiter=delimiter,

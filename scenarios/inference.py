@@ -30,7 +30,7 @@ Everything is seeded and deterministic.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +57,7 @@ from gpuplan.models.bounds import MAX_QPS, MAX_TIME_S
 from gpuplan.models.records import LoaningMetrics
 from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome, reclaim_metrics
 
+from .input_files import MAX_TRACE_BYTES, parse_structured, read_text
 from .mapping import map_rigid
 from .trace_job import TraceJob
 from .traces import resolve_trace_path
@@ -128,7 +129,8 @@ def load_qps(path: str | Path | None = None, step_s: float = 300.0,
         else:
             path = resolve_trace_path(SHARED_QPS)
     path = Path(path)
-    with path.open(newline="", encoding="utf-8") as fh:
+    text = read_text(path, "QPS series", limit=MAX_TRACE_BYTES, bom=True)
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         fields = reader.fieldnames or []
         if fields[:2] == ["t_s", "qps"]:
@@ -471,7 +473,9 @@ def loaning_scenario(
 
 
 def _testbed_spec(path: str | Path | None) -> dict:
-    return json.loads(Path(path or _data_file("aryl_testbed.json")).read_text())
+    where = Path(path or _data_file("aryl_testbed.json"))
+    return parse_structured(read_text(where, "Aryl testbed description"), str(where),
+                            json_only=True)
 
 
 def aryl_testbed_rows(seed: int = 0, path: str | Path | None = None) -> list[TraceJob]:

@@ -30,6 +30,7 @@ percent of ``B``), and the epoch ends are not rounded to whole seconds.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from gpuplan.models import Elasticity, InputError, JobSpec, ThroughputProfile
 
+from .input_files import MAX_TRACE_BYTES, read_text
 from .throughput_fit import FitResult, fit_pollux_params, pollux_samples, predict_step_time
 from .trace_job import TraceJob
 
@@ -64,7 +66,8 @@ class PolluxApp:
 
 
 def _read_csv(path: Path) -> list[dict[str, float]]:
-    with path.open(newline="") as fh:
+    text = read_text(path, "throughput table", limit=MAX_TRACE_BYTES, bom=True)
+    with io.StringIO(text, newline="") as fh:
         rows = list(csv.DictReader(fh))
     out = []
     for i, r in enumerate(rows, start=1):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import csv
-import json
+import io
 import math
 import re
 from collections import Counter
@@ -36,6 +36,8 @@ from pydantic import ValidationError
 
 from gpuplan.models.errors import InputError
 from gpuplan.models.throughput import Extrapolation, ThroughputProfile
+
+from .input_files import MAX_TRACE_BYTES, parse_structured, read_text
 
 __all__ = [
     "ColocationKey",
@@ -80,8 +82,8 @@ def _parse_sources(sources: Path) -> tuple[str, str]:
     """Upstream repository and commit from SOURCES.md rows ``| origin repo |`` / ``| commit |``."""
     repo = commit = ""
     try:
-        text = sources.read_text(encoding="utf-8")
-    except OSError:
+        text = read_text(sources, "SOURCES.md")
+    except InputError:
         return repo, commit
     for line in text.splitlines():
         low = line.lower()
@@ -120,12 +122,8 @@ def _number(value: object, *, source: str, field: str, row: int | None = None) -
 # --------------------------------------------------------------------------- Gavel
 def _load_gavel(path: Path | str) -> tuple[dict[str, dict[str, Any]], str]:
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror or err}", source=str(p)) from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"invalid JSON: {err.msg}", source=str(p), row=err.lineno) from None
+    text = read_text(p, "throughput table", limit=MAX_TRACE_BYTES)
+    data = parse_structured(text, str(p), json_only=True, line_as_row=True)
     if not isinstance(data, dict) or not data:
         raise InputError("expected an object {worker_type: {job key: entry}}", source=str(p))
     for worker, table in data.items():
@@ -294,7 +292,8 @@ def gavel_colocation(
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) pairs of a headed CSV whose header holds ``required``."""
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        text = read_text(path, "throughput table", limit=MAX_TRACE_BYTES, bom=True)
+        with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]
@@ -304,8 +303,6 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str
                     source=str(path), row=1, field=missing[0],
                 )
             rows = [(reader.line_num, row) for row in reader]
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror or err}", source=str(path)) from None
     except csv.Error as err:
         raise InputError(f"invalid CSV: {err}", source=str(path)) from None
     return rows
@@ -329,7 +326,7 @@ def _cell_float(row: dict[str, str], col: str, *, source: str, line: int) -> flo
 
 def _cell_int(row: dict[str, str], col: str, *, source: str, line: int) -> int:
     text = (row.get(col) or "").strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise InputError(
             f"expected a non-negative integer, got {text!r}", source=source, row=line, field=col
         )
@@ -352,7 +349,7 @@ def _pollux_tables(
     placements: dict[tuple[str, int], float] = {}
     for line, row in _read_csv(ppath, _PLACEMENT_COLS):
         placement = (row.get("placement") or "").strip()
-        if not placement.isdigit() or "0" in placement:
+        if not (placement.isascii() and placement.isdigit()) or "0" in placement:
             raise InputError(
                 f"placement must be digits 1-9 (GPUs per node), got {placement!r}",
                 source=str(ppath), row=line, field="placement",
@@ -493,10 +490,9 @@ def elasticflow_profile(
     p = Path(csv_path)
     where = str(p)
     try:
-        with p.open(newline="", encoding="utf-8") as fh:
+        text = read_text(p, "throughput table", limit=MAX_TRACE_BYTES, bom=True)
+        with io.StringIO(text, newline="") as fh:
             lines = list(csv.reader(fh))
-    except OSError as err:
-        raise InputError(f"cannot read file: {err.strerror or err}", source=where) from None
     except csv.Error as err:
         raise InputError(f"invalid CSV: {err}", source=where) from None
     if not lines or not lines[0] or lines[0][0].strip() != "global_batch_size":
@@ -505,7 +501,7 @@ def elasticflow_profile(
     counts: list[int] = []
     for name in lines[0][1:]:
         text = name.strip()
-        if not text.isdigit() or int(text) < 1:
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
             raise InputError(
                 f"GPU-count column must be an integer >= 1, got {text!r}",
                 source=where, row=1, field=text or "<empty>",
@@ -517,7 +513,7 @@ def elasticflow_profile(
         if not cells or not any(c.strip() for c in cells):
             continue
         text = cells[0].strip()
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise InputError(
                 f"expected an integer batch size, got {text!r}",
                 source=where, row=line_no, field="global_batch_size",

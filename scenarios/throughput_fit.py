@@ -203,7 +203,7 @@ def pollux_samples(model_dir: Path | str) -> list[PerfSample]:
     samples: list[PerfSample] = []
     for line, row in _read_csv(ppath, ("placement", "local_bsz", "step_time")):
         placement = (row.get("placement") or "").strip()
-        if not placement.isdigit() or "0" in placement:
+        if not (placement.isascii() and placement.isdigit()) or "0" in placement:
             raise InputError(
                 f"placement must be digits 1-9 (GPUs per node), got {placement!r}",
                 source=str(ppath), row=line, field="placement",

@@ -12,7 +12,8 @@ from typing import Any
 
 from gpuplan.models import InputError
 
-__all__ = ["as_int", "as_list", "as_number", "as_object", "as_str", "instance_object", "unique"]
+__all__ = ["as_int", "as_list", "as_number", "as_object", "as_record", "as_str", "instance_object",
+           "unique"]
 
 
 def as_object(x: Any, source: str, field: str) -> dict[str, Any]:
@@ -20,6 +21,16 @@ def as_object(x: Any, source: str, field: str) -> dict[str, Any]:
         raise InputError(f"must be a JSON object, got {type(x).__name__}", source=source,
                          field=field)
     return x
+
+
+def as_record(x: Any, source: str, field: str, known: tuple[str, ...]) -> dict[str, Any]:
+    """A JSON object whose keys are all in ``known``: an unknown key (a typo such as
+    ``"wieght"``) is refused naming it, not ignored (docs/solvers.md: unknown keys refused)."""
+    obj = as_object(x, source, field)
+    for key in obj:
+        if key not in known:
+            raise InputError(f"unknown field {key!r}", source=source, field=f"{field}.{key}")
+    return obj
 
 
 def instance_object(data: Any, source: str, required: tuple[str, ...],

@@ -20,7 +20,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_SIZES", "GENERATORS", "SIZE_MEANS", "generate", "instance_text"]
+__all__ = ["DEFAULT_SIZES", "GENERATORS", "MAX_SIZES", "SIZE_MEANS", "generate",
+           "instance_text"]
 
 Instance = dict[str, Any]
 
@@ -151,17 +152,24 @@ SIZE_MEANS = {"mckp": "groups", "reclaim": "loaned servers", "placement": "nodes
 DEFAULT_SIZES = {"mckp": 100, "reclaim": 100, "placement": 8, "packing": 50, "ojpp": 6}
 """``--size`` when none is given: solved by every exact solver in about a second here."""
 
+MAX_SIZES = {"mckp": 10_000, "reclaim": 5_000, "placement": 1_000, "packing": 10_000,
+             "ojpp": 1_000}
+"""Largest ``size`` drawn: at least five times the largest size the solver bench measures
+and beyond any decision the engine makes, while still drawn in seconds (reclaim's and
+placement's generators are quadratic in ``size``: reclaim at 5,000 takes about 6 s here;
+``--size 100000000`` used to grow memory without end)."""
+
 
 def generate(problem: str, size: int | None = None, seed: int = 0) -> Instance:
     """The instance of ``problem`` with ``size`` (default :data:`DEFAULT_SIZES`) and ``seed``.
 
-    ``problem`` must be a key of :data:`GENERATORS` and ``size`` >= 1 (``ValueError``
-    otherwise; the CLI checks both first and reports one-line input errors)."""
+    ``problem`` must be a key of :data:`GENERATORS` and ``size`` in [1, :data:`MAX_SIZES`]
+    (``ValueError`` otherwise; the CLI checks both first and reports one-line input errors)."""
     if problem not in GENERATORS:
         raise ValueError(f"no generator for {problem!r}")
     n = DEFAULT_SIZES[problem] if size is None else size
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"size must be an integer >= 1, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SIZES[problem]:
+        raise ValueError(f"size must be an integer in [1, {MAX_SIZES[problem]}], got {n!r}")
     # one stream per (problem, size, seed): a string seed is hashed by SHA-512, not hash()
     rng = random.Random(f"{problem}/{n}/{seed}")
     return GENERATORS[problem](n, rng)

@@ -24,7 +24,7 @@ from .common import (
     mip_defaults,
     solve_mip,
 )
-from .fields import as_int, as_list, as_number, as_object, as_str, instance_object, unique
+from .fields import as_int, as_list, as_number, as_record, as_str, instance_object, unique
 
 __all__ = ["EXACT", "HEURISTICS", "SOLVERS", "MckpFile", "check", "default_solvers", "load",
            "run"]
@@ -48,12 +48,12 @@ def load(data: Any, source: str) -> MckpFile:
     groups = []
     for gi, g in enumerate(as_list(obj["groups"], source, "groups")):
         where = f"groups[{gi}]"
-        g = as_object(g, source, where)
+        g = as_record(g, source, where, ("id", "items"))
         gid = as_str(g.get("id"), source, f"{where}.id")
         items = []
         for ii, it in enumerate(as_list(g.get("items"), source, f"{where}.items")):
             iw = f"{where}.items[{ii}]"
-            it = as_object(it, source, iw)
+            it = as_record(it, source, iw, ("weight", "value"))
             w = as_int(it.get("weight"), source, f"{iw}.weight", low=1)
             v = as_number(it.get("value"), source, f"{iw}.value", low=0.0)
             items.append((w, v))

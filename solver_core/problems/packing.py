@@ -24,7 +24,7 @@ from ..placement.network_packing import (
     regulation_options,
 )
 from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults
-from .fields import as_int, as_list, as_object, as_str, instance_object, unique
+from .fields import as_int, as_list, as_record, as_str, instance_object, unique
 
 __all__ = ["HEURISTICS", "SOLVERS", "PackingFile", "check", "default_solvers", "load", "run",
            "score"]
@@ -62,7 +62,7 @@ def load(data: Any, source: str) -> PackingFile:
     ids = []
     for ji, j in enumerate(as_list(obj["jobs"], source, "jobs")):
         where = f"jobs[{ji}]"
-        j = as_object(j, source, where)
+        j = as_record(j, source, where, ("id", "share", "allowed"))
         jid = as_str(j.get("id"), source, f"{where}.id")
         ids.append(jid)
         shares[jid] = as_int(j.get("share"), source, f"{where}.share", low=0)

@@ -21,7 +21,7 @@ from ..placement.reuse_exact import place_exact
 from ..placement.reuse_greedy import place_greedy
 from ..placement.reuse_problem import PlacementJob, PlacementProblem, reuse_score, score_key
 from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults
-from .fields import as_int, as_list, as_object, as_str, instance_object, unique
+from .fields import as_int, as_list, as_object, as_record, as_str, instance_object, unique
 
 __all__ = ["HEURISTICS", "SOLVERS", "check", "default_solvers", "load", "objective", "run"]
 
@@ -43,7 +43,7 @@ def load(data: Any, source: str) -> PlacementProblem:
     jobs = []
     for ji, j in enumerate(as_list(obj["jobs"], source, "jobs")):
         where = f"jobs[{ji}]"
-        j = as_object(j, source, where)
+        j = as_record(j, source, where, ("id", "count", "held", "nodes"))
         jid = as_str(j.get("id"), source, f"{where}.id")
         count = as_int(j.get("count"), source, f"{where}.count", low=1)
         held: dict[str, tuple[int, ...]] = {}

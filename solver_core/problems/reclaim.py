@@ -32,7 +32,7 @@ from .common import (
     mip_defaults,
     solve_mip,
 )
-from .fields import as_int, as_list, as_object, as_str, instance_object, unique
+from .fields import as_int, as_list, as_object, as_record, as_str, instance_object, unique
 
 __all__ = ["EXACT", "HEURISTICS", "SOLVERS", "ReclaimFile", "check", "default_solvers", "load",
            "preempted", "run"]
@@ -60,7 +60,7 @@ def load(data: Any, source: str) -> ReclaimFile:
     jobs = []
     for ji, j in enumerate(as_list(obj["jobs"], source, "jobs")):
         where = f"jobs[{ji}]"
-        j = as_object(j, source, where)
+        j = as_record(j, source, where, ("id", "gpus", "allowed"))
         jid = as_str(j.get("id"), source, f"{where}.id")
         gpus = {as_str(s, source, f"{where}.gpus"): as_int(g, source, f"{where}.gpus.{s}",
                                                            low=1)
