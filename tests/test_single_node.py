@@ -261,6 +261,14 @@ def _journal_rows(db: Path) -> dict[str, Any]:
         return journal.jobs()
 
 
+def _all_completed(states: dict[str, SlurmJob]) -> bool:
+    """Every job COMPLETED; a job that ended otherwise fails the test at once."""
+    ended = {n: f"{sj.state} {sj.reason}" for n, sj in states.items()
+             if sj.finished and sj.state != "COMPLETED"}
+    assert not ended, f"jobs ended without completing: {ended}"
+    return len(states) == 6 and all(sj.state == "COMPLETED" for sj in states.values())
+
+
 @pytest.mark.parametrize("policy", ["tiresias-l", "afs-l"])
 def test_single_node_jobs_are_never_split_on_the_lab(lab: SlurmLab, user: str, shared: Path,
                                                      clean_partition: None, policy: str) -> None:
@@ -294,9 +302,7 @@ def test_single_node_jobs_are_never_split_on_the_lab(lab: SlurmLab, user: str, s
         run.kill()
         assert run.wait(LAB_WAIT_S) == -signal.SIGKILL
         run = Controller(lab, db, log, args=args)
-        _wait("every job to complete", lambda: all(
-            sj.state == "COMPLETED" for sj in sample().values()) and len(ids) == 6,
-              LAB_WAIT_S, log)
+        _wait("every job to complete", lambda: _all_completed(sample()), LAB_WAIT_S, log)
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0
