@@ -92,6 +92,10 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                    help="file the shipped EpilogSlurmctld hook (epilog_wake.sh) rewrites when a "
                         "job ends: the controller polls at once when it changes (default "
                         f"{DEFAULT_WAKE_FILE}; 'none': poll every --interval only)")
+    p.add_argument("--arrival-check", type=_seconds_or_zero, default=0.25, metavar="S",
+                   help="between polls, look this often at slurmctld's count of submitted jobs "
+                        "(sdiag) and poll at once when it moved, so new jobs are decided on "
+                        "without waiting for the next poll (default 0.25; 0: no look)")
     p.add_argument("--heartbeat", default=None, metavar="PATH",
                    help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read "
                         "the same file")
@@ -164,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             policy=args.policy, state_db=state_db, partitions=partitions,
             interval_s=args.interval, heartbeat=heartbeat,
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
-            max_stall_s=args.max_stall, seed=args.seed,
+            max_stall_s=args.max_stall, seed=args.seed, arrival_check_s=args.arrival_check,
             wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
         return SlurmController(settings).run()
     except JournalError as err:
