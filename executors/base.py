@@ -14,7 +14,7 @@ from typing import Literal
 
 from gpuplan.models import ActiveJob, AllocationPlan, ClusterView, Event, PlanRefused
 from gpuplan.models.state import NO_OBSERVATIONS
-from gpuplan.solver_core.diff import check_actions
+from gpuplan.solver_core.diff import check_actions, check_shapes
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,8 @@ class Executor(ABC):
         ``built``: the engine built the actions itself from a delta on this very view (starts
         on GPUs its free index holds, preemptions of running jobs); on an executor that
         :attr:`trusts_built_plans` (the simulator) the per-GPU re-check
-        (:func:`check_actions`) is then skipped, the capability checks still run, and
+        (:func:`check_actions`) is then skipped, the capability checks and the node-shape
+        check (:func:`check_shapes`: no single-node job over two nodes) still run, and
         ``Engine.check_delta_plans`` turns the re-check back on (the tests do).
         """
         where = f"plan of {plan.policy} at t={plan.time:g}"
@@ -86,10 +87,11 @@ class Executor(ABC):
                     raise PlanRefused(
                         f"{where}: job {action.job_id} would get {action.after.share:g} of each "
                         f"GPU, but {type(self).__name__} cannot share GPUs between jobs")
-        if built and self.trusts_built_plans:
-            return
         try:
-            check_actions(view, plan)
+            if built and self.trusts_built_plans:
+                check_shapes(view, plan)  # the node-shape invariant holds on every executor
+            else:
+                check_actions(view, plan)
         except ValueError as err:
             raise PlanRefused(f"{where}: {err}") from None
 

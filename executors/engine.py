@@ -302,6 +302,21 @@ class Engine:
         self.pending.pop(job.id, None)
         job.status = "running"
         self.running[job.id] = job
+        self._note_shape(job.spec)
+
+    def add_pending(self, job: ActiveJob) -> None:
+        """Hold ``job`` as pending without an arrival (a held job a restarted controller
+        adopts with its journaled progress). Every way into the engine's books goes through
+        here, :meth:`adopt` or an arrival, so a job's node shape is always known to the
+        policy (``ClusterView.shaped``: the delta fast path and the shape guard read it)."""
+        job.status = "pending"
+        self.pending[job.id] = job
+        self._touched.add(job.id)
+        self._note_shape(job.spec)
+
+    def _note_shape(self, spec: JobSpec) -> None:
+        if spec.node_shape is not None:
+            self.shaped.add(spec.id)
 
     def _to_pending(self, job: ActiveJob, now: float) -> None:
         self._changes.left(job.id)
@@ -341,8 +356,7 @@ class Engine:
         job = ActiveJob(spec=spec, anchor_time=now, resume_time=now, pending_since=now)
         self.pending[spec.id] = job
         self._touched.add(spec.id)
-        if spec.node_shape is not None:
-            self.shaped.add(spec.id)
+        self._note_shape(spec)
 
     def _on_completion(self, job_id: str, now: float) -> None:
         job = self.running.get(job_id)

@@ -19,7 +19,14 @@ shared GPUs, in time proportional to the actions — every executor runs it thro
 
 from __future__ import annotations
 
-from gpuplan.models import SHARE_EPS, Action, AllocationPlan, ClusterView, JobAllocation
+from gpuplan.models import (
+    SHARE_EPS,
+    Action,
+    AllocationPlan,
+    ClusterView,
+    JobAllocation,
+    NodeShape,
+)
 from gpuplan.models.fast import construct
 
 from .policy import Decision, Delta
@@ -104,6 +111,38 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
     )
 
 
+PLACING = frozenset(("start", "resize", "migrate"))
+"""Actions that put a job on GPUs it did not hold: each must keep the job's node shape."""
+
+
+def shape_violation(job_id: str, kind: str, alloc: JobAllocation, shape: NodeShape) -> str:
+    """Why ``alloc`` breaks ``shape`` (one line: the job, the action, the nodes, the rule)."""
+    spread = ", ".join(f"{n}: {len(g)}" for n, g in sorted(alloc.placement.items()))
+    if shape.max_nodes is not None and len(alloc.placement) > shape.max_nodes:
+        rule = ("a single-node job (max_nodes=1)" if shape.max_nodes == 1
+                else f"limited to {shape.max_nodes} nodes (max_nodes={shape.max_nodes})")
+        return (f"job {job_id}: {kind} over {len(alloc.placement)} nodes ({spread} GPUs), "
+                f"but it is {rule}")
+    return (f"job {job_id}: {kind} on {spread} GPUs, but its node shape needs exactly "
+            f"{shape.gpus_per_node} GPUs on each node it uses (gpus_per_node)")
+
+
+def check_shapes(view: ClusterView, plan: AllocationPlan) -> None:
+    """Raise ``ValueError`` if an action places a job outside its ``node_shape`` (a
+    single-node job over two nodes, an N x G job with another count on a node). O(actions);
+    :func:`check_actions` makes the same check in its own pass, and executors run this alone
+    on the plans whose per-GPU check they skip (``Executor.trusts_built_plans``)."""
+    running, pending = view.running, view.pending
+    for a in plan.actions:
+        after = a.after
+        if after is None or a.kind not in PLACING:
+            continue
+        job = pending.get(a.job_id) if a.kind == "start" else running.get(a.job_id)
+        shape = job.spec.node_shape if job is not None else None
+        if shape is not None and not shape.allows(after.placement):
+            raise ValueError(shape_violation(a.job_id, a.kind, after, shape))
+
+
 def _check_gpus(view: ClusterView, job_id: str, alloc: JobAllocation) -> None:
     for node, gpus in alloc.placement.items():
         if node not in view.nodes:
@@ -140,9 +179,10 @@ def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
 
     Each action must name an active job in the right state (``start`` a pending job, the rest a
     running one, ``before`` its current allocation, ``after`` what the plan allocates), use
-    usable nodes and existing GPUs, and after all releases no GPU may hold more than one whole
-    job or shares summing past 1. Costs O(GPUs the actions touch), so executors run it on every
-    plan.
+    usable nodes and existing GPUs, keep the job's ``node_shape`` when it places the job (no
+    single-node job over two nodes: :func:`check_shapes`), and after all releases no GPU may
+    hold more than one whole job or shares summing past 1. Costs O(GPUs the actions touch), so
+    executors run it on every plan.
     """
     actions = plan.actions
     if not actions:
@@ -153,7 +193,8 @@ def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
     for a in actions:
         job_id, kind, before = a.job_id, a.kind, a.before
         if kind == "start":
-            if job_id not in pending:
+            job = pending.get(job_id)
+            if job is None:
                 raise ValueError(f"job {job_id}: start of a job that is not pending")
         else:
             job = running.get(job_id)
@@ -177,6 +218,9 @@ def check_actions(view: ClusterView, plan: AllocationPlan) -> None:
         if after.job_id != job_id:
             raise ValueError(f"job {job_id}: its allocation names job {after.job_id!r}")
         _check_gpus(view, job_id, after)
+        shape = job.spec.node_shape
+        if shape is not None and kind in PLACING and not shape.allows(after.placement):
+            raise ValueError(shape_violation(job_id, kind, after, shape))
         if before is not None:
             share = before.share
             for node, gpus in before.placement.items():

@@ -97,6 +97,10 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
                    help="file the shipped EpilogSlurmctld hook (epilog_wake.sh) rewrites when a "
                         "job ends: the controller polls at once when it changes (default "
                         f"{DEFAULT_WAKE_FILE}; 'none': poll every --interval only)")
+    p.add_argument("--arrival-check", type=_seconds_or_zero, default=0.25, metavar="S",
+                   help="between polls, look this often at slurmctld's count of submitted jobs "
+                        "(sdiag) and poll at once when it moved, so new jobs are decided on "
+                        "without waiting for the next poll (default 0.25; 0: no look)")
     p.add_argument("--heartbeat", default=None, metavar="PATH",
                    help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read "
                         "the same file")
@@ -178,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             interval_s=args.interval, heartbeat=heartbeat,
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
             max_stall_s=args.max_stall, seed=args.seed, restart_gate=args.restart_gate,
+            arrival_check_s=args.arrival_check,
             wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
         return SlurmController(settings, connect_timeout_s=args.connect_timeout).run()
     except UnsafeStatePath as err:  # a set-up error, found before anything was created

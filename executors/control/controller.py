@@ -460,9 +460,9 @@ class SlurmController:
                 continue
             ex.adopt_pending(spec, sj, stopped_at=wall if sj.restart_count else 0.0)
             done = row.done if row is not None else 0.0
-            engine.pending[eid] = ActiveJob(spec=spec, status="pending", done=done,
-                                            last_checkpoint_done=done, anchor_time=now,
-                                            resume_time=now, pending_since=now)
+            engine.add_pending(ActiveJob(spec=spec, status="pending", done=done,
+                                         last_checkpoint_done=done, anchor_time=now,
+                                         resume_time=now, pending_since=now))
             adopted_pending += 1
         # Journal jobs that are no longer the engine's: forgotten by Slurm, run to their end
         # under Slurm's scheduler after a fail-open, or unmarked by an operator.

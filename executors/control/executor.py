@@ -31,7 +31,7 @@ from ..base import Executor, ExecutorCapabilities
 from ..slurm.cli import SlurmCli, SlurmJob
 from ..slurm.executor import LaunchContext, SlurmExecutor, file_key
 from ..slurm.records import JobShape, TrackedJob, shape_counts
-from ..slurm.wake import WakeFile
+from ..slurm.wake import AnyWake, SubmitProbe, Wake, WakeFile
 from .failpoints import Failpoints
 from .journal import ActionIntent, Journal
 from .markers import allocation_counts, requested_type, slurm_shape
@@ -64,6 +64,10 @@ class ControllerSettings:
     wake_file: Path | None = None
     """File that Slurm's ``EpilogSlurmctld`` (the shipped ``epilog_wake.sh``) rewrites when a
     job ends; a change makes the controller poll at once (:mod:`gpuplan.executors.slurm.wake`)."""
+    arrival_check_s: float = 0.25
+    """Between polls, look this often at slurmctld's count of submitted jobs (``sdiag``) and
+    poll at once when it moved, so a new job's first decision does not wait for the next
+    poll (:class:`~gpuplan.executors.slurm.wake.SubmitProbe`); 0: no look."""
 
     @property
     def heartbeat_path(self) -> Path:
@@ -72,6 +76,12 @@ class ControllerSettings:
     @property
     def work_dir(self) -> Path:
         return self.state_db.with_name(self.state_db.name + ".d")
+
+
+PROBE_TIMEOUT_S = 2.0
+"""Bound of one look of the arrival probe (``sdiag``): a slurmctld that does not answer delays
+the idle loop's next poll or wake-up by at most this much per look (and after a few failed
+looks the probe rests, :class:`~gpuplan.executors.slurm.wake.SubmitProbe`)."""
 
 
 def never_submit(ctx: LaunchContext) -> list[str]:
@@ -103,6 +113,8 @@ class ControllerExecutor(Executor):
         self._typed: dict[str, bool] = {}
         self._shutdown = False
         self.plans = 0
+        self.arrivals: SubmitProbe | None = None
+        """The arrival probe (None with ``arrival_check_s`` 0); its ``wakes`` count is logged."""
         self.slurm = SlurmExecutor(
             cluster, (), cli=cli, state_dir=settings.work_dir, command=never_submit,
             protocol="exit", poll_interval_s=settings.interval_s,
@@ -111,8 +123,22 @@ class ControllerExecutor(Executor):
             epoch=journal.origin,  # one engine clock across controller restarts
             on_poll=on_poll, shape_hook=self._keep_untyped, stop_guard=self._journaled_stop,
             until=lambda: self._shutdown,
-            wake=WakeFile(settings.wake_file) if settings.wake_file is not None else None)
+            wake=self._wake(settings))
         self.jobs = self.slurm.jobs
+
+    def _wake(self, settings: ControllerSettings) -> Wake | None:
+        """What wakes the idle loop between polls: the epilog's wake file (a job ended) and
+        the arrival probe (a job was submitted)."""
+        sources: list[Wake] = []
+        if settings.wake_file is not None:
+            sources.append(WakeFile(settings.wake_file))
+        if settings.arrival_check_s > 0:
+            # Its own client with a short timeout: a hung look must not hold the idle loop.
+            probe_cli = SlurmCli(self.cli.env, timeout=PROBE_TIMEOUT_S, bindir=self.cli.bindir)
+            self.arrivals = SubmitProbe(lambda: probe_cli.run(["sdiag"]),
+                                        settings.arrival_check_s)
+            sources.append(self.arrivals)
+        return AnyWake(*sources) if sources else None
 
     # ------------------------------------------------------------------ Executor interface
     @property

@@ -81,7 +81,7 @@ from .launch import (
     standin_command,
 )
 from .records import ActionRecord, JobShape, Segment, TrackedJob
-from .wake import WakeFile
+from .wake import Wake
 
 WAKE_CHECK_S = 0.1
 """How often the idle loop looks at the wake file (a ``stat``): the added delay after a job's
@@ -113,8 +113,9 @@ class SlurmExecutor(Executor):
     ``epoch`` fixes the engine clock's origin (wall time), ``on_poll`` adds events after every
     poll, ``shape_hook`` adjusts the Slurm shape of an allocation, ``stop_guard`` wraps every
     checkpoint-stop, ``until`` replaces the end test (the run ends when it returns True), and
-    ``wake`` (a :class:`~.wake.WakeFile` that Slurm's ``EpilogSlurmctld`` rewrites) makes the
-    next poll happen as soon as a job ends instead of at the next interval.
+    ``wake`` (a :class:`~.wake.WakeFile` that Slurm's ``EpilogSlurmctld`` rewrites, or several
+    sources in a :class:`~.wake.AnyWake`, e.g. with the controller's arrival probe) makes the
+    next poll happen as soon as a job ends (or arrives) instead of at the next interval.
     """
 
     def __init__(
@@ -140,7 +141,7 @@ class SlurmExecutor(Executor):
         shape_hook: ShapeHook | None = None,
         stop_guard: StopGuard | None = None,
         until: Callable[[], bool] | None = None,
-        wake: WakeFile | None = None,
+        wake: Wake | None = None,
     ) -> None:
         self.cluster = cluster
         self.cli = cli
@@ -250,14 +251,17 @@ class SlurmExecutor(Executor):
             self._idle(max(0.01, min(self.poll_interval_s, due - time.time())))
 
     def _idle(self, pause: float) -> None:
-        """Sleep ``pause`` seconds; with a wake file, poll at once when it changes."""
+        """Sleep ``pause`` seconds; with a wake source, poll at once when it says so. Returns
+        early when ``until`` turns True (a SIGTERM'd controller with a long ``--interval``
+        must not sleep out the interval before exiting)."""
         if self.wake is None:
             time.sleep(pause)
             return
         end = time.time() + pause
+        until = self.until
         while not self.wake.changed():
             left = end - time.time()
-            if left <= 0:
+            if left <= 0 or (until is not None and until()):
                 return
             time.sleep(min(WAKE_CHECK_S, left))
         self._next_poll = min(self._next_poll, max(time.time(), self._last_poll + WAKE_MIN_GAP_S))

@@ -152,9 +152,12 @@ class ServerBook:
         steal: bool = False,
         partial: bool = False,
         prefer: Iterable[str] = (),
+        one_node: bool = False,
     ) -> Placement | None:
         """Place ``workers`` workers of ``per_worker`` GPUs on ``nodes``; commit and return
         {node: GPUs}. All or nothing unless ``partial`` (then possibly fewer, possibly {}).
+        ``one_node``: every worker on one server (a single-node job, ``max_nodes=1``), or
+        none when no server of ``nodes`` holds them all.
 
         ``prefer`` nodes (e.g. where the job already has flexible workers) are filled first.
         Empty servers are taken in name order for base workers and reverse order for flexible
@@ -186,6 +189,8 @@ class ServerBook:
                 plan[best] = left
                 room[best] -= left * per_worker
                 left = 0
+        if one_node and (left or len(plan) > 1):
+            return None
         while left:
             cands = [n for n, r in room.items() if r >= per_worker]
             if not cands:

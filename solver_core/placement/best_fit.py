@@ -220,7 +220,11 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
         return None
     pending = view.pending
     for j, _ in wants:  # a loop, not any(genexpr): usually one job
-        if pending[j].spec.gpu_type is not None:
+        spec = pending[j].spec
+        # A shaped job is placed by best_fit_placement (take_shaped), never here: checked per
+        # job as well as through view.shaped, so a view whose shaped set missed a job (one
+        # put into the books some other way) cannot split it over nodes.
+        if spec.gpu_type is not None or spec.node_shape is not None:
             return None
     free = view.free
     left: dict[str, list[int]] = {}

@@ -117,6 +117,14 @@ def _worker_size(job: ActiveJob, gpus: int) -> int:
     return d if gpus % d == 0 else 1
 
 
+def _single_node(job: ActiveJob) -> bool:
+    """The job's GPUs must all be on one server (``node_shape.max_nodes == 1``): Aryl places
+    its base workers on one server and its flexible workers only beside them, instead of
+    leaving the shape guard to drop a split placement (which starved such jobs)."""
+    shape = job.spec.node_shape
+    return shape is not None and shape.max_nodes == 1
+
+
 class ArylPolicy:
     """Aryl's job scheduler (see module docstring)."""
 
@@ -268,7 +276,7 @@ class ArylPolicy:
                     if book.free_count(cands) + (book.soft_count(cands) if steal else 0) < demand:
                         continue
                     placed = book.place(job.id, demand // d, d, cands, "base", relax=relax,
-                                        steal=steal)
+                                        steal=steal, one_node=_single_node(job))
                     if placed is not None:
                         break
                 if placed is not None:
@@ -465,6 +473,9 @@ class ArylPolicy:
                 if workers <= 0:
                     break
                 cands = [n for n in pool_nodes if want is None or nodes[n].gpu_type == want]
+                if _single_node(job):  # flexible workers only beside its base ones
+                    base = book.holdings(job.id)
+                    cands = [n for n in cands if n in base]
                 got = book.place(job.id, workers, d, cands, "flex", partial=True, prefer=prefer)
                 workers -= sum(len(g) for g in (got or {}).values()) // d
             # a partial placement may end between allowed counts (e.g. powers of two): trim
