@@ -222,8 +222,10 @@ def _policies(sweep: SweepFile, source: str) -> tuple[list[str], dict[str, dict[
 def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
     """Every run of ``sweep`` (read from ``path``), in report order: scenario, policy, seed.
 
-    Every policy is built once per scenario here, so a typo fails in a second, not after
-    hours of simulation on a cluster.
+    Every policy is built once per scenario here, and every run's scenario is built and
+    checked against the work budget (:func:`_check_runs`), so a typo or an override asking for
+    too much work fails in one line before any run starts, not after hours of simulation on
+    a cluster.
     """
     source = str(path)
     policies, configs = _policies(sweep, source)
@@ -262,7 +264,32 @@ def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
                 key = f"{_stem(label)}__{_stem(policy)}__seed{seed}"
                 tasks.append(RunTask(key, label, policy, seed, run_spec, base,
                                      _fingerprint(run_spec, base, policy, seed)))
+    _check_runs(tasks, source)
     return tasks
+
+
+def _check_runs(tasks: Sequence[RunTask], source: str) -> None:
+    """Build every distinct run scenario once (jobs, cluster, loan events, work budget) before
+    any run starts. Why: an override such as ``engine.sample_interval_s: 1e-9`` is valid on
+    its own and only the built scenario shows it would never end; found inside a worker it
+    came after the progress line and the first runs. The refusal names the sweep file, the
+    run and the field (and the file and row inside, for a file the scenario names).
+    The in-process runs reuse what was built here (``_PREPARED``)."""
+    seen: set[str] = set()
+    for task in tasks:
+        key = json.dumps([task.spec.model_dump(mode="json"), task.base], sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            _prepare(task.spec, task.base)
+        except InputError as err:
+            if err.source is None:
+                raise InputError(f"run {task.key}: {err.message}", source=source,
+                                 row=err.row, field=err.field) from None
+            raise InputError(f"run {task.key}: {err}", source=source) from None
+        except GpuplanError as err:
+            raise InputError(f"run {task.key}: {err}", source=source) from None
 
 
 # --------------------------------------------------------------------------- execution

@@ -44,6 +44,7 @@ from .input_files import parse_structured, read_text
 from .trace_job import TraceJob
 from .traces import resolve_trace_path
 from .work_budget import check as check_budget
+from .work_budget import check_jobs
 from .work_budget import estimate as estimate_work
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ def load_rows(workload: WorkloadSpec, base: Path | None, seed: int) -> list[Trac
         if missing:
             raise InputError(f"synthetic workloads need {', '.join(missing)}",
                              field=f"workload.{missing[0]}")
+        check_jobs(workload.jobs, source=None, field="workload.jobs")  # type: ignore[arg-type]
         return synthetic_jobs(
             workload.jobs,  # type: ignore[arg-type]
             workload.arrival_rate_per_h,  # type: ignore[arg-type]

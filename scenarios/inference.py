@@ -478,11 +478,44 @@ def _testbed_spec(path: str | Path | None) -> dict:
                             json_only=True)
 
 
+def _testbed_number(jspec: dict, key: str, where: str, *, integer: bool = False,
+                    low: float = 0.0) -> float:
+    """``jobs.<key>`` of a testbed description: a finite number >= ``low`` (an integer when
+    ``integer``), else one line naming the file and the field."""
+    value = jspec.get(key)
+    ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok or not (math.isfinite(value) and value >= low):
+        kind = "an integer" if integer else "a finite number"
+        raise InputError(f"must be {kind} >= {low:g}, got {value!r}", source=where,
+                         field=f"jobs.{key}")
+    return value
+
+
+def _testbed_jobs(spec: dict, where: str) -> dict:
+    """The ``jobs`` block of a testbed description, its counts checked before anything is
+    generated. Why: ``count`` 1.8e16 made numpy allocate until MemoryError, reported without
+    the file; the count is checked against the work budget's ``jobs``."""
+    from .work_budget import check_jobs
+
+    jspec = spec.get("jobs") if isinstance(spec, dict) else None
+    if not isinstance(jspec, dict):
+        raise InputError("must be a mapping", source=where, field="jobs")
+    n = _testbed_number(jspec, "count", where, integer=True, low=1)
+    check_jobs(int(n), source=where, field="jobs.count")
+    elastic = _testbed_number(jspec, "elastic", where, integer=True)
+    if elastic > n:
+        raise InputError(f"{elastic} elastic jobs of {n}", source=where, field="jobs.elastic")
+    if _testbed_number(jspec, "submit_span_s", where) > MAX_TIME_S:
+        raise InputError(f"must be at most {MAX_TIME_S:g} s", source=where,
+                         field="jobs.submit_span_s")
+    return jspec
+
+
 def aryl_testbed_rows(seed: int = 0, path: str | Path | None = None) -> list[TraceJob]:
     """The testbed's training jobs as trace rows (``jobs`` of ``data/aryl_testbed.json``):
     uniform submissions over the span, sizes from the mix, log-uniform durations, all drawn
     from ``numpy.random.default_rng(seed)``. The rows :func:`aryl_testbed` maps."""
-    jspec = _testbed_spec(path)["jobs"]
+    jspec = _testbed_jobs(_testbed_spec(path), str(path or _data_file("aryl_testbed.json")))
     rng = np.random.default_rng(seed)
     n = int(jspec["count"])
     sizes = sorted((int(k), float(v)) for k, v in jspec["size_mix"].items())

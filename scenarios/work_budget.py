@@ -37,6 +37,9 @@ Counts (each compared with its :class:`Budget` limit, the field named in the ref
   every server between the pools;
 * events ``2 x jobs + rounds + loan steps`` (arrivals, completions, timers, loan events;
   named by the largest part);
+* jobs, the workload's (``workload.max_jobs``); a generated workload's declared count
+  (synthetic ``workload.jobs``, the Aryl testbed's ``jobs.count``) is checked before it is
+  generated;
 * candidate sizes ``sum over jobs of min(GPU counts it may run at, usable GPUs)``: what one
   decision's solver may have to consider when every job is active (``elasticity.allowed`` or
   the elasticity range of the largest contributor).
@@ -51,8 +54,8 @@ from dataclasses import dataclass
 from gpuplan.models import Cluster, InputError, JobSpec, Node, ScenarioSpec
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
 
-__all__ = ["Budget", "DEFAULT_BUDGET", "WorkEstimate", "check", "estimate", "horizon_s",
-           "job_span_s"]
+__all__ = ["Budget", "DEFAULT_BUDGET", "WorkEstimate", "check", "check_jobs", "estimate",
+           "horizon_s", "job_span_s"]
 
 DEFAULT_LOAN_STEP_S = 300.0
 """``loaning.step_s``'s default: a step at or above it is not what makes a run long."""
@@ -80,6 +83,11 @@ class Budget:
     """Arrivals, completions, round timers and loan events together."""
     candidates: int = 20_000_000
     """Sum over jobs of the GPU counts each may run at (clipped to the usable GPUs)."""
+    jobs: int = 1_000_000
+    """Jobs a workload generates (synthetic ``jobs``, Aryl testbed ``jobs.count``) or keeps:
+    each job is a few kB of rows, specs and results (10 million generated grew memory by more
+    than 1.5 GiB before any other check); 1 million is ten times the Philly trace. Checked on
+    the *declared* count before anything is generated (:func:`check_jobs`)."""
 
 
 DEFAULT_BUDGET = Budget()
@@ -191,6 +199,15 @@ def estimate(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
                         candidates=candidates, candidates_job=biggest)
 
 
+def check_jobs(count: int, *, source: str | None, field: str,
+               budget: Budget = DEFAULT_BUDGET) -> None:
+    """Refuse a workload declaring more than ``budget.jobs`` jobs, before generating them."""
+    if count > budget.jobs:
+        raise InputError(
+            f"{count:,} jobs exceed the work budget of {budget.jobs:,} jobs (docs/cli.md, work "
+            "budget)", source=source, field=field)
+
+
 def _loan_field(spec: ScenarioSpec) -> str:
     """The loaning field to change for too many loan steps: a step below its default is the
     cause; otherwise the span (an explicit horizon, else the period that sets the default)."""
@@ -207,6 +224,7 @@ def check(spec: ScenarioSpec, work: WorkEstimate, budget: Budget = DEFAULT_BUDGE
     exceeds ``budget``. ``job_field`` = (source, row, field) locates the job contributing most
     candidate sizes, for that refusal; default ``workload``."""
     h = f"{work.horizon_s:.4g} s"
+    check_jobs(work.jobs, source=None, field="workload.max_jobs", budget=budget)
     if work.samples > budget.samples:
         raise InputError(
             f"{work.samples:.3g} metric samples (horizon estimate {h} / sample_interval_s "

@@ -26,7 +26,14 @@ from gpuplan.api import prepare, run
 from gpuplan.models import Cluster, InputError, JobSpec, ScenarioSpec, ThroughputProfile
 from gpuplan.models.bounds import MAX_OVERHEAD_S, SIMULATION_HORIZON_S
 from gpuplan.scenarios.build import _usable_nodes, embedded_scenarios
-from gpuplan.scenarios.work_budget import Budget, check, estimate, horizon_s, job_span_s
+from gpuplan.scenarios.work_budget import (
+    Budget,
+    check,
+    check_jobs,
+    estimate,
+    horizon_s,
+    job_span_s,
+)
 
 HANG_S = 120
 """A CLI call still running after this is a hang (each one here takes about a second)."""
@@ -161,11 +168,66 @@ def test_sweep_override_goes_through_the_budget(capsys, tmp_path: Path) -> None:
         "policies": ["fifo"]}))
     code, _, err = _cli(capsys, "sweep", str(sweep), "--out", str(tmp_path / "out"),
                         "--workers", "1")
-    # the progress line, then one error line naming the run and the field
-    last = err.splitlines()[-1]
-    assert code == 2 and last.startswith("error: ") and "run tiny__fifo__seed0" in last, err
-    assert "'engine.sample_interval_s'" in last and "work budget" in last
-    assert "Traceback" not in err and "internal error" not in err
+    # one line, before any run and its progress line, naming the sweep file, run and field
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert str(sweep) in err and "run tiny__fifo__seed0" in err, err
+    assert "'engine.sample_interval_s'" in err and "work budget" in err
+    runs = tmp_path / "out" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_sweep_rule_override_is_refused_before_any_run(capsys, tmp_path: Path) -> None:
+    """A top-level ``overrides`` rule for one seed only: the seeds before it would have run
+    (and printed progress) before the refusal; now nothing runs."""
+    scenario = _write(tmp_path, TINY, "tiny.yaml")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "scenarios": [str(scenario)], "policies": ["fifo"], "seeds": [0, 1, 2, 3],
+        "overrides": [{"seed": 3, "set": {"engine.sample_interval_s": 1e-9}}]}))
+    code, _, err = _cli(capsys, "sweep", str(sweep), "--out", str(tmp_path / "out"),
+                        "--workers", "1")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert str(sweep) in err and "run tiny__fifo__seed3" in err, err
+    assert "'engine.sample_interval_s'" in err
+    runs = tmp_path / "out" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_generated_workload_is_budgeted_on_its_declared_count(capsys, tmp_path: Path) -> None:
+    """Ten million synthetic jobs (the model's bound) grew memory by more than 1.5 GiB before
+    the budget saw them: the declared count is now checked before anything is generated."""
+    doc = {**TINY, "workload": {"source": "synthetic", "jobs": 10_000_000,
+                                "arrival_rate_per_h": 10, "mean_duration_s": 60}}
+    err = _refused(capsys, _write(tmp_path, doc), "workload.jobs")
+    assert "1,000,000 jobs" in err
+    with pytest.raises(InputError, match="work budget"):
+        check_jobs(Budget().jobs + 1, source=None, field="workload.jobs")
+    check_jobs(Budget().jobs, source=None, field="workload.jobs")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("count", 1.8402052446610772e16),
+    ("count", 10_000_000),
+    ("count", 6.5),
+    ("count", 0),
+    ("count", True),
+    ("elastic", 181),
+    ("elastic", "1"),
+    ("submit_span_s", float("inf")),
+])
+def test_aryl_testbed_counts_are_checked_naming_the_file(capsys, tmp_path: Path, field: str,
+                                                         value: Any) -> None:
+    """``jobs.count`` 1.8e16 in an Aryl testbed file was refused only as "input too large
+    (MemoryError)", naming no file."""
+    from gpuplan.scenarios.inference import _data_file
+
+    testbed = json.loads(_data_file("aryl_testbed.json").read_text())
+    testbed["jobs"][field] = value
+    data = tmp_path / "testbed.json"
+    data.write_text(json.dumps(testbed))
+    doc = {**TINY, "cluster": {"nodes": 4, "gpus_per_node": 8, "gpu_type": "v100"},
+           "workload": {"source": "aryl_testbed", "path": str(data), "mapping": "aryl"}}
+    _refused(capsys, _write(tmp_path, doc), f"jobs.{field}", file=data)
 
 
 @pytest.mark.parametrize(("field", "value"), [
