@@ -85,7 +85,10 @@ def _check_out(text: str | None) -> Path | None:
     """``--out``, checked before anything runs (a run must not end in an error it could have
     had at the start): a directory, created if missing; an existing non-directory or a
     symlink is refused (a planted link would redirect every file we write)."""
-    return check_out_dir(text) if text else None
+    if text is None:
+        return None
+    check_path_text(text, "output folder", field="out")  # '' is refused, not read as "."
+    return check_out_dir(text)
 
 
 def _check_scenario(text: str) -> str:

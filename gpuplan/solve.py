@@ -29,7 +29,7 @@ from rich.table import Table
 
 from gpuplan.executors.control.command import seed_arg
 from gpuplan.models import InputError
-from gpuplan.models.bounds import MAX_SEED
+from gpuplan.models.bounds import MAX_SEED, MAX_TIME_S
 from gpuplan.models.ojpp import load_ojpp
 from gpuplan.scenarios.input_files import check_path_text, parse_structured, read_text
 from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits
@@ -231,7 +231,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     solvers = _solver_list(args.solvers)
     # --out before anything runs: a bad folder must not cost the solvers' time first
     out = None
-    if args.out and not (args.generate and args.instance is not None):
+    if args.out is not None and not (args.generate and args.instance is not None):
         check_path_text(args.out, "output folder", field="out")
         out = check_out_dir(args.out)
     generated = _generated(args)
@@ -239,9 +239,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         print(f"wrote {generated[1]}")
         return 0
     if args.time_limit is not None and not (math.isfinite(args.time_limit)
-                                            and args.time_limit > 0):
-        raise InputError(f"must be a finite number > 0, got {args.time_limit}",
-                         field="time-limit")
+                                            and 0 < args.time_limit <= MAX_TIME_S):
+        raise InputError(f"must be a number of seconds in (0, {MAX_TIME_S:.0f}] (20 years), "
+                         f"got {args.time_limit:g}", field="time-limit")
     limits = SolveLimits.wall(args.time_limit if args.time_limit else DEFAULT_TIME_LIMIT_S)
     if generated is None:
         name = args.instance

@@ -6,6 +6,8 @@ without reading a traceback. The CLI catches :class:`GpuplanError` and prints ``
 
 from __future__ import annotations
 
+import unicodedata
+
 
 class GpuplanError(Exception):
     """Base class for every error gpuplan reports to a user."""
@@ -34,7 +36,21 @@ class InputError(GpuplanError):
         if field:
             where.append(f"field '{field}'")
         prefix = (", ".join(where) + ": ") if where else ""
-        super().__init__(prefix + message)
+        super().__init__(one_line(prefix + message))
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character (``\\n``, ``\\r``, ESC, ...) and line or
+    paragraph separator (U+2028, U+2029) written as its ``repr`` escape: a refusal is one line
+    even when it echoes a key or a value the user gave (a YAML key holding a newline forged a
+    second ``error:`` line). Other characters, format ones included, stay as they are, so a
+    refusal still quotes a path such as ``scénario \u202e.yaml`` exactly as the user typed it."""
+    if text.isprintable():
+        return text
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in _ESCAPED else c for c in text)
+
+
+_ESCAPED = frozenset({"Cc", "Zl", "Zp"})
 
 
 class InfeasibleError(GpuplanError):

@@ -40,7 +40,7 @@ from gpuplan.models import (
     WorkloadSpec,
 )
 
-from .input_files import parse_structured, read_text
+from .input_files import check_regular_file, parse_structured, read_text
 from .trace_job import TraceJob
 from .traces import resolve_trace_path
 from .work_budget import check as check_budget
@@ -110,11 +110,29 @@ def resolve_scenario(name_or_path: str) -> tuple[ScenarioSpec, Path]:
     return load_scenario_file(path), path.parent
 
 
+def _secondary(err: InputError, field: str) -> InputError:
+    """A refusal of a file the scenario names (``workload.path``, ``loaning.qps``) as a
+    refusal of the scenario's ``field``, the secondary path kept in the message. Its source is
+    left empty so that the caller (``api.in_file``) puts the scenario file in front: the user
+    learns which file and which field to fix, not only that ``/dev/zero`` is a device."""
+    inner = ", ".join(part for part in (err.source, None if err.row is None else f"row {err.row}",
+                                        None if not err.field else f"field '{err.field}'")
+                      if part)
+    return InputError(f"{inner}: {err.message}" if inner else err.message, field=field)
+
+
 def _trace_path(workload: WorkloadSpec, base: Path | None) -> Path:
+    """The trace file ``workload.path`` names: found, and a regular file (checked before a
+    loader opens it, so a device or a FIFO is refused naming the scenario's field)."""
     if not workload.path:
         raise InputError(f"workload.path is required for source {workload.source!r}",
                          field="workload.path")
-    return resolve_trace_path(workload.path, base)
+    try:
+        path = resolve_trace_path(workload.path, base)
+        check_regular_file(path, "trace file")
+    except InputError as err:
+        raise _secondary(err, "workload.path") from None
+    return path
 
 
 def load_rows(workload: WorkloadSpec, base: Path | None, seed: int) -> list[TraceJob]:
@@ -379,8 +397,10 @@ def _loan_events(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
     assert loan is not None
     try:
         path = resolve_trace_path(loan.qps, base) if loan.qps else None
+        if path is not None:
+            check_regular_file(path, "QPS series")
     except InputError as err:
-        raise InputError(err.message, source=err.source, field="loaning.qps") from None
+        raise _secondary(err, "loaning.qps") from None
     try:
         series = load_qps(path, step_s=loan.qps_step_s, request_types=loan.request_types)
     except (ValueError, KeyError, TypeError) as err:

@@ -28,6 +28,7 @@ from gpuplan.models import InputError
 from gpuplan.models.bounds import MAX_INPUT_BYTES
 
 __all__ = ["MAX_NAME_BYTES", "MAX_PATH_BYTES", "MAX_TRACE_BYTES", "check_path_text",
+           "check_regular_file",
            "parse_structured", "read_bytes", "read_stdin", "read_text"]
 
 MAX_TRACE_BYTES = 1 << 30
@@ -67,6 +68,8 @@ def check_path_text(text: str, what: str, field: str | None = None,
     the OS allows) before any ``exists()`` or ``stat`` call sees it: those raise on such text
     (``ENAMETOOLONG``, ``ValueError``) instead of answering "no such file"."""
     shown = text if len(text) <= 60 else text[:57] + "..."
+    if not text:  # Path("") is ".": `--out ''` silently wrote into the working directory
+        raise InputError(f"{what} is empty; give a path", source=source, field=field)
     try:
         raw = os.fsencode(text)
     except UnicodeError:
@@ -81,18 +84,27 @@ def check_path_text(text: str, what: str, field: str | None = None,
                          source=source, field=field)
 
 
-def read_bytes(path: Path | str, what: str, *, limit: int = MAX_INPUT_BYTES,
-               field: str | None = None) -> bytes:
-    """The bytes of ``path``: a regular file (a link to one is followed) of at most ``limit``
-    bytes; anything else is one :class:`InputError` naming the file (and ``field``)."""
+def check_regular_file(path: Path | str, what: str, *,
+                       field: str | None = None) -> os.stat_result:
+    """``path``'s status if it is a regular file (a link to one is followed); a missing file,
+    a directory, a device or a FIFO is one :class:`InputError`, found by ``stat`` alone (a
+    FIFO nobody writes would block an ``open``)."""
     try:
-        before = os.stat(path)
+        info = os.stat(path)
     except OSError as err:
         raise _os_error(what, err, path, field) from None
     except ValueError:  # a NUL byte in the name
         raise _refuse(f"cannot read {what}: not a valid file name", path, field) from None
-    if not stat.S_ISREG(before.st_mode):
-        raise _not_regular(what, before.st_mode, path, field)
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(what, info.st_mode, path, field)
+    return info
+
+
+def read_bytes(path: Path | str, what: str, *, limit: int = MAX_INPUT_BYTES,
+               field: str | None = None) -> bytes:
+    """The bytes of ``path``: a regular file (a link to one is followed) of at most ``limit``
+    bytes; anything else is one :class:`InputError` naming the file (and ``field``)."""
+    before = check_regular_file(path, what, field=field)
     if before.st_size > limit:
         raise _refuse(f"{what} is {before.st_size} bytes; at most {limit} are read", path,
                       field)

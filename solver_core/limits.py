@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpuplan.models.bounds import MAX_TIME_S
 from gpuplan.models.errors import InputError
 
 __all__ = ["DEFAULT_TIME_LIMIT_S", "POLICY_WALL_GUARD_S", "SolveLimits", "resolve_limits"]
@@ -58,10 +59,12 @@ class SolveLimits:
     """Branch-and-bound node limit for SCIP, HiGHS and PuLP-CBC; None: none."""
 
     def __post_init__(self) -> None:
+        # at most MAX_TIME_S (20 years): MathOpt's timedelta conversion overflows a C int
+        # (an internal error) a little above 2**31 days
         if not (isinstance(self.wall_s, (int, float)) and math.isfinite(self.wall_s)
-                and self.wall_s > 0):
-            raise InputError(f"time limit must be a finite number > 0 seconds, got "
-                             f"{self.wall_s!r}", field="time_limit_s")
+                and 0 < self.wall_s <= MAX_TIME_S):
+            raise InputError(f"time limit must be a number of seconds in (0, {MAX_TIME_S:.0f}],"
+                             f" got {self.wall_s!r}", field="time_limit_s")
         if self.work_s is not None and not (isinstance(self.work_s, (int, float))
                                             and math.isfinite(self.work_s) and self.work_s > 0):
             raise InputError(f"work limit must be a finite number > 0, got {self.work_s!r}",

@@ -150,7 +150,8 @@ def test_dev_zero_as_qps_in_a_real_process(tmp_path: Path) -> None:
                           timeout=300, check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: /dev/zero: QPS series is not a regular file (a device)"], proc.stderr
+        f"error: {scenario}, field 'loaning.qps': /dev/zero: QPS series is not a regular file "
+        "(a device)"], proc.stderr
 
 
 def test_the_reader_checks_size_before_reading(tmp_path: Path) -> None:

@@ -60,12 +60,17 @@ def as_str(x: Any, source: str, field: str) -> str:
     return x
 
 
-def as_int(x: Any, source: str, field: str, *, low: int | None = None) -> int:
-    """An integer (not a float such as 2.0, not a bool) that is at least ``low``."""
+def as_int(x: Any, source: str, field: str, *, low: int | None = None,
+           high: int | None = None) -> int:
+    """An integer (not a float such as 2.0, not a bool) in [``low``, ``high``]."""
     if isinstance(x, bool) or not isinstance(x, int):
         raise InputError(f"must be an integer, got {x!r}", source=source, field=field)
     if low is not None and x < low:
         raise InputError(f"must be >= {low}, got {x}", source=source, field=field)
+    if high is not None and x > high:
+        shown = str(x) if x.bit_length() < 128 else f"an integer of {x.bit_length()} bits"
+        raise InputError(f"must be <= {high} (docs/solvers.md, bounds), got {shown}",
+                         source=source, field=field)
     return x
 
 

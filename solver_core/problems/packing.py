@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from gpuplan.models import InputError, SolverStats
+from gpuplan.models.bounds import MAX_GPUS_PER_NODE
 
 from ..limits import SolveLimits
 from ..placement.network_packing import (
@@ -30,6 +31,11 @@ __all__ = ["HEURISTICS", "SOLVERS", "PackingFile", "check", "default_solvers", "
            "score"]
 
 HEURISTICS = ("greedy-deficit", "greedy-marginal")
+
+MAX_PACKING_GPUS = 1 << 16
+"""Largest ``capacity``, ``share`` and ``allowed`` count: every solver enumerates each job's
+legal counts up to the capacity (65,536 GPUs with ``unit`` 1 already takes seconds; 10^20
+overflowed a C integer inside the solvers: an internal error). Bounds: docs/solvers.md."""
 SOLVERS = (*MIP_SOLVERS, *HEURISTICS)
 
 
@@ -55,8 +61,8 @@ class PackingFile:
 
 def load(data: Any, source: str) -> PackingFile:
     obj = instance_object(data, source, ("unit", "capacity", "jobs"))
-    unit = as_int(obj["unit"], source, "unit", low=1)
-    capacity = as_int(obj["capacity"], source, "capacity", low=0)
+    unit = as_int(obj["unit"], source, "unit", low=1, high=MAX_GPUS_PER_NODE)
+    capacity = as_int(obj["capacity"], source, "capacity", low=0, high=MAX_PACKING_GPUS)
     shares: dict[str, int] = {}
     allowed: dict[str, tuple[int, ...] | None] = {}
     ids = []
@@ -65,11 +71,12 @@ def load(data: Any, source: str) -> PackingFile:
         j = as_record(j, source, where, ("id", "share", "allowed"))
         jid = as_str(j.get("id"), source, f"{where}.id")
         ids.append(jid)
-        shares[jid] = as_int(j.get("share"), source, f"{where}.share", low=0)
+        shares[jid] = as_int(j.get("share"), source, f"{where}.share", low=0, high=MAX_PACKING_GPUS)
         allowed[jid] = None
         if "allowed" in j:
             counts = as_list(j["allowed"], source, f"{where}.allowed")
-            allowed[jid] = tuple(as_int(a, source, f"{where}.allowed[{k}]", low=1)
+            allowed[jid] = tuple(as_int(a, source, f"{where}.allowed[{k}]", low=1,
+                                        high=MAX_PACKING_GPUS)
                                  for k, a in enumerate(counts))
             if not counts:
                 raise InputError("must not be empty (omit it: any count)", source=source,

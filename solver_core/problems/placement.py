@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from gpuplan.models import InputError, SolverStats
+from gpuplan.models.bounds import MAX_GPUS, MAX_GPUS_PER_NODE
 
 from ..limits import SolveLimits
 from ..placement.reuse_exact import place_exact
@@ -32,8 +33,9 @@ SOLVERS = (*MIP_SOLVERS, *HEURISTICS)
 def load(data: Any, source: str) -> PlacementProblem:
     """Validate a ``placement`` file; held GPUs get indices per node in job order."""
     obj = instance_object(data, source, ("unit", "nodes", "jobs"), ("no_network_sharing",))
-    unit = as_int(obj["unit"], source, "unit", low=1)
-    nodes = {as_str(n, source, "nodes"): as_int(g, source, f"nodes.{n}", low=0)
+    unit = as_int(obj["unit"], source, "unit", low=1, high=MAX_GPUS_PER_NODE)
+    nodes = {as_str(n, source, "nodes"): as_int(g, source, f"nodes.{n}", low=0,
+                                                high=MAX_GPUS_PER_NODE)
              for n, g in as_object(obj["nodes"], source, "nodes").items()}
     nns = obj.get("no_network_sharing", True)
     if not isinstance(nns, bool):
@@ -45,7 +47,7 @@ def load(data: Any, source: str) -> PlacementProblem:
         where = f"jobs[{ji}]"
         j = as_record(j, source, where, ("id", "count", "held", "nodes"))
         jid = as_str(j.get("id"), source, f"{where}.id")
-        count = as_int(j.get("count"), source, f"{where}.count", low=1)
+        count = as_int(j.get("count"), source, f"{where}.count", low=1, high=MAX_GPUS)
         held: dict[str, tuple[int, ...]] = {}
         for n, h in as_object(j.get("held", {}), source, f"{where}.held").items():
             k = as_int(h, source, f"{where}.held.{n}", low=0)
