@@ -166,7 +166,12 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first = key, line, first
 
 
-class _StrictLoader(yaml.SafeLoader):
+_SafeBase: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it (the wheels are): the pure-Python one takes
+over 40 s on a 200,000-entry list under load, long before the models can refuse the list."""
+
+
+class _StrictLoader(_SafeBase):  # type: ignore[misc, valid-type]
     """PyYAML's safe loader, except that a key written twice in one mapping is an error
     (PyYAML keeps the last value silently, so a typo'd override would be lost unseen).
     Keys brought in by a ``<<`` merge may still be overridden: that is what merges are for."""

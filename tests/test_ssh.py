@@ -771,7 +771,10 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     executor on the same run root, adopts the jobs still running where it would place them
     (no restart), recognises the job that completed meanwhile, and runs the rest."""
     cluster = cluster_of(["node1", "node2"], 4)
-    jobs = [rigid("r0", 0.0, 2, 1.0), rigid("r1", 0.0, 4, 5.0), rigid("r2", 0.0, 2, 5.0),
+    # r1 and r2 have 20 s of work so that the hand-over (detach, a new executor, its scan of
+    # the nodes) finds them still running: with 5 s, under `make test-load`, r1 was sometimes
+    # not adopted (adopted == {r0, r2}) as its work could run out during the hand-over.
+    jobs = [rigid("r0", 0.0, 2, 1.0), rigid("r1", 0.0, 4, 20.0), rigid("r2", 0.0, 2, 20.0),
             rigid("r3", 8.0, 2, 2.0)]
     first = harness.executor(cluster, jobs)
 
