@@ -131,8 +131,9 @@ def run_in_process(
     """``gpuplan ARGV`` in this process: (exit status or None on a hang, stdout, stderr,
     why it hung). It runs in ``cwd`` (default: a private temporary folder), so a relative or
     empty path a case gives never lands in the repository."""
-    if cwd is None:
-        cwd = Path(tempfile.mkdtemp(prefix="gpuplan-fuzz-"))
+    if cwd is None:  # a private folder of its own, removed afterwards
+        with tempfile.TemporaryDirectory(prefix="gpuplan-fuzz-") as own:
+            return run_in_process(argv, stdin=stdin, seconds=seconds, cwd=Path(own))
     out, err = io.StringIO(), io.StringIO()
     code: int | None
     why = ""
