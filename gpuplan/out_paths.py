@@ -46,15 +46,23 @@ def _lstat(path: Path, field: str | None, source: str | None = None) -> os.stat_
                          field=field) from None
 
 
+def _existing(path: Path, text: str, field: str, is_kind: Callable[[int], bool], give: str,
+              kind: str) -> os.stat_result | None:
+    """``path``'s lstat (None if missing); a symlink, or an existing entry of another kind than
+    ``is_kind`` accepts, is refused in one line."""
+    info = _lstat(path, field)
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise InputError(f"is a symlink; give {give}", source=text, field=field)
+    if info is not None and not is_kind(info.st_mode):
+        raise InputError(f"exists and is not {kind}", source=text, field=field)
+    return info
+
+
 def check_out_dir(text: str, field: str = "out") -> Path:
     """An output folder for ``--out``: created (with its parents) if missing; a symlink or an
     existing non-directory is refused, and so is a folder this user cannot write."""
     out = Path(text)
-    info = _lstat(out, field)
-    if info is not None and stat.S_ISLNK(info.st_mode):
-        raise InputError("is a symlink; give a real directory", source=text, field=field)
-    if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise InputError("exists and is not a directory", source=text, field=field)
+    info = _existing(out, text, field, stat.S_ISDIR, "a real directory", "a directory")
     if info is None:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -91,11 +99,7 @@ def check_file_target(text: str, field: str) -> Path:
     """A file the command will (re)write: missing, or an existing regular file; a symlink, a
     directory or a device (``/dev/null``) is refused before anything runs."""
     path = Path(text)
-    info = _lstat(path, field)
-    if info is not None and stat.S_ISLNK(info.st_mode):
-        raise InputError("is a symlink; give a regular file", source=text, field=field)
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        raise InputError("exists and is not a regular file", source=text, field=field)
+    _existing(path, text, field, stat.S_ISREG, "a regular file", "a regular file")
     parent = path.parent
     if not parent.is_dir():
         raise InputError(f"its folder {parent} does not exist", source=text, field=field)
