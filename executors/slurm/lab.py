@@ -37,6 +37,9 @@ reach root. The lock that serialises test sessions lives inside the root.
 
 Ports: see :mod:`.lab_config` (never Slurm's standard 6817/6818, distinct per root).
 
+Parts kept in their own modules: the process manifest and identity checks (:mod:`.lab_procs`),
+the configuration files' text (:mod:`.lab_render`) and the apt-get installer (:mod:`.lab_install`).
+
 Command line: ``python -m gpuplan.executors.slurm.lab up|down|status|env [--job-submit-lua]``.
 """
 
@@ -49,63 +52,30 @@ import hashlib
 import json
 import os
 import pwd
-import re
 import shutil
-import signal
 import socket
 import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from importlib import resources
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 from gpuplan.models import GpuplanError
 
-from ..labroot import apt_get, private_dir, private_root, process_is, read_file, write_file
+from ..labroot import private_dir, private_root, read_file, write_file
 from ..pidlock import lock_with_pid
 from .cli import SlurmCli, SlurmError
 from .lab_config import PACKAGES, LabConfig, LabError
-from .wake import epilog_script
+from .lab_install import install_packages
+from .lab_procs import MUNGED, LabProcesses, _munge_works, _other_slurm_daemons, _tail
+from .lab_render import choose_cgroup, render_files
 
+__all__ = ["MUNGED", "PACKAGES", "ROOT_MODE", "LabConfig", "LabError", "SlurmLab", "iter_lab_logs",
+           "lock_path", "main", "open_lock"]
 
-@dataclass(slots=True)
-class _Started:
-    pid: int
-    start_ticks: int
-    argv: list[str] = field(default_factory=list)
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of ``pid``, or None if there is no such PID."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2:].split()
-    return rest[0], int(rest[19])
-
-
-def _other_slurm_daemons() -> bool:
-    """Any slurmctld/slurmd still running on this machine (after ours were stopped)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            name = (proc / "comm").read_text().strip()
-        except OSError:
-            continue
-        if name in ("slurmctld", "slurmd"):
-            stat = _proc_stat(int(proc.name))
-            if stat is not None and stat[0] != "Z":
-                return True
-    return False
-
-
-MUNGED = "/usr/sbin/munged"
 ROOT_MODE = 0o711
 """The lab root's mode: private to its owner, except that other users may traverse it to read
 ``etc/slurm.conf`` (every Slurm client reads it; the tests submit as an unprivileged user)."""
@@ -133,7 +103,7 @@ def open_lock(path: Path) -> IO[str]:
     return os.fdopen(fd, "r+")
 
 
-class SlurmLab:
+class SlurmLab(LabProcesses):
     """Start, inspect and stop the lab cluster described by ``config``."""
 
     def __init__(self, config: LabConfig | None = None, **overrides: object) -> None:
@@ -355,122 +325,15 @@ class SlurmLab:
 
     # ------------------------------------------------------------------ install
     def _install(self) -> None:
-        missing = [p for p in PACKAGES if not _installed(p)]
-        if not missing:
-            return
-        if not self.config.install:
-            raise LabError(f"Debian packages missing: {' '.join(missing)}")
-        guard = Path("/usr/sbin/policy-rc.d")
-        own_guard = not guard.exists()
-        if own_guard:  # keep the packages' postinst from starting system-wide daemons
-            guard.write_text("#!/bin/sh\nexit 101\n")
-            guard.chmod(0o755)
-        try:  # both wait (bounded) for another apt/dpkg holding the locks
-            apt_get(["update", "-qq"], error=LabError)
-            apt_get(["install", "-y", "-qq", "--no-install-recommends", *missing],
-                    error=LabError)
-        finally:
-            if own_guard:
-                guard.unlink(missing_ok=True)
-        still = [p for p in PACKAGES if not _installed(p)]
-        if still:
-            raise LabError(f"packages still missing after apt-get install: {' '.join(still)}")
+        install_packages(self.config.install)
 
     # ------------------------------------------------------------------ configuration
     def _choose_cgroup(self) -> str:
-        mode = self.config.cgroup
-        if mode == "auto":
-            ok = os.access("/sys/fs/cgroup/devices/devices.allow", os.W_OK) and \
-                Path("/sys/fs/cgroup/freezer").is_dir()
-            return "v1" if ok else "off"
-        return mode
+        return choose_cgroup(self.config.cgroup)
 
     def _render(self) -> dict[str, str]:
         """File name -> content for every config file (also the fingerprint input)."""
-        c = self.config
-        root = self.root
-        host = socket.gethostname().split(".")[0]
-        n = c.nodes
-        prefix = c.node_prefix
-        cg = self._cgroup == "v1"
-        lua = ""
-        files: dict[str, str] = {}
-        if c.job_submit_lua:
-            src = (resources.files("gpuplan.executors.slurm") / "job_submit.lua"
-                   if c.job_submit_lua is True else Path(str(c.job_submit_lua)))
-            # Site configuration of the shipped hook: its idea of a whole node and of the
-            # largest job the managed partition can hold.
-            text = re.sub(r"(?m)^local MAX_GPUS_PER_NODE = \d+",
-                          f"local MAX_GPUS_PER_NODE = {c.gpus_per_node}", src.read_text())
-            files["job_submit.lua"] = re.sub(
-                r"(?m)^local MAX_ENGINE_GPUS = \d+",
-                f"local MAX_ENGINE_GPUS = {c.gpus_per_node * c.nodes}", text)
-            lua = "JobSubmitPlugins=lua\n"
-        common = (f"NodeHostname={host} NodeAddr=127.0.0.1 CPUs={c.cpus_per_node} Boards=1 "
-                  f"SocketsPerBoard=2 CoresPerSocket={max(1, c.cpus_per_node // 2)} "
-                  f"ThreadsPerCore=1 RealMemory={c.memory_mb} State=UNKNOWN")
-        gres = f"gpu:{c.gpu_type}:{c.gpus_per_node}" if c.gpu_type else f"gpu:{c.gpus_per_node}"
-        nodes = f"{prefix}[1-{n}]" if n > 1 else f"{prefix}1"
-        ports = (f"[{c.slurmd_port0}-{c.slurmd_port0 + n - 1}]" if n > 1
-                 else str(c.slurmd_port0))
-        files["slurm.conf"] = f"""\
-# generated by gpuplan.executors.slurm.lab — do not edit, `up` rewrites it
-ClusterName=gpuplanlab
-SlurmctldHost={host}(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=cred_expire={c.cred_expire_s}
-SlurmctldPort={c.ctld_port}
-SlurmdPort={c.slurmd_port0}
-StateSaveLocation={root}/state/ctld
-SlurmdSpoolDir={root}/state/d/%n
-SlurmctldPidFile={root}/run/slurmctld.pid
-SlurmdPidFile={root}/run/slurmd-%n.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PlugStackConfig={root}/etc/plugstack.conf
-MpiDefault=none
-ProctrackType={"proctrack/cgroup" if cg else "proctrack/pgid"}
-TaskPlugin={"task/cgroup" if cg else "task/none"}
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-PriorityType=priority/basic
-PreemptType=preempt/none
-JobRequeue=1
-EpilogSlurmctld={root}/etc/epilog_wake.sh
-{lua}JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc={root}/log/jobcomp.txt
-ReturnToService=1
-SlurmdParameters=config_overrides
-SlurmctldTimeout=30
-SlurmdTimeout=60
-InactiveLimit=0
-MinJobAge=600
-KillWait=5
-Waittime=0
-NodeName={nodes} Port={ports} {common} Gres={gres}
-PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
-"""
-        type_opt = f"Type={c.gpu_type} " if c.gpu_type else ""
-        files["gres.conf"] = (f"NodeName={nodes} Name=gpu {type_opt}"
-                              f"File={root}/dev/nvidia[0-{c.gpus_per_node - 1}]\n")
-        files["plugstack.conf"] = ""
-        files["epilog_wake.sh"] = epilog_script(self.wake_file)
-        if cg:
-            files["cgroup.conf"] = ("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
-                                    "CgroupAutomount=no\nConstrainCores=no\n"
-                                    "ConstrainRAMSpace=no\nConstrainDevices=yes\n")
-        return files
+        return render_files(self.config, self.root, self._cgroup, self.wake_file)
 
     def write_config(self) -> str:
         """Render and write the configuration files (no daemon is started or stopped); return
@@ -523,114 +386,6 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
             if st is None:
                 os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
 
-    # ------------------------------------------------------------------ processes
-    def _manifest_path(self) -> Path:
-        return self.root / "run" / "started.json"
-
-    def _manifest(self) -> dict[str, _Started]:
-        """What the lab started, read only from the verified private root, without following
-        links and bounded; an entry that does not parse is dropped (never signalled)."""
-        if not self._verify(create=False):
-            return {}
-        try:
-            data = json.loads(self._read_text(self._manifest_path()) or "{}")
-        except ValueError:
-            return {}
-        started: dict[str, _Started] = {}
-        for key, value in data.items() if isinstance(data, dict) else ():
-            with contextlib.suppress(TypeError, ValueError):
-                entry = _Started(**value)
-                if isinstance(entry.pid, int) and isinstance(entry.start_ticks, int):
-                    started[str(key)] = entry
-        return started
-
-    def _save_manifest(self, started: Mapping[str, _Started]) -> None:
-        self._dir("run")
-        write_file(self._manifest_path(),
-                   json.dumps({k: asdict(v) for k, v in started.items()}, indent=1),
-                   mode=0o644, error=LabError)
-
-    def _expected(self, name: str) -> tuple[list[str], int] | None:
-        """The command line and uid the lab's daemon ``name`` runs with, derived from the
-        configuration (never from the manifest, which only says which PID to look at)."""
-        conf = str(self.conf_path)
-        if name == "slurmctld":
-            return ["slurmctld", "-D", "-f", conf], os.geteuid()
-        if name.startswith("slurmd-") and name[len("slurmd-"):] in self.node_names:
-            return ["slurmd", "-D", "-f", conf, "-N", name[len("slurmd-"):]], os.geteuid()
-        if name == "munged":
-            try:
-                return [MUNGED, "-F", "--num-threads=10"], pwd.getpwnam("munge").pw_uid
-            except KeyError:
-                return None
-        return None
-
-    def _alive(self, name: str, entry: _Started) -> bool:
-        """The recorded daemon still runs and is the one we started: same PID *and* start time,
-        not a zombie (PID 1 on these VMs reaps orphans slowly, so ``kill -0`` alone would call a
-        dead daemon alive), the expected executable, command line and uid. Anything else (a
-        reused PID, a PID someone wrote into the manifest) is not ours and never signalled."""
-        expected = self._expected(name)
-        if expected is None:
-            return False
-        argv, uid = expected
-        return process_is(entry.pid, exe=argv[0], uid=uid, argv=argv,
-                          start_ticks=entry.start_ticks)
-
-    def _start(self, name: str, argv: list[str], **popen: object) -> _Started:
-        self._dir("log")
-        fd = os.open(self.root / "log" / f"{name}.stdio",
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                env={**os.environ, **self.env}, start_new_session=True, umask=0o022,
-                **popen,  # type: ignore[arg-type]
-            )
-        finally:
-            os.close(fd)
-        st = None
-        for _ in range(50):  # /proc entry appears at once; retry only for robustness
-            st = _proc_stat(proc.pid)
-            if st is not None:
-                break
-            time.sleep(0.01)
-        if st is None:
-            raise LabError(f"{name} exited at once; see {self.root}/log/{name}.stdio")
-        entry = _Started(pid=proc.pid, start_ticks=st[1], argv=argv)
-        self._procs[name] = proc
-        started = self._manifest()
-        started[name] = entry
-        self._save_manifest(started)
-        return entry
-
-    def _stop(self, names: list[str], started: dict[str, _Started],
-              timeout_s: float = 10.0) -> None:
-        """SIGTERM all of ``names`` at once (each Slurm daemon needs ~2 s), SIGKILL stragglers."""
-        live = [n for n in names if n in started and self._alive(n, started[n])]
-        for name in live:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(started[name].pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while live and time.monotonic() < deadline:
-            self._reap()
-            live = [n for n in live if self._alive(n, started[n])]
-            if live:
-                time.sleep(0.1)
-        for name in live:
-            if self._alive(name, started[name]):  # checked again right before the signal
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(started[name].pid, signal.SIGKILL)
-        self._reap()
-        current = self._manifest()
-        for name in names:
-            current.pop(name, None)
-            self._procs.pop(name, None)
-        self._save_manifest(current)
-
-    def _reap(self) -> None:
-        for proc in self._procs.values():
-            proc.poll()
 
     def _running_with(self, files: Mapping[str, str], fingerprint: str) -> bool:
         """The running lab has this configuration: same fingerprint, and the files slurmctld
@@ -734,32 +489,6 @@ PartitionName={c.engine_partition} Nodes=ALL MaxTime=INFINITE State=UP
                     with contextlib.suppress(OSError):
                         top.rmdir()
 
-
-def _installed(package: str) -> bool:
-    proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True,
-                          text=True, check=False)
-    return proc.returncode == 0 and "ok installed" in proc.stdout
-
-
-def _munge_works() -> bool:
-    if not shutil.which("munge") or not shutil.which("unmunge"):
-        return False
-    try:
-        cred = subprocess.run(["munge", "-n"], capture_output=True, timeout=5, check=False)
-        if cred.returncode != 0:
-            return False
-        back = subprocess.run(["unmunge"], input=cred.stdout, capture_output=True, timeout=5,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return back.returncode == 0
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 # ---------------------------------------------------------------------------------------- CLI
