@@ -3,6 +3,8 @@
 One loop drives every executor. The engine owns job *lifecycle* (pending / running / finished,
 allocations, counters, which nodes are usable and which GPUs are free) and records metrics
 (GPU-time, QL/CE/BI samples, decision latency). The executor owns *progress*.
+Node membership/loaning lives in ``engine_nodes`` and plan application in ``engine_apply``
+(mixins of :class:`Engine`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Literal
 
 from gpuplan.models import (
-    Action,
     ActiveJob,
     AllocationPlan,
     CapacityChange,
@@ -38,7 +39,6 @@ from gpuplan.models import (
     Sample,
     ThroughputMeasured,
     occupy_gpu,
-    placement_rate,
     vacate_gpu,
 )
 from gpuplan.solver_core.diff import build_delta_plan, build_plan
@@ -46,29 +46,17 @@ from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
 
 from .base import Executor
 from .change_log import ChangeLog
+from .engine_apply import PlanApplication
+from .engine_nodes import NodeMembership, reclaim_least_used
 from .metrics import job_record, run_result, take_sample
 from .restart_gate import RestartGate, executor_change_costs
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
 log = logging.getLogger(__name__)
-
-
-def reclaim_least_used(view: ClusterView, on_loan: list[str], count: int) -> list[str]:
-    """Default reclaimer: idle servers first, then those touched by the fewest jobs (ties: most
-    recently loaned). Aryl's cost-based and exact reclaimers plug in through ``Engine``."""
-    users: dict[str, int] = dict.fromkeys(on_loan, 0)
-    for job in view.running.values():
-        if job.allocation is not None:
-            for node in job.allocation.placement:
-                if node in users:
-                    users[node] += 1
-    order = {name: i for i, name in enumerate(on_loan)}
-    ranked = sorted(on_loan, key=lambda n: (users[n], -order[n]))
-    return ranked[:count]
 ProgressHook = Callable[[int, float], None]
 
 
-class Engine:
+class Engine(NodeMembership, PlanApplication):
     """Runs ``policy`` over ``executor`` on ``cluster``.
 
     The policy decides admission (:meth:`Policy.admit`), allocations, its wake-ups and — unless
@@ -178,59 +166,6 @@ class Engine:
                     "at its restart latency of %g s", self.policy.name,
                     type(self.executor).__name__, caps.restart_latency_s)
         return True
-
-    # ------------------------------------------------------------------ nodes
-    def _add_node(self, name: str) -> None:
-        node = self.cluster.node_by_name.get(name)
-        if node is None:
-            raise InputError(f"unknown node {name!r}", field="nodes")
-        if name not in self.usable:
-            self.usable[name] = node
-            self.free[name] = set(range(node.gpus))
-            self._free_lists[name] = list(range(node.gpus))
-            self._index.set(name, node.gpus)
-            self.shared[name] = {}
-            self._capacity += node.gpus
-
-    def _remove_node(self, name: str, now: float, graceful: bool) -> None:
-        if name not in self.usable:
-            return
-        hit = [j for j in self.running.values() if j.allocation and name in j.allocation.placement]
-        for job in hit:
-            self._touched.add(job.id)
-            job.settle(now)
-            self._release(job)
-            alloc = job.allocation
-            assert alloc is not None
-            rest = {n: g for n, g in alloc.placement.items() if n != name}
-            kept = sum(len(g) for g in rest.values())
-            if graceful and kept and kept in job.spec.allowed_counts():
-                # An elastic job loses only the workers on this node (scale-in, no preemption).
-                after = JobAllocation.fast(job.id, rest, alloc.share, alloc.efficiency)
-                job.set_allocation(after)
-                self._acquire(job)
-                job.resizes += 1
-                self.degraded_resizes += self._degraded
-                shrink = Action.model_construct(kind="resize", job_id=job.id, before=alloc,
-                                                after=after)
-                self.executor.apply(
-                    AllocationPlan.model_construct(time=now, policy=self.policy.name,
-                                                   allocations={}, actions=[shrink], stats=[],
-                                                   decision_ms=0.0),
-                    {job.id: job},
-                )
-                continue
-            self.executor.evict(job, now, graceful)
-            self._to_pending(job, now)
-            job.preemptions += 1
-        self._capacity -= self.usable[name].gpus
-        del self.usable[name]
-        del self.free[name]
-        del self._free_lists[name]
-        self._index.discard(name)
-        self._stale.discard(name)
-        del self.shared[name]
-        self._shared_nodes.discard(name)
 
     @property
     def capacity(self) -> int:
@@ -477,27 +412,6 @@ class Engine:
         belief = job.spec.throughput.believed_from(dict(job.measured))
         job.spec = job.spec.model_copy(update={"throughput": belief})
 
-    def _loan(self, count: int, pool: str) -> None:
-        """Take ``count`` idle servers of ``pool`` (name order) into training use."""
-        idle = [n.name for n in self.cluster.nodes
-                if n.pool == pool and n.name not in self.usable and n.name not in self.down]
-        for name in idle[:count]:
-            self._add_node(name)
-            self.on_loan.append(name)
-
-    def _reclaim(self, count: int, now: float) -> None:
-        """Give back ``count`` on-loan servers chosen by the reclaimer."""
-        count = min(count, len(self.on_loan))
-        if count <= 0:
-            return
-        chosen = self.reclaimer(self.view(now), list(self.on_loan), count)
-        if len(set(chosen)) != count or not set(chosen) <= set(self.on_loan):
-            raise RuntimeError(f"reclaimer returned {chosen!r}, not {count} on-loan servers")
-        self.reclaim_log.append((now, list(chosen)))
-        for name in chosen:
-            self.on_loan.remove(name)
-            self._remove_node(name, now, graceful=True)
-
     def _refresh_free_lists(self) -> None:
         """Re-sort the free lists of the nodes changed since the last view (only those)."""
         if self._stale:
@@ -590,111 +504,6 @@ class Engine:
         self._apply(plan, now)
         self._schedule_wakeup(view)
         return plan
-
-    def _relabels(self, plan: AllocationPlan) -> set[str]:
-        """Jobs whose ``migrate`` only changes GPU *indices* within the same per-node counts, on
-        an executor that cannot pin indices (``capabilities.pin_gpus`` False, e.g. Slurm): the
-        executor could not carry such a move out (the job would restart on the same nodes with
-        the same counts), so the engine only relabels its GPUs and pays nothing for it."""
-        if self.executor.capabilities.pin_gpus:
-            return set()
-
-        def counts(alloc: JobAllocation | None) -> dict[str, int]:
-            return {n: len(g) for n, g in alloc.placement.items()} if alloc else {}
-
-        return {a.job_id for a in plan.actions
-                if a.kind == "migrate" and counts(a.before) == counts(a.after)}
-
-    def _unpaid_grows(self, plan: AllocationPlan, now: float) -> set[str]:
-        """Grows the executor would carry out by a restart that costs more than it saves.
-
-        On an executor whose resizes restart the job (``capabilities.resize == "restart"``,
-        Slurm, SSH, or the simulator's checkpoint-restart mode), a grow costs
-        ``restart_latency_s`` of no progress. A pure grow (the job keeps every GPU it has and
-        adds some) is dropped when ``latency + remaining / new rate >= remaining / old rate``:
-        the job would finish no sooner, and its restart would be wasted. Dropping it is always
-        safe: the added GPUs simply stay free, and no other job was planned onto the ones the
-        job keeps. Shrinks and moves are never dropped (other jobs may be planned onto the
-        GPUs they free)."""
-        caps = self.executor.capabilities
-        latency = caps.restart_latency_s
-        if caps.resize != "restart" or latency <= 0:
-            return set()
-        unpaid: set[str] = set()
-        for a in plan.actions:
-            if a.kind != "resize" or a.before is None or a.after is None or \
-                    a.gpus_after <= a.gpus_before or not a.before.gpu_set() <= a.after.gpu_set():
-                continue
-            job = self.running.get(a.job_id)
-            if job is None:
-                continue
-            left = job.remaining(now)
-            old = placement_rate(job.spec, self.cluster, a.before)
-            new = placement_rate(job.spec, self.cluster, a.after)
-            if old > 0 and new > 0 and latency + left / new >= left / old:
-                unpaid.add(a.job_id)
-        return unpaid
-
-    def _apply(self, plan: AllocationPlan, now: float) -> None:
-        if not plan.actions:  # nothing to carry out (and no grow to drop, nothing to relabel)
-            return
-        caps = self.executor.capabilities
-        gate = self.restart_gate
-        if gate is not None:  # replaces the grow-only test below
-            plan = gate.filter(plan, self.running, self.cluster, now, caps, self.pending)
-            if not plan.actions:
-                return
-        # (the two helpers' own first tests, read here: most executors need neither)
-        elif caps.resize == "restart" and caps.restart_latency_s > 0:
-            unpaid = self._unpaid_grows(plan, now)
-            if unpaid:
-                plan = plan.model_copy(update={
-                    "actions": [a for a in plan.actions if a.job_id not in unpaid]})
-                self.skipped_grows += len(unpaid)
-        relabels = set() if caps.pin_gpus else self._relabels(plan)
-        actions = plan.actions
-        running, pending = self.running, self.pending
-        touched: dict[str, ActiveJob] = {}
-        # Release everything first so GPUs can change hands within one plan. (Jobs are keyed
-        # by id, so ``action.job_id`` is the job's id: read it rather than ``job.id``.)
-        for action in actions:
-            job_id = action.job_id
-            job = running.get(job_id) or pending[job_id]
-            touched[job_id] = job
-            job.settle(now)
-            if action.kind != "start":
-                self._release(job)
-        for action in actions:
-            job_id = action.job_id
-            job = touched[job_id]
-            kind = action.kind
-            if kind == "start":
-                del pending[job_id]
-                job.pending_time = job.pending_time_at(now)
-                job.pending_since = None
-                job.status = "running"
-                if job.first_start is None:
-                    job.first_start = now
-                job.set_allocation(action.after)
-                running[job_id] = job
-                self._acquire(job)
-            elif kind == "preempt":
-                job.preemptions += 1
-                self._to_pending(job, now)
-            else:
-                if kind == "resize":
-                    job.resizes += 1
-                    self.degraded_resizes += self._degraded
-                elif kind == "migrate" and job_id not in relabels:
-                    job.migrations += 1
-                job.set_allocation(action.after)
-                self._acquire(job)
-        if relabels:
-            carried = [a for a in actions if a.job_id not in relabels]
-            plan = plan.model_copy(update={"actions": carried})
-            touched = {j: touched[j] for j in touched if j not in relabels}
-        if plan.actions:
-            self.executor.apply(plan, touched)
 
     def _schedule_wakeup(self, view: ClusterView) -> None:
         wanted = self.policy.next_wakeup(view)
