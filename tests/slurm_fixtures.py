@@ -70,7 +70,7 @@ def unavailable(reason: str) -> None:
     pytest.skip(f"Slurm lab unavailable: {reason}")
 
 
-def lab_session() -> Iterator[SlurmLab]:
+def lab_session(config: LabConfig | None = None) -> Iterator[SlurmLab]:
     """Generator for a session fixture: lock the lab, bring it up, hand it out, and at the end
     stop it if a test session started it (this one, or an earlier one that died before its
     teardown) — a lab a developer started with the CLI is left running. The lock serialises
@@ -78,8 +78,8 @@ def lab_session() -> Iterator[SlurmLab]:
     down under each other)."""
     if os.geteuid() != 0:
         unavailable("needs root (slurmd, munged and cgroups run as root)")
-    lab = SlurmLab(LabConfig(root=LAB_ROOT, nodes=NODES, gpus_per_node=GPUS_PER_NODE,
-                             gpu_type="a100", job_submit_lua=True))
+    lab = SlurmLab(config or LabConfig(root=LAB_ROOT, nodes=NODES, gpus_per_node=GPUS_PER_NODE,
+                                       gpu_type="a100", job_submit_lua=True))
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(lab.exclusive(timeout_s=600))

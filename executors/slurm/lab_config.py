@@ -15,7 +15,7 @@ from typing import Literal
 
 from gpuplan.models import GpuplanError
 
-__all__ = ["DEFAULT_ROOT", "PACKAGES", "LabConfig", "LabError"]
+__all__ = ["DEFAULT_ROOT", "JOB_ID_BAND", "PACKAGES", "LabConfig", "LabError"]
 
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plugins")
 """Debian packages the lab needs (``slurm-wlm-basic-plugins`` has gres_gpu, cons_tres, lua)."""
@@ -23,6 +23,12 @@ PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plu
 
 DEFAULT_ROOT = Path("/tmp/gpuplan-slurmlab")
 """Where the lab lives unless told otherwise (its ports are the documented 6917 / 17101+)."""
+
+
+JOB_ID_BAND = 90_000
+"""Job ids per lab root: slot k numbers its jobs from ``1 + k * JOB_ID_BAND`` and wraps within its
+band (``MaxJobId``), so no two labs on a machine ever run jobs with the same id (701 slots fit
+under Slurm's largest job id, 67,043,328)."""
 
 
 class LabError(GpuplanError):
@@ -45,6 +51,12 @@ class LabConfig:
     two labs under different roots on one machine never share a port."""
     slurmd_port0: int | None = None
     """First slurmd port (one per node); None: derived like ``ctld_port``."""
+    first_job_id: int | None = None
+    """The first Slurm job id; None: 1 for the default root, else a band of
+    :data:`JOB_ID_BAND` ids derived from the root like the ports. Why: with cgroup process
+    tracking every lab on a machine shares ``/sys/fs/cgroup/<ctl>/slurm_<node>/uid_<u>/job_<id>``;
+    two labs that both number from 1 and both have a ``node1`` would put two jobs in one cgroup,
+    and the end of one kills the other (seen: a benchmark's job SIGKILLed by another lab's)."""
     cred_expire_s: int = 10
     """``AuthInfo=cred_expire``: also how long a requeued job must wait before it may start
     again unless the executor sets ``StartTime=now`` (Slurm's default is 120 s)."""
@@ -57,6 +69,11 @@ class LabConfig:
     cgroup: Literal["auto", "v1", "off"] = "auto"
     """``v1``: proctrack/cgroup + ConstrainDevices (real-site semantics, nothing escapes a
     killed job). ``off``: proctrack/pgid. ``auto``: v1 when its controllers are writable."""
+    priority: Literal["basic", "multifactor"] = "basic"
+    """Slurm's job priority plugin. ``basic``: submission order (Slurm's default). ``multifactor``:
+    the weighting operators use, age plus job size with small jobs favoured
+    (``PriorityWeightAge``/``PriorityWeightJobSize``, ``PriorityFavorSmall``): the second fair
+    baseline of the Slurm benchmark."""
     install: bool = True
     """Install missing Debian packages (needs root and the Debian archive)."""
 
@@ -67,6 +84,8 @@ class LabConfig:
             object.__setattr__(self, "ctld_port", 6917 + 4 * slot)
         if self.slurmd_port0 is None:
             object.__setattr__(self, "slurmd_port0", 17101 + 64 * slot)
+        if self.first_job_id is None:
+            object.__setattr__(self, "first_job_id", 1 + JOB_ID_BAND * slot)
         if not 1 <= self.nodes <= 64:
             raise LabError(f"nodes must be 1..64, not {self.nodes}")
         if not 1 <= self.gpus_per_node <= 64:

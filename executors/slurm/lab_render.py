@@ -14,7 +14,7 @@ import socket
 from importlib import resources
 from pathlib import Path
 
-from .lab_config import LabConfig
+from .lab_config import JOB_ID_BAND, LabConfig
 from .wake import epilog_script
 
 
@@ -26,6 +26,16 @@ def choose_cgroup(mode: str) -> str:
             Path("/sys/fs/cgroup/freezer").is_dir()
         return "v1" if ok else "off"
     return mode
+
+
+def _priority_lines(c: LabConfig) -> str:
+    """slurm.conf's priority settings: submission order, or multifactor weighting the job's age
+    (full weight after 5 minutes, the benchmark's time scale) and its size, small jobs first."""
+    if c.priority == "basic":
+        return "PriorityType=priority/basic"
+    return ("PriorityType=priority/multifactor\nPriorityWeightAge=1000\n"
+            "PriorityWeightJobSize=1000\nPriorityFavorSmall=YES\nPriorityMaxAge=00:05:00\n"
+            "PriorityWeightFairshare=0\nPriorityWeightPartition=0\nPriorityWeightQOS=0")
 
 
 def render_files(c: LabConfig, root: Path, cgroup: str, wake_file: Path) -> dict[str, str]:
@@ -82,9 +92,11 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_interval=2
-PriorityType=priority/basic
+{_priority_lines(c)}
 PreemptType=preempt/none
 JobRequeue=1
+FirstJobId={c.first_job_id}
+MaxJobId={c.first_job_id + JOB_ID_BAND - 1}
 EpilogSlurmctld={root}/etc/epilog_wake.sh
 {lua}JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuplan.executors.control.journal import Journal
+from gpuplan.executors.restart_gate import gate_for_scenario
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
 from gpuplan.executors.slurm.lab import SlurmLab
+from gpuplan.executors.slurm.lab_config import LabConfig
 from gpuplan.models import (
     Cluster,
     Elasticity,
@@ -47,13 +49,20 @@ from gpuplan.models import (
     Overheads,
     ThroughputProfile,
 )
+from gpuplan.models.scenario import RestartGateSpec
 from gpuplan.solver_core.registry import make_policy
 from tests import slurm_fixtures as fx
 
 SEED = 16
-LAB_OVERHEADS = Overheads(restart_s=2.5, migrate_s=2.5, start_s=1.0)
-"""What a checkpoint-restart and a start cost on the lab (stand-in, measured in docs/slurm.md:
-restart ~2 s; a release takes ~1 s to run), instead of the simulator's tens of seconds."""
+SLURM_START_S = 0.4
+"""Seconds from GPUs freed (or a job's arrival on free GPUs) to its job running under Slurm
+alone: Slurm's own turnover (0.32 s mean, docs/results/slurm.md) plus the stand-in's start."""
+CONTROLLER_START_S = 1.0
+"""The same under the controller: the arrival probe's lag (0.49 s median to the first
+decision) plus release -> running (0.3-0.7 s per start, journal intent to Slurm's start)."""
+LAB_RESTART_S = 2.5
+"""A checkpoint-restart of the stand-in on the lab: 1.6 s resize latency end to end (journal)
+plus the progress since its last checkpoint (2-s interval: 1 s on average)."""
 PYTHON = "/usr/bin/python3"
 ENGINE_PARTITION, PLAIN_PARTITION = "gpuplan", "gpu"
 
@@ -81,9 +90,23 @@ def workload(n: int, seed: int = SEED, burst: int = 25, gap_s: float = 25.0) -> 
 
 
 # ---------------------------------------------------------------------------------- simulator
-def predict(items: list[Item], policy: str) -> dict[str, float]:
-    """The simulator's run of the same jobs (``slurm``: FIFO over the rigid requests)."""
-    rigid = policy == "slurm"
+def lab_overheads(mode: str, startup_s: float = 0.0) -> Overheads:
+    """What the simulator charges per start and restart to predict ``mode`` on the lab
+    (``startup_s``: the stand-in's mean start-up cost, paid at every start and restart)."""
+    start = (SLURM_START_S if mode in BASELINES else CONTROLLER_START_S) + startup_s
+    return Overheads(start_s=start, restart_s=LAB_RESTART_S + startup_s,
+                     migrate_s=LAB_RESTART_S + startup_s)
+
+
+def predict(items: list[Item], mode: str, startup_s: float = 0.0) -> dict[str, float] | None:
+    """The simulator's run of the same jobs on the lab's 16 GPUs, single-node shapes. Slurm
+    alone (``--nodes=1``) is rigid first-fit in submission order (``fifo-backfill``: Slurm's
+    backfill with no time limits starts any job that fits); a policy runs with the restart
+    gate on, as the controller does. None where no simulated counterpart exists (the
+    multifactor and split-prone ``--gpus`` baselines)."""
+    if mode in ("slurm-multifactor", "slurm-gpus"):
+        return None
+    rigid = mode in BASELINES
     specs = [JobSpec(id=it.name, submit_time=it.at, requested_gpus=it.gpus,
                      total_iterations=it.work,
                      elasticity=None if rigid or it.lo == it.hi else
@@ -93,8 +116,11 @@ def predict(items: list[Item], policy: str) -> dict[str, float]:
              for it in items]
     cluster = Cluster(nodes=[Node(name=f"node{k}", gpus=fx.GPUS_PER_NODE, gpu_type="a100")
                              for k in range(1, fx.NODES + 1)])
-    result, _, _ = simulate(cluster, specs, make_policy("fifo" if rigid else policy, seed=0),
-                            overheads=LAB_OVERHEADS, sample_interval_s=None)
+    overheads = lab_overheads(mode, startup_s)
+    gate = None if rigid else gate_for_scenario(RestartGateSpec(enabled=True), overheads)
+    result, _, _ = simulate(cluster, specs,
+                            make_policy("fifo-backfill" if rigid else mode, seed=0),
+                            overheads=overheads, sample_interval_s=None, restart_gate=gate)
     jcts = [r.jct for r in result.jobs if r.jct is not None]
     ends = [r.finish_time for r in result.jobs if r.finish_time is not None]
     return {"drain": max(ends), "mean": statistics.mean(jcts), "p95": _p95(jcts)}
@@ -120,19 +146,40 @@ class Run:
     ends: dict[str, float] = field(default_factory=dict)
     turnover_gaps: list[float] = field(default_factory=list)
     release_to_run_s: list[float] = field(default_factory=list)
+    gate: dict[str, dict[str, int]] = field(default_factory=dict)
+    load: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
 
 
-def _sbatch(lab: SlurmLab, shared: Path, it: Item, managed: bool) -> int:
-    if managed:
-        opts = [f"--partition={ENGINE_PARTITION}",
+BASELINES = {
+    "slurm-nodes1": ("basic", ["--nodes=1", "--gres=gpu:{gpus}"]),
+    "slurm-multifactor": ("multifactor", ["--nodes=1", "--gres=gpu:{gpus}"]),
+    "slurm-gpus": ("basic", ["--gpus={gpus}"]),
+}
+"""Slurm alone, three ways: as operators submit single-node GPU jobs (``--nodes=1``), the same
+under ``priority/multifactor`` (age and job size, small first), and the older ``--gpus=N`` with
+no node count, which Slurm may split over nodes (kept only as an extra row)."""
+
+
+def lab_priority(mode: str) -> str:
+    """Which lab a mode runs on: the multifactor baseline on a lab configured so, every other
+    mode on the ``priority/basic`` lab (the controller orders its partition itself)."""
+    return BASELINES.get(mode, ("basic", []))[0]
+
+
+def _sbatch(lab: SlurmLab, shared: Path, it: Item, mode: str, startup: str | None) -> int:
+    if mode in BASELINES:
+        opts = [o.format(gpus=it.gpus) for o in BASELINES[mode][1]]
+        opts.append(f"--partition={PLAIN_PARTITION}")
+    else:  # managed: submitted like the fair baseline, plus the hook's comment
+        opts = ["--nodes=1", f"--gres=gpu:{it.gpus}", f"--partition={ENGINE_PARTITION}",
                 f"--comment=gpuplan:min={it.lo},max={it.hi},work={it.work:g}"]
-    else:
-        opts = [f"--partition={PLAIN_PARTITION}"]
-    argv = ["sbatch", "--parsable", f"--gpus={it.gpus}", *opts, f"--job-name={it.name}",
+    extra = ["--startup-s", startup, "--startup-seed", str(SEED)] if startup else []
+    argv = ["sbatch", "--parsable", *opts, f"--job-name={it.name}",
             f"--output={shared}/{it.name}.out", "--open-mode=append", str(shared / "run.sh"),
             PYTHON, str(shared / "standin.py"), "--job-id", it.name, "--work", f"{it.work:g}",
             "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "1",
-            "--checkpoint-interval", "2"]
+            "--checkpoint-interval", "2", *extra]
     proc = fx.as_user(fx.UNPRIVILEGED_USER, argv, lab.env)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
@@ -144,10 +191,10 @@ def _cpu_s(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
+def run_mode(lab: SlurmLab, items: list[Item], mode: str, startup: str | None = None) -> Run:
     shared, run = fx.shared_job_dir("gpuplan-bench-"), Run(mode)
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    managed = mode != "slurm"
+    managed = mode not in BASELINES
     proc: subprocess.Popen[bytes] | None = None
 
     def start() -> subprocess.Popen[bytes]:
@@ -167,7 +214,7 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str) -> Run:
             delay = t0 + it.at - time.time()
             if delay > 0:
                 time.sleep(delay)
-            run.ids[it.name] = _sbatch(lab, shared, it, managed)
+            run.ids[it.name] = _sbatch(lab, shared, it, mode, startup)
             run.submitted[it.name] = time.time()
 
     thread = threading.Thread(target=submitter, daemon=True)
@@ -199,6 +246,7 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
             continue
         # Slurm forgets a finished job MinJobAge (600 s) after its end: keep its last record.
         last_seen.update(jobs)
+        run.load.append(os.getloadavg()[0])
         dt, last = now - last, now
         for name, sid in list(run.ids.items()):
             sj = jobs.get(sid)
@@ -218,8 +266,9 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
             proc.wait()
             proc = start()
         if not thread.is_alive() and len(run.ids) == len(items) and all(
-                (shared / f"{n}.done").exists() for n in run.ids) and all(
                 s in last_seen and last_seen[s].finished for s in run.ids.values()):
+            # Every job is over in Slurm; one without its work done failed or was lost.
+            run.failed = sorted(n for n in run.ids if not (shared / f"{n}.done").exists())
             break
         if now - t0 > 3600:
             if proc is not None:
@@ -232,6 +281,7 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
         proc.wait(timeout=120)
         with Journal(db, writer=False) as journal:
             acts = journal.actions()
+            run.gate = gate_totals(journal)
         second = [a for a in acts if a.run_id == 2]
         plans = sorted({a.epoch for a in second if a.epoch is not None})
         first = plans[0] if plans else None
@@ -260,6 +310,21 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
     return run
 
 
+def gate_totals(journal: Journal) -> dict[str, dict[str, int]]:
+    """The restart gate's counters summed over the controller's runs (``restart_gate:run:N``
+    meta rows): per kind of change, proposed / carried out / skipped."""
+    totals: dict[str, dict[str, int]] = {}
+    for run_id in range(1, 10):
+        text = journal.meta(f"restart_gate:run:{run_id}")
+        if not text:
+            continue
+        for kind, row in json.loads(text).get("changes", {}).items():
+            into = totals.setdefault(kind, {"proposed": 0, "done": 0, "skipped": 0})
+            for key in into:
+                into[key] += int(row.get(key, 0))
+    return totals
+
+
 def turnover_gaps(run: Run, final: dict[int, SlurmJob]) -> list[float]:
     """Per queued job that started once: seconds from the last job end before its start to its
     start — the time freed GPUs sat idle while it waited (Slurm's times have 1-s resolution)."""
@@ -283,55 +348,139 @@ def summary(run: Run, t_first: float | None = None) -> dict[str, float]:
     return {"drain": max(ends.values()) - first, "mean": statistics.mean(jcts), "p95": _p95(jcts)}
 
 
+DEFAULT_MODES = ("slurm-nodes1", "slurm-multifactor", "afs-l", "afs-p", "max-min",
+                 "elastic-tiresias", "sidecar", "srtf", "srsf", "tiresias-l", "slurm-gpus")
+"""The fair baselines first, every policy the issue names (plus srsf), the split-prone
+``--gpus`` baseline last (an extra row)."""
+
+
+def _option(argv: list[str], name: str, default: str | None = None) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def _startup_mean(spec: str | None) -> float:
+    """Mean seconds of the stand-in's ``--startup-s`` (``S`` or ``uniform:LO:HI``)."""
+    if not spec:
+        return 0.0
+    if spec.startswith("uniform:"):
+        lo, hi = (float(x) for x in spec.split(":")[1:3])
+        return (lo + hi) / 2
+    return float(spec)
+
+
+def measure(mode: str, lab: SlurmLab, items: list[Item], startup: str | None) -> dict:
+    """One mode on ``lab``: the measured row and the simulator's prediction beside it."""
+    t = time.monotonic()
+    run = run_mode(lab, items, mode, startup)
+    got, sim = summary(run), predict(items, mode, _startup_mean(startup))
+    row = {"mode": mode, "startup": startup or "", "jobs": len(items), "lab": got, "sim": sim,
+           "split": len(run.split), "unusable_gpu_s": round(run.unusable_gpu_s, 1),
+           "resizes": run.resizes, "resize_latency_s": run.resize_latency_s,
+           "cpu_s": round(run.cpu_s, 1), "stopped_by_restart": run.stopped_by_restart,
+           "failed": run.failed,
+           "turnover_gaps": run.turnover_gaps, "release_to_run_s": run.release_to_run_s,
+           "gate": run.gate, "load_mean": round(statistics.mean(run.load), 2) if run.load else 0,
+           "wall_s": round(time.monotonic() - t, 1)}
+    print(f"  {mode}: done in {row['wall_s']:.0f} s: lab {got}, sim {sim}, split "
+          f"{row['split']}, resizes {run.resizes}, cpu {run.cpu_s:.1f} s, stopped by restart "
+          f"{run.stopped_by_restart}, failed {run.failed}, gate {run.gate}, "
+          f"load {row['load_mean']}", flush=True)
+    return row
+
+
+def run_modes(modes: list[str], items: list[Item], startup: str | None,
+              out: Path | None) -> list[dict]:
+    """Run ``modes`` in order, each lab (basic / multifactor priority) brought up when first
+    needed under ``GPUPLAN_SLURM_LAB`` (``-mf`` appended for the multifactor one); rows are
+    appended to ``out`` (JSON lines) as they finish, so a long run keeps what it measured."""
+    fx.ensure_user(fx.UNPRIVILEGED_USER)
+    rows: list[dict] = []
+    for priority in ("basic", "multifactor"):
+        mine = [m for m in modes if lab_priority(m) == priority]
+        if not mine:
+            continue
+        root = fx.LAB_ROOT if priority == "basic" else Path(f"{fx.LAB_ROOT}-mf")
+        session = fx.lab_session(LabConfig(
+            root=root, nodes=fx.NODES, gpus_per_node=fx.GPUS_PER_NODE, gpu_type="a100",
+            job_submit_lua=True, priority=priority))
+        lab = next(session)
+        try:
+            for mode in mine:
+                row = measure(mode, lab, items, startup)
+                rows.append(row)
+                if out is not None:
+                    with out.open("a") as fh:
+                        fh.write(json.dumps(row) + "\n")
+        finally:
+            with contextlib.suppress(StopIteration):
+                next(session)
+    return rows
+
+
+def _ratio(value: float, base: float) -> str:
+    return f"{value / base:.2f}" if base else "-"
+
+
+def report(rows: list[dict], items: list[Item]) -> str:
+    """The Markdown tables of docs/results/slurm.md from measured rows."""
+    bound = sum(it.work for it in items) / (fx.NODES * fx.GPUS_PER_NODE)
+    base = {r["mode"]: r["lab"] for r in rows if r["mode"] in BASELINES}
+    fair = [base[m] for m in ("slurm-nodes1", "slurm-multifactor") if m in base]
+    best_drain = min((b["drain"] for b in fair), default=0.0)
+    best_mean = min((b["mean"] for b in fair), default=0.0)
+    ref = base.get("slurm-nodes1", {"drain": 0.0, "mean": 0.0})
+    lines = [f"Lower bound on the drain (GPU-seconds / GPUs): {bound:.1f} s.", "",
+             "| mode | drain s | x nodes1 | x bound | mean JCT s | x nodes1 | p95 JCT s | "
+             "sim drain | sim mean | split | resizes | preempt/resize skipped by gate | "
+             "controller CPU s | stopped by restart | failed | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lab, sim = r["lab"], r["sim"]
+        gate = r["gate"]
+        skipped = sum(v["skipped"] for k, v in gate.items() if k != "start")
+        proposed = sum(v["proposed"] for k, v in gate.items() if k != "start")
+        label = r["mode"] + (" (extra row: may split)" if r["mode"] == "slurm-gpus" else "")
+        lines.append(
+            f"| {label} | {lab['drain']:.1f} | {_ratio(lab['drain'], ref['drain'])} | "
+            f"{lab['drain'] / bound:.3f} | {lab['mean']:.1f} | "
+            f"{_ratio(lab['mean'], ref['mean'])} | {lab['p95']:.1f} | "
+            + (f"{sim['drain']:.1f} ({sim['drain'] / lab['drain'] - 1:+.0%}) | "
+               f"{sim['mean']:.1f} ({sim['mean'] / lab['mean'] - 1:+.0%}) | "
+               if sim else "- | - | ")
+            + f"{r['split']} | {r['resizes']} | "
+            + (f"{skipped} of {proposed}" if r["mode"] not in BASELINES else "-")
+            + f" | {r['cpu_s'] if r['mode'] not in BASELINES else '-'} | "
+            + (f"{r['stopped_by_restart']}" if r["mode"] not in BASELINES else "-")
+            + f" | {len(r.get('failed', []))} | {r['load_mean']} |")
+    lines += ["", f"Better fair baseline: drain {best_drain:.1f} s, mean JCT {best_mean:.1f} s."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
-    n = 200
-    policies = ["afs-p", "afs-l"]
-    for i, arg in enumerate(argv):
-        if arg == "--jobs":
-            n = int(argv[i + 1])
-        if arg == "--policies":
-            policies = argv[i + 1].split(",")
+    n = int(_option(argv, "--jobs", "200") or 200)
     if "--quick" in argv:
         n = min(n, 30)
     items = workload(n)
+    if "--report" in argv:  # merge earlier runs' JSON lines and print the tables
+        rows = [json.loads(line) for f in argv[argv.index("--report") + 1:]
+                for line in Path(f).read_text().splitlines() if line.strip()]
+        print(report(rows, items))
+        return
+    modes = (_option(argv, "--modes") or ",".join(DEFAULT_MODES)).split(",")
+    startup = _option(argv, "--startup-s")
+    out = _option(argv, "--out")
     print(f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
-          f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 "
-          f"every 25 s; lab {fx.NODES} x {fx.GPUS_PER_NODE} GPUs", flush=True)
-    fx.ensure_user(fx.UNPRIVILEGED_USER)
-    session = fx.lab_session()
-    lab = next(session)
-    rows = []
-    try:
-        for mode in ["slurm", *policies]:
-            t = time.monotonic()
-            run = run_mode(lab, items, mode)
-            got, sim = summary(run), predict(items, mode)
-            rows.append((mode, got, sim, run))
-            print(f"  {mode}: done in {time.monotonic() - t:.0f} s: lab {got}, sim {sim}, "
-                  f"split {len(run.split)}, unusable {run.unusable_gpu_s:.1f} GPU-s, resizes "
-                  f"{run.resizes}, cpu {run.cpu_s:.1f} s, stopped by restart "
-                  f"{run.stopped_by_restart}", flush=True)
-    finally:
-        with contextlib.suppress(StopIteration):
-            next(session)
-    base = rows[0][1]
-    print(f"{'mode':<7} {'drain s':>8} {'x':>5} {'meanJCT':>8} {'x':>5} {'p95':>6} "
-          f"{'sim drain':>9} {'sim mean':>8} {'split':>5} {'unusable':>8} {'resizes':>7} "
-          f"{'rs lat s':>8} {'cpu s':>6} {'restart-stopped':>15}")
-    for mode, got, sim, run in rows:
-        lat = statistics.mean(run.resize_latency_s) if run.resize_latency_s else float("nan")
-        print(f"{mode:<7} {got['drain']:>8.1f} {got['drain'] / base['drain']:>5.2f} "
-              f"{got['mean']:>8.1f} {got['mean'] / base['mean']:>5.2f} {got['p95']:>6.1f} "
-              f"{sim['drain']:>9.1f} {sim['mean']:>8.1f} {len(run.split):>5} "
-              f"{run.unusable_gpu_s:>8.1f} {run.resizes:>7} {lat:>8.2f} {run.cpu_s:>6.1f} "
-              f"{run.stopped_by_restart:>15}")
-    for mode, _, _, run in rows:
-        gaps, rel = run.turnover_gaps, run.release_to_run_s
-        print(f"{mode}: turnover gap (last end -> next start) mean "
+          f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 every 25 s; lab "
+          f"{fx.NODES} x {fx.GPUS_PER_NODE} GPUs; stand-in start-up {startup or 'none'}",
+          flush=True)
+    rows = run_modes(modes, items, startup, Path(out) if out else None)
+    print(report(rows, items))
+    for r in rows:
+        gaps, rel = r["turnover_gaps"], r["release_to_run_s"]
+        print(f"{r['mode']}: turnover gap (last end -> next start) mean "
               f"{statistics.mean(gaps) if gaps else float('nan'):.2f} s over {len(gaps)} starts"
               + (f"; start intent -> running mean {statistics.mean(rel):.2f} s, max "
                  f"{max(rel):.2f} s" if rel else ""))
-    print(json.dumps({m: {"lab": g, "sim": s} for m, g, s, _ in rows}))
 
 
 if __name__ == "__main__":
