@@ -166,8 +166,8 @@ def _warn(prepared: api.PreparedScenario) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    out = _check_out(args.out)
     _check_plots(args)
+    out = _check_out(args.out)
     prepared = api.prepare(_check_scenario(args.scenario), seed=args.seed)
     _warn(prepared)
     prepared.make_policy(args.policy)  # a bad name or parameter fails before the run
@@ -204,8 +204,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(set(policies)) != len(policies):
         raise InputError("a policy is named twice", field="policies")
     seeds = [args.seed] if args.seeds is None else _parse_seeds(args.seeds)
-    out = _check_out(args.out)
     _check_plots(args)
+    out = _check_out(args.out)
     per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
     for i, seed in enumerate(seeds):
         prepared = api.prepare(_check_scenario(args.scenario), seed=seed)

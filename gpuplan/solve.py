@@ -234,8 +234,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     out = None
     if args.out is not None and not (args.generate and args.instance is not None):
         check_path_text(args.out, "output folder", field="out")
-        out = check_out_dir(args.out)
         require_extra("plots", "gpuplan solve --out")  # solve.png
+        out = check_out_dir(args.out)
     generated = _generated(args)
     if generated is not None and args.instance is not None:
         print(f"wrote {generated[1]}")

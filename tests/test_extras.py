@@ -175,9 +175,7 @@ def test_command_names_its_missing_extra(blocked_env, tmp_path: Path, blocked: t
     argv = [a.format(out=out, sweep=sweep) for a in argv]
     done = _gpuplan(blocked_env(*blocked), tmp_path, *argv)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", _line(extra, what) + "\n")
-    # refused before any work: nothing was written
-    written = [p for p in out.rglob("*") if p.is_file()] if out.exists() else []
-    assert written == []
+    assert not out.exists()  # refused before any work: not even the folder was made
 
 
 PROBE = """
@@ -209,9 +207,12 @@ def test_every_module_imports_or_names_its_extra(blocked_env, tmp_path: Path) ->
     assert seen["count"] > 100  # the walk found the package
     failed = seen["failed"]
     assert failed["gpuplan.plots"] == _line("plots", "gpuplan.plots")[len("error: "):]
-    assert failed["gpuplan.scenarios.ojpp_predictor"].endswith("pip install 'gpuplan[ml]'")
-    ssh = [name for name in failed if ".ssh." in name]
-    assert ssh and all(failed[n].endswith("pip install 'gpuplan[ssh]'") for n in ssh)
+    # the SSH executor (asyncssh) and OJPP's predictor (scikit-learn) name theirs, wherever
+    # the layout puts them
+    named = {m.group(1) for text in failed.values()
+             for m in [re.search(r"pip install 'gpuplan\[(\w+)\]'$", text)]}
+    assert named == {"plots", "ssh", "ml"}
+    assert any(".ssh." in name for name in failed)
     # the CLI and everything a core command runs import without any extra
     for core in ("gpuplan.cli", "gpuplan.api", "gpuplan.sweep", "gpuplan.solve",
                  "gpuplan.solver_core.registry", "gpuplan.executors.control.controller"):
