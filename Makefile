@@ -14,13 +14,15 @@ $(BIN)/python:
 	  $(PYTHON) -m venv $(VENV); }
 	@$(PIP) install -q --upgrade pip
 
+# The core install: what `make demo` (gpuplan compare, a table) needs.
 $(VENV)/.core: $(BIN)/python pyproject.toml
 	$(PIP) install -q -e .
 	@touch $@
 
+# The suite covers every extra (Slurm, SSH, sweep, ML, plots): [all] plus the test tools.
 # The report test opens report.html in headless Chromium (Debian's package, root on CI).
 $(VENV)/.test: $(VENV)/.core
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[all,test]'
 	@test -x /usr/bin/chromium || { echo "installing chromium"; \
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 	@touch $@

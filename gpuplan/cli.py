@@ -37,6 +37,7 @@ from gpuplan.executors.metrics import (
 )
 from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.models.bounds import MAX_SEED
+from gpuplan.models.extras import require_extra
 from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
 from gpuplan.scenarios.input_files import (
     check_path_text,
@@ -89,6 +90,13 @@ def _check_out(text: str | None) -> Path | None:
         return None
     check_path_text(text, "output folder", field="out")  # '' is refused, not read as "."
     return check_out_dir(text)
+
+
+def _check_plots(args: argparse.Namespace) -> None:
+    """``--out`` draws PNG plots (matplotlib, the 'plots' extra): without it, one line naming
+    the extra before anything runs, not an error after the simulation."""
+    if args.out is not None:
+        require_extra("plots", f"gpuplan {args.command} --out")
 
 
 def _check_scenario(text: str) -> str:
@@ -158,6 +166,7 @@ def _warn(prepared: api.PreparedScenario) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    _check_plots(args)
     out = _check_out(args.out)
     prepared = api.prepare(_check_scenario(args.scenario), seed=args.seed)
     _warn(prepared)
@@ -195,6 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(set(policies)) != len(policies):
         raise InputError("a policy is named twice", field="policies")
     seeds = [args.seed] if args.seeds is None else _parse_seeds(args.seeds)
+    _check_plots(args)
     out = _check_out(args.out)
     per_policy: dict[str, list[RunSummary]] = {p: [] for p in policies}
     for i, seed in enumerate(seeds):

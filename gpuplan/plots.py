@@ -22,12 +22,17 @@ from itertools import cycle
 from pathlib import Path
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
 from gpuplan.models import RunResult
+from gpuplan.models.extras import MissingExtra
+
+try:
+    from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
+except ImportError as _err:  # the 'plots' extra; commands check it before they run
+    raise MissingExtra("gpuplan.plots", "plots", "matplotlib") from _err
 
 __all__ = ["figure_png", "jct_cdf_figure", "metric_bars_figure", "plot_jct_cdf",
            "plot_timeseries", "timeseries_figure"]

@@ -16,14 +16,16 @@ import html
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Protocol
 
 from gpuplan.executors.metrics import RunSummary, format_duration
 from gpuplan.models import RunResult
 
+# matplotlib is the 'plots' extra: importing .plots without it raises MissingExtra
 from .plots import figure_png, jct_cdf_figure, metric_bars_figure, timeseries_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["BAR_METRICS", "ReportRun", "render_report"]
 

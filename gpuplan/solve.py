@@ -30,6 +30,7 @@ from rich.table import Table
 from gpuplan.executors.control.command import seed_arg
 from gpuplan.models import InputError
 from gpuplan.models.bounds import MAX_SEED, MAX_TIME_S
+from gpuplan.models.extras import require_extra
 from gpuplan.models.ojpp import load_ojpp
 from gpuplan.scenarios.input_files import check_path_text, parse_structured, read_text
 from gpuplan.solver_core.limits import DEFAULT_TIME_LIMIT_S, SolveLimits
@@ -233,6 +234,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     out = None
     if args.out is not None and not (args.generate and args.instance is not None):
         check_path_text(args.out, "output folder", field="out")
+        require_extra("plots", "gpuplan solve --out")  # solve.png
         out = check_out_dir(args.out)
     generated = _generated(args)
     if generated is not None and args.instance is not None:

@@ -44,6 +44,7 @@ from rich.progress import (
 from gpuplan.executors.metrics import RunSummary, summarize
 from gpuplan.models import GpuplanError, InputError, RunResult, ScenarioSpec
 from gpuplan.models.bounds import MAX_SEED
+from gpuplan.models.extras import require_extra
 from gpuplan.scenarios.build import build, embedded_scenarios, resolve_scenario
 from gpuplan.scenarios.input_files import (
     MAX_TRACE_BYTES,
@@ -533,11 +534,24 @@ def _check_out(out: Path, slurm: bool = False) -> Path:
     return out
 
 
+def _check_extra(workers: int, scheduler: str | None, slurm: str | None, report: bool) -> None:
+    """The 'sweep' extra's packages this sweep will use, checked before any run: Dask unless
+    it runs in this process, dask-jobqueue with Slurm, matplotlib for report.html."""
+    modules = ["matplotlib"] if report else []
+    if workers != 1 or scheduler or slurm:
+        modules.append("distributed")
+    if slurm:
+        modules.append("dask_jobqueue")
+    if modules:
+        require_extra("sweep", "gpuplan sweep", *modules)
+
+
 def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
               scheduler: str | None = None, slurm: str | None = None,
               slurm_options: dict[str, str | None] | None = None, report: bool = True,
               progress: TextIO | None = None) -> SweepOutcome:
     """Run every pending run of ``sweep``, then write results.csv and report.html."""
+    _check_extra(workers, scheduler, slurm, report)
     t0 = time.perf_counter()
     runs_dir = _check_out(out, slurm=bool(slurm)) / "runs"
     tasks = plan_runs(sweep, path)

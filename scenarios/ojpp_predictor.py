@@ -28,15 +28,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sklearn.linear_model import LinearRegression
-from sklearn.model_selection import GroupKFold
-from sklearn.neighbors import KNeighborsRegressor
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
-from sklearn.svm import SVR
-from sklearn.tree import DecisionTreeRegressor
+
+from gpuplan.models.extras import MissingExtra
 
 from .profiles import gavel_colocation, gavel_profiles
+
+try:
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import GroupKFold
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVR
+    from sklearn.tree import DecisionTreeRegressor
+except ImportError as _err:  # the 'ml' extra: nothing in the core imports this module
+    raise MissingExtra("gpuplan.scenarios.ojpp_predictor", "ml", "sklearn") from _err
 
 __all__ = [
     "CANDIDATES",

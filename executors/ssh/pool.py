@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncssh
+from gpuplan.models.extras import MissingExtra
+
+try:
+    import asyncssh
+except ImportError as _err:  # the 'ssh' extra: a core install has no SSH executor
+    raise MissingExtra("gpuplan.executors.ssh", "ssh", "asyncssh") from _err
 
 
 @dataclass(frozen=True)
