@@ -10,6 +10,7 @@ and argv building that need no cluster.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -50,6 +51,8 @@ from gpuplan.executors.slurm.executor import (
     standin_command,
 )
 from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
+from gpuplan.executors.slurm.lab_config import JOB_ID_BAND
+from gpuplan.executors.slurm.lab_render import render_files
 from gpuplan.solver_core.registry import make_policy
 
 from . import slurm_fixtures as fx
@@ -99,6 +102,34 @@ def test_labs_under_different_roots_get_different_ports() -> None:
     assert LabConfig(root=roots[0]).ctld_port == LabConfig(root=roots[0]).ctld_port
     explicit = LabConfig(root=roots[0], ctld_port=7001, slurmd_port0=18001)
     assert (explicit.ctld_port, explicit.slurmd_port0) == (7001, 18001)
+
+
+def test_labs_under_different_roots_number_jobs_in_disjoint_bands() -> None:
+    """cgroup process tracking puts a job in ``slurm_<node>/uid_<u>/job_<id>`` whatever the lab;
+    two labs numbering from 1 would share cgroups and one job's end would kill the other's
+    (a benchmark's job was SIGKILLed so). Each root's band is disjoint and inside Slurm's
+    largest job id; slurm.conf carries it."""
+    roots = [Path("/tmp/gpuplan-slurmlab-hexec"), Path("/tmp/ci/lab"), Path("/srv/lab-a"),
+             Path("/srv/lab-b"), Path("/root/gpuplan-lab")]
+    bands = [LabConfig()] + [LabConfig(root=r) for r in roots]
+    assert bands[0].first_job_id == 1
+    starts = sorted(c.first_job_id for c in bands)
+    assert all(b - a >= JOB_ID_BAND for a, b in itertools.pairwise(starts))
+    assert starts[-1] + JOB_ID_BAND - 1 <= 67_043_328
+    conf = render_files(bands[2], Path("/srv/x"), "off", Path("/srv/x/wake"))["slurm.conf"]
+    first = bands[2].first_job_id
+    assert f"FirstJobId={first}\n" in conf and f"MaxJobId={first + JOB_ID_BAND - 1}\n" in conf
+
+
+def test_lab_priority_plugins() -> None:
+    """The benchmark's second fair baseline: multifactor weighting age and size."""
+    basic = render_files(LabConfig(), Path("/srv/x"), "off", Path("/srv/x/wake"))["slurm.conf"]
+    multi = render_files(LabConfig(priority="multifactor"), Path("/srv/x"), "off",
+                         Path("/srv/x/wake"))["slurm.conf"]
+    assert "PriorityType=priority/basic\n" in basic and "PriorityWeight" not in basic
+    for line in ("PriorityType=priority/multifactor", "PriorityWeightAge=1000",
+                 "PriorityWeightJobSize=1000", "PriorityFavorSmall=YES"):
+        assert line + "\n" in multi
 
 
 def test_hostlists_and_tres_strings() -> None:
