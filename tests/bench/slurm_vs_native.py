@@ -90,15 +90,19 @@ def workload(n: int, seed: int = SEED, burst: int = 25, gap_s: float = 25.0) -> 
 
 
 # ---------------------------------------------------------------------------------- simulator
-def lab_overheads(mode: str, startup_s: float = 0.0) -> Overheads:
+def lab_overheads(mode: str, startup_s: float = 0.0, *, free: bool = False) -> Overheads:
     """What the simulator charges per start and restart to predict ``mode`` on the lab
-    (``startup_s``: the stand-in's mean start-up cost, paid at every start and restart)."""
+    (``startup_s``: the stand-in's mean start-up cost, paid at every start and restart).
+    ``free``: nothing at all (what a policy could do with instant, free control)."""
+    if free:
+        return Overheads(start_s=0.0, restart_s=0.0, migrate_s=0.0)
     start = (SLURM_START_S if mode in BASELINES else CONTROLLER_START_S) + startup_s
     return Overheads(start_s=start, restart_s=LAB_RESTART_S + startup_s,
                      migrate_s=LAB_RESTART_S + startup_s)
 
 
-def predict(items: list[Item], mode: str, startup_s: float = 0.0) -> dict[str, float] | None:
+def predict(items: list[Item], mode: str, startup_s: float = 0.0, *, free: bool = False
+            ) -> dict[str, float] | None:
     """The simulator's run of the same jobs on the lab's 16 GPUs, single-node shapes. Slurm
     alone (``--nodes=1``) is rigid first-fit in submission order (``fifo-backfill``: Slurm's
     backfill with no time limits starts any job that fits); a policy runs with the restart
@@ -116,8 +120,8 @@ def predict(items: list[Item], mode: str, startup_s: float = 0.0) -> dict[str, f
              for it in items]
     cluster = Cluster(nodes=[Node(name=f"node{k}", gpus=fx.GPUS_PER_NODE, gpu_type="a100")
                              for k in range(1, fx.NODES + 1)])
-    overheads = lab_overheads(mode, startup_s)
-    gate = None if rigid else gate_for_scenario(RestartGateSpec(enabled=True), overheads)
+    overheads = lab_overheads(mode, startup_s, free=free)
+    gate = None if rigid or free else gate_for_scenario(RestartGateSpec(enabled=True), overheads)
     result, _, _ = simulate(cluster, specs,
                             make_policy("fifo-backfill" if rigid else mode, seed=0),
                             overheads=overheads, sample_interval_s=None, restart_gate=gate)
@@ -349,8 +353,10 @@ def summary(run: Run, t_first: float | None = None) -> dict[str, float]:
 
 
 DEFAULT_MODES = ("slurm-nodes1", "slurm-multifactor", "afs-l", "afs-p", "max-min",
-                 "elastic-tiresias", "sidecar", "srtf", "srsf", "tiresias-l", "slurm-gpus")
-"""The fair baselines first, every policy the issue names (plus srsf), the split-prone
+                 "elastic-tiresias", "sidecar", "srtf", "srsf", "tiresias-l", "aryl-sjf",
+                 "slurm-gpus")
+"""The fair baselines first, every policy the issue names (plus srsf and Aryl's SJF with skip,
+the simulator's best here), the split-prone
 ``--gpus`` baseline last (an extra row)."""
 
 
@@ -456,6 +462,26 @@ def report(rows: list[dict], items: list[Item]) -> str:
     return "\n".join(lines)
 
 
+def prediction_table(items: list[Item], modes: list[str], startup_s: float = 0.0) -> str:
+    """Markdown: per mode, the simulator's drain and mean JCT with the lab's costs and with
+    none (``free``: instant, free control), and each as a ratio to Slurm alone's prediction."""
+    ref = predict(items, "slurm-nodes1", startup_s)
+    free_ref = predict(items, "slurm-nodes1", startup_s, free=True)
+    assert ref is not None and free_ref is not None
+    lines = ["| mode | drain s | x nodes1 | mean JCT s | x nodes1 | free: drain s | x | "
+             "free: mean JCT s | x |", "|---|---|---|---|---|---|---|---|---|"]
+    for mode in modes:
+        got, free = predict(items, mode, startup_s), predict(items, mode, startup_s, free=True)
+        if got is None or free is None:
+            continue
+        lines.append(
+            f"| {mode} | {got['drain']:.1f} | {got['drain'] / ref['drain']:.2f} | "
+            f"{got['mean']:.1f} | {got['mean'] / ref['mean']:.2f} | {free['drain']:.1f} | "
+            f"{free['drain'] / free_ref['drain']:.2f} | {free['mean']:.1f} | "
+            f"{free['mean'] / free_ref['mean']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
     n = int(_option(argv, "--jobs", "200") or 200)
     if "--quick" in argv:
@@ -468,6 +494,9 @@ def main(argv: list[str]) -> None:
         return
     modes = (_option(argv, "--modes") or ",".join(DEFAULT_MODES)).split(",")
     startup = _option(argv, "--startup-s")
+    if "--predict" in argv:  # the simulator alone: no lab, deterministic
+        print(prediction_table(items, modes, _startup_mean(startup)))
+        return
     out = _option(argv, "--out")
     print(f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
           f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 every 25 s; lab "
