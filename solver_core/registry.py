@@ -31,7 +31,7 @@ import difflib
 import importlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.util import resolve_name
 from types import MappingProxyType
 from typing import Any
@@ -173,7 +173,10 @@ class Registry:
         """The code of the declared base policy ``name``, importing its module once."""
         code = self._policy_code.get(name)
         if code is None:
-            self._load(self.policies()[name].module)
+            d = self.policies()[name]
+            if d.kind == "preset":
+                raise ValueError(f"{name!r} is a preset of {d.base!r}: it has no code")
+            self._load(d.module)
             code = self._policy_code[name]
         return code
 
@@ -219,8 +222,7 @@ class Registry:
 def _resolved(d: Declared, package: str) -> Declared:
     """``d`` with its module absolute (a preset's is the table that declares it)."""
     module = package if d.kind == "preset" else resolve_name(d.module, package)
-    return d if module == d.module else Declared(d.kind, d.name, d.summary, module, d.base,
-                                                 d.wrappers, d.values)
+    return d if module == d.module else replace(d, module=module)
 
 
 def _add(book: dict[str, Declared], d: Declared) -> None:
