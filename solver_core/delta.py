@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from gpuplan.models import ClusterView, SolverStats
 
+from . import change_verify
 from .placement.best_fit import best_fit_placement, place_new_best_fit
 from .placement.shapes import enforce_shapes
-from .policies import change_verify
 from .policy import Decision, Delta, PlacementStage, Shares
 
 

@@ -155,15 +155,10 @@ def _colocation(policy: StagedPolicy, p: Params, seed: int) -> StagedPolicy:
     return replace(policy, shares=colocated(policy.shares))
 
 
-WRAPPERS: dict[str, WrapperDef] = {
-    w.name: w for w in (
-        WrapperDef("network-packing", "counts regulated to packing units, placed with no "
-                   "network sharing (AFS App. E)", _network_packing, PackingParams),
-        WrapperDef("reuse", "reuse-maximising placement: migrate only when unavoidable",
-                   _reuse, ReuseParams),
-        WrapperDef("learning", "AFS §4.5: unmeasured jobs capped at their fair share M/n",
-                   _learning, NoParams),
-        WrapperDef("co-location", "jobs with a compute share alpha < 1 share GPUs "
-                   "(fractional demands)", _colocation, NoParams),
-    )
-}
+WRAPPERS = [
+    WrapperDef("network-packing", _network_packing, PackingParams),
+    WrapperDef("reuse", _reuse, ReuseParams),
+    WrapperDef("learning", _learning, NoParams),
+    WrapperDef("co-location", _colocation, NoParams),
+]
+"""Their names and summaries are declared in ``solver_core/__init__.py``."""

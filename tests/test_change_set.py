@@ -31,8 +31,8 @@ from gpuplan.models import ActiveJob, Cluster, ClusterView, JobSpec, NodeFailure
 from gpuplan.models.state import ChangeSet
 from gpuplan.scenarios.mapping import map_rigid
 from gpuplan.scenarios.synthetic import synthetic_jobs
-from gpuplan.solver_core.policies import change_verify
-from gpuplan.solver_core.policies.change_verify import ChangeSetMissed
+from gpuplan.solver_core import change_verify
+from gpuplan.solver_core.change_verify import ChangeSetMissed
 from gpuplan.solver_core.policies.running_order import RunningOrder
 from gpuplan.solver_core.policies.shortest_first import remaining_time
 from gpuplan.solver_core.registry import make_policy

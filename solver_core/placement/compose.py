@@ -7,7 +7,7 @@ about it. The regulation runs inside the shares stage, after the policy's own sh
 
 The registry is not touched here: the ``network-packing`` and ``reuse`` wrappers
 (:mod:`gpuplan.solver_core.wrappers`) build on these functions, and
-``solver_core/policies/packed.py`` registers ``<base>-packed`` / ``<base>-reuse`` as presets of
+``solver_core/policies/__init__.py`` declares ``<base>-packed`` / ``<base>-reuse`` as presets of
 them.
 
 Solver budgets: the exact regulation and the exact reuse placement take

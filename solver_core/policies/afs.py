@@ -315,10 +315,7 @@ def _afs_p_like(name: str, cls: type[AfsP]) -> Callable[[AfsPParams, int], Stage
 
 
 POLICIES = [
-    parameterless("afs-l", "AFS-L: elastic GPU-by-GPU sharing by inequality (3), job lengths "
-                  "known", lambda: _staged("afs-l", AfsL())),
-    PolicyDef("afs-p", "AFS-P: length-unaware AFS, (3) both ways + 2 h processor-sharing "
-              "counters", _afs_p_like("afs-p", AfsP), AfsPParams),
-    PolicyDef("afs-s", "AFS-S: AFS-P knowing only peak-throughput counts (capped max-min "
-              "sharing)", _afs_p_like("afs-s", AfsS), AfsPParams),
+    parameterless("afs-l", lambda: _staged("afs-l", AfsL())),
+    PolicyDef("afs-p", _afs_p_like("afs-p", AfsP), AfsPParams),
+    PolicyDef("afs-s", _afs_p_like("afs-s", AfsS), AfsPParams),
 ]

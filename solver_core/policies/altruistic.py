@@ -88,10 +88,6 @@ def srsf_e_shares() -> AltruisticShortestFirst:
 
 
 POLICIES = [
-    parameterless("srtf-e", "SRTF at requested GPUs, leftover GPUs to the largest throughput "
-                  "gain (AFS §5.5)",
-                  lambda: StagedPolicy("srtf-e", srtf_e_shares(), best_fit_placement)),
-    parameterless("srsf-e", "SRSF at requested GPUs, leftover GPUs to the largest throughput "
-                  "gain (AFS §5.5)",
-                  lambda: StagedPolicy("srsf-e", srsf_e_shares(), best_fit_placement)),
+    parameterless("srtf-e", lambda: StagedPolicy("srtf-e", srtf_e_shares(), best_fit_placement)),
+    parameterless("srsf-e", lambda: StagedPolicy("srsf-e", srsf_e_shares(), best_fit_placement)),
 ]

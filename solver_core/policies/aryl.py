@@ -34,7 +34,8 @@ The policy remembers which GPUs of each elastic job are flexible (``_flex``), be
 :class:`~gpuplan.solver_core.aryl.reclaim.Reclaimer` that ``simulate`` hands to the engine
 unless the caller passes another one.
 
-Variants registered below switch the pieces on and off for the paper's ablations (Tab. 5, 6).
+Presets declared in ``policies/__init__.py`` (``aryl-scaling``, ``aryl-sjf``, ...) switch the
+pieces on and off for the paper's ablations (Tab. 5, 6).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from pydantic import Field
 
 from gpuplan.models import ActiveJob, ClusterView, JobAllocation, Node, SolverStats
 
-from ..aryl.hetero import ADVANCED_EFFICIENCY, IDEAL_EFFICIENCY, mixed_efficiency
+from ..aryl.hetero import ADVANCED_EFFICIENCY, mixed_efficiency
 from ..aryl.mckp import MckpGroup, solve_mckp
 from ..aryl.placement import Placement, ServerBook
 from ..aryl.reclaim import Reclaimer
@@ -515,36 +516,5 @@ def _build(name: str) -> Callable[[ArylParams, int], StagedPolicy]:
     return build
 
 
-def _preset(name: str, description: str, **values: object) -> PolicyDef:
-    return PolicyDef(name, description, base="aryl", values=values)
-
-
-POLICIES: list[PolicyDef] = [
-    PolicyDef("aryl", "Aryl: capacity loaning + elastic scaling (SJF + MCKP DP, grouped BFD, "
-              "cost-greedy reclaim)", _build("aryl"), ArylParams),
-    _preset("aryl-scaling", "Aryl elastic scaling only: two-phase allocation on training "
-            "servers", loaning=False),
-    _preset("aryl-loaning", "Aryl capacity loaning only: rigid SJF on training + on-loan "
-            "servers, cost-greedy reclaim", scaling=False),
-    _preset("aryl-loaning-scf", "capacity loaning only, Smallest-Count-First reclaim",
-            scaling=False, reclaim="scf"),
-    _preset("aryl-loaning-random", "capacity loaning only, random reclaim (the run's seed)",
-            scaling=False, reclaim="random"),
-    _preset("aryl-loaning-exact", "capacity loaning only, exact (CP-SAT) reclaim",
-            scaling=False, reclaim="exact"),
-    _preset("aryl-exact", "Aryl with the exact (CP-SAT) reclaim instead of the greedy",
-            reclaim="exact"),
-    _preset("aryl-cpsat", "Aryl with phase 2 solved by CP-SAT instead of DP", mckp="cp-sat"),
-    _preset("aryl-greedy", "Aryl with phase 2 solved by the marginal-gain greedy",
-            mckp="greedy"),
-    _preset("aryl-naive", "Aryl with naive BFD placement (no server groups; Tab. 6 ablation)",
-            grouped=False, elastic_on_loan=False),
-    _preset("aryl-sjf", "SJF with skip (Aryl phase 1 alone): no loaning, no scaling",
-            scaling=False, loaning=False),
-    _preset("aryl-hetero", "Aryl + heterogeneous training (App. A): flagged jobs may span "
-            "training and loaned GPUs at 70 % of theoretical throughput (Advanced scenario)",
-            heterogeneous=True, hetero_efficiency=ADVANCED_EFFICIENCY),
-    _preset("aryl-hetero-ideal", "Aryl + heterogeneous training at 100 % efficiency (Ideal "
-            "scenario's hetero performance)", heterogeneous=True,
-            hetero_efficiency=IDEAL_EFFICIENCY),
-]
+POLICIES = [PolicyDef("aryl", _build("aryl"), ArylParams)]
+"""Aryl's presets (``aryl-scaling``, ``aryl-sjf``, ...) are declared in ``__init__.py``."""

@@ -135,8 +135,4 @@ def _build(p: NoParams, seed: int) -> StagedPolicy:
                         wants_in_place_resize=True)
 
 
-POLICIES = [
-    PolicyDef("edl-elastic", "EDL's synthetic-workload Elastic policy (003 §6.3): least-loaded "
-              "machine, uniform shares per machine, scale out while throughput rises", _build,
-              NoParams),
-]
+POLICIES = [PolicyDef("edl-elastic", _build, NoParams)]

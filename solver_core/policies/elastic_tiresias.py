@@ -201,8 +201,4 @@ def _build(p: ElasticTiresiasParams, seed: int) -> StagedPolicy:
                         memory=stage, wants_in_place_resize=True)
 
 
-POLICIES = [
-    PolicyDef("elastic-tiresias", "EDL Elastic-Tiresias (003 Alg. 1): Tiresias-L plus compaction "
-              "(scale in low-priority jobs when > N wait) and expansion (free GPUs to the largest "
-              "relative throughput gain)", _build, ElasticTiresiasParams),
-]
+POLICIES = [PolicyDef("elastic-tiresias", _build, ElasticTiresiasParams)]

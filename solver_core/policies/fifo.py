@@ -14,7 +14,8 @@ from operator import attrgetter
 from gpuplan.models import ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement, place_new_best_fit
-from ..policy import Delta, PlacementStage, Shares
+from ..policy import Delta, PlacementStage, Shares, StagedPolicy
+from ..registry import parameterless
 
 _GPUS = attrgetter("gpus")
 
@@ -88,3 +89,10 @@ fifo_strict = Fifo(backfill=False)
 """FIFO without backfill."""
 fifo_backfill = Fifo(backfill=True)
 """FIFO with (reservation-free) backfill."""
+
+
+POLICIES = [
+    parameterless("fifo", lambda: StagedPolicy("fifo", fifo_strict, best_fit_placement)),
+    parameterless("fifo-backfill",
+                  lambda: StagedPolicy("fifo-backfill", fifo_backfill, best_fit_placement)),
+]

@@ -103,7 +103,4 @@ def _install(policy: StagedPolicy, params: NoParams, seed: int) -> StagedPolicy:
     return replace(policy, placement=first_fit_placement)
 
 
-WRAPPERS = [
-    WrapperDef("first-fit", "Slurm-like linear placement: nodes in name order, lowest GPU "
-               "indices first", _install, NoParams),
-]
+WRAPPERS = [WrapperDef("first-fit", _install, NoParams)]

@@ -96,11 +96,7 @@ def _staged(name: str, stage: MaxGpusShortestFirst | TiresiasL) -> StagedPolicy:
 
 
 POLICIES = [
-    parameterless("srtf-max", "SRTF, each job rigid at its max useful GPUs (AFS Fig. 6)",
-                  lambda: _staged("srtf-max", srtf_max_shares())),
-    parameterless("srsf-max", "SRSF, each job rigid at its max useful GPUs (AFS Fig. 6)",
-                  lambda: _staged("srsf-max", srsf_max_shares())),
-    parameterless("tiresias-l-max", "Tiresias-L (2D-LAS), each job rigid at its max useful "
-                  "GPUs (AFS Fig. 6)",
-                  lambda: _staged("tiresias-l-max", tiresias_l_max_shares())),
+    parameterless("srtf-max", lambda: _staged("srtf-max", srtf_max_shares())),
+    parameterless("srsf-max", lambda: _staged("srsf-max", srsf_max_shares())),
+    parameterless("tiresias-l-max", lambda: _staged("tiresias-l-max", tiresias_l_max_shares())),
 ]

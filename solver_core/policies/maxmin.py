@@ -93,7 +93,5 @@ def maxmin_shares() -> MaxMinShares:
 
 
 POLICIES = [
-    parameterless("max-min", "elastic max-min fair water-filling up to max useful GPUs; FIFO "
-                  "when jobs outnumber GPUs (length-unaware)",
-                  lambda: StagedPolicy("max-min", maxmin_shares(), best_fit_placement)),
+    parameterless("max-min", lambda: StagedPolicy("max-min", maxmin_shares(), best_fit_placement)),
 ]

@@ -306,7 +306,5 @@ class MaxMinPerfParams(Params):
 
 
 POLICIES = [
-    PolicyDef("max-min-perf", "Gavel heterogeneity-aware max-min fairness (LP over time on GPU "
-              "types, 360 s rounds)", lambda p, _seed: max_min_perf(p.round_s),
-              MaxMinPerfParams),
+    PolicyDef("max-min-perf", lambda p, _seed: max_min_perf(p.round_s), MaxMinPerfParams),
 ]

@@ -160,8 +160,6 @@ class OfflineOptimal(PolicyBase):
 
 
 POLICIES = [
-    PolicyDef("offline-optimal", "minimum average JCT with every arrival known (<= 12 "
-              "jobs and 16 GPUs; rigid: time-indexed CP-SAT; elastic: exact continuous branch "
-              "and bound over event orders; simulator only): the reference",
-              build=lambda params, seed: OfflineOptimal(params, seed), params=OfflineParams),
+    PolicyDef("offline-optimal", build=lambda params, seed: OfflineOptimal(params, seed),
+              params=OfflineParams),
 ]

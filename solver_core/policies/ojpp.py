@@ -57,10 +57,10 @@ from ..policy import (
     StagedPolicy,
     Stateful,
 )
-from ..registry import PolicyDef, WrapperDef
+from ..registry import WrapperDef
 from .ojpap import Ojpap
 
-__all__ = ["POLICIES", "WRAPPERS", "OjppParams", "ojpp_wrap"]
+__all__ = ["WRAPPERS", "OjppParams", "ojpp_wrap"]
 
 DEFAULT_CROSS = 0.1
 DEFAULT_SAME = 0.2
@@ -332,19 +332,5 @@ class _Memory:
         self.online.restore(state["ojpap"])
 
 
-WRAPPERS = [
-    WrapperDef("ojpp", "OJPP (paper 002): jobs with a memory profile packed as co-located "
-               "workers under memory, collision, slowdown and balance bounds", _apply,
-               OjppParams),
-]
-
-POLICIES = [
-    PolicyDef(f"{base}-ojpp", f"{base} with OJPP co-location of jobs with a memory profile",
-              base=base, wrappers=("ojpp",))
-    for base in ("fifo", "afs-l", "srtf")
-] + [
-    PolicyDef(f"{base}-ojpp-ojpap", f"{base}-ojpp plus OJPAP online adjustment (Alg. 4) of "
-              "over-interfered GPUs (simulator only: needs observed interference)",
-              base=base, wrappers=("ojpp",), values={"ojpap": True})
-    for base in ("fifo", "afs-l", "srtf")
-]
+WRAPPERS = [WrapperDef("ojpp", _apply, OjppParams)]
+"""The ``<base>-ojpp`` and ``<base>-ojpp-ojpap`` presets are declared in ``__init__.py``."""

@@ -62,7 +62,5 @@ def optimus_shares() -> OptimusShares:
 
 
 POLICIES = [
-    parameterless("optimus", "Optimus: one GPU each in arrival order, then greedy largest "
-                  "remaining-time reduction per GPU (estimates assumed exact)",
-                  lambda: StagedPolicy("optimus", optimus_shares(), best_fit_placement)),
+    parameterless("optimus", lambda: StagedPolicy("optimus", optimus_shares(), best_fit_placement)),
 ]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from gpuplan.models import ActiveJob, ClusterView
 
-from . import change_verify
+from .. import change_verify
 
 RankKey = Callable[[ActiveJob, float], float]
 Entry = tuple[float, float, str]

@@ -19,9 +19,9 @@ Which jobs changed: with the view's change set (``ClusterView.changed``, issue 1
 only the jobs it names are read, O(changes) per event; without one (Slurm, SSH, a hand-built
 view, or a view skipped since the last sync) every running job's signature is read and
 compared. Both re-key exactly the jobs whose signature changed, so they give the same order.
-With :data:`.change_verify.VERIFY` on (``GPUPLAN_VERIFY_CHANGES=1``, or set by tests) every
+With :data:`..change_verify.VERIFY` on (``GPUPLAN_VERIFY_CHANGES=1``, or set by tests) every
 sync that takes the change set also runs the full comparison and raises
-:class:`~.change_verify.ChangeSetMissed` naming any job whose signature changed but that the
+:class:`~..change_verify.ChangeSetMissed` naming any job whose signature changed but that the
 set left out: an engine or executor path that writes a job without reporting it fails the
 tests instead of silently mis-ranking.
 """
@@ -35,8 +35,8 @@ from operator import attrgetter
 from gpuplan.models import ActiveJob
 from gpuplan.models.state import ChangeSet
 
-from . import change_verify
-from .change_verify import ChangeSetMissed, missed
+from .. import change_verify
+from ..change_verify import ChangeSetMissed, missed
 from .ranked_queue import Entry, RankKey
 
 __all__ = ["ChangeSetMissed", "RunningOrder"]

@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from gpuplan.models import ActiveJob, ClusterView, JobSpec, SolverStats
 
 from ..delta import delta_from_changes, delta_from_shares, delta_ready
-from ..policy import Decision, Delta, PlacementStage, Shares
+from ..placement.best_fit import best_fit_placement
+from ..policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
+from ..registry import parameterless
 from .ranked_queue import Entry, RankedQueue, RankKey
 from .running_order import RunningOrder
 
@@ -247,3 +249,9 @@ def srsf_shares() -> ShortestFirst:
     # the stretch walk degenerates to a job-by-job merge that was slower than the full
     # ranking (docs/performance.md, round 3).
     return ShortestFirst(remaining_service, RunningKeys(service=True))
+
+
+POLICIES = [
+    parameterless("srtf", lambda: StagedPolicy("srtf", srtf_shares(), best_fit_placement)),
+    parameterless("srsf", lambda: StagedPolicy("srsf", srsf_shares(), best_fit_placement)),
+]

@@ -196,13 +196,7 @@ def _build(p: SidecarParams, seed: int) -> StagedPolicy:
     return StagedPolicy("sidecar", stage, best_fit_placement, resume_wakeup)
 
 
-POLICIES = [
-    PolicyDef("sidecar", "SideCar (004): Alg. 1 reshaping down with one donor for incoming "
-              "jobs, Alg. 2 reshaping up for idle GPUs, least predicted makespan; one host "
-              "per job", _build, SidecarParams),
-    PolicyDef("sidecar-accuracy", "SideCar for accuracy targets (WL4): job lengths predicted "
-              "by Optimus-style NNLS fitting of noisy accuracy points (std 0.005), not known",
-              base="sidecar", values={"accuracy_noise": 0.005}),
-]
+POLICIES = [PolicyDef("sidecar", _build, SidecarParams)]
+"""``sidecar-accuracy`` (``accuracy_noise: 0.005``) is a preset declared in ``__init__.py``."""
 
 __all__ = ["SidecarStage", "algorithm1", "algorithm2", "resume_wakeup"]

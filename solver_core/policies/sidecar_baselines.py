@@ -127,10 +127,6 @@ def _termination(p: TerminationParams, seed: int) -> StagedPolicy:
 
 
 POLICIES = [
-    PolicyDef("k8s-default", "Kubernetes default scheduler (SideCar baseline): a static count "
-              "drawn from the job's options with the run's seed, first-fit on one host",
-              _k8s, K8sParams),
-    PolicyDef("termination", "Optimus-style termination baseline (SideCar): 1 GPU on arrival, "
-              "then grow one option step at a time by terminate-and-restart, no shrink",
-              _termination, TerminationParams),
+    PolicyDef("k8s-default", _k8s, K8sParams),
+    PolicyDef("termination", _termination, TerminationParams),
 ]

@@ -14,7 +14,7 @@ from gpuplan.models import ActiveJob
 
 from ..placement.best_fit import best_fit_placement
 from ..policy import StagedPolicy
-from ..registry import PolicyDef, parameterless
+from ..registry import parameterless
 from .running_order import RunningOrder
 from .shortest_first import ShortestFirst
 
@@ -29,7 +29,6 @@ def sjf_shares() -> ShortestFirst:
     return ShortestFirst(gpu_count, order=RunningOrder(gpu_count, static=True))
 
 
-POLICIES: list[PolicyDef] = [
-    parameterless("sjf", "preemptive smallest-GPU-count first (Tiresias simulator's sjf), rigid",
-                  lambda: StagedPolicy("sjf", sjf_shares(), best_fit_placement)),
+POLICIES = [
+    parameterless("sjf", lambda: StagedPolicy("sjf", sjf_shares(), best_fit_placement)),
 ]

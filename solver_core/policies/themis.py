@@ -523,7 +523,4 @@ def _build(p: ThemisParams, seed: int) -> StagedPolicy:
                          ideal=p.ideal)
 
 
-POLICIES = [
-    PolicyDef("themis", "Themis: finish-time fairness (rho) partial auctions among the worst "
-              "20%, random leftovers, 20-min GPU leases", _build, ThemisParams),
-]
+POLICIES = [PolicyDef("themis", _build, ThemisParams)]

@@ -417,7 +417,4 @@ def _build(p: TiresiasParams, seed: int) -> StagedPolicy:
         raise InputError(str(err), field="policies.tiresias-l") from None
 
 
-POLICIES = [
-    PolicyDef("tiresias-l", "Tiresias-L: discretised 2D-LAS (GPU x time), 2 queues, rigid, "
-              "preemptive, length-unaware", _build, TiresiasParams),
-]
+POLICIES = [PolicyDef("tiresias-l", _build, TiresiasParams)]
