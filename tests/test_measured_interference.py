@@ -192,6 +192,11 @@ BAD = {
                                "job y's model 'b' was not measured (models: a, d)"),
     "job not in h200": ("    {table: h200}\n", "job x's model 'a' was not measured"),
     "mapping": ("    measured: [1, 2]\n", "simulator.interference.measured"),
+    "long name": (_groups(*_OK).replace("{a: 100.0,", "{" + "z" * 300 + ": 1.0, a: 100.0,"),
+                  "is not 1-200 characters"),
+    "17 jobs": (_groups(*_OK, "{models: [" + ", ".join(["a"] * 17) + "], slowdowns: ["
+                        + ", ".join(["2.0"] * 17) + "]}"),
+                "simulator.interference.measured.groups.3.models"),
 }
 
 
