@@ -9,7 +9,8 @@ several GPUs runs at the pace of its most slowed-down GPU (bulk-synchronous trai
 Two models live here: :class:`NoInterference` (the default: shares alone set the speed) and
 :class:`PairwiseInterference`, a table of measured pairwise slowdowns by model name composed
 multiplicatively, as the co-location table of Gavel's artifact gives them. The co-location
-issue adds OJPP's learned predictor behind the same protocol.
+issue adds OJPP's learned predictor behind the same protocol, and
+``measured_interference.py`` replays a table measured on real hardware.
 """
 
 from __future__ import annotations

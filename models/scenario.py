@@ -29,6 +29,7 @@ from .bounds import (
     MIN_TIME_SCALE,
 )
 from .cluster import Cluster, Node
+from .measured_interference import MeasuredTable
 from .ojpp import Composition
 
 ResizeMode = Literal["stop_free", "checkpoint_restart", "sidecar"]
@@ -327,9 +328,14 @@ class LoaningSpec(BaseModel):
         return self
 
 
-InterferenceTable = Literal["ojpp"]
+InterferenceTable = Literal["ojpp", "h200"]
 """Named interference tables a scenario may pick instead of writing a matrix: ``ojpp`` is the
-OJPP workloads' matrix (``scenarios.ojpp_workloads.interference_matrix``)."""
+OJPP workloads' matrix (``scenarios.ojpp_workloads.interference_matrix``); ``h200`` is the
+measured table of five training jobs sharing one NVIDIA H200 (``scenarios.measured_tables``),
+replayed like a ``measured`` block."""
+
+MEASURED_TABLES = frozenset({"h200"})
+"""Named tables that are measured tables (replayed, no collision draws)."""
 
 
 class SimInterferenceSpec(BaseModel):
@@ -340,16 +346,22 @@ class SimInterferenceSpec(BaseModel):
     model-``b`` worker (jobs' ``model``); it must be square (every row names every type).
     ``collisions``: memory collisions (two or more peaks at once, Eq. 4's model) cost ``kappa``
     extra iterations each (digest 002 §7.1 #14), their frequency drawn from the run's seed
-    over ``window`` iterations per co-located group; off, only the matrix slows workers."""
+    over ``window`` iterations per co-located group; off, only the matrix slows workers.
+    ``measured`` (or ``table: h200``): a table measured on real hardware, replayed exactly for
+    the groups it measured and composed from its pairs otherwise; no collisions are drawn."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     table: InterferenceTable | None = Field(default=None, description="a named table")
+    measured: MeasuredTable | None = Field(
+        default=None, description="a measured co-location table, replayed (models/"
+        "measured_interference.py)")
     matrix: dict[str, dict[str, Annotated[float, Field(ge=0, le=100)]]] | None = Field(
         default=None, description="slowdown I[a][b] of a model-a worker next to a model-b one")
     composition: Composition = Field(default="additive",
                                      description="slowdown of a worker with several neighbours")
-    collisions: bool = Field(default=True, description="charge drawn memory collisions")
+    collisions: bool | None = Field(default=None, description="charge drawn memory collisions "
+                                    "(unset: true for a matrix; a measured table has none)")
     kappa: float = Field(default=1.0, ge=0, le=100,
                          description="extra iterations one overflowing iteration costs")
     window: int = Field(default=100, ge=1, le=100_000,
@@ -357,8 +369,15 @@ class SimInterferenceSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> SimInterferenceSpec:
-        if (self.table is None) == (self.matrix is None):
-            raise ValueError("give exactly one of 'table' (a named table) and 'matrix'")
+        if sum(x is not None for x in (self.table, self.matrix, self.measured)) != 1:
+            raise ValueError("give exactly one of 'table' (a named table), 'matrix' and "
+                             "'measured'")
+        # Checked by value (not by which keys were written), so a dumped and reloaded spec (a
+        # sweep's overrides) still validates.
+        measured = self.measured is not None or self.table in MEASURED_TABLES
+        if measured and (self.collisions or self.kappa != 1.0 or self.window != 100):
+            raise ValueError("collisions, kappa and window apply to a matrix: a measured "
+                             "table already holds everything its jobs suffered")
         if self.matrix is not None:
             if not self.matrix:
                 raise ValueError("matrix is empty")

@@ -123,7 +123,8 @@ def test_ojpap_migrates_from_the_cli(capsys, queue: str) -> None:
 def test_only_the_ojpp_scenarios_declare_it_and_the_others_run_without(monkeypatch) -> None:
     declaring = {name for name in embedded_scenarios()
                  if resolve_scenario(name)[0].simulator.interference is not None}
-    assert declaring == {f"ojpp-{q}" for q in QUEUES}
+    # the OJPP queues, and the replay of the measured H200 table (tests/test_measured_...)
+    assert declaring == {f"ojpp-{q}" for q in QUEUES} | {"h200-colocation"}
     seen: list[object] = []
     real = api.simulate
 
