@@ -121,6 +121,26 @@ def test_labs_under_different_roots_number_jobs_in_disjoint_bands() -> None:
     assert f"FirstJobId={first}\n" in conf and f"MaxJobId={first + JOB_ID_BAND - 1}\n" in conf
 
 
+@pytest.mark.parametrize("others_running", [True, False])
+def test_lab_cleanup_removes_only_its_own_jobs_cgroups(tmp_path: Path,
+                                                       others_running: bool) -> None:
+    """A lab's teardown must not remove another lab's job directories in the shared cgroup
+    tree (that made a benchmark job fail to start); while another lab's daemons run, the
+    shared ``uid_*``/``slurm_<node>`` levels stay too. (Directories stand in for cgroups.)"""
+    lab = SlurmLab(LabConfig(root=tmp_path / "lab-a"))
+    mine, theirs = lab.config.first_job_id, lab.config.first_job_id + JOB_ID_BAND + 5
+    top = tmp_path / "cg" / "freezer" / "slurm_node1"
+    uid = top / "uid_1001"
+    for job in (mine, mine + 7, theirs, 12):
+        (uid / f"job_{job}" / "step_batch").mkdir(parents=True)
+    lab._clean_cgroups(tmp_path / "cg", others_running=others_running)
+    if others_running:
+        assert sorted(p.name for p in uid.iterdir()) == sorted([f"job_{theirs}", "job_12"])
+        assert (uid / f"job_{theirs}" / "step_batch").is_dir()
+    else:  # the last lab on the machine leaves no slurm_<node> tree behind
+        assert not top.exists()
+
+
 def test_lab_priority_plugins() -> None:
     """The benchmark's second fair baseline: multifactor weighting age and size."""
     basic = render_files(LabConfig(), Path("/srv/x"), "off", Path("/srv/x/wake"))["slurm.conf"]

@@ -68,7 +68,7 @@ from gpuplan.models import GpuplanError
 from ..labroot import private_dir, private_root, read_file, write_file
 from ..pidlock import lock_with_pid
 from .cli import SlurmCli, SlurmError
-from .lab_config import PACKAGES, LabConfig, LabError
+from .lab_config import JOB_ID_BAND, PACKAGES, LabConfig, LabError
 from .lab_install import install_packages
 from .lab_procs import MUNGED, LabProcesses, _munge_works, _other_slurm_daemons, _tail
 from .lab_render import choose_cgroup, render_files
@@ -473,22 +473,45 @@ class SlurmLab(LabProcesses):
         except SlurmError:
             pass  # a dead controller cannot cancel; the slurmds are stopped next anyway
 
-    def _clean_cgroups(self) -> None:
-        """Remove the per-node cgroup directories a MULTIPLE_SLURMD lab leaves behind."""
-        base = Path("/sys/fs/cgroup")
+    def _clean_cgroups(self, base: Path = Path("/sys/fs/cgroup"),
+                       others_running: bool | None = None) -> None:
+        """Remove the cgroup directories this lab's jobs left behind (a MULTIPLE_SLURMD lab's
+        slurmstepd does not always). Every lab on the machine shares
+        ``<controller>/slurm_<node>/uid_<u>/``, so only ``job_<id>`` directories with ids in
+        this lab's band (:attr:`LabConfig.first_job_id`) are removed, and the shared
+        ``uid_*`` and ``slurm_<node>`` levels only when no other lab's daemon runs: removing
+        an empty directory another lab had just created made its job fail to start
+        ("Slurmd could not execve job"). ``others_running``: None looks at the processes."""
         if not base.is_dir():
             return
+        lo = self.config.first_job_id or 1
+        band = range(lo, lo + JOB_ID_BAND)
+        shared_levels = not (_other_slurm_daemons() if others_running is None
+                             else others_running)
         for ctrl in base.iterdir():
             for name in self.node_names:
                 top = ctrl / f"slurm_{name}"
-                if top.is_dir():
-                    for d in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-                        if d.is_dir():
-                            with contextlib.suppress(OSError):
-                                d.rmdir()
-                    with contextlib.suppress(OSError):
-                        top.rmdir()
+                if not top.is_dir():
+                    continue
+                for uid in top.glob("uid_*"):
+                    for job in uid.glob("job_*"):
+                        if job.name[4:].isdigit() and int(job.name[4:]) in band:
+                            _remove_tree(job)
+                    if shared_levels:
+                        _remove_tree(uid)
+                if shared_levels:
+                    _remove_tree(top)
 
+
+def _remove_tree(top: Path) -> None:
+    """rmdir ``top`` and its (cgroup) subdirectories, deepest first; a directory a process
+    still uses stays (cgroup directories cannot be removed while populated)."""
+    for d in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+        if d.is_dir():
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    with contextlib.suppress(OSError):
+        top.rmdir()
 
 
 # ---------------------------------------------------------------------------------------- CLI
