@@ -122,6 +122,16 @@ def test_sd_notify_abstract_socket_and_environment_rules() -> None:
     assert watchdog_period_s({"WATCHDOG_USEC": "soon"}) is None
 
 
+def test_sd_notify_never_waits_for_a_full_receiver(
+        notify_socket: tuple[socket.socket, str]) -> None:
+    """Nobody reads: the queue fills (net.unix.max_dgram_qlen) and later messages are dropped
+    at once instead of blocking the controller's heartbeat thread or signal handler."""
+    _sock, path = notify_socket
+    notifier = Notifier({"NOTIFY_SOCKET": path})
+    sent = [notifier.alive() for _ in range(2000)]
+    assert sent[0] and not sent[-1]
+
+
 def test_sd_notify_to_a_missing_socket_never_raises(tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone")})

@@ -10,8 +10,9 @@ restarted by systemd as well as failed open by the watchdog service.
 The protocol is one datagram per message on the ``AF_UNIX`` socket named by ``NOTIFY_SOCKET``
 (a path, or ``@name`` in the abstract namespace); ``WATCHDOG_USEC`` (and optionally
 ``WATCHDOG_PID``, which must be this process) gives the watchdog period. Without
-``NOTIFY_SOCKET`` (not under systemd) every call is a no-op. A send that fails is logged once
-and never raised: systemd's view of the service must not be able to stop the controller.
+``NOTIFY_SOCKET`` (not under systemd) every call is a no-op. A send never blocks; one that fails
+is logged once and never raised: systemd's view of the service must not be able to stop or
+stall the controller.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class Notifier:
             return False
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                # Never wait: a receiver whose queue is full (a datagram socket holds only
+                # net.unix.max_dgram_qlen messages) must not stall the heartbeat thread, or
+                # the signal handler that says STOPPING; the message is dropped instead.
+                sock.setblocking(False)
                 sock.connect(self.address)
                 sock.sendall(message.encode("utf-8", "replace"))
         except OSError as err:
