@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -243,3 +244,30 @@ def test_check_without_slurm_names_every_failing_check(tmp_path: Path) -> None:
                for line in lines)
     assert proc.stderr.strip() == "error: --check failed: slurm, state-dir"
     assert not (state / "ctl.db").exists() and "Traceback" not in proc.stderr
+
+
+def test_check_reads_the_journal_schema_without_changing_it(tmp_path: Path) -> None:
+    from gpuplan.executors.control.deploy import _journal, _state_dir
+    from gpuplan.executors.control.journal import SCHEMA_VERSION, Journal
+
+    from .test_journal_migrations import _version, build_v1_journal
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = state / "ctl.db"
+    assert _journal(db).ok and "created at the first start" in _journal(db).detail
+    assert _state_dir(tmp_path / "missing" / "ctl.db").ok  # created 0700 at the first start
+    build_v1_journal(db)
+    old = _journal(db)
+    assert old.ok and f"migrated to {SCHEMA_VERSION} at the next start" in old.detail
+    assert _version(db) == 1  # --check never migrates
+    with Journal(db):
+        pass
+    assert _journal(db).ok and "(current)" in _journal(db).detail
+    raw = sqlite3.connect(db)
+    raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    raw.commit()
+    raw.close()
+    newer = _journal(db)
+    assert newer.ok is False and "newer gpuplan" in newer.detail
+    assert newer.line().startswith("FAIL journal ")
