@@ -286,6 +286,11 @@ def test_upgrade_from_the_previous_release_loses_stops_and_repeats_nothing(
         tmp_path: Path) -> None:
     commit = _previous_release()
     site = _stage_release(commit, tmp_path)
+    found = re.search(r"(?m)^SCHEMA_VERSION = (\d+)$", (
+        site / "gpuplan" / "executors" / "control" / "journal_schema.py").read_text())
+    assert found is not None
+    old_schema = int(found.group(1))
+    assert old_schema < SCHEMA_VERSION
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     env = {**os.environ, **lab.env, "PYTHONPATH": str(site)}
     argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", "fifo",
@@ -307,7 +312,7 @@ def test_upgrade_from_the_previous_release_loses_stops_and_repeats_nothing(
     finally:
         old.send_signal(signal.SIGTERM)
     assert old.wait(LAB_WAIT_S) == 0
-    assert _schema(db) == 1, "the previous release should write schema 1"
+    assert _schema(db) == old_schema, "the previous release's code should have run"
     before = _journal_rows(db)
     held = _states(lab, ids)
     assert held["H1"].held and held["H2"].held
@@ -329,9 +334,9 @@ def test_upgrade_from_the_previous_release_loses_stops_and_repeats_nothing(
     for name, job in _states(lab, ids).items():
         assert job.restart_count == 0, (name, job.restart_count)
         assert len(_assert_tiles(shared, name, work[name])) == 1, name
-    assert f"migrated from schema 1 to {SCHEMA_VERSION}" in log.read_text()
-    assert (db.parent / f"{db.name}.schema1.bak").exists()
+    assert f"migrated from schema {old_schema} to {SCHEMA_VERSION}" in log.read_text()
+    assert _schema(db.parent / f"{db.name}.schema{old_schema}.bak") == old_schema
     with Journal(db, writer=False) as journal:
         runs = journal.runs()
-        assert [r.version for r in runs] == ["", __version__] and runs[-1].exit == "clean"
+        assert len(runs) == 2 and runs[-1].version == __version__ and runs[-1].exit == "clean"
         assert journal.open_actions() == []
