@@ -49,7 +49,7 @@ from gpuplan.solver_core.params import _split_top as split_top
 from gpuplan.solver_core.params import describe_params, split_policy_list
 from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
-from . import api, sweep
+from . import __version__, api, sweep
 from .out_paths import check_out_dir
 from .term import console
 
@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="gpuplan", description="Allocation engine for DL training jobs on GPU clusters."
     )
+    # The release, also what `slurm-controller --check` compares the installed hook's
+    # GPUPLAN_HOOK_VERSION line against.
+    parser.add_argument("--version", action="version", version=f"gpuplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="simulate one policy on a scenario")

@@ -127,10 +127,20 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-restart-gate", dest="restart_gate", action="store_false",
                    help="carry out every change the policy plans, even one whose restart costs "
                    "more than it gains (default: the restart gate skips those)")
+    p.add_argument("--check", action="store_true",
+                   help="check the deployment instead of running: Slurm reachable, partitions, "
+                        "the job_submit.lua hook loaded and of this release, state directory "
+                        "private, journal schema; one line per check, exit 2 if any fails")
+    p.add_argument("--hook-file", default=None, metavar="PATH",
+                   help="--check: the hook file to compare (default: job_submit.lua next to "
+                        "the slurm.conf slurmctld reports)")
+    p.add_argument("--print-systemd-unit", action="store_true",
+                   help="print a hardened systemd unit that runs these options (the "
+                        "controller, or the watchdog with --fail-open-check) and exit")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="controller log verbosity (default INFO)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, controller_parser=p)
     return p
 
 
@@ -153,6 +163,15 @@ def run(args: argparse.Namespace) -> int:
     heartbeat = Path(args.heartbeat) if args.heartbeat else \
         state_db.with_name(state_db.name + ".heartbeat")
     partitions = _partitions(args.partition)
+    if args.check or args.print_systemd_unit:
+        from . import deploy
+        try:
+            if args.print_systemd_unit:
+                return deploy.print_unit(args.controller_parser, args, state_db, heartbeat)
+            return deploy.run_checks(args, partitions, state_db, heartbeat)
+        except GpuplanError as err:
+            print(f"error: {_one_line(err)}", file=sys.stderr)
+            return 2
     if args.fail_open_check:
         cli = SlurmCli(timeout=30.0)
         stop = threading.Event()

@@ -107,6 +107,7 @@ from .markers import (
     with_marker_state,
 )
 from .reconcile import ReconcileMixin
+from .sdnotify import Notifier
 
 __all__ = [
     "FAILOPEN", "MARK", "MAX_DURATION_S", "MAX_RATE", "MAX_WORK", "NO_LIMIT", "REJECTED",
@@ -158,6 +159,8 @@ class SlurmController(ReconcileMixin):
         """The restart gate's journal rows as last written (see :mod:`.gate_journal`)."""
         self._read_back: dict[str, tuple[Any, ...]] = {}
         """engine id -> (restart count, nodes, engine counts) last read back from Slurm."""
+        self._notifier = Notifier()
+        """systemd's READY/WATCHDOG/STOPPING (a no-op outside systemd; :mod:`.sdnotify`)."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
 
     # ------------------------------------------------------------------ entry point
@@ -235,12 +238,16 @@ class SlurmController(ReconcileMixin):
         log.info("%s: finishing the current step, then exiting (jobs keep running)",
                  signal.Signals(signum).name)
         self._stop.set()
+        self._notifier.stopping()
         if self._executor is not None:
             self._executor.shutdown()
 
     def _heartbeat_loop(self) -> None:
         path = self.settings.heartbeat_path
         period = max(0.2, min(self.settings.interval_s, 5.0))
+        notifier = self._notifier
+        if notifier.watchdog_s is not None:  # systemd's WatchdogSec: ping twice per period
+            period = max(0.1, min(period, notifier.watchdog_s / 2))
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "state_db": str(self.settings.state_db)}
         while not self._stop.is_set():
@@ -253,6 +260,11 @@ class SlurmController(ReconcileMixin):
                     write_heartbeat(path, {**info, "run": self.run_id, "stalled_s": stalled})
                 except OSError as err:
                     log.warning("cannot write heartbeat %s: %s", path, err)
+                # systemd (Type=notify): ready after the first completed cycle; alive while
+                # the loop is not stalled, like the heartbeat (sdnotify.py).
+                if not notifier.ready_sent:
+                    notifier.ready(f"run {self.run_id}: first cycle done")
+                notifier.alive()
             else:
                 log.error("main loop stalled for %.0f s: heartbeat withheld (fail-open)", stalled)
             self._stop.wait(period)

@@ -15,8 +15,9 @@ readers (operators, tests, ``sqlite3`` on the command line) never block the writ
 writer — the controller holds an exclusive ``flock`` on ``<db>.lock`` for its whole life — so two
 controllers can never interleave their intents in one journal.
 
-The schema is versioned with ``PRAGMA user_version``; :class:`Journal` migrates it and refuses a
-file written by a newer version rather than guessing.
+The schema is versioned with ``PRAGMA user_version``; :class:`Journal`'s writer migrates an
+older journal (:data:`.journal_schema.MIGRATIONS`, one transaction, after a backup copy) and
+refuses a file written by a newer version rather than guessing; a reader never migrates.
 
 Why the journal is created under a temporary name: a controller SIGKILLed during its very first
 start used to leave the real path holding an empty file or an SQLite file without the schema,
@@ -38,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -45,7 +47,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
+
+from gpuplan import __version__
+
+from .failpoints import Failpoints
 
 # The path checks, the creation of a fresh journal file and the schema live in their own
 # modules; the names callers import from here are re-exported (noqa: F401).
@@ -58,6 +64,7 @@ from .journal_files import (
     _private_dir,
     _sqlite_uri,
     _take_lock,
+    backup_copy,
     check_private_dir,  # noqa: F401
     check_state_path,
     remove_leftovers,
@@ -65,12 +72,12 @@ from .journal_files import (
 from .journal_schema import (
     ACTION_STATUSES,
     JOB_STATES,
+    MIGRATIONS,
     SCHEMA_VERSION,
     TERMINAL_STATES,  # noqa: F401
 )
 
-if TYPE_CHECKING:
-    from .failpoints import Failpoints
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +144,8 @@ class RunRow:
     last_seen: float
     ended: float | None
     exit: str | None
+    version: str = ""
+    """The gpuplan release that ran it (schema 2; '' for runs of an older release)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,7 @@ class Journal:
         self.path = Path(path)
         self.writer = writer
         self._lock: IO[str] | None = None
+        self._failpoints = failpoints if failpoints is not None else Failpoints(None)
         if writer:
             check_state_path(self.path)  # before anything is created
             _private_dir(self.path.parent)
@@ -212,8 +222,12 @@ class Journal:
             else:
                 version = self.db.execute("PRAGMA user_version").fetchone()[0]
                 if version != SCHEMA_VERSION:
+                    # A reader never migrates (it may run beside an older controller that
+                    # still writes this journal); the upgraded controller's writer does.
+                    hint = (": the controller of this release migrates it when it starts"
+                            if 0 < version < SCHEMA_VERSION else "")
                     raise JournalError(f"{self.path}: schema version {version}, this gpuplan "
-                                       f"reads {SCHEMA_VERSION}")
+                                       f"reads {SCHEMA_VERSION}{hint}")
         except sqlite3.DatabaseError as err:
             self.close()
             raise JournalError(f"{self.path} is not a usable journal: {err}") from err
@@ -253,6 +267,11 @@ class Journal:
         self.db.execute("COMMIT")
 
     def _migrate(self) -> None:
+        """Bring an older journal to :data:`SCHEMA_VERSION` (writer only; a reader never
+        migrates). First a backup copy ``<db>.schema<v>.bak`` (what the previous release can
+        still open, for a downgrade), then every step of :data:`MIGRATIONS` and the new
+        ``user_version`` in ONE transaction: a step that fails, or a kill at any point, leaves
+        the journal exactly as the previous release wrote it."""
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise JournalError(f"{self.path}: written by a newer gpuplan (schema {version}; this "
@@ -267,10 +286,32 @@ class Journal:
             raise JournalError(f"{self.path} exists but holds no gpuplan journal (schema 0); "
                                "refusing to start a fresh journal over it: move it away, or "
                                "restore the real one")
-        with self.transaction() as db:
-            # Future versions: "if version < 2: ALTER TABLE ...", each step inside this same
-            # transaction, so a half-migrated journal cannot exist.
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        missing = [v for v in range(version, SCHEMA_VERSION) if v not in MIGRATIONS]
+        if missing:
+            raise JournalError(f"{self.path}: no migration from schema {missing[0]}; "
+                               "refusing to touch it")
+        try:
+            backup = backup_copy(self.db, self.path, version)
+        except (OSError, sqlite3.Error) as err:
+            raise JournalError(f"cannot back up journal {self.path} before migrating it from "
+                               f"schema {version}: {err}; nothing was changed") from err
+        try:
+            with self.transaction() as db:
+                for step in range(version, SCHEMA_VERSION):
+                    MIGRATIONS[step](db)
+                self._failpoints.hit("journal.migrate")
+                db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO "
+                           "UPDATE SET value = excluded.value",
+                           (f"migrated:{version}->{SCHEMA_VERSION}",
+                            json.dumps({"time": time.time(), "by": __version__,
+                                        "backup": backup.name})))
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as err:
+            raise JournalError(f"migrating journal {self.path} from schema {version} to "
+                               f"{SCHEMA_VERSION} failed: {err}; the journal is unchanged "
+                               f"(backup {backup})") from err
+        log.info("journal %s migrated from schema %d to %d (the schema-%d copy is %s)",
+                 self.path, version, SCHEMA_VERSION, version, backup)
 
     @property
     def schema_version(self) -> int:
@@ -296,9 +337,9 @@ class Journal:
     def begin_run(self, policy: str) -> int:
         now = time.time()
         with self.transaction() as db:
-            cur = db.execute("INSERT INTO runs(pid, host, policy, started, last_seen) VALUES "
-                             "(?, ?, ?, ?, ?)", (os.getpid(), socket.gethostname(), policy, now,
-                                                 now))
+            cur = db.execute("INSERT INTO runs(pid, host, policy, started, last_seen, version) "
+                             "VALUES (?, ?, ?, ?, ?, ?)", (os.getpid(), socket.gethostname(),
+                                                           policy, now, now, __version__))
             return int(cur.lastrowid)  # type: ignore[arg-type]
 
     def touch_run(self, run_id: int) -> None:

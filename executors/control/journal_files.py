@@ -24,7 +24,7 @@ from urllib.parse import quote
 from gpuplan.models import GpuplanError
 
 from ..pidlock import lock_with_pid
-from .journal_schema import _SCHEMA_V1, SCHEMA_VERSION
+from .journal_schema import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from .failpoints import Failpoints
@@ -168,7 +168,7 @@ def _create(path: Path, failpoints: Failpoints | None) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("BEGIN IMMEDIATE")
-        for statement in _SCHEMA_V1.split(";"):
+        for statement in SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
         now = time.time()
@@ -193,6 +193,37 @@ def _create(path: Path, failpoints: Failpoints | None) -> None:
     hit("journal.renamed")
     _fsync_dir(path.parent)
     remove_leftovers(path)  # the WAL/SHM side files SQLite may leave under the temporary name
+
+
+def backup_copy(db: sqlite3.Connection, path: Path, version: int) -> Path:
+    """Copy the open journal ``db`` (at schema ``version``) to ``<path>.schema<version>.bak``
+    before a migration: built under a temporary name (``O_EXCL``, 0600, removed by
+    :func:`remove_leftovers` if a kill interrupts it) with SQLite's online backup, fsynced and
+    renamed over any older copy. The copy is what the previous release can still open after
+    a downgrade. Returns its path."""
+    dest = path.with_name(f"{path.name}.schema{version}.bak")
+    tmp = path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(8)}")
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600))
+    try:
+        copy = sqlite3.connect(_sqlite_uri(tmp, "rw"), uri=True, isolation_level=None)
+        try:
+            db.backup(copy)
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        finally:
+            copy.close()
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+    return dest
 
 
 def _fsync_dir(path: Path) -> None:

@@ -1,15 +1,30 @@
-"""What a controller journal holds: its schema version, the job and action states, and the
-SQLite schema a fresh journal is built with.
+"""What a controller journal holds: its schema version, the job and action states, the SQLite
+schema a fresh journal is built with, and the migrations from every earlier schema version.
 
 Why its own module: the schema and the state vocabulary change together (a new job state needs
 the ``CHECK`` constraint here and nothing else), while :mod:`.journal` (the ``Journal`` class)
 and :mod:`.journal_files` (building a fresh journal file) both read them. The public names are
 re-exported from :mod:`.journal`, where callers import them.
+
+Why migrations and not "start a fresh journal": the journal holds what Slurm cannot tell an
+upgraded controller (open intents of interrupted checkpoint-stops, progress, policy memory), so
+a release that changes the schema must carry every older journal forward. Each entry of
+:data:`MIGRATIONS` takes a journal from one version to the next; :class:`.journal.Journal`'s
+writer applies the chain in ONE transaction (after a backup copy), so a failed or killed
+migration leaves the old journal as it was. A fresh journal is built from :data:`SCHEMA`
+directly; the tests check that a migrated journal ends up with the same tables, columns and
+indexes as a fresh one.
+
+History: 1 (gpuplan 0.1.0): meta, runs, jobs, plans, actions. 2: ``runs.version``, the gpuplan
+release of each controller run (what ran before and after an upgrade).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+import sqlite3
+from collections.abc import Callable
+
+SCHEMA_VERSION = 2
 
 JOB_STATES = ("pending", "running", "completed", "failed", "rejected", "failopen", "gone")
 """``pending``/``running``: the engine manages it; ``completed``/``failed``: ended (``failed``
@@ -22,7 +37,7 @@ unknown (the controller was down for longer than ``MinJobAge``)."""
 TERMINAL_STATES = frozenset({"completed", "failed", "gone", "failopen"})
 ACTION_STATUSES = ("intended", "applied", "failed", "reconciled")
 
-_SCHEMA_V1 = """
+SCHEMA = """
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -35,7 +50,8 @@ CREATE TABLE runs (
     started   REAL    NOT NULL,
     last_seen REAL    NOT NULL,
     ended     REAL,
-    exit      TEXT
+    exit      TEXT,
+    version   TEXT    NOT NULL DEFAULT ''
 );
 CREATE TABLE jobs (
     engine_id     TEXT PRIMARY KEY,
@@ -81,3 +97,20 @@ CREATE TABLE actions (
 CREATE INDEX actions_open ON actions(status) WHERE status = 'intended';
 CREATE INDEX actions_job ON actions(engine_id);
 """
+"""The current schema (version :data:`SCHEMA_VERSION`), as a fresh journal is created."""
+
+
+def _v1_to_v2(db: sqlite3.Connection) -> None:
+    """Schema 2: each run records the gpuplan release that ran it (runs before the upgrade
+    read ``''``: unknown, i.e. 0.1.0 or older)."""
+    db.execute("ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT ''")
+
+
+Migration = Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: dict[int, Migration] = {
+    1: _v1_to_v2,
+}
+"""Version ``v`` -> the step that takes a journal from ``v`` to ``v + 1``, inside the writer's
+migration transaction (DDL is transactional in SQLite). Every version from 1 to
+``SCHEMA_VERSION - 1`` has one; a step never commits, and never deletes a row."""

@@ -56,8 +56,9 @@ class ReconcileMixin:
         1. re-take fail-open jobs still waiting in Slurm's queue;
         2. resolve every open intent (see :meth:`_resolve`);
         3. adopt: running managed jobs as running (no restart), held ones as pending with their
-           journaled progress; finished ones are recorded; journal jobs Slurm forgot are
-           ``gone``.
+           journaled progress; the end of a journaled job that finished is recorded, a
+           finished job the journal never knew is left alone (a fresh journal adopts only
+           pending and running jobs); journal jobs Slurm forgot are ``gone``.
         """
         journal = self.journal
         assert journal is not None
@@ -97,6 +98,11 @@ class ReconcileMixin:
             if row is not None and row.fingerprint != fingerprint(sj):
                 row = None  # an older job that had the same id (add_job archives it)
             if row is not None and row.state in TERMINAL_STATES:
+                continue
+            if row is None and sj.finished:
+                # Finished before this journal knew it (a fresh journal, or one pruned): not
+                # the engine's to adopt. Recording it took over every finished managed job
+                # Slurm still remembers (400 rows for 200 jobs on a reused lab).
                 continue
             try:
                 spec = self.adoption.spec(sj, row, engine.cluster)

@@ -45,6 +45,10 @@ Pure Lua, no I/O, no external commands: the hook runs inside slurmctld under its
 so anything slow here stalls the whole controller.
 --]]
 
+-- The gpuplan release this hook belongs to (the package's version): `gpuplan slurm-controller
+-- --check` compares it with its own, so a hook left behind by an upgrade is caught before the
+-- controller starts. Keep this line as it is when you edit the site settings below.
+local GPUPLAN_HOOK_VERSION = "0.1.0"
 local ENGINE_PARTITIONS = { gpuplan = true }
 local COMMENT_TAG = "gpuplan"
 local MARK = "gpuplan:"
