@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any, Literal
 
 from gpuplan.models import (
@@ -58,8 +59,7 @@ def _read_through(part: str, name: str) -> Any:
     engine had before its books and counters moved out (the Slurm controller, the benches
     and the tests read them). Lists come back as the part's own list, so the controller's
     in-place trims still reach it."""
-    return property(lambda self: getattr(getattr(self, part), name),
-                    doc=f"``{part}.{name}`` (see :class:`Engine`).")
+    return property(attrgetter(f"{part}.{name}"), doc=f"``{part}.{name}`` (see :class:`Engine`).")
 
 
 class Engine(NodeMembership, PlanApplication, Deciding):
