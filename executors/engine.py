@@ -1,18 +1,21 @@
 """The scheduler loop: event -> state update -> policy -> diff into actions -> executor.
 
 One loop drives every executor. The engine owns job *lifecycle* (pending / running / finished,
-allocations, counters, which nodes are usable and which GPUs are free) and records metrics
-(GPU-time, QL/CE/BI samples, decision latency). The executor owns *progress*.
-Node membership/loaning lives in ``engine_nodes`` and plan application in ``engine_apply``
-(mixins of :class:`Engine`).
+allocations); the executor owns *progress*. The engine is three parts: this event loop, the
+GPU books it keeps through :class:`~.ledger.GpuLedger` (usable nodes, free and shared GPUs,
+capacity, loaned servers) and what it measures through :class:`~.recorder.RunRecorder`
+(records, samples, GPU-time, latencies, counters). The loop's own code is split by purpose
+into mixins of :class:`Engine`: asking the policy and having its plan accepted
+(``engine_decide``), carrying an accepted plan out in the books (``engine_apply``), and nodes
+joining and leaving, loans and reclaims (``engine_nodes``).
 """
 
 from __future__ import annotations
 
 import logging
-import time as wallclock
 from collections.abc import Callable, Iterable
-from typing import Literal
+from operator import attrgetter
+from typing import Any, Literal
 
 from gpuplan.models import (
     ActiveJob,
@@ -21,34 +24,29 @@ from gpuplan.models import (
     Cluster,
     ClusterView,
     Event,
-    FreeIndex,
     InputError,
     JobAllocation,
     JobArrival,
     JobCompletion,
     JobFailure,
-    JobRecord,
     JobSpec,
     LoanOffer,
-    Node,
     NodeFailure,
     NodeRecovery,
-    PlanRefused,
     ReclaimRequest,
     RunResult,
-    Sample,
     ThroughputMeasured,
-    occupy_gpu,
-    vacate_gpu,
 )
-from gpuplan.solver_core.diff import build_delta_plan, build_plan
-from gpuplan.solver_core.policy import Decision, Delta, Policy, Reclaimer
+from gpuplan.solver_core.policy import Policy, Reclaimer
 
 from .base import Executor
 from .change_log import ChangeLog
 from .engine_apply import PlanApplication
+from .engine_decide import Deciding
 from .engine_nodes import NodeMembership, reclaim_least_used
-from .metrics import job_record, run_result, take_sample
+from .ledger import GpuLedger
+from .metrics import run_result
+from .recorder import RunRecorder
 from .restart_gate import RestartGate, executor_change_costs
 
 PlanHook = Callable[[ClusterView, AllocationPlan], None]
@@ -56,13 +54,21 @@ log = logging.getLogger(__name__)
 ProgressHook = Callable[[int, float], None]
 
 
-class Engine(NodeMembership, PlanApplication):
+def _read_through(part: str, name: str) -> Any:
+    """A read-only attribute of the engine that is ``self.<part>.<name>``: the names the
+    engine had before its books and counters moved out (the Slurm controller, the benches
+    and the tests read them). Lists come back as the part's own list, so the controller's
+    in-place trims still reach it."""
+    return property(attrgetter(f"{part}.{name}"), doc=f"``{part}.{name}`` (see :class:`Engine`).")
+
+
+class Engine(NodeMembership, PlanApplication, Deciding):
     """Runs ``policy`` over ``executor`` on ``cluster``.
 
     The policy decides admission (:meth:`Policy.admit`), allocations, its wake-ups and — unless
     ``reclaimer`` is given — which on-loan servers to give back (``policy.reclaimer``, else
     :func:`reclaim_least_used`). GPUs have capacity 1: whole-GPU jobs take a free GPU, jobs
-    with ``share`` < 1 share a GPU while their shares sum to at most 1 (``self.shared``).
+    with ``share`` < 1 share a GPU while their shares sum to at most 1 (:attr:`ledger`).
     """
 
     def __init__(
@@ -82,27 +88,15 @@ class Engine(NodeMembership, PlanApplication):
         self.cluster = cluster
         self.policy = policy
         self.executor = executor
+        self.ledger = GpuLedger()
+        """The GPU books (every change to them goes through it)."""
+        self.recorder = RunRecorder(sample_interval_s)
+        """What the run measured (read back by :meth:`result`)."""
         names = (
             list(usable_nodes)
             if usable_nodes is not None
             else [n.name for n in cluster.nodes if n.pool == "training"]
         )
-        self.usable: dict[str, Node] = {}
-        self.free: dict[str, set[int]] = {}
-        self._free_lists: dict[str, list[int]] = {}
-        """node -> its free GPUs ascending, re-sorted only when the node changes (so building a
-        view does not sort every node's free set on every event)."""
-        self._stale: set[str] = set()
-        """Nodes whose ``free`` set changed since ``_free_lists`` was last brought up to date."""
-        self._capacity = 0
-        """Usable GPUs, kept as nodes come and go (read on every event)."""
-        self._index = FreeIndex()
-        """Usable nodes bucketed by free-GPU count, kept as GPUs are taken and given back
-        (delta policies place with it in O(GPUs per node))."""
-        self.shared: dict[str, dict[int, float]] = {}
-        """node -> GPU -> summed share, for GPUs held by jobs with share < 1 only."""
-        self._shared_nodes: set[str] = set()
-        """Nodes with a shared GPU now, so a view copies only those (not every node)."""
         for name in names:
             self._add_node(name)
         self.running: dict[str, ActiveJob] = {}
@@ -112,24 +106,6 @@ class Engine(NodeMembership, PlanApplication):
         """Jobs written since the last view (see :mod:`.change_log`)."""
         self.shaped: set[str] = set()
         """Active jobs with a node shape (the view passes it on; see ClusterView.shaped)."""
-        self.records: list[JobRecord] = []
-        self.rejected: list[tuple[str, str]] = []
-        self.samples: list[Sample] = []
-        self.decision_ms: list[float] = []
-        self.solver_calls = 0
-        self.solver_fallbacks = 0
-        self.solver_ms: list[float] = []
-        self.skipped_grows = 0
-        """Grows not carried out because their restart would cost more than they save."""
-        self.events = 0
-        self.now: float | None = None
-        self.start_time: float | None = None
-        self.gpu_seconds_allocated = 0.0
-        self.gpu_seconds_capacity = 0.0
-        self._allocated = 0.0
-        """GPUs allocated, shares counted as fractions (for utilisation)."""
-        self._sample_interval = sample_interval_s
-        self._next_sample: float | None = None
         self._round = round_interval_s
         if decide_only_at_rounds and not round_interval_s:
             raise InputError("decide_only_at_rounds needs round_interval_s", field="engine")
@@ -140,13 +116,7 @@ class Engine(NodeMembership, PlanApplication):
         self._recoveries: list[tuple[float, str]] = []
         self.on_plan = on_plan
         self.reclaimer: Reclaimer = reclaimer or policy.reclaimer or reclaim_least_used
-        self.plans_refused = 0
-        self.on_loan: list[str] = []
-        self.down: set[str] = set()
-        self.reclaim_log: list[tuple[float, list[str]]] = []
         self._degraded = self._warn_if_degraded()
-        self.degraded_resizes = 0
-        """Resizes of a policy that wants them stop-free, carried out by a restart."""
         if restart_gate == "auto":  # on where the executor measures change costs (real ones)
             costs = executor_change_costs(executor)
             restart_gate = None if costs is None else RestartGate(costs=costs)
@@ -157,7 +127,7 @@ class Engine(NodeMembership, PlanApplication):
     def _warn_if_degraded(self) -> bool:
         """A policy that wants stop-free resizing (``wants_in_place_resize``) on an executor
         that resizes by restart still runs, every resize paying the restart: say so once, at
-        start, and count those resizes (:attr:`degraded_resizes`)."""
+        start, and count those resizes (``recorder.degraded_resizes``)."""
         caps = self.executor.capabilities
         if not getattr(self.policy, "wants_in_place_resize", False) or caps.resize != "restart":
             return False
@@ -167,73 +137,43 @@ class Engine(NodeMembership, PlanApplication):
                     type(self.executor).__name__, caps.restart_latency_s)
         return True
 
-    @property
-    def capacity(self) -> int:
-        """Usable GPUs now."""
-        return self._capacity
+    # The names the engine's books and counters had before they moved out (read-only).
+    usable = _read_through("ledger", "usable")
+    free = _read_through("ledger", "free")
+    shared = _read_through("ledger", "shared")
+    capacity = _read_through("ledger", "capacity")
+    on_loan = _read_through("ledger", "on_loan")
+    down = _read_through("ledger", "down")
+    now = _read_through("recorder", "now")
+    start_time = _read_through("recorder", "start_time")
+    records = _read_through("recorder", "records")
+    rejected = _read_through("recorder", "rejected")
+    samples = _read_through("recorder", "samples")
+    decision_ms = _read_through("recorder", "decision_ms")
+    plans_refused = _read_through("recorder", "plans_refused")
+    skipped_grows = _read_through("recorder", "skipped_grows")
+    degraded_resizes = _read_through("recorder", "degraded_resizes")
+    reclaim_log = _read_through("recorder", "reclaim_log")
 
     # ------------------------------------------------------------------ job state helpers
-    def _release(self, job: ActiveJob) -> None:
-        alloc = job.allocation
-        if alloc is None:
-            return
-        share = alloc.share
-        whole = share >= 1.0  # vacate_gpu of a whole GPU only adds it back
-        all_free, all_shared, stale, index = self.free, self.shared, self._stale, self._index
-        for node, gpus in alloc.placement.items():
-            free = all_free.get(node)
-            if free is not None:
-                shared = all_shared[node]
-                stale.add(node)
-                if whole:
-                    free.update(gpus)
-                else:
-                    for g in gpus:
-                        vacate_gpu(free, shared, g, share)
-                index.set(node, len(free))
-                if not shared:
-                    self._shared_nodes.discard(node)
-        self._allocated -= job.gpus * share
-
-    def _acquire(self, job: ActiveJob) -> None:
-        alloc = job.allocation
-        assert alloc is not None
-        share = alloc.share
-        whole = share >= 1.0
-        all_free, stale, index = self.free, self._stale, self._index
-        for node, gpus in alloc.placement.items():
-            free = all_free[node]
-            stale.add(node)
-            if whole and free.issuperset(gpus):  # occupy_gpu of free whole GPUs: discards
-                free.difference_update(gpus)
-            else:
-                shared = self.shared[node]
-                for g in gpus:
-                    if not occupy_gpu(free, shared, g, share):
-                        raise RuntimeError(
-                            f"plan gives GPU {node}:{g} to {job.id} but it is taken")
-            index.set(node, len(free))
-            if not whole:
-                self._shared_nodes.add(node)
-        self._allocated += job.gpus * share
-
     def adopt(self, job: ActiveJob, allocation: JobAllocation) -> None:
         """Hold ``job`` as running on ``allocation``, the whole GPUs an executor observed it on
         (a job adopted after a controller restart, or one Slurm placed otherwise than planned):
         the books follow what runs, never an assumption. Raises RuntimeError, books unchanged,
         when a node is not usable or one of those GPUs is held by another job."""
+        ledger = self.ledger
         previous = job.allocation if self.running.get(job.id) is job else None
         if previous is not None:
-            self._release(job)
+            ledger.vacate(previous, job.gpus)
         taken = [f"{n}:{g}" for n, gpus in allocation.placement.items()
-                 for g in gpus if n not in self.free or g not in self.free[n]]
+                 for g in gpus if not ledger.is_free(n, (g,))]
         if taken:
             if previous is not None:
-                self._acquire(job)
+                ledger.occupy(job.id, previous, job.gpus)
             raise RuntimeError(f"cannot adopt {job.id}: GPUs {taken} are not free")
         job.set_allocation(allocation)
         self._changes.wrote(job.id, entered=job.id not in self.running)
-        self._acquire(job)
+        ledger.occupy(job.id, allocation, job.gpus)
         self.pending.pop(job.id, None)
         job.status = "running"
         self.running[job.id] = job
@@ -253,6 +193,11 @@ class Engine(NodeMembership, PlanApplication):
         if spec.node_shape is not None:
             self.shaped.add(spec.id)
 
+    def _release(self, job: ActiveJob) -> None:
+        """Give the job's GPUs back to the books (its allocation itself is left as it is)."""
+        if job.allocation is not None:
+            self.ledger.vacate(job.allocation, job.gpus)
+
     def _to_pending(self, job: ActiveJob, now: float) -> None:
         self._changes.left(job.id)
         self.running.pop(job.id, None)
@@ -261,32 +206,14 @@ class Engine(NodeMembership, PlanApplication):
         job.pending_since = now
         self.pending[job.id] = job
 
-    # ------------------------------------------------------------------ metrics
-    def _advance_clock(self, now: float) -> None:
-        if self.now is None:
-            self.now = self.start_time = now
-            if self._sample_interval:
-                self._next_sample = now
-        if self._next_sample is not None and self._sample_interval \
-                and self._next_sample <= now:
-            jobs = [*self.running.values(), *self.pending.values()]
-            while self._next_sample <= now:
-                self.samples.append(take_sample(self._next_sample, jobs, self.capacity))
-                self._next_sample += self._sample_interval
-        dt = now - self.now
-        if dt > 0:
-            self.gpu_seconds_allocated += self._allocated * dt
-            self.gpu_seconds_capacity += self._capacity * dt
-        self.now = now
-
     # ------------------------------------------------------------------ events
     def _on_arrival(self, spec: JobSpec, now: float) -> None:
         if spec.id in self.running or spec.id in self.pending:
-            self.rejected.append((spec.id, "duplicate job id"))
+            self.recorder.rejected.append((spec.id, "duplicate job id"))
             return
         refused = self.policy.admit(spec, self.cluster)
         if refused is not None:
-            self.rejected.append((spec.id, refused))
+            self.recorder.rejected.append((spec.id, refused))
             return
         job = ActiveJob(spec=spec, anchor_time=now, resume_time=now, pending_since=now)
         self.pending[spec.id] = job
@@ -307,7 +234,7 @@ class Engine(NodeMembership, PlanApplication):
         job.finish_time = now
         job.set_allocation(None)
         job.rate = 0.0
-        self.records.append(self._record(job))
+        self.recorder.finished(job)
 
     def _on_failure(self, job_id: str, reason: str, now: float) -> None:
         job = self.running.get(job_id) or self.pending.get(job_id)
@@ -322,17 +249,14 @@ class Engine(NodeMembership, PlanApplication):
         job.status = "finished"
         self.shaped.discard(job_id)
         job.rate = 0.0
-        record = self._record(job)
-        self.records.append(record.model_copy(update={"failed": True, "failure": reason}))
-
-    def _record(self, job: ActiveJob) -> JobRecord:
-        return job_record(job, self.now)
+        self.recorder.finished(job, failure=reason)
 
     def handle(self, now: float, events: list[Event]) -> AllocationPlan:
         """Apply one batch of simultaneous events, decide, and carry the plan out."""
-        self._advance_clock(now)
+        self.recorder.advance(now, self.running, self.pending, self.ledger.allocated,
+                              self.ledger.capacity)
+        self.recorder.events += len(events)
         for event in events:
-            self.events += 1
             if isinstance(event, JobArrival):
                 self._on_arrival(event.job, now)
             elif isinstance(event, JobCompletion):
@@ -352,55 +276,13 @@ class Engine(NodeMembership, PlanApplication):
             elif isinstance(event, ThroughputMeasured):
                 self._on_measured(event.job_id, event.points)
             elif isinstance(event, NodeFailure):
-                self.down.add(event.node)
-                self._remove_node(event.node, now, graceful=False)
-                if event.recover_after is not None:
-                    self.executor.wake_at(now + event.recover_after)
-                    self._recoveries.append((now + event.recover_after, event.node))
+                self._fail_node(event.node, event.recover_after, now)
             elif isinstance(event, NodeRecovery):
-                self.down.discard(event.node)
-                self._add_node(event.node)
+                self._recover_node(event.node)
         self._recover_due(now)
         if self._only_rounds:
             return self._round_gate(now)
         return self._decided(self.decide(now))
-
-    def _decided(self, plan: AllocationPlan) -> AllocationPlan:
-        """Count every job of a carried-out plan as written (settled, started, stopped,
-        resized, moved) for the next view's change set; number the started ones in the order
-        ``_apply`` appended them to ``running``."""
-        for a in plan.actions:
-            self._changes.wrote(a.job_id, entered=a.kind == "start")
-        return plan
-
-    def _round_gate(self, now: float) -> AllocationPlan:
-        """Pollux/Gavel rounds: decide at boundaries only; between them events just update
-        state (a finished job's GPUs stay idle until the next boundary)."""
-        assert self._round is not None
-        if self._next_round is None:
-            self._next_round = now  # the first event opens the first round
-        if now + 1e-9 >= self._next_round:
-            while self._next_round <= now + 1e-9:
-                self._next_round += self._round
-            plan = self._decided(self.decide(now))
-        else:
-            plan = AllocationPlan.model_construct(time=now, policy=self.policy.name,
-                                                  allocations={}, actions=[], stats=[],
-                                                  decision_ms=0.0)
-        if (self.running or self.pending) and (
-                self._timer_at is None or self._timer_at <= now
-                or self._next_round < self._timer_at):
-            self.executor.wake_at(self._next_round)
-            self._timer_at = self._next_round
-        return plan
-
-    def _recover_due(self, now: float) -> None:
-        due = [n for t, n in self._recoveries if t <= now]
-        if due:
-            self._recoveries = [(t, n) for t, n in self._recoveries if t > now]
-            for name in due:
-                self.down.discard(name)
-                self._add_node(name)
 
     def _on_measured(self, job_id: str, points: dict[int, float]) -> None:
         """Replace the job's believed curve by what has been measured so far (AFS §4.5)."""
@@ -412,110 +294,6 @@ class Engine(NodeMembership, PlanApplication):
         belief = job.spec.throughput.believed_from(dict(job.measured))
         job.spec = job.spec.model_copy(update={"throughput": belief})
 
-    def _refresh_free_lists(self) -> None:
-        """Re-sort the free lists of the nodes changed since the last view (only those)."""
-        if self._stale:
-            lists, free = self._free_lists, self.free
-            for node in self._stale:
-                lists[node] = sorted(free[node])
-            self._stale.clear()
-
-    def _free_view(self) -> dict[str, list[int]]:
-        """Every usable node's free GPUs, ascending: only nodes changed since the last view
-        are re-sorted. The lists are shared between views (policies never mutate a view, and
-        every placement stage copies what it edits); the dict itself is fresh each time."""
-        self._refresh_free_lists()
-        return dict(self._free_lists)
-
-    def view(self, now: float, live: bool = False) -> ClusterView:
-        """The policy's view. ``live``: ``free`` is the engine's own per-node lists (no
-        O(nodes) copy) and the view carries the free-count index; only for delta decisions,
-        which read both before the plan is applied and keep neither."""
-        if live:
-            self._refresh_free_lists()
-        return ClusterView(
-            now=now,
-            cluster=self.cluster,
-            nodes=self.usable,
-            free=self._free_lists if live else self._free_view(),
-            running=self.running,
-            pending=self.pending,
-            shared={n: dict(self.shared[n]) for n in sorted(self._shared_nodes)},
-            shaped=self.shaped,
-            interference=self.executor.observed_interference(now),
-            capacity=self._capacity,
-            free_index=self._index if live else None,
-            changed=self._changes.take(),
-            running_since=self._changes.since,
-        )
-
-    def _decide_delta(self, now: float) -> tuple[ClusterView, Delta | Decision, float] | None:
-        """Ask a policy that offers a delta (``decide_delta``) for one on a live view; None
-        when it offers none or declines this view (a stage may also answer with a full
-        :class:`Decision` it built on the live view). Never with an ``on_plan`` hook, which
-        reads the plan's full ``allocations``."""
-        delta_of = getattr(self.policy, "decide_delta", None)
-        if delta_of is None or self.on_plan is not None:
-            return None
-        view = self.view(now, live=True)
-        t0 = wallclock.perf_counter()
-        delta = delta_of(view)
-        return None if delta is None else (view, delta, t0)
-
-    check_delta_plans = False
-    """Re-check plans built from a policy's delta (``check_actions`` in :meth:`Executor.accept`)
-    on every executor. Off by default: an executor that trusts built plans (the simulator,
-    ``Executor.trusts_built_plans``) then skips the check, as their starts are on GPUs the
-    engine's free index holds and ``_acquire`` still refuses a taken GPU; the tests turn it on."""
-
-    def decide(self, now: float) -> AllocationPlan:
-        fast = self._decide_delta(now)
-        built = False
-        if fast is not None:
-            view, answer, t0 = fast
-            stats = answer.stats
-            if isinstance(answer, Delta):
-                plan = build_delta_plan(view, answer, self.policy.name)
-                built = not self.check_delta_plans
-            else:
-                plan = build_plan(view, answer, self.policy.name)
-        else:
-            view = self.view(now)
-            t0 = wallclock.perf_counter()
-            decision = self.policy.decide(view)
-            stats = decision.stats
-            plan = build_plan(view, decision, self.policy.name)
-        ms = (wallclock.perf_counter() - t0) * 1000.0
-        # build_plan / build_delta_plan set every field, decision_ms included (so it is in the
-        # fields set already): a plain write is what pydantic's __setattr__ would do, cheaper.
-        plan.__dict__["decision_ms"] = ms
-        self.decision_ms.append(ms)
-        if stats:
-            self.solver_calls += len(stats)
-            self.solver_fallbacks += sum(1 for s in stats if s.fell_back)
-            self.solver_ms.extend(s.wall_ms for s in stats)
-        if self.on_plan is not None:
-            self.on_plan(view, plan)
-        try:
-            self.executor.accept(view, plan, built=built)
-        except PlanRefused:
-            self.plans_refused += 1
-            raise
-        self._apply(plan, now)
-        self._schedule_wakeup(view)
-        return plan
-
-    def _schedule_wakeup(self, view: ClusterView) -> None:
-        wanted = self.policy.next_wakeup(view)
-        if self._round is not None and self.running:
-            boundary = view.now + self._round
-            wanted = boundary if wanted is None else min(wanted, boundary)
-        if wanted is None or wanted <= view.now:
-            return
-        if self._timer_at is None or self._timer_at <= view.now or wanted < self._timer_at:
-            self.executor.wake_at(wanted)
-            self._timer_at = wanted
-
     # ------------------------------------------------------------------ loop
     def run(self, progress: ProgressHook | None = None) -> None:
         """Handle events until the executor has none left."""
@@ -526,7 +304,7 @@ class Engine(NodeMembership, PlanApplication):
             now, events = batch
             self.handle(now, events)
             if progress is not None:
-                progress(len(self.records), now)
+                progress(len(self.recorder.records), now)
 
     def result(self, scenario: str = "", seed: int = 0, wall_s: float = 0.0) -> RunResult:
         """Records of finished jobs plus unfinished ones (finish None)."""

@@ -2,9 +2,9 @@
 
 Split out of ``engine.py`` because these change together: the restart gate / unpaid-grow
 filter, the GPU-relabel shortcut for executors that cannot pin indices, and the
-release-then-acquire bookkeeping that hands the plan to the executor. ``Engine`` mixes
-:class:`PlanApplication` in; the state it reads (``running``, ``pending``, ``executor``, ...)
-is owned and initialised by ``Engine``.
+release-then-occupy bookkeeping in the ledger that hands the plan to the executor. ``Engine``
+mixes :class:`PlanApplication` in; the state it reads (``running``, ``pending``, ``ledger``,
+``recorder``, ``executor``, ...) is owned and initialised by ``Engine``.
 """
 
 from __future__ import annotations
@@ -74,10 +74,10 @@ class PlanApplication:
             if unpaid:
                 plan = plan.model_copy(update={
                     "actions": [a for a in plan.actions if a.job_id not in unpaid]})
-                self.skipped_grows += len(unpaid)
+                self.recorder.skipped_grows += len(unpaid)
         relabels = set() if caps.pin_gpus else self._relabels(plan)
         actions = plan.actions
-        running, pending = self.running, self.pending
+        running, pending, ledger = self.running, self.pending, self.ledger
         touched: dict[str, ActiveJob] = {}
         # Release everything first so GPUs can change hands within one plan. (Jobs are keyed
         # by id, so ``action.job_id`` is the job's id: read it rather than ``job.id``.)
@@ -86,8 +86,8 @@ class PlanApplication:
             job = running.get(job_id) or pending[job_id]
             touched[job_id] = job
             job.settle(now)
-            if action.kind != "start":
-                self._release(job)
+            if action.kind != "start" and job.allocation is not None:
+                ledger.vacate(job.allocation, job.gpus)
         for action in actions:
             job_id = action.job_id
             job = touched[job_id]
@@ -101,18 +101,18 @@ class PlanApplication:
                     job.first_start = now
                 job.set_allocation(action.after)
                 running[job_id] = job
-                self._acquire(job)
+                ledger.occupy(job_id, action.after, job.gpus)
             elif kind == "preempt":
                 job.preemptions += 1
                 self._to_pending(job, now)
             else:
                 if kind == "resize":
                     job.resizes += 1
-                    self.degraded_resizes += self._degraded
+                    self.recorder.degraded_resizes += self._degraded
                 elif kind == "migrate" and job_id not in relabels:
                     job.migrations += 1
                 job.set_allocation(action.after)
-                self._acquire(job)
+                ledger.occupy(job_id, action.after, job.gpus)
         if relabels:
             carried = [a for a in actions if a.job_id not in relabels]
             plan = plan.model_copy(update={"actions": carried})

@@ -75,8 +75,9 @@ def job_record(job: ActiveJob, now: float | None) -> JobRecord:
 
 def run_result(engine: Engine, scenario: str, seed: int, wall_s: float) -> RunResult:
     """What :meth:`Engine.result` returns: the records of finished jobs, then the unfinished
-    ones (finish None), and the run's counters."""
-    now = engine.now
+    ones (finish None), and the run's counters (the engine's :class:`~.recorder.RunRecorder`)."""
+    rec = engine.recorder
+    now = rec.now
     unfinished = [job_record(j, now) for j in (*engine.running.values(),
                                                *engine.pending.values())]
     return construct(
@@ -84,20 +85,20 @@ def run_result(engine: Engine, scenario: str, seed: int, wall_s: float) -> RunRe
         scenario=scenario,
         policy=engine.policy.name,
         seed=seed,
-        jobs=[*engine.records, *unfinished],
-        samples=engine.samples,
-        decision_ms=engine.decision_ms,
-        gpu_seconds_allocated=engine.gpu_seconds_allocated,
-        gpu_seconds_capacity=engine.gpu_seconds_capacity,
-        start_time=engine.start_time or 0.0,
+        jobs=[*rec.records, *unfinished],
+        samples=rec.samples,
+        decision_ms=rec.decision_ms,
+        gpu_seconds_allocated=rec.gpu_seconds_allocated,
+        gpu_seconds_capacity=rec.gpu_seconds_capacity,
+        start_time=rec.start_time or 0.0,
         end_time=now or 0.0,
-        events=engine.events,
+        events=rec.events,
         wall_s=wall_s,
-        solver_calls=engine.solver_calls,
-        solver_fallbacks=engine.solver_fallbacks,
-        solver_ms=engine.solver_ms,
-        rejected=list(engine.rejected),
-        degraded_resizes=engine.degraded_resizes,
+        solver_calls=rec.solver_calls,
+        solver_fallbacks=rec.solver_fallbacks,
+        solver_ms=rec.solver_ms,
+        rejected=list(rec.rejected),
+        degraded_resizes=rec.degraded_resizes,
         restart_gate=None if engine.restart_gate is None else engine.restart_gate.summary(),
     )
 

@@ -146,8 +146,8 @@ def test_engine_index_equals_a_rebuild_after_every_event(policy: str) -> None:
     steps = 0
     while (batch := executor.next_events()) is not None:
         engine.handle(*batch)
-        engine._index.check(engine.free)
-        assert engine._index.total == engine.capacity - sum(
+        engine.ledger.index.check(engine.free)
+        assert engine.ledger.index.total == engine.capacity - sum(
             j.gpus for j in engine.running.values())
         steps += 1
     assert steps > 50 and len(engine.records) == len(jobs)
