@@ -824,12 +824,12 @@ def test_the_first_command_of_a_connection_renews_the_lease(harness: Harness,
     os.utime(lease, (stale, stale))
     ex.pool.drop("node1")  # the next command reconnects: the install step runs again
     before = lease.stat().st_mtime
-    with caplog.at_level("WARNING", logger="gpuplan.executors.ssh.executor"):
+    with caplog.at_level("INFO", logger="gpuplan.executors.ssh.executor"):
         ex._run(ex.nodes.ensure_uploaded("node1"))
     assert not ex.nodes._agents, "no agent has started: the install step renewed the lease"
     assert lease.stat().st_mtime > before + 50.0, "the lease was not renewed"
     assert ex.nodes.lease_ages["node1"] == pytest.approx(100.0, abs=30.0)
-    assert "node1: lease renewed after" in caplog.text and "may have fenced" in caplog.text
+    assert "node1: lease renewed after 1" in caplog.text  # ~100 s
     # Never through a symlink, even inside the verified run root: the run stops instead.
     victim = harness.tmp / "victim"
     victim.write_text("")

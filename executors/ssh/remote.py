@@ -134,13 +134,14 @@ class SidecarNodes:
         """Install the sidecar on ``node`` once per connection (atomically, if changed) and
         renew the node's lease in the same command.
 
-        Why the lease here: a new engine (hand-over, crash) reaches the sidecars only after
-        connecting, installing and starting the agent, two Python start-ups on the node. Under
-        load that took longer than a short lease, so the sidecars fenced (checkpoint-stopped)
-        the very jobs the new engine was about to adopt. Renewing in the first command takes
-        the agent's start-up out of that window; a lease already older than ``lease_s`` is
-        logged, since the node's sidecars may then have fenced (their jobs restart from their
-        checkpoints instead of being adopted)."""
+        Why the lease here: a new engine (hand-over, crash) used to renew it only with the
+        agent's first request, after connecting and two remote commands (this install step,
+        then the agent's start-up; each an SSH session and a Python start-up on the node).
+        Under load that took longer than a short lease, so the sidecars fenced
+        (checkpoint-stopped) the very jobs the new engine was about to adopt. Renewing in the
+        first command takes the agent's start-up out of that window. How old the lease was is
+        kept in ``lease_ages`` (logged at INFO: an old lease in a reused run root is normal;
+        the executor warns when it actually finds jobs fenced)."""
         await self.pool.connection(node)
         if self._uploaded.get(node) == self.pool.connects.get(node):
             return
@@ -157,7 +158,7 @@ class SidecarNodes:
         self._note_lease_age(node, result.stdout)
 
     def _note_lease_age(self, node: str, stdout: str) -> None:
-        """Record (and warn about) how old the lease was when the install step renewed it."""
+        """Record (and log) how old the lease was when the install step renewed it."""
         try:
             age = json.loads(stdout.strip().splitlines()[-1])["lease_age"]
             age = None if age is None else float(age)
@@ -168,9 +169,8 @@ class SidecarNodes:
         self.lease_ages[node] = age
         lease_s = self.settings.lease_s
         if age is not None and lease_s > 0 and age > lease_s:
-            log.warning("%s: lease renewed after %.1f s (lease_s %.1f s): its sidecars may "
-                        "have fenced their jobs, which then restart from their checkpoints "
-                        "instead of being adopted", node, age, lease_s)
+            log.info("%s: lease renewed after %.1f s (lease_s %.1f s): sidecars running there "
+                     "have fenced their jobs", node, age, lease_s)
 
     async def agent(self, node: str) -> RpcChannel:
         """The node's sidecar-agent channel (opened, after the upload, when needed)."""
