@@ -773,8 +773,11 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     (no restart), recognises the job that completed meanwhile, and runs the rest."""
     cluster = cluster_of(["node1", "node2"], 4)
     # r1 and r2 have 20 s of work so that the hand-over (detach, a new executor, its scan of
-    # the nodes) finds them still running: with 5 s, under `make test-load`, r1 was sometimes
-    # not adopted (adopted == {r0, r2}) as its work could run out during the hand-over.
+    # the nodes) finds them still running. The hand-over must also stay within the sidecars'
+    # lease (1.5 s here): under `make test-load` it did not while only the new agent's first
+    # request renewed the lease (two remote commands after connecting), and r1/r2 fenced
+    # themselves (adopted == {r0} or {r0, r2}); now the install step renews it
+    # (test_the_first_command_of_a_connection_renews_the_lease).
     jobs = [rigid("r0", 0.0, 2, 1.0), rigid("r1", 0.0, 4, 20.0), rigid("r2", 0.0, 2, 20.0),
             rigid("r3", 8.0, 2, 2.0)]
     first = harness.executor(cluster, jobs)
@@ -798,7 +801,9 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
                     restart_gate=None)  # every planned change, carried out
     engine.run()
     check_run(engine, second, jobs)
-    assert second.adopted == {"r0", "r1", "r2"}
+    assert second.adopted == {"r0", "r1", "r2"}, (
+        f"fenced during the hand-over: {sorted(second.fenced_at_start)}, lease age when the "
+        f"new executor renewed it: {second.nodes.lease_ages}")
     for job_id, node in (("r1", "node1"), ("r2", "node2")):
         state = sidecar_state(second, job_id, node)
         assert state["launches"] == 1, f"{job_id} was adopted, not restarted"
