@@ -884,4 +884,5 @@ def test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so(
     assert age is not None and age > second.settings.lease_s
     assert "fenced themselves before this executor renewed" in caplog.text
     reasons = [s["reason"] for s in segments(second.launcher, "f1")[0]]  # type: ignore[arg-type]
-    assert reasons == ["signal:SIGUSR1", "complete"], "fenced once, then restarted and done"
+    assert reasons[-1] == "complete" and len(reasons) >= 2, reasons  # fenced, then resumed
+    assert set(reasons[:-1]) == {"signal:SIGUSR1"}, reasons  # every stop a checkpoint-stop
