@@ -46,6 +46,7 @@ from gpuplan.executors.ssh.executor import (
     SshExecutor,
     SshSettings,
     StandinLauncher,
+    UnsafeRunRoot,
     safe_name,
 )
 from gpuplan.executors.ssh.lab import LabError, SshLab, free_port
@@ -772,11 +773,16 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     (no restart), recognises the job that completed meanwhile, and runs the rest."""
     cluster = cluster_of(["node1", "node2"], 4)
     # r1 and r2 have 20 s of work so that the hand-over (detach, a new executor, its scan of
-    # the nodes) finds them still running: with 5 s, under `make test-load`, r1 was sometimes
-    # not adopted (adopted == {r0, r2}) as its work could run out during the hand-over.
+    # the nodes) finds them still running. Adoption also needs the hand-over to end within the
+    # sidecars' lease, or they fence their jobs (docs/ssh.md). With the harness's 1.5 s lease
+    # that was a wall-clock deadline: at load average 13 the new executor renewed it 1.8-3.2 s
+    # after the old one's last request (3.2-4.6 s before the install step renewed it), and
+    # r1/r2 fenced themselves (adopted == {r0} or {r0, r2}). So this test, about adoption,
+    # gets the product's default lease; fencing at a hand-over has its own test
+    # (test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so).
     jobs = [rigid("r0", 0.0, 2, 1.0), rigid("r1", 0.0, 4, 20.0), rigid("r2", 0.0, 2, 20.0),
             rigid("r3", 8.0, 2, 2.0)]
-    first = harness.executor(cluster, jobs)
+    first = harness.executor(cluster, jobs, lease_s=30.0)
 
     def r0_done_r1_r2_running() -> bool:
         r0 = Path(first.job_dir("r0", "node2"), "state.json")
@@ -792,12 +798,14 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     pids = {j: sidecar_state(first, j, n)["child_pid"]
             for j, n in (("r1", "node1"), ("r2", "node2"))}
     first.detach()  # the engine "crashes": sidecars and jobs keep running
-    second = harness.executor(cluster, jobs)
+    second = harness.executor(cluster, jobs, lease_s=30.0)
     engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None,
                     restart_gate=None)  # every planned change, carried out
     engine.run()
     check_run(engine, second, jobs)
-    assert second.adopted == {"r0", "r1", "r2"}
+    assert second.adopted == {"r0", "r1", "r2"}, (
+        f"fenced during the hand-over: {sorted(second.fenced_at_start)}, lease age when the "
+        f"new executor renewed it: {second.nodes.lease_ages}")
     for job_id, node in (("r1", "node1"), ("r2", "node2")):
         state = sidecar_state(second, job_id, node)
         assert state["launches"] == 1, f"{job_id} was adopted, not restarted"
@@ -805,3 +813,76 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
         assert [s["reason"] for s in per_rank[0]] == ["complete"]
         assert pids[job_id] not in (None, 0)
     assert [s["reason"] for s in segments(second.launcher, "r0")[0]] == ["complete"]
+
+
+def test_the_first_command_of_a_connection_renews_the_lease(harness: Harness,
+                                                            caplog: pytest.LogCaptureFixture
+                                                            ) -> None:
+    """A (re)connected engine renews the node's lease in its first command, the install step,
+    before the agent starts. The agent's start-up (a second Python start-up on the node) used to
+    count against the lease: at an engine hand-over under load the gap exceeded ``lease_s`` and
+    the sidecars fenced the very jobs the new engine was about to adopt. Here the lease is made
+    100 s old by hand, then the connection is re-opened and only the install step runs."""
+    ex = harness.executor(cluster_of(["node1"], 2), [])
+    ex._run(ex.nodes.ensure_uploaded("node1"))  # creates the run root, installs the sidecar
+    lease = Path(ex.lease_file("node1"))
+    lease.touch(exist_ok=True)
+    stale = time.time() - 100.0
+    os.utime(lease, (stale, stale))
+    ex.pool.drop("node1")  # the next command reconnects: the install step runs again
+    before = lease.stat().st_mtime
+    with caplog.at_level("INFO", logger="gpuplan.executors.ssh.executor"):
+        ex._run(ex.nodes.ensure_uploaded("node1"))
+    assert not ex.nodes._agents, "no agent has started: the install step renewed the lease"
+    assert lease.stat().st_mtime > before + 50.0, "the lease was not renewed"
+    assert ex.nodes.lease_ages["node1"] == pytest.approx(100.0, abs=30.0)
+    assert "node1: lease renewed after 1" in caplog.text  # ~100 s
+    # Never through a symlink, even inside the verified run root: the run stops instead.
+    victim = harness.tmp / "victim"
+    victim.write_text("")
+    os.utime(victim, (stale, stale))
+    lease.unlink()
+    lease.symlink_to(victim)
+    ex.pool.drop("node1")
+    with pytest.raises(UnsafeRunRoot, match="lease file"):
+        ex._run(ex.nodes.ensure_uploaded("node1"))
+    assert victim.stat().st_mtime == pytest.approx(stale)
+    fresh = harness.executor(cluster_of(["node1"], 2), [], run_root=harness.tmp / "fresh")
+    fresh._run(fresh.nodes.ensure_uploaded("node1"))
+    assert fresh.nodes.lease_ages["node1"] is None  # a new run root had no lease: no warning
+    assert Path(fresh.lease_file("node1")).is_file()
+
+
+def test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """When a new engine reaches a node only after its lease ran out, the node's sidecars have
+    fenced (checkpoint-stopped) their jobs: those cannot be adopted, they restart from their
+    checkpoints, and the executor says why (``fenced_at_start``, a warning) instead of leaving
+    an unexplained "not adopted" (how the hand-over test's flakiness under load looked)."""
+    cluster = cluster_of(["node1"], 4)
+    jobs = [rigid("f1", 0.0, 2, 8.0)]
+    first = harness.executor(cluster, jobs)
+    handover = When("f1 running", lambda: _running_on(first, "f1", ["node1"]) == "node1",
+                    first.end_run)
+    Engine(cluster, make_policy("fifo"), first, sample_interval_s=None,
+           restart_gate=None).run()
+    handover.check()
+    first.detach()  # the engine "crashes"; no engine renews node1's lease from now on
+    deadline = time.monotonic() + 120.0  # generous: "never", not "slow"
+    while sidecar_state(first, "f1", "node1")["phase"] != "fenced":
+        assert time.monotonic() < deadline, "the sidecar never fenced its job"
+        time.sleep(0.05)
+    second = harness.executor(cluster, jobs)
+    engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None,
+                    restart_gate=None)
+    with caplog.at_level("WARNING", logger="gpuplan.executors.ssh.executor"):
+        engine.run()
+    check_run(engine, second, jobs)  # nothing lost, nothing run twice
+    assert second.fenced_at_start == {"f1"}
+    assert "f1" not in second.adopted
+    age = second.nodes.lease_ages["node1"]
+    assert age is not None and age > second.settings.lease_s
+    assert "fenced themselves before this executor renewed" in caplog.text
+    reasons = [s["reason"] for s in segments(second.launcher, "f1")[0]]  # type: ignore[arg-type]
+    assert reasons[-1] == "complete" and len(reasons) >= 2, reasons  # fenced, then resumed
+    assert set(reasons[:-1]) == {"signal:SIGUSR1"}, reasons  # every stop a checkpoint-stop

@@ -162,6 +162,9 @@ class SshExecutor(Executor, PlanApplier):
         self._pending_events: list[Event] = []
         self._outstanding: set[str] = set()
         self.adopted: set[str] = set()
+        self.fenced_at_start: set[str] = set()
+        """Jobs found fenced at start-up (their lease ran out during the hand-over): not
+        adoptable, they restart from their checkpoints."""
         self.action_log: list[dict[str, Any]] = []
         self.event_log: list[tuple[float, Event]] = []
         self.in_place_pauses: list[float] = []
@@ -297,6 +300,14 @@ class SshExecutor(Executor, PlanApplier):
             self.nodes.seq[jobdir] = max(self.nodes.seq.get(jobdir, 0), seq)
         self._gen.update(found.gens)
         self._found.update(found.found)
+        if found.fenced:
+            self.fenced_at_start |= found.fenced
+            log.warning("jobs %s fenced themselves before this executor renewed their nodes' "
+                        "leases (lease ages %s, lease_s %.1f s): they restart from their "
+                        "checkpoints instead of being adopted", sorted(found.fenced),
+                        {n: None if a is None else round(a, 2)
+                         for n, a in sorted(self.nodes.lease_ages.items())},
+                        self.settings.lease_s)
         await asyncio.gather(*(self.nodes.kill(n, d) for n, d in found.stale))
         self._claims_open = any(f.kind == "running" for f in self._found.values())
 

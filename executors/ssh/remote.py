@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,14 +27,15 @@ log = logging.getLogger("gpuplan.executors.ssh.executor")
 
 SIDECAR_SOURCE = Path(sidecar_module.__file__).read_text(encoding="utf-8")
 SIDECAR_DIGEST = hashlib.sha256(SIDECAR_SOURCE.encode()).hexdigest()[:12]
-# Installs the sidecar from stdin, atomically, only if its content changed.
+# Installs the sidecar from stdin, atomically, only if its content changed; then renews the
+# node's lease (argv[2]) and prints how old it was, as JSON.
 UPLOAD_SCRIPT = (
     # Runs on the node before anything is executed from the run root: create it 0700 if
     # missing, and refuse (exit 3, one line naming path, owner and mode) a root that is a
     # symlink, not ours, or open to others, or whose ancestors others may write (unless
     # sticky, like /tmp): otherwise whoever made it first would get code run as the login
     # user (the sidecar script) or plant state files that make the sidecar signal any PID.
-    "import os,stat,sys\n"
+    "import json,os,stat,sys,time\n"
     "p=sys.argv[1];d=sys.stdin.read();r=os.path.dirname(p) or '.';u=os.getuid()\n"
     "def no(m):\n"
     "    sys.stderr.write('run root %s refused: %s\\n'%(os.path.abspath(r),m));sys.exit(3)\n"
@@ -59,6 +61,22 @@ UPLOAD_SCRIPT = (
     "    t='%s.%d.tmp'%(p,os.getpid())\n"
     "    f=os.fdopen(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'w')\n"
     "    f.write(d);f.close();os.replace(t,p)\n"
+    # The lease, renewed here and not only by the agent's first request: this is the first
+    # command of every (re)connection, and the agent's start-up after it would otherwise
+    # count against the sidecars' lease (engine hand-over, see docs/ssh.md). Only after the
+    # checks, only inside the verified root, never through a symlink.
+    "l=sys.argv[2];a=None\n"
+    "if os.path.dirname(l)!=r:\n"
+    "    no('lease file %s outside the run root'%l)\n"
+    "try:\n"
+    "    a=time.time()-os.lstat(l).st_mtime\n"
+    "except FileNotFoundError:\n"
+    "    pass\n"
+    "try:\n"
+    "    f=os.open(l,os.O_WRONLY|os.O_CREAT|os.O_NOFOLLOW,0o600);os.utime(f);os.close(f)\n"
+    "except OSError as e:\n"
+    "    no('lease file %s: %s'%(l,e.strerror))\n"
+    "print(json.dumps({'lease_age':a}))\n"
 )
 REMOTE_ERRORS = (NodeUnreachable, RemoteCommandError)
 
@@ -87,6 +105,9 @@ class SidecarNodes:
         self.unreachable: dict[str, float] = {}
         self._uploaded: dict[str, int] = {}
         self._agents: dict[str, RpcChannel] = {}
+        self.lease_ages: dict[str, float | None] = {}
+        """node -> how old its lease was when the last (re)connection renewed it (None: there
+        was none). Older than ``lease_s``: the node's sidecars may have fenced their jobs."""
 
     def close_agents(self) -> None:
         """Close every agent channel (the pool's connections stay)."""
@@ -110,12 +131,23 @@ class SidecarNodes:
         return seq
 
     async def ensure_uploaded(self, node: str) -> None:
-        """Install the sidecar on ``node`` once per connection (atomically, if changed)."""
+        """Install the sidecar on ``node`` once per connection (atomically, if changed) and
+        renew the node's lease in the same command.
+
+        Why the lease here: a new engine (hand-over, crash) used to renew it only with the
+        agent's first request, after connecting and two remote commands (this install step,
+        then the agent's start-up; each an SSH session and a Python start-up on the node).
+        Under load that took longer than a short lease, so the sidecars fenced
+        (checkpoint-stopped) the very jobs the new engine was about to adopt. Renewing in the
+        first command takes the agent's start-up out of that window. How old the lease was is
+        kept in ``lease_ages`` (logged at INFO: an old lease in a reused run root is normal;
+        the executor warns when it actually finds jobs fenced)."""
         await self.pool.connection(node)
         if self._uploaded.get(node) == self.pool.connects.get(node):
             return
         result = await self.pool.run(
-            node, [self.settings.remote_python, "-c", UPLOAD_SCRIPT, self.sidecar_path],
+            node, [self.settings.remote_python, "-c", UPLOAD_SCRIPT, self.sidecar_path,
+                   self.lease_file(node)],
             input=SIDECAR_SOURCE, timeout=self.settings.command_timeout_s)
         if result.exit_status != 0:
             detail = " ".join(str(result.stderr or "").split())[:500]
@@ -123,6 +155,22 @@ class SidecarNodes:
                 raise UnsafeRunRoot(f"{node}: {detail}")
             raise RemoteCommandError(f"{node}: cannot install the sidecar: {detail}")
         self._uploaded[node] = self.pool.connects[node]
+        self._note_lease_age(node, result.stdout)
+
+    def _note_lease_age(self, node: str, stdout: str) -> None:
+        """Record (and log) how old the lease was when the install step renewed it."""
+        try:
+            age = json.loads(stdout.strip().splitlines()[-1])["lease_age"]
+            age = None if age is None else float(age)
+        except (ValueError, KeyError, IndexError, TypeError):
+            log.warning("%s: unreadable lease report from the install step: %r", node,
+                        stdout[-200:])
+            return
+        self.lease_ages[node] = age
+        lease_s = self.settings.lease_s
+        if age is not None and lease_s > 0 and age > lease_s:
+            log.info("%s: lease renewed after %.1f s (lease_s %.1f s): sidecars running there "
+                     "have fenced their jobs", node, age, lease_s)
 
     async def agent(self, node: str) -> RpcChannel:
         """The node's sidecar-agent channel (opened, after the upload, when needed)."""

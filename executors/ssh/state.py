@@ -123,6 +123,9 @@ class Reconciled:
     """Highest control sequence number per sidecar directory."""
     stale: list[tuple[str, str]] = field(default_factory=list)
     """(node, dir) of sidecars to kill: older generations, and every rank of a partial job."""
+    fenced: set[str] = field(default_factory=set)
+    """Jobs a rank of whose latest generation fenced itself (its lease ran out while no engine
+    renewed it): they restart from their checkpoints, they cannot be adopted."""
 
 
 def classify_found(statuses: Mapping[str, Mapping[str, dict[str, Any]]]) -> Reconciled:
@@ -152,6 +155,9 @@ def classify_found(statuses: Mapping[str, Mapping[str, dict[str, Any]]]) -> Reco
             e["sidecar_alive"] and e["child_alive"] and e["state"].get("phase") == "running"
             and e["control"].get("action") == "run" for e in latest.values())
         kind = "completed" if complete else "running" if running else "partial"
+        if kind == "partial" and any(e["state"].get("phase") == "fenced"
+                                     for e in latest.values()):
+            out.fenced.add(job_id)
         if kind == "partial":
             out.stale += [(n, e["dir"]) for n, e in latest.items() if e["sidecar_alive"]
                           or e["child_alive"]]
