@@ -69,6 +69,8 @@ from ..slurm.cli import (
 from ..slurm.executor import cluster_from_slurm
 from .adoption import JobAdoption
 from .change_latency import ChangeLatencyProbe
+from .cycle_times import CycleTimes
+from .cycle_times import meta_key as cycle_meta_key
 from .executor import ControllerExecutor, ControllerSettings
 from .failopen import (
     fail_open_check,
@@ -103,6 +105,7 @@ from .markers import (
     is_managed,
     marker,
     requested_gpus,
+    slurm_shape,
     spec_from_slurm,
     with_marker_state,
 )
@@ -158,6 +161,17 @@ class SlurmController(ReconcileMixin):
         """The restart gate's journal rows as last written (see :mod:`.gate_journal`)."""
         self._read_back: dict[str, tuple[Any, ...]] = {}
         """engine id -> (restart count, nodes, engine counts) last read back from Slurm."""
+        self.times = CycleTimes()
+        """Per-cycle poll/decision/apply/journal wall times (:mod:`.cycle_times`), written
+        to the journal's ``meta`` table under ``cycle_times:<run>``."""
+        self._snapshot: list[SlurmJob] | None = None
+        """This poll's one ``squeue --json`` of every job, read for the executor's
+        observation (:meth:`_read_for_poll`) and reused by discovery (:meth:`_on_poll`)."""
+        self._snapshot_running: set[int] = set()
+        """The Slurm ids the executor observed as running in that read."""
+        self._pending_written: dict[str, float] = {}
+        """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
+        rows that did not change)."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
 
     # ------------------------------------------------------------------ entry point
@@ -221,6 +235,8 @@ class SlurmController(ReconcileMixin):
                 signal.signal(sig, handler)
             if self.journal is not None:
                 with contextlib.suppress(Exception):
+                    self._save_times()
+                with contextlib.suppress(Exception):
                     self.journal.end_run(self.run_id, exit_)
                 self.journal.close()
         return 0
@@ -263,7 +279,9 @@ class SlurmController(ReconcileMixin):
         cluster = self._cluster()
         executor = ControllerExecutor(cluster, cli=self.cli, journal=self.journal,
                                       run_id=self.run_id, settings=self.settings,
-                                      failpoints=self.failpoints, on_poll=self._on_poll)
+                                      failpoints=self.failpoints, on_poll=self._on_poll,
+                                      read_jobs=self._read_for_poll,
+                                      on_quiet_poll=self._quiet_poll)
         engine = Engine(cluster, make_policy(self.settings.policy, seed=self.settings.seed),
                         executor, sample_interval_s=None,
                         restart_gate="auto" if self.settings.restart_gate else None)
@@ -272,6 +290,8 @@ class SlurmController(ReconcileMixin):
         self._latency = ChangeLatencyProbe(self.journal, costs) if costs is not None else None
         self._records_seen = 0
         self._read_back = {}
+        self._snapshot = None
+        self._pending_written = {}
         self._cluster_nodes = {n.name for n in cluster.nodes}
         self._nodes_checked = time.monotonic()
         try:
@@ -288,11 +308,38 @@ class SlurmController(ReconcileMixin):
                 if batch is None:
                     break
                 now, events = batch
+                executor.apply_s = 0.0
+                t0 = time.perf_counter()
                 engine.handle(now, events)
+                t1 = time.perf_counter()
                 self._sync(engine, now)
+                t2 = time.perf_counter()
                 self._tick = time.monotonic()
+                # apply_s stays 0.0 when the plan had no action to carry out: no apply part
+                self._timed(executor.slurm.batch_poll_s, t1 - t0 - executor.apply_s,
+                            executor.apply_s or None, t2 - t1,
+                            len(engine.running) + len(engine.pending))
         finally:
             self._executor = self._engine = None
+
+    # ------------------------------------------------------------------ cycle times
+    def _timed(self, poll_s: float | None, decide_s: float | None, apply_s: float | None,
+               sync_s: float | None, jobs: int) -> None:
+        """Record one cycle (:mod:`.cycle_times`); write the ring every ``FLUSH_S``."""
+        self.times.add(poll_s, decide_s, apply_s, sync_s, jobs)
+        if self.times.due():
+            self._save_times()
+
+    def _quiet_poll(self, poll_s: float) -> None:
+        """A poll that brought no event: a cycle without a decision."""
+        self._timed(poll_s, None, None, None,
+                    len(self._engine.running) + len(self._engine.pending)
+                    if self._engine is not None else 0)
+
+    def _save_times(self) -> None:
+        if self.journal is not None and self.times.cycles:
+            self.journal.set_meta(cycle_meta_key(self.run_id), self.times.to_json())
+            self.times.flushed()
 
     # ------------------------------------------------------------------ policy memory
     @property
@@ -343,6 +390,12 @@ class SlurmController(ReconcileMixin):
                 continue
             if self._latency is not None:  # once per incarnation: the gate's measured cost
                 self._latency.running_again(eid, sj)
+            if len(sj.nodes) == 1 and tuple(sorted(slurm_shape(sj).items())) == key[2]:
+                # One node with the engine's count: Slurm's placement is the books' (it does
+                # not pin GPU indices, so which ones it chose changes nothing). Only a job
+                # spread over nodes needs `scontrol show job -d` (one process per start).
+                self._read_back[eid] = key
+                continue
             try:
                 self.adoption.read_back(engine, job, sj)
             except SlurmError as err:
@@ -382,8 +435,13 @@ class SlurmController(ReconcileMixin):
         ex, engine = self._executor, self._engine
         if ex is None or engine is None:
             return []
+        snapshot, self._snapshot = self._snapshot, None
+        # A job the executor saw running in the shared read and stopped unplanned during its
+        # observation (requeued, held) is pending now while that read still says it ended:
+        # it is judged at the next poll, from a fresh read.
+        acted = self._snapshot_running if snapshot is not None else set()
         try:
-            jobs = {j.job_id: j for j in self.cli.jobs()}
+            jobs = {j.job_id: j for j in (snapshot if snapshot is not None else self.cli.jobs())}
         except ControllerUnavailable as err:
             log.warning("squeue failed (%s); discovery skipped", err)
             return []
@@ -403,7 +461,8 @@ class SlurmController(ReconcileMixin):
                     log.exception("adopting Slurm job %d failed", sj.job_id)
                     self.adoption.refuse(sj, f"internal error while adopting it: "
                                              f"{type(err).__name__}: {err}")
-            elif not tracked.running and not tracked.completed and sj.finished:
+            elif not tracked.running and not tracked.completed and sj.finished and \
+                    sj.job_id not in acted:
                 reason = f"{sj.state.lower()} while pending"
                 ex.forget(eid, reason)
                 events.append(JobFailure(time=now, job_id=eid, reason=reason))
@@ -429,6 +488,17 @@ class SlurmController(ReconcileMixin):
         self._sync(engine, now)
         self._tick = time.monotonic()
         return events
+
+    def _read_for_poll(self, ids: list[int]) -> list[SlurmJob]:
+        """The executor's read of its running jobs, done as one ``squeue --json`` of every
+        job that :meth:`_on_poll` then reuses for discovery: one Slurm read per poll instead
+        of two (each a process, an RPC under slurmctld's job read lock, and JSON for every
+        job it keeps)."""
+        jobs = self.cli.jobs()
+        self._snapshot = jobs
+        wanted = set(ids)
+        self._snapshot_running = wanted
+        return [j for j in jobs if j.job_id in wanted]
 
     def _discovered(self, sj: SlurmJob, engine: Engine, ex: ControllerExecutor, now: float
                     ) -> list[Event]:
@@ -485,9 +555,20 @@ class SlurmController(ReconcileMixin):
         updates = [JobUpdate(engine_id=j.id, state="running", done=j.done_at(now), gpus=j.gpus,
                              placement=allocation_counts(j.allocation))
                    for j in engine.running.values()]
-        updates += [JobUpdate(engine_id=j.id, state="pending", done=j.done_at(now))
-                    for j in engine.pending.values()]
+        # A pending job's row changes only when its progress does (a stop): with hundreds
+        # queued, rewriting every unchanged row twice a cycle was most of the journal's cost.
+        # Running jobs are always written: a restart extrapolates their progress from the
+        # row's `updated` time.
+        written = self._pending_written
+        for eid in engine.running:
+            written.pop(eid, None)
+        for j in engine.pending.values():
+            done = j.done_at(now)
+            if written.get(j.id) != done:
+                updates.append(JobUpdate(engine_id=j.id, state="pending", done=done))
+                written[j.id] = done
         for rec in engine.records[self._records_seen:]:
+            written.pop(rec.job_id, None)
             if rec.failed:
                 updates.append(JobUpdate(engine_id=rec.job_id, state="failed",
                                          done=rec.done_iterations, reason=rec.failure or ""))
@@ -497,6 +578,7 @@ class SlurmController(ReconcileMixin):
             log.info("%s %s", rec.job_id, "failed: " + (rec.failure or "") if rec.failed
                      else "completed")
         for job_id, reason in engine.rejected:
+            written.pop(job_id, None)
             updates.append(JobUpdate(engine_id=job_id, state="rejected", done=0.0,
                                      reason=reason))
         engine.rejected.clear()
