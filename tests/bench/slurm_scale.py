@@ -28,6 +28,7 @@ No asserts: this reports (a table, then one JSON line).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -130,6 +131,8 @@ class Run:
     wall_s: float = math.nan
     rss_mb: float = math.nan
     cycles: list[dict[str, float | None]] = field(default_factory=list)
+    cpu_samples: list[tuple[float, float]] = field(default_factory=list)
+    """(wall time, controller CPU seconds so far), every ``SAMPLE_S``."""
     cycle_count: int = 0
 
 
@@ -199,6 +202,9 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, timeout_s: float,
         while True:
             time.sleep(SAMPLE_S)
             run.loads.append(_load1())
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    run.cpu_samples.append((time.time(), sum(_cpu_s(proc.pid)) - sum(cpu0)))
             if errors:
                 raise RuntimeError(f"{mode}: submission failed: {errors[0]}")
             if proc is not None and proc.poll() is not None:
@@ -268,6 +274,23 @@ def summary(run: Run) -> dict[str, float]:
                          ("poll_decision", both), ("apply", applies)):
         out[f"{name}_p50_ms"] = 1000 * percentile(values, 0.5)  # type: ignore[arg-type]
         out[f"{name}_p99_ms"] = 1000 * percentile(values, 0.99)  # type: ignore[arg-type]
+    # The queue phase: cycles while the engine held at least half of all the jobs (hundreds
+    # queued behind the running ones) -- the goal's "at 1,000 queued jobs".
+    half = 0.5 * len(run.ids)
+    busy = [r for r in rows if (r["jobs"] or 0) >= half]
+    out["queue_phase_cycles"] = float(len(busy))
+    out["queue_phase_poll_decision_p99_ms"] = 1000 * percentile(
+        [(r["poll_s"] or 0.0) + (r["decide_s"] or 0.0) for r in busy], 0.99)
+    out["queue_phase_poll_p50_ms"] = 1000 * percentile(
+        [r["poll_s"] for r in busy if r["poll_s"] is not None], 0.5)  # type: ignore[misc]
+    out["queue_phase_cpu_pct"] = math.nan
+    if busy and run.cpu_samples:
+        t_a, t_b = busy[0]["t"] or 0.0, busy[-1]["t"] or 0.0
+        inside = [(t, c) for t, c in run.cpu_samples if t_a <= t <= t_b]
+        if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+            out["queue_phase_cpu_pct"] = 100.0 * (inside[-1][1] - inside[0][1]) / (
+                inside[-1][0] - inside[0][0])
+        out["queue_phase_s"] = t_b - t_a
     out.update({
         "cycles": float(run.cycle_count), "cycles_kept": float(len(rows)),
         "max_jobs_tracked": float(max(jobs)) if jobs else math.nan,
@@ -288,7 +311,8 @@ def table(rows: list[tuple[str, dict[str, float]]]) -> str:
     base = rows[0][1]
     head = ("| mode | drain s | x Slurm | mean JCT s | x Slurm | p95 JCT s | split | failed | "
             "poll p50/p99 ms | decision p50/p99 ms | poll+decision p99 ms | apply p50/p99 ms | "
-            "cycles | controller CPU % (of it Slurm commands) | load avg mean/max |")
+            "cycles | controller CPU % (of it Slurm commands) | queue phase: poll+decision p99 "
+            "ms, CPU % | load avg mean/max |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for mode, s in rows:
         def pair(name: str, s: dict[str, float] = s) -> str:
@@ -304,6 +328,8 @@ def table(rows: list[tuple[str, dict[str, float]]]) -> str:
             f"{pair('apply') if mode != 'slurm' else '-'} | "
             f"{int(s['cycles']) if 'cycles' in s else '-'} | {_fmt(s.get('cpu_pct', math.nan))} "
             f"({_fmt(s.get('slurm_commands_cpu_pct', math.nan))}) | "
+            f"{_fmt(s.get('queue_phase_poll_decision_p99_ms', math.nan))}, "
+            f"{_fmt(s.get('queue_phase_cpu_pct', math.nan))} | "
             f"{_fmt(s['load_mean'])} / {_fmt(s['load_max'])} |")
     return "\n".join(lines)
 
