@@ -31,6 +31,8 @@ from gpuplan.executors.control.cycle_times import (
     percentile,
 )
 from gpuplan.executors.control.journal import Journal
+from gpuplan.executors.slurm import job_states
+from gpuplan.executors.slurm.cli import SlurmJob
 from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
 
 from . import slurm_fixtures as fx
@@ -82,6 +84,60 @@ def test_percentile_by_nearest_rank() -> None:
     assert math.isnan(percentile([], 0.5))
 
 
+SEP = job_states.SEP
+
+
+def _line(*fields: str) -> str:
+    return "".join(f + SEP for f in fields)
+
+
+RUNNING_LINE = _line("12", "RUNNING", "1", "4294901759", "sc[1-2]", "sc1", "gpuplan", "gres:gpu:4",
+                     "N/A", "0", "None", "gpuplan:held;gpus=8;min=8;max=8;nodes=2;gpn=4")
+HELD_LINE = _line("13", "PENDING", "0", "0", "", "n/a", "gpuplan", "gres:gpu:2", "N/A", "0",
+                  "JobHeldUser", "(null)")
+
+
+def test_the_narrow_read_parses_what_squeue_prints() -> None:
+    run, held = job_states.parse(RUNNING_LINE + "\n" + HELD_LINE + "\n")  # type: ignore[misc]
+    assert (run.job_id, run.state, run.restart_count, run.nodes, run.batch_host) == (
+        12, "RUNNING", 1, ("sc1", "sc2"), "sc1")
+    assert run.tres_per_node == "gres:gpu:4" and run.tres_per_job == ""
+    assert run.admin_comment.startswith("gpuplan:held;gpus=8")
+    assert (held.priority, held.nodes, held.batch_host, held.admin_comment) == (0, (), "", "")
+    assert job_states.parse("") == []
+    argv = job_states.argv()
+    assert argv[:3] == ["squeue", "--noheader", "--states=all"] and "Comment" not in argv[-1]
+
+
+@pytest.mark.parametrize("bad", [
+    RUNNING_LINE[:-1],                                     # a field short
+    RUNNING_LINE + "x" + SEP,                              # a field too many
+    RUNNING_LINE.replace("12" + SEP, "12_4" + SEP, 1),     # an array task's id
+    RUNNING_LINE + "\n" + RUNNING_LINE,                    # the same job twice
+    HELD_LINE.replace("(null)", "why=a\n13" + SEP + "RUNNING"),  # a field with a newline
+    HELD_LINE.replace("JobHeldUser", "a" + SEP + "b"),    # a field holding the separator
+    RUNNING_LINE.replace("RUNNING", "RUN NING"),
+])
+def test_anything_unexpected_in_the_narrow_read_means_read_json(bad: str) -> None:
+    assert job_states.parse(bad) is None
+
+
+def test_merge_keeps_the_full_record_and_takes_the_poll_fields() -> None:
+    full = SlurmJob.from_json({"job_id": 13, "job_state": "PENDING", "priority": 0,
+                               "comment": "gpuplan:work=5", "name": "j", "nodes": "",
+                               "tres_per_node": "gres:gpu:2", "state_reason": "JobHeldUser",
+                               "submit_time": 100, "partition": "gpuplan", "exit_code": 0})
+    held = job_states.parse(HELD_LINE)[0]  # type: ignore[index]
+    assert job_states.merge(full, held) is full  # nothing changed: the same record
+    now = job_states.parse(_line("13", "RUNNING", "0", "4294901759", "sc3", "sc3", "gpuplan",
+                                 "gres:gpu:2", "N/A", "0", "None", "(null)"))[0]  # type: ignore[index]
+    merged = job_states.merge(full, now)
+    assert (merged.state, merged.nodes, merged.held, merged.comment, merged.name) == (
+        "RUNNING", ("sc3",), False, "gpuplan:work=5", "j")
+    assert merged.raw["job_state"] == "RUNNING" and merged.raw["submit_time"] == 100
+    assert full.state == "PENDING"  # the full record itself is left as it was
+
+
 # ---------------------------------------------------------------------------------------- lab
 
 NODES, GPUS = 8, 8
@@ -124,6 +180,22 @@ def _sbatch(lab: SlurmLab, shared: Path, name: str, gpus: int, lo: int, hi: int,
     return int(proc.stdout.strip().split(";")[0])
 
 
+def _narrow_agrees(lab: SlurmLab, ids: dict[str, int]) -> bool:
+    """One narrow read and one ``--json`` read of the lab give the same per-poll fields for
+    every job, with some running and some held (False, to poll again, until then or when a
+    job changed between the two reads)."""
+    cli = lab.cli(timeout=30)
+    narrow = job_states.parse(cli.run(job_states.argv()))
+    full = {j.job_id: j for j in cli.jobs()}
+    assert narrow is not None, "the narrow read did not parse on the lab"
+    if {st.job_id for st in narrow} != set(full) or not set(ids.values()) <= set(full):
+        return False
+    states = {st.state for st in narrow if st.job_id in set(ids.values())}
+    if not {"RUNNING", "PENDING"} <= states:
+        return False
+    return all(job_states.merge(full[st.job_id], st) is full[st.job_id] for st in narrow)
+
+
 def test_an_8x8_lab_runs_single_node_jobs_through_the_controller(big_lab: SlurmLab) -> None:
     """Eight rigid 7-GPU jobs leave one free GPU on each of the 8 nodes; a rigid 2-GPU and an
     elastic 2..4 job fit only split, so they must wait for a whole node's worth of GPUs. All
@@ -140,6 +212,8 @@ def test_an_8x8_lab_runs_single_node_jobs_through_the_controller(big_lab: SlurmL
         run = Controller(big_lab, db, log, args=(
             "--policy", "afs-p", "--interval", "0.5", "--wake-file", str(big_lab.wake_file)))
         try:
+            _wait("the narrow read to agree with squeue --json while jobs run and wait",
+                  lambda: _narrow_agrees(big_lab, ids), LAB_WAIT_S, log)
             _wait("all ten jobs finished", lambda: len(_states(big_lab, ids)) == len(ids) and all(
                 j.finished for j in _states(big_lab, ids).values()), LAB_WAIT_S * 2, log)
         finally:
