@@ -45,11 +45,12 @@ from .test_controller import LAB_WAIT_S, PYTHON, Controller, _assert_tiles, _sta
 def test_cycle_times_ring_is_bounded_and_totals_are_not() -> None:
     times = CycleTimes(ring=3)
     for k in range(5):
-        times.add(0.1 * k, 0.01, None if k % 2 else 0.2, 0.001, k)
+        times.add(0.1 * k, 0.01, None if k % 2 else 0.2, 0.001, k, k % 2)
     doc = json.loads(times.to_json())
     assert doc["columns"] == list(COLUMNS)
     assert doc["cycles"] == 5 and len(doc["rows"]) == 3
-    assert [row[-1] for row in doc["rows"]] == [2, 3, 4]  # the newest kept
+    assert [row[COLUMNS.index("jobs")] for row in doc["rows"]] == [2, 3, 4]  # the newest kept
+    assert [row[COLUMNS.index("full_reads")] for row in doc["rows"]] == [0, 1, 0]
     assert doc["totals"]["poll_s"] == pytest.approx(0.1 * (0 + 1 + 2 + 3 + 4))
     assert doc["totals"]["apply_s"] == pytest.approx(0.6)  # three cycles applied a plan
     assert doc["max"]["poll_s"] == pytest.approx(0.4)

@@ -180,6 +180,10 @@ class SlurmController(ReconcileMixin):
         """Each job's last full (``--json``) record, kept current with the narrow reads."""
         self._full_at = float("-inf")
         self._narrow_ok = True
+        self._full_reads = 0
+        """Full reads since the last recorded cycle (its ``full_reads`` column)."""
+        self._probe_calls = 0
+        """``sdiag`` looks of the arrival probes of the executors this run dropped."""
         """False once this Slurm refused the narrow read's format: polls read ``--json``."""
         self._pending_written: dict[str, float] = {}
         """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
@@ -333,13 +337,15 @@ class SlurmController(ReconcileMixin):
                             executor.apply_s or None, t2 - t1,
                             len(engine.running) + len(engine.pending))
         finally:
+            self._probe_calls += executor.probe_calls
             self._executor = self._engine = None
 
     # ------------------------------------------------------------------ cycle times
     def _timed(self, poll_s: float | None, decide_s: float | None, apply_s: float | None,
                sync_s: float | None, jobs: int) -> None:
         """Record one cycle (:mod:`.cycle_times`); write the ring every ``FLUSH_S``."""
-        self.times.add(poll_s, decide_s, apply_s, sync_s, jobs)
+        full, self._full_reads = self._full_reads, 0
+        self.times.add(poll_s, decide_s, apply_s, sync_s, jobs, full)
         if self.times.due():
             self._save_times()
 
@@ -351,7 +357,10 @@ class SlurmController(ReconcileMixin):
 
     def _save_times(self) -> None:
         if self.journal is not None and self.times.cycles:
-            self.journal.set_meta(cycle_meta_key(self.run_id), self.times.to_json())
+            counters = dict(getattr(self.cli, "commands", {}))
+            counters["sdiag (arrival probe)"] = self._probe_calls + (
+                self._executor.probe_calls if self._executor is not None else 0)
+            self.journal.set_meta(cycle_meta_key(self.run_id), self.times.to_json(counters))
             self.times.flushed()
 
     # ------------------------------------------------------------------ policy memory
@@ -535,6 +544,7 @@ class SlurmController(ReconcileMixin):
         if states is None or time.monotonic() - self._full_at >= FULL_READ_S or any(
                 st.job_id not in full for st in states):
             jobs = self.cli.jobs()
+            self._full_reads += 1
             self._full = {j.job_id: j for j in jobs}
             self._full_at = time.monotonic()
             return jobs

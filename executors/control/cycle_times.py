@@ -11,7 +11,9 @@ operator asks before deploying, and log lines cannot answer it cheaply. Each cyc
   i.e. ``Engine.handle`` less the executor's ``apply``;
 * ``apply_s``: carrying the plan out (journaled intents, ``scontrol``/``scancel`` calls);
 * ``sync_s``: journaling every live job's state after the decision;
-* ``jobs``: the managed jobs the controller tracked (pending + running) after the cycle.
+* ``jobs``: the managed jobs the controller tracked (pending + running) after the cycle;
+* ``full_reads``: full ``squeue --json`` reads the cycle's poll made (0: only the narrow read,
+  :mod:`gpuplan.executors.slurm.job_states`; 1: a new job appeared, or the minute was up).
 
 A poll that brings no event is a cycle too, with ``decide_s``/``apply_s``/``sync_s`` None
 (JSON ``null``); a batch that came without a poll (a timer) has ``poll_s`` None.
@@ -37,7 +39,7 @@ RING = 4096
 """Cycles kept in memory (and in the journal): the most recent ones."""
 FLUSH_S = 10.0
 """Least time between two writes of the ring to the journal."""
-COLUMNS = ("t", "poll_s", "decide_s", "apply_s", "sync_s", "jobs")
+COLUMNS = ("t", "poll_s", "decide_s", "apply_s", "sync_s", "jobs", "full_reads")
 
 
 def meta_key(run_id: int) -> str:
@@ -50,8 +52,8 @@ class CycleTimes:
     """A bounded ring of per-cycle timings plus totals over the whole run."""
 
     ring: int = RING
-    rows: deque[tuple[float, float | None, float | None, float | None, float | None, int]] = \
-        field(init=False)
+    rows: deque[tuple[float, float | None, float | None, float | None, float | None, int,
+                      int]] = field(init=False)
     cycles: int = 0
     """Cycles recorded since the run began (the ring holds at most ``ring`` of them)."""
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
@@ -64,10 +66,10 @@ class CycleTimes:
         self.rows = deque(maxlen=self.ring)
 
     def add(self, poll_s: float | None, decide_s: float | None, apply_s: float | None,
-            sync_s: float | None, jobs: int) -> None:
+            sync_s: float | None, jobs: int, full_reads: int = 0) -> None:
         """Record one cycle (wall seconds; None for a part the cycle did not have: no poll,
         or a poll that brought no event and so no decision)."""
-        self.rows.append((time.time(), poll_s, decide_s, apply_s, sync_s, jobs))
+        self.rows.append((time.time(), poll_s, decide_s, apply_s, sync_s, jobs, full_reads))
         self.cycles += 1
         for key, value in (("poll_s", poll_s), ("decide_s", decide_s), ("apply_s", apply_s),
                            ("sync_s", sync_s)):
@@ -85,12 +87,14 @@ class CycleTimes:
     def flushed(self, now: float | None = None) -> None:
         self._flushed = time.monotonic() if now is None else now
 
-    def to_json(self) -> str:
-        """The ring and totals as one JSON document (rounded to microseconds)."""
+    def to_json(self, counters: dict[str, int] | None = None) -> str:
+        """The ring and totals as one JSON document (rounded to microseconds); ``counters``
+        (e.g. Slurm commands run, by verb) are written beside them."""
         return json.dumps({
+            "counters": dict(sorted((counters or {}).items())),
             "columns": list(COLUMNS),
-            "rows": [[round(t, 3), *(None if v is None else round(v, 6) for v in r), n]
-                     for t, *r, n in self.rows],
+            "rows": [[round(t, 3), *(None if v is None else round(v, 6) for v in r), n, f]
+                     for t, *r, n, f in self.rows],
             "cycles": self.cycles,
             "totals": {k: round(v, 6) for k, v in self.totals.items()},
             "max": {k: round(v, 6) for k, v in self.maxima.items()},

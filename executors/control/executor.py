@@ -141,10 +141,17 @@ class ControllerExecutor(Executor):
         if settings.arrival_check_s > 0:
             # Its own client with a short timeout: a hung look must not hold the idle loop.
             probe_cli = SlurmCli(self.cli.env, timeout=PROBE_TIMEOUT_S, bindir=self.cli.bindir)
+            self._probe_cli = probe_cli
             self.arrivals = SubmitProbe(lambda: probe_cli.run(["sdiag"]),
                                         settings.arrival_check_s)
             sources.append(self.arrivals)
         return AnyWake(*sources) if sources else None
+
+    @property
+    def probe_calls(self) -> int:
+        """``sdiag`` commands the arrival probe ran (0 without a probe)."""
+        probe = getattr(self, "_probe_cli", None)
+        return probe.calls if probe is not None else 0
 
     # ------------------------------------------------------------------ Executor interface
     @property
