@@ -200,6 +200,7 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, timeout_s: float,
     thread = threading.Thread(target=submitter, daemon=True)
     thread.start()
     cli = lab.cli(timeout=60)
+    sampled = time.time()
     try:
         while True:
             time.sleep(SAMPLE_S)
@@ -214,6 +215,11 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, timeout_s: float,
                                    f"{log.read_text()[-2000:]}")
             if time.time() - t0 > timeout_s:
                 raise RuntimeError(f"{mode}: not drained after {timeout_s:.0f} s")
+            if time.time() - sampled > 60.0:
+                # Slurm forgets a finished job MinJobAge (600 s) after its end: keep its record
+                with contextlib.suppress(SlurmError):
+                    run.final.update({j.job_id: j for j in cli.jobs(list(run.ids.values()))})
+                sampled = time.time()
             if thread.is_alive() or len(run.ids) < len(items):
                 continue
             if sum((shared / f"{n}.done").exists() for n in run.ids) < len(run.ids) - 10:
