@@ -218,7 +218,7 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, timeout_s: float,
             if time.time() - sampled > 60.0:
                 # Slurm forgets a finished job MinJobAge (600 s) after its end: keep its record
                 with contextlib.suppress(SlurmError):
-                    run.final.update({j.job_id: j for j in cli.jobs(list(run.ids.values()))})
+                    run.final.update({j.job_id: j for j in cli.jobs(list(dict(run.ids).values()))})
                 sampled = time.time()
             if thread.is_alive() or len(run.ids) < len(items):
                 continue
