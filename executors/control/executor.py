@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,9 @@ class ControllerExecutor(Executor):
 
     def __init__(self, cluster: Cluster, *, cli: SlurmCli, journal: Journal, run_id: int,
                  settings: ControllerSettings, failpoints: Failpoints,
-                 on_poll: Callable[[float], list[Event]] | None = None) -> None:
+                 on_poll: Callable[[float], list[Event]] | None = None,
+                 read_jobs: Callable[[list[int]], list[SlurmJob]] | None = None,
+                 on_quiet_poll: Callable[[float], None] | None = None) -> None:
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         self.cli = cli
         self.journal = journal
@@ -113,6 +116,9 @@ class ControllerExecutor(Executor):
         self._typed: dict[str, bool] = {}
         self._shutdown = False
         self.plans = 0
+        self.apply_s = 0.0
+        """Wall seconds spent carrying out plans and evictions (journal intents and Slurm
+        writes) since the controller last zeroed it (its per-cycle timing)."""
         self.arrivals: SubmitProbe | None = None
         """The arrival probe (None with ``arrival_check_s`` 0); its ``wakes`` count is logged."""
         self.slurm = SlurmExecutor(
@@ -123,7 +129,7 @@ class ControllerExecutor(Executor):
             epoch=journal.origin,  # one engine clock across controller restarts
             on_poll=on_poll, shape_hook=self._keep_untyped, stop_guard=self._journaled_stop,
             until=lambda: self._shutdown,
-            wake=self._wake(settings))
+            wake=self._wake(settings), read_jobs=read_jobs, on_quiet_poll=on_quiet_poll)
         self.jobs = self.slurm.jobs
 
     def _wake(self, settings: ControllerSettings) -> Wake | None:
@@ -135,10 +141,17 @@ class ControllerExecutor(Executor):
         if settings.arrival_check_s > 0:
             # Its own client with a short timeout: a hung look must not hold the idle loop.
             probe_cli = SlurmCli(self.cli.env, timeout=PROBE_TIMEOUT_S, bindir=self.cli.bindir)
+            self._probe_cli = probe_cli
             self.arrivals = SubmitProbe(lambda: probe_cli.run(["sdiag"]),
                                         settings.arrival_check_s)
             sources.append(self.arrivals)
         return AnyWake(*sources) if sources else None
+
+    @property
+    def probe_calls(self) -> int:
+        """``sdiag`` commands the arrival probe ran (0 without a probe)."""
+        probe = getattr(self, "_probe_cli", None)
+        return probe.calls if probe is not None else 0
 
     # ------------------------------------------------------------------ Executor interface
     @property
@@ -156,7 +169,11 @@ class ControllerExecutor(Executor):
         self.slurm.wake_at(time)
 
     def evict(self, job: ActiveJob, now: float, graceful: bool) -> None:
-        self.slurm.evict(job, now, graceful)
+        t0 = time.perf_counter()
+        try:
+            self.slurm.evict(job, now, graceful)
+        finally:
+            self.apply_s += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:
@@ -241,6 +258,13 @@ class ControllerExecutor(Executor):
         return {ids[j.job_id]: j.restart_count for j in jobs}
 
     def apply(self, plan: AllocationPlan, jobs: Mapping[str, Any]) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._apply(plan, jobs)
+        finally:
+            self.apply_s += time.perf_counter() - t0
+
+    def _apply(self, plan: AllocationPlan, jobs: Mapping[str, Any]) -> None:
         # A migrate within the same per-node counts never gets here: Slurm does not pin GPU
         # indices (capabilities.pin_gpus False), so the engine only relabels such moves.
         actions = [a for a in plan.actions if a.kind != "keep"]

@@ -60,10 +60,15 @@ class FailpointCli(SlurmCli):
     def __init__(self, failpoints: Failpoints, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.failpoints = failpoints
+        self.commands: dict[str, int] = {}
+        """Successful commands by verb (``squeue``, ``update``, ``release``...): the
+        controller journals them with its cycle times."""
 
     def run(self, argv: Sequence[str], *, retry: bool = False, input_text: str | None = None
             ) -> str:
         out = super().run(argv, retry=retry, input_text=input_text)
-        self.failpoints.hit(f"cli.{_verb(argv)}")
+        verb = _verb(argv)
+        self.commands[verb] = self.commands.get(verb, 0) + 1
+        self.failpoints.hit(f"cli.{verb}")
         return out
 

@@ -66,7 +66,7 @@ from gpuplan.models import (
 
 from ..base import Executor, ExecutorCapabilities
 from ..progress_core import ArrivalQueue, ProgressCore, WakeTimers, mean, mean_ms
-from .cli import ControllerUnavailable, SlurmCli, SlurmError
+from .cli import ControllerUnavailable, SlurmCli, SlurmError, SlurmJob
 from .jobs import ShapeHook, SlurmJobs, StopGuard
 from .launch import (
     COMMENT_TAG,
@@ -142,6 +142,8 @@ class SlurmExecutor(Executor):
         stop_guard: StopGuard | None = None,
         until: Callable[[], bool] | None = None,
         wake: Wake | None = None,
+        read_jobs: Callable[[list[int]], list[SlurmJob]] | None = None,
+        on_quiet_poll: Callable[[float], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.cli = cli
@@ -162,6 +164,16 @@ class SlurmExecutor(Executor):
         self.on_poll = on_poll
         self.until = until
         self.wake = wake
+        self.read_jobs = read_jobs
+        """How a poll reads the running jobs' records (default ``cli.jobs(ids)``): the
+        controller passes one read of every job, which its discovery then reuses, so a poll
+        costs one ``squeue`` instead of two."""
+        self.on_quiet_poll = on_quiet_poll
+        """Called with its wall seconds after a poll that produced no events (so an owner that
+        times its cycles also sees the polls that decided nothing)."""
+        self.batch_poll_s: float | None = None
+        """Wall seconds of the poll (Slurm reads and ``on_poll``) that produced the batch
+        :meth:`next_events` last returned; None when that batch came without a poll."""
 
         self._arrivals = ArrivalQueue(jobs)
         self._timers = WakeTimers()
@@ -227,15 +239,21 @@ class SlurmExecutor(Executor):
             for spec in self._arrivals.due(now):
                 self.jobs.track_spec(spec)
                 events.append(JobArrival.model_construct(time=now, kind="arrival", job=spec))
+            polled: float | None = None
             if time.time() >= self._next_poll:
                 self._last_poll = time.time()
+                t0 = time.perf_counter()
                 events.extend(self._poll(now))
+                polled = time.perf_counter() - t0
                 self._next_poll = time.time() + self.poll_interval_s
             if self._timers.fire(now) and not any(isinstance(e, Timer) for e in events):
                 events.append(Timer.model_construct(time=now, kind="timer", name="round"))
             if events:
                 self.jobs.sync_all(now)
+                self.batch_poll_s = polled
                 return now, events
+            if polled is not None and self.on_quiet_poll is not None:
+                self.on_quiet_poll(polled)
             if self._all_done():
                 return None
             if time.time() > deadline:
@@ -375,7 +393,8 @@ class SlurmExecutor(Executor):
                 self.jobs.finish(tracked, "completed")
         running = [t for t in running if not t.completed]
         try:
-            state = {j.job_id: j for j in self.cli.jobs([t.slurm_id for t in running])}  # type: ignore[misc]
+            read = self.read_jobs or self.cli.jobs
+            state = {j.job_id: j for j in read([t.slurm_id for t in running])}  # type: ignore[misc]
         except ControllerUnavailable:
             self.jobs.unavailable_polls += 1
             state = {}

@@ -32,6 +32,8 @@ BENCHMARKS = [
      "<= 10 min; --quick: 2 small VCs, seed 0)", "afs_vcs",
      ["--vcs", "e13805,2869ce", "--seeds", "0"]),
     ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
+    ("Slurm lab at scale: controller cycle times and CPU (--quick: 8 x 8 GPUs, 100 jobs)",
+     "slurm_scale", ["--quick"]),
 ]
 
 
