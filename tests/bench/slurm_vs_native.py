@@ -489,8 +489,9 @@ def report(rows: list[dict], items: list[Item]) -> str:
             + (f"{skipped} of {proposed}" if r["mode"] not in BASELINES else "-")
             + f" | {r['cpu_s'] if r['mode'] not in BASELINES else '-'} | "
             + (f"{r['stopped_by_restart']}" if r["mode"] not in BASELINES else "-")
-            + f" | {len(r.get('failed', []))} | {r.get('busy_while_queued', 0):.1%} | "
-            f"{r['load_mean']} |")
+            + f" | {len(r.get('failed', []))} | "
+            + (f"{r['busy_while_queued']:.1%}" if "busy_while_queued" in r else "-")
+            + f" | {r['load_mean']} |")
     lines += ["", f"Better fair baseline: drain {best_drain:.1f} s, mean JCT {best_mean:.1f} s."]
     return "\n".join(lines)
 
