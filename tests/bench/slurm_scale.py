@@ -51,6 +51,7 @@ from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
 from gpuplan.executors.slurm.lab import LabConfig, SlurmLab
 from tests import slurm_fixtures as fx
+from tests.bench.slurm_vs_native import Item
 
 SEED = 16
 PYTHON = "/usr/bin/python3"
@@ -63,16 +64,6 @@ would take longer than the gap between bursts on a 2-core machine)."""
 SAMPLE_S = 5.0
 """How often the driver reads the jobs' records: rarely, so the benchmark's own reads cost
 little next to the controller's."""
-
-
-@dataclass(frozen=True)
-class Item:
-    name: str
-    gpus: int
-    lo: int
-    hi: int
-    work: float
-    at: float
 
 
 def workload(n: int, gpus_per_node: int, total_gpus: int, seed: int = SEED) -> list[Item]:
