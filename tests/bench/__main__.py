@@ -31,7 +31,8 @@ BENCHMARKS = [
     ("AFS reproduction through the sweep runner (issue 13: all 11 VCs x 8 policies x 3 seeds "
      "<= 10 min; --quick: 2 small VCs, seed 0)", "afs_vcs",
      ["--vcs", "e13805,2869ce", "--seeds", "0"]),
-    ("Slurm lab: controller (afs-p, afs-l) vs Slurm alone", "slurm_vs_native", ["--quick"]),
+    ("Slurm lab: controller (aryl-sjf, afs-p) vs Slurm alone --nodes=1", "slurm_vs_native",
+     ["--quick", "--modes", "slurm-nodes1,aryl-sjf,afs-p"]),
     ("Slurm lab at scale: controller cycle times and CPU (--quick: 8 x 8 GPUs, 100 jobs)",
      "slurm_scale", ["--quick"]),
 ]
