@@ -60,16 +60,13 @@ from gpuplan.models import (
 from gpuplan.solver_core.registry import make_policy
 
 from ..engine import Engine
-from ..slurm import job_states
 from ..slurm.cli import (
     ControllerUnavailable,
     SlurmCli,
     SlurmError,
     SlurmJob,
-    one_line,
 )
 from ..slurm.executor import cluster_from_slurm
-from ..slurm.job_states import JobState
 from .adoption import JobAdoption
 from .change_latency import ChangeLatencyProbe
 from .cycle_times import CycleTimes
@@ -112,6 +109,7 @@ from .markers import (
     spec_from_slurm,
     with_marker_state,
 )
+from .poll_reads import PollReadsMixin
 from .reconcile import ReconcileMixin
 from .sdnotify import Notifier
 
@@ -126,16 +124,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FULL_READ_S = 60.0
-"""Longest time between two full ``squeue --json`` reads of a polling controller (the narrow
-reads between them carry only the per-poll fields, :mod:`~gpuplan.executors.slurm.job_states`)."""
 
 
 class _Recycle(Exception):
     """The cluster changed shape (nodes added/removed): rebuild engine and executor."""
 
 
-class SlurmController(ReconcileMixin):
+class SlurmController(ReconcileMixin, PollReadsMixin):
     """The ``slurm-controller`` daemon: reconcile, then loop engine <-> Slurm until stopped."""
 
     def __init__(self, settings: ControllerSettings, cli: SlurmCli | None = None, *,
@@ -174,18 +169,7 @@ class SlurmController(ReconcileMixin):
         self.times = CycleTimes()
         """Per-cycle poll/decision/apply/journal wall times (:mod:`.cycle_times`), written
         to the journal's ``meta`` table under ``cycle_times:<run>``."""
-        self._snapshot: list[SlurmJob] | None = None
-        """This poll's one ``squeue --json`` of every job, read for the executor's
-        observation (:meth:`_read_for_poll`) and reused by discovery (:meth:`_on_poll`)."""
-        self._snapshot_running: set[int] = set()
-        """The Slurm ids the executor observed as running in that read."""
-        self._full: dict[int, SlurmJob] = {}
-        """Each job's last full (``--json``) record, kept current with the narrow reads."""
-        self._full_at = float("-inf")
-        self._narrow_ok = True
-        """False once this Slurm refused the narrow read's format: polls read ``--json``."""
-        self._full_reads = 0
-        """Full reads since the last recorded cycle (its ``full_reads`` column)."""
+        self._init_poll_reads()
         self._probe_calls = 0
         """``sdiag`` looks of the arrival probes of the executors this run dropped."""
         self._pending_written: dict[str, float] = {}
@@ -318,8 +302,7 @@ class SlurmController(ReconcileMixin):
         self._latency = ChangeLatencyProbe(self.journal, costs) if costs is not None else None
         self._records_seen = 0
         self._read_back = {}
-        self._snapshot = None
-        self._full, self._full_at = {}, float("-inf")  # the first poll reads every job in full
+        self._forget_reads()  # the first poll reads every job in full
         self._pending_written = {}
         self._cluster_nodes = {n.name for n in cluster.nodes}
         self._nodes_checked = time.monotonic()
@@ -523,46 +506,6 @@ class SlurmController(ReconcileMixin):
         self._sync(engine, now)
         self._tick = time.monotonic()
         return events
-
-    def _read_for_poll(self, ids: list[int]) -> list[SlurmJob]:
-        """The executor's read of its running jobs, done as one read of every job
-        (:meth:`_poll_jobs`) that :meth:`_on_poll` then reuses for discovery: one Slurm read
-        per poll instead of two (each a process and an RPC under slurmctld's job read lock)."""
-        jobs = self._poll_jobs()
-        self._snapshot = jobs
-        wanted = set(ids)
-        self._snapshot_running = wanted
-        return [j for j in jobs if j.job_id in wanted]
-
-    def _poll_jobs(self) -> list[SlurmJob]:
-        """Every job slurmctld holds, for a poll: the narrow read
-        (:mod:`~gpuplan.executors.slurm.job_states`, 0.012 CPU-s at 1,000 jobs) merged into
-        each job's last full ``squeue --json`` record (0.25 CPU-s at 1,000 jobs: 22.05 builds
-        every job's JSON whatever it is asked). The full read is done instead when the narrow
-        one shows a job without a full record (a new job: discovery needs its comment and
-        fingerprint), every :data:`FULL_READ_S`, and whenever the narrow read fails to parse
-        or is not supported."""
-        states: list[JobState] | None = None
-        if self._narrow_ok:
-            try:
-                states = job_states.parse(self.cli.run(job_states.argv()))
-            except ControllerUnavailable:
-                raise
-            except SlurmError as err:  # a Slurm without these fields: JSON from now on
-                log.warning("narrow squeue read not available (%s); polls read --json",
-                            one_line(str(err)))
-                self._narrow_ok = False
-        full = self._full
-        if states is None or time.monotonic() - self._full_at >= FULL_READ_S or any(
-                st.job_id not in full for st in states):
-            jobs = self.cli.jobs()
-            self._full_reads += 1
-            self._full = {j.job_id: j for j in jobs}
-            self._full_at = time.monotonic()
-            return jobs
-        merged = [job_states.merge(full[st.job_id], st) for st in states]
-        self._full = {j.job_id: j for j in merged}
-        return merged
 
     def _discovered(self, sj: SlurmJob, engine: Engine, ex: ControllerExecutor, now: float
                     ) -> list[Event]:
