@@ -183,16 +183,22 @@ def _create(path: Path, failpoints: Failpoints | None) -> None:
                                "did not complete")
     finally:
         db.close()
-    fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_file(tmp)
     hit("journal.synced")
     os.rename(tmp, path)
     hit("journal.renamed")
     _fsync_dir(path.parent)
     remove_leftovers(path)  # the WAL/SHM side files SQLite may leave under the temporary name
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush a file SQLite wrote under a temporary name before it is renamed into place
+    (opened without following a link: the name is ours, a planted link is refused)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def backup_copy(db: sqlite3.Connection, path: Path, version: int) -> Path:
@@ -212,11 +218,7 @@ def backup_copy(db: sqlite3.Connection, path: Path, version: int) -> Path:
             copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
         finally:
             copy.close()
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_file(tmp)
         os.rename(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
