@@ -19,6 +19,7 @@ alone; 0 split; 0 unusable GPU-seconds; 0 stopped by a restart. No asserts: this
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -388,10 +389,6 @@ the simulator's best here), the split-prone
 ``--gpus`` baseline last (an extra row)."""
 
 
-def _option(argv: list[str], name: str, default: str | None = None) -> str | None:
-    return argv[argv.index(name) + 1] if name in argv else default
-
-
 def _startup_mean(spec: str | None) -> float:
     """Mean seconds of the stand-in's ``--startup-s`` (``S`` or ``uniform:LO:HI``)."""
     if not spec:
@@ -516,27 +513,72 @@ def prediction_table(items: list[Item], modes: list[str], startup_s: float = 0.0
     return "\n".join(lines)
 
 
+def _startup_spec(text: str) -> str:
+    """``--startup-s``: ``S`` or ``uniform:LO:HI`` seconds, finite, 0 <= LO <= HI <= 600."""
+    try:
+        parts = [float(x) for x in (text.split(":")[1:] if text.startswith("uniform:")
+                                    else [text])]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not S or uniform:LO:HI: {text!r}") from None
+    ok = len(parts) in (1, 2) and all(0 <= x <= 600 for x in parts) and parts == sorted(parts)
+    if not ok or (text.startswith("uniform:") and len(parts) != 2):
+        raise argparse.ArgumentTypeError(f"not S or uniform:LO:HI within 0..600 s: {text!r}")
+    return text
+
+
+def _modes(text: str) -> list[str]:
+    modes = [m for m in text.split(",") if m]
+    known = set(BASELINES) | set(DEFAULT_MODES) | {"srsf", "aryl-sjf"}
+    unknown = [m for m in modes if m not in known and not _is_policy(m)]
+    if not modes or unknown:
+        raise argparse.ArgumentTypeError(f"unknown mode(s) {unknown or text!r}; baselines: "
+                                         f"{', '.join(BASELINES)}, or a registered policy")
+    return modes
+
+
+def _is_policy(name: str) -> bool:
+    from gpuplan.solver_core.registry import policy_names
+    return name in policy_names()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.slurm_vs_native",
+        description="Slurm alone vs gpuplan slurm-controller on the project's Slurm lab "
+                    "(needs root; docs/results/slurm.md).")
+    parser.add_argument("--jobs", type=int, default=200, choices=range(1, 2001),
+                        metavar="N", help="jobs in the workload (default 200)")
+    parser.add_argument("--quick", action="store_true", help="at most 30 jobs")
+    parser.add_argument("--modes", type=_modes, default=list(DEFAULT_MODES),
+                        help="comma-separated baselines and policies (default: all)")
+    parser.add_argument("--startup-s", type=_startup_spec, default=None,
+                        help="the stand-in's start-up per start: S or uniform:LO:HI")
+    parser.add_argument("--predict", action="store_true",
+                        help="print the simulator's prediction only (no lab)")
+    parser.add_argument("--out", type=Path, help="append measured rows (JSON lines) here")
+    parser.add_argument("--report", nargs="+", type=Path, metavar="JSONL",
+                        help="print the tables of earlier runs' rows")
+    return parser
+
+
 def main(argv: list[str]) -> None:
-    n = int(_option(argv, "--jobs", "200") or 200)
-    if "--quick" in argv:
-        n = min(n, 30)
-    items = workload(n)
-    if "--report" in argv:  # merge earlier runs' JSON lines and print the tables
-        rows = [json.loads(line) for f in argv[argv.index("--report") + 1:]
-                for line in Path(f).read_text().splitlines() if line.strip()]
+    args = _parser().parse_args(argv)
+    items = workload(min(args.jobs, 30) if args.quick else args.jobs)
+    n = len(items)
+    if args.report:  # merge earlier runs' JSON lines and print the tables
+        rows = [json.loads(line) for f in args.report
+                for line in f.read_text().splitlines() if line.strip()]
         print(report(rows, items))
         return
-    modes = (_option(argv, "--modes") or ",".join(DEFAULT_MODES)).split(",")
-    startup = _option(argv, "--startup-s")
-    if "--predict" in argv:  # the simulator alone: no lab, deterministic
+    modes, startup = args.modes, args.startup_s
+    if args.predict:  # the simulator alone: no lab, deterministic
         print(prediction_table(items, modes, _startup_mean(startup)))
         return
-    out = _option(argv, "--out")
     print(f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
           f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 every 25 s; lab "
           f"{fx.NODES} x {fx.GPUS_PER_NODE} GPUs; stand-in start-up {startup or 'none'}",
           flush=True)
-    rows = run_modes(modes, items, startup, Path(out) if out else None)
+    rows = run_modes(modes, items, startup, args.out)
     print(report(rows, items))
     for r in rows:
         gaps, rel = r["turnover_gaps"], r["release_to_run_s"]
