@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,8 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuplan.executors.control import live_page
+from gpuplan.executors.control import command, live_page
+from gpuplan.executors.control.controller import ControllerSettings, SlurmController
 from gpuplan.executors.control.cycle_times import CycleTimes
 from gpuplan.executors.control.http_server import LiveHttpServer, host_allowed
 from gpuplan.executors.control.journal import ActionIntent, JobUpdate, Journal
@@ -35,7 +37,7 @@ from gpuplan.executors.control.live_state import (
     LiveSnapshot,
 )
 from gpuplan.executors.control.metrics_export import exposition, make_registry
-from gpuplan.models import Cluster, Node, SolverStats
+from gpuplan.models import Cluster, GpuplanError, Node, SolverStats
 
 XSS = "<img src=x onerror=alert(1)>"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -311,7 +313,6 @@ def test_the_endpoint_serves_three_paths_get_only(served) -> None:
 
 def test_a_port_in_use_is_one_line(served) -> None:
     server, _ = served
-    from gpuplan.models import GpuplanError
     with pytest.raises(GpuplanError, match=rf"^--http: cannot listen on 127.0.0.1:"
                                            rf"{server.port}: "):
         LiveHttpServer("127.0.0.1", server.port, lambda: None)
@@ -331,3 +332,43 @@ def test_chromium_renders_the_page_and_escapes_job_names(served, tmp_path: Path)
     assert "<img" not in dom  # never an element
     assert "needs 3 GPUs, 2 free" in dom and "refused, kept held" in dom
     assert "loading" not in dom
+
+
+@pytest.mark.parametrize("bad", [["--http", "65536"], ["--http", "-1"], ["--http", "http"],
+                                 ["--http", "\u0661"], ["--http-bind", "localhost"],
+                                 ["--http-bind", "0.0.0.0; rm"]])
+def test_bad_http_options_are_one_line_and_exit_2(bad: list[str], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "j.db"
+    with pytest.raises(SystemExit) as exit_:
+        command.main(["slurm-controller", "--policy", "fifo", "--state-db", str(db), *bad])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and bad[0] in err[0], err
+    assert not db.exists()
+
+
+def test_a_busy_port_refuses_the_start_before_anything_is_created(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A port in use is found at start-up, before the journal exists (one line, exit 2)."""
+    state = tmp_path / "state"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = ControllerSettings(policy="fifo", state_db=state / "j.db", http_port=port)
+        controller = SlurmController(settings)
+        controller.preflight = lambda: None  # type: ignore[method-assign] # no Slurm here
+        with pytest.raises(GpuplanError, match=f"^--http: cannot listen on 127.0.0.1:{port}: "):
+            controller.run()
+    assert not state.exists()
+
+
+def test_the_unit_carries_the_http_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code = command.main(["slurm-controller", "--print-systemd-unit", "--policy", "fifo",
+                         "--http", "9464", "--http-bind", "::1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    (exec_start,) = re.findall(r"(?m)^ExecStart=(.*)$", out)
+    assert exec_start.endswith("slurm-controller --policy fifo --http 9464 --http-bind ::1")
+    assert "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6" in out
