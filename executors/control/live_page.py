@@ -44,7 +44,7 @@ function el(tag, text, cls) {
 function colour(id) {
   let h = 0;
   for (const c of String(id)) h = (h * 31 + c.charCodeAt(0)) >>> 0;
-  return "hsl(" + (h % 360) + ",65%,78%)";
+  return "hsl(" + ((h * 137) % 360) + ",65%,78%)";  // golden angle: neighbours differ
 }
 function row(cells, cls) {
   const tr = el("tr", null, cls);
