@@ -366,7 +366,7 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
 
     def _publish(self, force: bool = False) -> None:
         """``--http``: after a cycle, publish what the HTTP thread serves (:mod:`.live_state`,
-        at most twice a second). A fault here is logged and never fails the cycle."""
+        at most once a second). A fault here is logged and never fails the cycle."""
         live, engine = self._live, self._engine
         if live is None:
             return
