@@ -372,3 +372,25 @@ def test_the_unit_carries_the_http_options(capsys: pytest.CaptureFixture[str]) -
     (exec_start,) = re.findall(r"(?m)^ExecStart=(.*)$", out)
     assert exec_start.endswith("slurm-controller --policy fifo --http 9464 --http-bind ::1")
     assert "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6" in out
+
+
+def test_a_failing_snapshot_never_fails_the_cycle_and_warns_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        calls = 0
+
+        def take_cycles(self, _times: object) -> None:
+            pass
+
+        def publish(self, **_kw: object) -> None:
+            Broken.calls += 1
+            raise RuntimeError("a bug")
+
+    controller = SlurmController(ControllerSettings(policy="fifo", state_db=tmp_path / "j.db"))
+    controller._live = Broken()  # type: ignore[assignment]
+    with caplog.at_level("DEBUG", logger="gpuplan.executors.control.controller"):
+        for _ in range(3):
+            controller._publish(force=True)  # no exception escapes
+    assert Broken.calls == 3
+    warned = [r for r in caplog.records if "publishing the live state failed" in r.message]
+    assert [r.levelname for r in warned] == ["WARNING", "DEBUG", "DEBUG"]

@@ -178,6 +178,7 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         """``--http``: the :class:`~.http_server.LiveHttpServer` (None without it)."""
         self._live: LivePublisher | None = None
         """The snapshots the HTTP thread serves (:mod:`.live_state`; None without ``--http``)."""
+        self._publish_failed = False
         """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
         rows that did not change)."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
@@ -379,9 +380,13 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                          failopen_jobs=sum(not sj.finished and is_failopen(
                              sj, self.settings.partitions) for sj in self._full.values()),
                          gate=gate.summary() if gate is not None else None)
-        except Exception:
-            log.warning("publishing the live state failed; /metrics shows the previous one",
-                        exc_info=True)
+        except Exception:  # logged once until a snapshot succeeds again
+            log.log(logging.DEBUG if self._publish_failed else logging.WARNING,
+                    "publishing the live state failed; /metrics shows the previous one",
+                    exc_info=True)
+            self._publish_failed = True
+        else:
+            self._publish_failed = False
 
     def _quiet_poll(self, poll_s: float) -> None:
         """A poll that brought no event: a cycle without a decision."""
