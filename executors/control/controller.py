@@ -174,13 +174,13 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self._probe_calls = 0
         """``sdiag`` looks of the arrival probes of the executors this run dropped."""
         self._pending_written: dict[str, float] = {}
+        """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
+        rows that did not change)."""
         self._http: Any = None
         """``--http``: the :class:`~.http_server.LiveHttpServer` (None without it)."""
         self._live: LivePublisher | None = None
         """The snapshots the HTTP thread serves (:mod:`.live_state`; None without ``--http``)."""
         self._publish_failed = False
-        """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
-        rows that did not change)."""
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
 
     # ------------------------------------------------------------------ entry point
@@ -205,7 +205,12 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             from .http_server import LiveHttpServer
             self._http = LiveHttpServer(self.settings.http_bind, self.settings.http_port,
                                         lambda: self._live.latest() if self._live else None)
-        self.journal = Journal(self.settings.state_db, failpoints=self.failpoints)
+        try:
+            self.journal = Journal(self.settings.state_db, failpoints=self.failpoints)
+        except BaseException:
+            if self._http is not None:
+                self._http.server_close()
+            raise
         self._adoption = JobAdoption(self.cli, self.journal, self.settings)
         self.run_id = self.journal.begin_run(self.settings.policy)
         if self._http is not None:
