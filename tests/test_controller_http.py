@@ -309,6 +309,7 @@ def test_the_endpoint_serves_three_paths_get_only(served) -> None:
         code, head, _ = _get(server, "/metrics", method)
         assert (code, head.get("allow")) == (405, "GET"), method
     assert _get(server, "/state.json", host="attacker.example.com")[0] == 421
+    assert server.state_json() is server.state_json()  # encoded once per snapshot
 
 
 def test_a_port_in_use_is_one_line(served) -> None:

@@ -6,7 +6,8 @@ Why this shape:
   latest :class:`~.live_state.LiveSnapshot` the loop published (a reference read, no lock) and
   never touches the journal or Slurm; each connection has a :data:`REQUEST_TIMEOUT_S` socket
   timeout, so a slow or idle client (or many) can hold up only this thread, never a cycle,
-  and the number of threads stays one.
+  and the number of threads stays one. Requests are paced (:data:`MIN_REQUEST_GAP_S`), so a
+  flood cannot take the process's CPU from the loop either.
 * **Bounded, read-only, nothing to inject.** GET only (every other method: 405); three
   paths (anything else: 404); request lines and headers are bounded by the standard library's
   parser, bodies are never read; responses are bounded by the snapshot's bounds
@@ -30,6 +31,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -45,6 +47,8 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 5.0
 """Socket timeout of one connection (reading the request, writing the answer)."""
 JSON_CSP = "default-src 'none'; frame-ancestors 'none'"
+MIN_REQUEST_GAP_S = 0.05
+"""Least time between two requests (at most 20 a second; the page asks every 2 s)."""
 
 
 def _allowed_hosts() -> frozenset[str]:
@@ -93,6 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # one request per connection: nothing stays open
 
     def do_GET(self) -> None:
+        self.server.pace()
         if not host_allowed(self.headers.get("Host"), self.server.hosts):
             self._send(421, b"unknown Host\n", "text/plain; charset=utf-8", JSON_CSP)
             return
@@ -102,13 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path in ("/", "/index.html"):
             self._send(200, live_page.PAGE, "text/html; charset=utf-8", live_page.CSP)
         elif path == "/state.json":
-            snap = self.server.source()
-            doc: dict[str, Any] = snap.to_json() if snap is not None else {"starting": True}
-            # < > & only occur inside JSON strings: escaped, no byte of it reads as markup
-            text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
-            body = text.replace("<", "\\u003c").replace(">", "\\u003e").replace(
-                "&", "\\u0026").encode()
-            self._send(200, body, "application/json", JSON_CSP)
+            self._send(200, self.server.state_json(), "application/json", JSON_CSP)
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8", JSON_CSP)
 
@@ -147,7 +146,6 @@ class LiveHttpServer(HTTPServer):
     creates anything); :meth:`start` serves in a daemon thread, :meth:`stop` ends it."""
 
     allow_reuse_address = True
-    daemon_threads = True
 
     def __init__(self, bind: str, port: int, source: Callable[[], LiveSnapshot | None],
                  **collector: Any) -> None:
@@ -156,11 +154,36 @@ class LiveHttpServer(HTTPServer):
         self.registry = make_registry(source, **collector)
         self.hosts = _allowed_hosts()
         self._thread: threading.Thread | None = None
+        self._last_request = 0.0
+        self._json: tuple[LiveSnapshot | None, bytes] | None = None
         try:
             super().__init__((bind, port), _Handler)
         except (OSError, OverflowError) as err:
             why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise GpuplanError(f"--http: cannot listen on {bind}:{port}: {why}") from None
+
+    def pace(self) -> None:
+        """At most one request per :data:`MIN_REQUEST_GAP_S`: a client flooding the endpoint
+        waits here, in this thread, and cannot take the controller's CPU (its GIL) from the
+        control loop."""
+        wait = self._last_request + MIN_REQUEST_GAP_S - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self._last_request = time.monotonic()
+
+    def state_json(self) -> bytes:
+        """``/state.json`` of the latest snapshot, encoded once per snapshot."""
+        snap = self.source()
+        cached = self._json
+        if cached is not None and cached[0] is snap:
+            return cached[1]
+        doc: dict[str, Any] = snap.to_json() if snap is not None else {"starting": True}
+        # < > & only occur inside JSON strings: escaped, no byte of it reads as markup
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
+        body = text.replace("<", "\\u003c").replace(">", "\\u003e").replace(
+            "&", "\\u0026").encode()
+        self._json = (snap, body)
+        return body
 
     @property
     def port(self) -> int:

@@ -145,12 +145,11 @@ class LiveSnapshot:
     heartbeat: Path
     version: str = __version__
 
-    def to_json(self, now: float | None = None) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The ``/state.json`` document (bounded by :data:`MAX_JOBS`, :data:`MAX_TEXT`)."""
-        now = time.time() if now is None else now
         return {
             "gpuplan": self.version, "policy": self.policy, "run": self.run_id,
-            "time": round(self.time, 3), "age_s": round(max(0.0, now - self.time), 3),
+            "time": round(self.time, 3),
             "nodes": [{"name": n, "gpus": g} for n, g in self.nodes],
             "jobs": [{"id": j.engine_id, "slurm": j.slurm_id, "name": j.name, "user": j.user,
                       "state": j.state, "gpus": j.gpus, "requested": j.requested,
