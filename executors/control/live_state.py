@@ -15,10 +15,11 @@ decisions and their actions are the journal's ``plans``/``actions`` rows (read i
 by primary key, so a publish costs the rows that are new since the last one), the cycle
 latencies are the :class:`~.cycle_times.CycleTimes` rows journaled as ``cycle_times:<run>``,
 and the restart gate's counters and measured change costs are its ``summary()`` that
-:mod:`.gate_journal` writes. Two things are not in the journal and come from the loop itself:
-which GPU indices a running job holds (the journal keeps node -> count; the engine's books hold
-the indices, for the GPU map) and the Slurm job's name (a full ``squeue --json`` record), and
-the solver statistics of each plan (journaled only for plans that had actions).
+:mod:`.gate_journal` writes. Three things are not in the journal and come from the loop
+itself: which GPU indices a running job holds (the journal keeps node -> count; the engine's
+books hold the indices, for the GPU map), the Slurm job's name (its last full ``squeue
+--json`` record) and the solver statistics of plans without actions (only plans with actions
+are journaled).
 
 Job names and the journal's reasons may come from hostile Slurm users: they are kept as data
 here, bounded (:data:`MAX_TEXT`), and escaped where they are shown (:mod:`.live_page`).
@@ -292,7 +293,8 @@ class LivePublisher:
         self._cycles_seen = times.cycles
         if new <= 0:
             return
-        rows = list(times.rows)[-new:]
+        ring = times.rows
+        rows = [ring[-i] for i in range(min(new, len(ring)), 0, -1)]  # the newest, in order
         for _t, poll_s, decide_s, apply_s, _sync, _jobs, _full in rows:
             if decide_s is not None:
                 self._decisions += 1
