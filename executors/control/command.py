@@ -153,7 +153,8 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="check the deployment instead of running: Slurm reachable, partitions, "
                         "the job_submit.lua hook loaded and of this release, state directory "
-                        "private, journal schema; one line per check, exit 2 if any fails")
+                        "private, journal schema, the --http port free; one line per check, "
+                        "exit 2 if any fails")
     p.add_argument("--hook-file", default=None, metavar="PATH",
                    help="--check: the hook file to compare (default: job_submit.lua next to "
                         "the slurm.conf slurmctld reports)")
