@@ -24,7 +24,7 @@ from .errors import GpuplanError
 __all__ = ["EXTRAS", "MissingExtra", "require_extra"]
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "slurm": (),  # the controller and executor call Slurm's own commands: no Python package
+    "slurm": ("prometheus_client",),  # the controller's --http metrics (Slurm: its commands)
     "ssh": ("asyncssh",),  # the SSH executor (executors/ssh)
     "sweep": ("distributed", "dask_jobqueue", "matplotlib"),  # Dask workers + report.html
     "ml": ("sklearn",),  # OJPP's learned interference predictor (scenarios/ojpp_predictor.py)

@@ -20,7 +20,10 @@
 from __future__ import annotations
 
 import contextlib
+import html
+import http.client
 import io
+import json
 import os
 import re
 import signal
@@ -35,12 +38,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan import __version__
 from gpuplan.executors.control.controller import engine_id
 from gpuplan.executors.control.journal import SCHEMA_VERSION, Journal
 from gpuplan.executors.slurm.lab import SlurmLab
 
+from . import slurm_fixtures as fx
 from .test_controller import (  # noqa: F401 - fixtures
     LAB_WAIT_S,
     PARTITION,
@@ -243,6 +248,166 @@ def test_a_fresh_journal_adopts_only_pending_and_running_jobs(
     assert rows[engine_id(ids["R"])] == "running"
     r = _states(lab, ids)["R"]
     assert r.state == "RUNNING" and r.restart_count == 0  # adopted as running, not restarted
+
+
+# ------------------------------------------------------------------------ metrics, live page
+
+XSS = "<img src=x onerror=alert(1)>"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _submit_named(lab: SlurmLab, user: str, shared: Path, key: str, name: str, work: float,
+                  gpus: int) -> int:
+    """A rigid job whose Slurm name (free text, the user's) differs from its files' key."""
+    argv = ["sbatch", "--parsable", f"--partition={PARTITION}", f"--gpus={gpus}",
+            f"--comment=gpuplan:min={gpus},max={gpus},work={work:g}", f"--job-name={name}",
+            f"--output={shared}/{key}.out", str(shared / "run.sh"), "/usr/bin/python3",
+            str(shared / "standin.py"), "--job-id", key, "--work", f"{work:g}",
+            "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "0.5"]
+    proc = fx.as_user(user, argv, lab.env)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.strip().split(";")[0])
+
+
+def _scrape(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def _metric_values(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    code, _, body = _scrape(port, "/metrics")
+    assert code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+
+
+def _journal_figures(db: Path) -> dict[str, float]:
+    """What the metrics must equal, read from the journal with plain SQL (no gpuplan code)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (run,) = conn.execute("SELECT MAX(run_id) FROM runs").fetchone()
+        jobs = conn.execute("SELECT COUNT(*), COALESCE(SUM(gpus), 0) FROM jobs WHERE "
+                            "state = 'running'").fetchone()
+        text = conn.execute("SELECT value FROM meta WHERE key = ?",
+                            (f"cycle_times:{run}",)).fetchone()
+        decisions = 0
+        if text is not None:
+            doc = json.loads(text[0])
+            column = doc["columns"].index("decide_s")
+            decisions = sum(row[column] is not None for row in doc["rows"])
+        return {
+            "running": jobs[0], "gpus": jobs[1],
+            "queue": conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'")
+            .fetchone()[0],
+            "plans": conn.execute("SELECT COUNT(*) FROM plans WHERE run_id = ?", (run,))
+            .fetchone()[0],
+            "starts": conn.execute("SELECT COUNT(*) FROM actions WHERE run_id = ? AND kind = "
+                                   "'start' AND status = 'applied'", (run,)).fetchone()[0],
+            "decisions": decisions, "run": run,
+        }
+    finally:
+        conn.close()
+
+
+def _metric_figures(port: int) -> dict[str, float]:
+    m = _metric_values(port)
+    run = next(dict(labels)["run"] for (name, labels) in m if name == "gpuplan_controller_info")
+    return {"running": m[("gpuplan_running_jobs", ())], "gpus": m[("gpuplan_gpus_allocated", ())],
+            "queue": m[("gpuplan_queue_jobs", ())], "plans": m[("gpuplan_plans_total", ())],
+            "starts": m.get(("gpuplan_actions_total", (("kind", "start"),
+                                                       ("status", "applied"))), 0.0),
+            "decisions": m[("gpuplan_decisions_total", ())], "run": int(run)}
+
+
+def test_metrics_and_the_live_page_show_what_the_journal_holds(
+        lab: SlurmLab, user: str, shared: Path, clean_partition: None, tmp_path: Path) -> None:
+    """``--http``: ``/metrics`` agrees with the journal (running jobs, GPUs allocated, the
+    queue, plans, starts, decisions), and the live page, opened in headless Chromium, shows a
+    running job on the GPU map, the waiting job and a refused job with its reason in the
+    queue, and a job named like an HTML element as text, never as an element."""
+    db, log = shared / "state" / "ctl.db", shared / "controller.log"
+    # 16 GPUs: four 4-GPU jobs fill them (the first named like markup), Q waits behind them,
+    # R has marker values no hook would write (an operator's typo): kept held, refused.
+    ids = {"XSS": _submit_named(lab, user, shared, "XSS", XSS, 1e6, 4)}
+    for key in ("F1", "F2", "F3"):
+        ids[key] = _submit_named(lab, user, shared, key, f"filler-{key}", 1e6, 4)
+    ids["Q"] = _submit_named(lab, user, shared, "Q", "waits", 10.0, 2)
+    ids["R"] = _submit_named(lab, user, shared, "R", "refused", 10.0, 1)
+    lab.cli(timeout=30).update_job(ids["R"], AdminComment="gpuplan:held;gpus=1;min=1;max=99")
+    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5",
+                                         "--http", "0"))
+    try:
+        def port_logged() -> list[str]:
+            return re.findall(r"live page on http://127\.0\.0\.1:(\d+)/", log.read_text())
+
+        _wait("the HTTP port in the log", lambda: bool(port_logged()), LAB_WAIT_S, log)
+        port = int(port_logged()[0])
+        eids = {k: engine_id(v) for k, v in ids.items()}
+        _wait("4 jobs running, Q queued, R refused", lambda: (
+            _journal_rows(db) if db.exists() else {}) == {
+                **{eids[k]: "running" for k in ("XSS", "F1", "F2", "F3")},
+                eids["Q"]: "pending", eids["R"]: "rejected"}, LAB_WAIT_S, log)
+        # The snapshot follows the journal after each cycle (and the cycle-time ring is
+        # journaled every 10 s): poll until they agree, then compare every figure.
+        figures: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+
+        def agree() -> bool:
+            figures["now"] = (_journal_figures(db), _metric_figures(port))
+            return figures["now"][0] == figures["now"][1]
+
+        _wait("/metrics to equal the journal", agree, LAB_WAIT_S, log)
+        journal, _metrics = figures["now"]
+        assert journal["running"] == 4 and journal["gpus"] == 16 and journal["queue"] == 1
+        assert journal["starts"] == 4 and journal["plans"] >= 1 and journal["decisions"] >= 1
+        m = _metric_values(port)
+        assert m[("gpuplan_gpus", ())] == 16 and m[("gpuplan_gpus_idle", ())] == 0
+        assert m[("gpuplan_refused_held_jobs", ())] == 1
+        assert m[("gpuplan_decision_seconds_count", ())] == journal["decisions"]
+        assert m[("gpuplan_heartbeat_age_seconds", ())] < LAB_WAIT_S
+        assert m[("gpuplan_heartbeat_withheld", ())] == 0 and m[("gpuplan_up", ())] == 1
+        assert m[("gpuplan_journal_bytes", ())] >= db.stat().st_size
+        # --check beside it: the port is this journal's controller's; another port in use
+        # is not free.
+        code, lines, err = _check(lab, db, "--http", str(port))
+        assert code == 0 and "running controller (run" in lines["port"], (lines, err)
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            code, lines, _err = _check(lab, db, "--http", str(busy.getsockname()[1]))
+            assert code == 2 and lines["port"].startswith("FAIL"), lines
+        # The page in headless Chromium (its script fetches /state.json and renders it).
+        assert CHROMIUM.exists(), "Debian's chromium is missing: `make test` installs it"
+        done = subprocess.run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
+             "--dump-dom", f"http://127.0.0.1:{port}/"],
+            capture_output=True, text=True, timeout=300, check=True)
+        dom = done.stdout
+        with Journal(db, writer=False) as reader:
+            rows = {eid: reader.job(eid) for eid in eids.values()}
+    finally:
+        run.kill(signal.SIGTERM)
+    assert run.wait(LAB_WAIT_S) == 0
+    # the GPU map: 16 GPU cells, all held, 4 of them by the markup-named job
+    assert dom.count('class="gpu job"') == 16 and 'class="gpu free"' not in dom
+    cells = re.findall(r'<td class="gpu job"[^>]*\sdata-job="([^"]+)"', dom)
+    assert len(cells) == 16 and cells.count(eids["XSS"]) == 4, cells
+    assert html.escape(XSS, quote=False) in dom and "<img" not in dom  # text, not an element
+    # the queue: Q waiting, R held with the journal's reason (a reason, when the journal
+    # records one for a waiting job, shows the same way)
+    for key in ("Q", "R"):
+        assert f'<tr data-job="{eids[key]}">' in dom, key
+        reason = rows[eids[key]].reason  # type: ignore[union-attr]
+        assert reason == "" or html.escape(reason, quote=False) in dom, (key, reason)
+    assert rows[eids["R"]].reason.startswith("refused, kept held")  # type: ignore[union-attr]
+    # recent decisions: the four starts
+    assert dom.count("<td>start</td>") >= 4
 
 
 # ------------------------------------------------------------------------ upgrade

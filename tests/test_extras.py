@@ -26,7 +26,8 @@ from gpuplan.models.extras import EXTRAS, MissingExtra
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OPTIONAL = ("asyncssh", "dask", "distributed", "dask_jobqueue", "sklearn", "matplotlib")
+OPTIONAL = ("asyncssh", "dask", "distributed", "dask_jobqueue", "sklearn", "matplotlib",
+            "prometheus_client")
 """The import names of every optional package (and dask itself, the sweep extra's base)."""
 
 SITECUSTOMIZE = '''\
@@ -95,7 +96,8 @@ def test_pyproject_extras_match_the_module_map() -> None:
     assert len(extras["all"]) == 1 and all_names is not None
     assert set(all_names.group(1).split(",")) == set(EXTRAS)
     import_name = {"asyncssh": "asyncssh", "dask": "distributed", "dask-jobqueue": "dask_jobqueue",
-                   "scikit-learn": "sklearn", "matplotlib": "matplotlib"}
+                   "scikit-learn": "sklearn", "matplotlib": "matplotlib",
+                   "prometheus-client": "prometheus_client"}
     for extra, requirements in extras.items():
         if extra in ("all", "test"):
             continue
@@ -166,7 +168,11 @@ SWEEP = "scenarios: [philly-default]\npolicies: [fifo]\nseeds: [0]\n"
      "sweep", "gpuplan sweep"),
     (("matplotlib",), ["sweep", "{sweep}", "--out", "{out}", "--workers", "1"],
      "sweep", "gpuplan sweep"),
-], ids=["simulate", "compare", "solve", "sweep-dask", "sweep-slurm", "sweep-report"])
+    (("prometheus_client",), ["slurm-controller", "--policy", "fifo", "--http", "0",
+                              "--state-db", "{out}/ctl.db"],
+     "slurm", "gpuplan slurm-controller --http"),
+], ids=["simulate", "compare", "solve", "sweep-dask", "sweep-slurm", "sweep-report",
+        "controller-http"])
 def test_command_names_its_missing_extra(blocked_env, tmp_path: Path, blocked: tuple[str, ...],
                                          argv: list[str], extra: str, what: str) -> None:
     sweep = tmp_path / "sweep.yaml"
@@ -211,7 +217,7 @@ def test_every_module_imports_or_names_its_extra(blocked_env, tmp_path: Path) ->
     # the layout puts them
     named = {m.group(1) for text in failed.values()
              for m in [re.search(r"pip install 'gpuplan\[(\w+)\]'$", text)]}
-    assert named == {"plots", "ssh", "ml"}
+    assert named == {"plots", "ssh", "ml", "slurm"}  # slurm: the controller's --http
     assert any(".ssh." in name for name in failed)
     # the CLI and everything a core command runs import without any extra
     for core in ("gpuplan.cli", "gpuplan.api", "gpuplan.sweep", "gpuplan.solve",

@@ -71,6 +71,24 @@ def seed_arg(text: str) -> int:
     return int(text)
 
 
+def port_arg(text: str) -> int:
+    """``--http``: a TCP port in [0, 65535] in ASCII digits (0: any free port, logged)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number in [0, 65535], got "
+                                         f"{text[:30]!r}")
+    return int(text)
+
+
+def address_arg(text: str) -> str:
+    """``--http-bind``: an IPv4 or IPv6 address (no host name: what it binds is then plain)."""
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IP address, got {text[:60]!r}") from None
+
+
 def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``slurm-controller`` on an ``argparse`` subparsers object."""
     p = subparsers.add_parser(
@@ -127,10 +145,16 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-restart-gate", dest="restart_gate", action="store_false",
                    help="carry out every change the policy plans, even one whose restart costs "
                    "more than it gains (default: the restart gate skips those)")
+    p.add_argument("--http", type=port_arg, default=None, metavar="PORT",
+                   help="serve Prometheus metrics (/metrics), the live page (/) and its data "
+                        "(/state.json) on this port (needs the 'slurm' extra; default: off)")
+    p.add_argument("--http-bind", type=address_arg, default="127.0.0.1", metavar="ADDR",
+                   help="address --http listens on (default 127.0.0.1: this host only)")
     p.add_argument("--check", action="store_true",
                    help="check the deployment instead of running: Slurm reachable, partitions, "
                         "the job_submit.lua hook loaded and of this release, state directory "
-                        "private, journal schema; one line per check, exit 2 if any fails")
+                        "private, journal schema, the --http port free; one line per check, "
+                        "exit 2 if any fails")
     p.add_argument("--hook-file", default=None, metavar="PATH",
                    help="--check: the hook file to compare (default: job_submit.lua next to "
                         "the slurm.conf slurmctld reports)")
@@ -196,12 +220,14 @@ def run(args: argparse.Namespace) -> int:
         print("error: --policy is required (or --fail-open-check)", file=sys.stderr)
         return 2
     try:
+        if args.http is not None:  # a missing extra: one line, before anything is touched
+            from . import metrics_export  # noqa: F401
         settings = ControllerSettings(
             policy=args.policy, state_db=state_db, partitions=partitions,
             interval_s=args.interval, heartbeat=heartbeat,
             default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
             max_stall_s=args.max_stall, seed=args.seed, restart_gate=args.restart_gate,
-            arrival_check_s=args.arrival_check,
+            arrival_check_s=args.arrival_check, http_port=args.http, http_bind=args.http_bind,
             wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
         return SlurmController(settings, connect_timeout_s=args.connect_timeout).run()
     except UnsafeStatePath as err:  # a set-up error, found before anything was created

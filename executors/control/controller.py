@@ -87,6 +87,7 @@ from .journal import (
     check_private_dir,
     check_state_path,
 )
+from .live_state import LivePublisher
 from .markers import (
     FAILOPEN,
     MARK,
@@ -175,6 +176,11 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self._pending_written: dict[str, float] = {}
         """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
         rows that did not change)."""
+        self._http: Any = None
+        """``--http``: the :class:`~.http_server.LiveHttpServer` (None without it)."""
+        self._live: LivePublisher | None = None
+        """The snapshots the HTTP thread serves (:mod:`.live_state`; None without ``--http``)."""
+        self._publish_failed = False
         make_policy(settings.policy)  # fail fast on a bad name, before touching anything
 
     # ------------------------------------------------------------------ entry point
@@ -195,9 +201,23 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         """Check the set-up (:meth:`preflight`), then run until SIGTERM/SIGINT; returns the
         process exit code."""
         self.preflight()
-        self.journal = Journal(self.settings.state_db, failpoints=self.failpoints)
+        if self.settings.http_port is not None:  # a port in use: refused before any state
+            from .http_server import LiveHttpServer
+            self._http = LiveHttpServer(self.settings.http_bind, self.settings.http_port,
+                                        lambda: self._live.latest() if self._live else None)
+        try:
+            self.journal = Journal(self.settings.state_db, failpoints=self.failpoints)
+        except BaseException:
+            if self._http is not None:
+                self._http.server_close()
+            raise
         self._adoption = JobAdoption(self.cli, self.journal, self.settings)
         self.run_id = self.journal.begin_run(self.settings.policy)
+        if self._http is not None:
+            self._live = LivePublisher(self.journal.db, self.run_id, self.settings.policy,
+                                       self.settings.state_db, self.settings.heartbeat_path,
+                                       self.settings.max_stall_s)
+            self._http.start()
         log.info("controller run %d: policy %s, journal %s (schema %d), heartbeat %s",
                  self.run_id, self.settings.policy, self.settings.state_db,
                  self.journal.schema_version, self.settings.heartbeat_path)
@@ -234,6 +254,8 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             raise
         finally:
             self._stop.set()
+            if self._http is not None:
+                self._http.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self.journal is not None:
@@ -314,6 +336,7 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             self._reconcile(engine, executor)
             self._sync(engine, executor.now())
             self._tick = time.monotonic()
+            self._publish(force=True)
             executor.wake_at(executor.now())  # first decision right away, not at the next event
             while not self._stop.is_set():
                 batch = executor.next_events()
@@ -322,8 +345,10 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                 now, events = batch
                 executor.apply_s = 0.0
                 t0 = time.perf_counter()
-                engine.handle(now, events)
+                plan = engine.handle(now, events)
                 t1 = time.perf_counter()
+                if self._live is not None:
+                    self._live.saw_plan(plan)
                 self._sync(engine, now)
                 t2 = time.perf_counter()
                 self._tick = time.monotonic()
@@ -343,6 +368,30 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self.times.add(poll_s, decide_s, apply_s, sync_s, jobs, full)
         if self.times.due():
             self._save_times()
+        self._publish()
+
+    def _publish(self, force: bool = False) -> None:
+        """``--http``: after a cycle, publish what the HTTP thread serves (:mod:`.live_state`,
+        at most once a second). A fault here is logged and never fails the cycle."""
+        live, engine = self._live, self._engine
+        if live is None:
+            return
+        try:
+            live.take_cycles(self.times)
+            if not (force or live.due()):
+                return
+            gate = engine.restart_gate if engine is not None else None
+            live.publish(engine=engine, slurm_jobs=self._full, tick=self._tick,
+                         failopen_jobs=sum(not sj.finished and is_failopen(
+                             sj, self.settings.partitions) for sj in self._full.values()),
+                         gate=gate.summary() if gate is not None else None)
+        except Exception:  # logged once until a snapshot succeeds again
+            log.log(logging.DEBUG if self._publish_failed else logging.WARNING,
+                    "publishing the live state failed; /metrics shows the previous one",
+                    exc_info=True)
+            self._publish_failed = True
+        else:
+            self._publish_failed = False
 
     def _quiet_poll(self, poll_s: float) -> None:
         """A poll that brought no event: a cycle without a decision."""

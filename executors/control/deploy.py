@@ -113,19 +113,62 @@ def _journal(state_db: Path) -> CheckResult:
     return CheckResult("journal", True, f"{state_db} has schema {version} (current)")
 
 
-def _port(args: argparse.Namespace) -> CheckResult:
-    """The metrics port, when the controller has one configured: free to bind."""
-    port = getattr(args, "metrics_port", None)
-    if not port:
-        return CheckResult("port", None, "no metrics port configured")
-    host = getattr(args, "metrics_address", None) or ""
+def _port(args: argparse.Namespace, state_db: Path) -> CheckResult:
+    """The ``--http`` port, when one is configured: free to bind, or held by the running
+    controller of this journal (``--check`` beside it must not fail)."""
+    port = getattr(args, "http", None)
+    if port is None:
+        return CheckResult("port", None, "no metrics port configured (--http)")
+    host = getattr(args, "http_bind", None) or "127.0.0.1"
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if port == 0:
+        return CheckResult("port", True, f"{where}: any free port, chosen at start")
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, int(port)))
     except OSError as err:
-        return CheckResult("port", False, f"cannot bind {host or '*'}:{port}: {err.strerror}")
-    return CheckResult("port", True, f"{host or '*'}:{port} is free")
+        run = _serving_run(host, int(port))
+        if run is not None and run == _live_run(state_db):
+            return CheckResult("port", True, f"{where} is served by this journal's running "
+                               f"controller (run {run})")
+        return CheckResult("port", False, f"cannot bind {where}: {err.strerror}")
+    return CheckResult("port", True, f"{where} is free")
+
+
+def _serving_run(host: str, port: int) -> int | None:
+    """The run id a gpuplan controller serving ``host:port`` reports (None: not one)."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection(host, port, timeout=3.0)
+    try:
+        conn.request("GET", "/state.json", headers={"Host": "127.0.0.1"})
+        answer = conn.getresponse()
+        doc = json.loads(answer.read(1 << 22)) if answer.status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    run = doc.get("run") if isinstance(doc, dict) and "gpuplan" in doc else None
+    return run if isinstance(run, int) else None
+
+
+def _live_run(state_db: Path) -> int | None:
+    """The journal's newest run that has not ended (None: none, or no readable journal)."""
+    from .journal_files import _sqlite_uri
+
+    if not state_db.exists():
+        return None
+    try:
+        db = sqlite3.connect(_sqlite_uri(state_db, "ro"), uri=True, timeout=5.0)
+        try:
+            row = db.execute("SELECT MAX(run_id) FROM runs WHERE ended IS NULL").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return int(row[0]) if row and row[0] is not None else None
 
 
 def run_checks(args: argparse.Namespace, partitions: tuple[str, ...], state_db: Path,
@@ -182,7 +225,7 @@ def run_checks(args: argparse.Namespace, partitions: tuple[str, ...], state_db: 
         except UnsafeStatePath as err:
             add(CheckResult("heartbeat", False, str(err)))
     add(_journal(state_db))
-    add(_port(args))
+    add(_port(args, state_db))
     failed = [r.name for r in results if r.ok is False]
     if failed:
         print(f"error: --check failed: {', '.join(failed)}", file=sys.stderr)

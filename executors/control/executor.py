@@ -69,6 +69,11 @@ class ControllerSettings:
     """Between polls, look this often at slurmctld's count of submitted jobs (``sdiag``) and
     poll at once when it moved, so a new job's first decision does not wait for the next
     poll (:class:`~gpuplan.executors.slurm.wake.SubmitProbe`); 0: no look."""
+    http_port: int | None = None
+    """``--http``: serve ``/metrics``, the live page and ``/state.json`` on this port (0: any
+    free one, logged); None: no HTTP endpoint (:mod:`.http_server`)."""
+    http_bind: str = "127.0.0.1"
+    """``--http-bind``: the address the endpoint listens on."""
 
     @property
     def heartbeat_path(self) -> Path:
