@@ -217,6 +217,18 @@ class RunSummary(BaseModel):
     )
     gate_done: int | None = Field(default=None, description="restart gate: carried out")
     gate_skipped: int | None = Field(default=None, description="restart gate: skipped")
+    avg_jct_bound_s: float | None = Field(
+        default=None, description="proven lower bound on the optimal average JCT, from a "
+        "policy that has one (offline-optimal; RunResult.bound); None: no bound"
+    )
+    avg_jct_gap: float | None = Field(
+        default=None, description="(avg_jct_s - avg_jct_bound_s) / avg_jct_bound_s: this run "
+        "is at most this far above the optimum"
+    )
+    bound_status: str | None = Field(
+        default=None, description="'optimal' (the policy's schedule is proven optimal) or "
+        "'upper-bound' (the best found, not proven); None: no bound"
+    )
 
 
 def _jct(record: JobRecord) -> float:
@@ -326,7 +338,33 @@ def summarize(result: RunResult) -> RunSummary:
         loaning=result.loaning,
         degraded_resizes=result.degraded_resizes,
         **_gate_totals(result.restart_gate),
+        **_bound_fields(result, jct[0]),
     )
+
+
+def _bound_fields(result: RunResult, avg_jct: float | None) -> dict[str, Any]:
+    """The summary's bound columns from the policy's proven bound (none: all None). A run
+    whose average JCT came out above the planned one (overheads or failures the model leaves
+    out slowed the replay) is an ``upper-bound`` whatever the plan's status: it was not
+    optimal. The lower bound still holds for it (such effects only slow a run down)."""
+    b = result.bound
+    if b is None:
+        return {}
+    status = b.status
+    if avg_jct is None or avg_jct > b.planned_avg_jct_s * (1 + DIVERGED_REL):
+        status = "upper-bound"
+    return {"avg_jct_bound_s": b.lower_bound_s, "bound_status": status,
+            "avg_jct_gap": _gap(avg_jct, b.lower_bound_s)}
+
+
+def _gap(value: float | None, bound: float | None) -> float | None:
+    if value is None or bound is None or bound <= 0:
+        return None
+    return max(0.0, (value - bound) / bound)
+
+
+DIVERGED_REL = 1e-5
+"""A run's average JCT this far (relative) above its plan's means the replay diverged."""
 
 
 def _gate_totals(gate: dict[str, Any] | None) -> dict[str, int | None]:
@@ -397,8 +435,9 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
     baseline = summaries[0][1].avg_jct_s if summaries else None
     for name, s in summaries:
         ratio = _ratio(baseline, s.avg_jct_s)
+        label = name if s.bound_status != "upper-bound" else f"{name} (upper bound)"
         cells = [
-            escape(name),  # inline configurations hold [...]: text, not rich markup
+            escape(label),  # inline configurations hold [...]: text, not rich markup
             format_duration(s.avg_jct_s),
             format_duration(s.p99_jct_s),
             format_duration(s.avg_queueing_s),
@@ -414,6 +453,31 @@ def compare_table(summaries: list[tuple[str, RunSummary]]) -> Table:
         ]
         table.add_row(*cells)
     return table
+
+
+def bounds_table(summaries: list[tuple[str, RunSummary]]) -> Table | None:
+    """The proven bound on the optimal average JCT and each bounded run's gap to it, one row
+    per policy that has a bound (offline-optimal); ``None`` when none has. A separate narrow
+    table (five short columns) so it reads in an 80-column terminal beside the wide one."""
+    rows = [(n, s) for n, s in summaries if s.avg_jct_bound_s is not None]
+    if not rows:
+        return None
+    table = Table(title="Proven bounds on the optimal avg JCT")
+    table.add_column("Policy", style="bold")
+    for title in ("Status", "Avg JCT", "Bound", "Gap"):
+        table.add_column(title, justify="right")
+    for name, s in rows:
+        status = "optimal" if s.bound_status == "optimal" else "upper bound"
+        table.add_row(escape(name), status, format_duration(s.avg_jct_s),
+                      format_duration(s.avg_jct_bound_s), _fmt_gap(s.avg_jct_gap))
+    return table
+
+
+def _fmt_gap(gap: float | None) -> str:
+    """A gap as a percentage; one too small for two decimals prints as ``<0.01%``, not 0."""
+    if gap is None:
+        return "—"
+    return f"{gap:.2%}" if gap >= 5e-5 or gap == 0 else "<0.01%"
 
 
 def _pct(value: float | None) -> str:
@@ -495,6 +559,10 @@ def mean_summary(summaries: Sequence[RunSummary]) -> RunSummary:
     first = summaries[0]
     merged = _mean_fields(summaries)
     merged["seed"] = -1 if len(summaries) > 1 else first.seed
+    if merged.get("bound_status") is not None:  # the mean is proven only if every run is
+        proven = all(s.bound_status == "optimal" for s in summaries)
+        merged["bound_status"] = "optimal" if proven else "upper-bound"
+        merged["avg_jct_gap"] = _gap(merged["avg_jct_s"], merged["avg_jct_bound_s"])
     return RunSummary.model_validate(merged)
 
 

@@ -27,6 +27,7 @@ from gpuplan.executors.control import command as slurm_controller
 from gpuplan.executors.control.command import OneLineParser, seed_arg
 from gpuplan.executors.metrics import (
     RunSummary,
+    bounds_table,
     compare_json,
     compare_table,
     loaning_table,
@@ -157,6 +158,10 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
     if loans is not None:
         loans.caption = caption
         console.print(loans)
+    bounds = bounds_table(summaries)  # offline-optimal's proven bound and gap
+    if bounds is not None:
+        bounds.caption = caption
+        console.print(bounds)
 
 
 def _warn(prepared: api.PreparedScenario) -> None:

@@ -1,6 +1,9 @@
 """``gpuplan solve PROBLEM --instance FILE``: one decision problem, every solver, side by side.
 
-The instance formats and the ``--json`` output are specified in shared/problems/README.md.
+The instance formats and the ``--json`` output are specified in shared/problems/README.md;
+every answer is checked against the problem's full constraints (:mod:`.solve_check`): one that
+breaks a rule has status ``infeasible`` and its row adds ``violations`` (and ``ignores``, the
+rules a relaxed baseline leaves out by design).
 Problems live in :data:`PROBLEMS`, a small table: each is one :class:`Problem` entry (a loader
 that validates the file and a runner per solver); mckp, reclaim, placement and packing come from
 :mod:`gpuplan.solver_core.problems`, whose formats docs/solvers.md gives.
@@ -140,9 +143,19 @@ def _chosen(problem: str, solvers: list[str] | None) -> list[str]:
 
 def _solve(problem: str, data: Any, source: str, chosen: list[str],
            limits: SolveLimits) -> list[dict[str, Any]]:
+    from .solve_check import ignored_rules, verify
+
     spec = PROBLEMS[problem]
     inst = spec.load(data, source)
-    return [_row(s, spec.run(inst, s, limits)) for s in chosen]
+    rows = []
+    for s in chosen:
+        out, violations = verify(problem, inst, spec.run(inst, s, limits))
+        row = _row(s, out)
+        ignores = ignored_rules(problem, s)
+        if ignores or violations:  # keys only where there is something to say
+            row["ignores"], row["violations"] = ignores, violations
+        rows.append(row)
+    return rows
 
 
 def _generated(args: argparse.Namespace) -> tuple[Any, str] | None:
@@ -272,6 +285,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
                       _fmt(r["bound"]), _fmt(r["gap"]), _fmt(r["_build_ms"]),
                       f"{r['_solve_ms']:.1f}", f"{r['wall_ms']:.1f}")
     console.print(table)
+    for r in rows:  # what a relaxed baseline leaves out, and what any answer broke
+        if r.get("ignores") or r.get("violations"):
+            what = ", ".join(r.get("ignores", [])) or "nothing by design"
+            console.print(f"{escape(r['solver'])}: ignores {escape(what)}; "
+                          f"{len(r.get('violations', []))} violation(s) of the full model"
+                          + (f", e.g. {escape(r['violations'][0])}" if r.get("violations")
+                             else ""), highlight=False, soft_wrap=True)
     if args.out:
         extra = " and instance.json" if generated is not None else ""
         console.print(f"wrote {escape(args.out)}/solve.csv, solve.png{extra}")

@@ -23,7 +23,7 @@ from .gpu import KNOWN_GPU_TYPES, GpuType
 from .job import Checkpointing, Elasticity, JobSpec, MemoryProfile, NodeShape
 from .ojpp import OjppInstance, OjppJob, load_ojpp
 from .plan import Action, ActionKind, AllocationPlan, JobAllocation, SolverStats, SolverStatus
-from .records import JobRecord, RunResult, Sample
+from .records import JobRecord, ObjectiveBound, RunResult, Sample
 from .scenario import (
     ClusterSpec,
     EngineSpec,
@@ -51,7 +51,7 @@ __all__ = [
     "EngineSpec", "Event", "GpuplanError", "GpuType", "InfeasibleError", "InputError",
     "JobAllocation", "JobArrival", "JobCompletion", "JobFailure", "JobRecord", "JobSnapshot",
     "JobSpec", "KNOWN_GPU_TYPES", "LearningSpec", "LoanOffer", "MemoryProfile", "Node", "NodeShape",
-    "NodeFailure", "NodeRecovery", "OjppInstance", "OjppJob", "load_ojpp",
+    "NodeFailure", "NodeRecovery", "ObjectiveBound", "OjppInstance", "OjppJob", "load_ojpp",
     "occupy_gpu", "PlanRefused", "Overheads", "placement_rate",
     "SHARE_EPS", "vacate_gpu", "Pool", "ReclaimRequest",
     "RunResult", "Sample", "ScenarioSpec", "SolverStats", "SolverStatus", "ThroughputMeasured",

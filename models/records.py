@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -81,6 +81,27 @@ class LoaningMetrics(BaseModel):
     )
 
 
+class ObjectiveBound(BaseModel):
+    """What a reference policy proves about the optimum of the run's average JCT.
+
+    Only ``offline-optimal`` has one: it solves the whole instance before the run, so it knows
+    a proven lower bound on the best average JCT any schedule can reach (no overheads, no
+    placement effects: both only slow a run down, so the bound holds for every policy's run of
+    the instance). ``status`` ``optimal``: its schedule was proven optimal; ``upper-bound``: the
+    schedule is the best found within a deterministic budget, not proven.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["optimal", "upper-bound"]
+    method: str = Field(description="how the schedule was found, e.g. 'continuous' (branch "
+                        "and bound over event orders) or 'slotted' (the time-indexed fallback)")
+    planned_avg_jct_s: float = Field(description="the schedule's average JCT as planned")
+    lower_bound_s: float = Field(description="proven lower bound on the optimal average JCT")
+    wall_ms: float = Field(default=0.0, description="wall time of the solves (not deterministic)")
+    message: str = ""
+
+
 class RunResult(BaseModel):
     """Everything one simulation (or real run) reports."""
 
@@ -119,12 +140,19 @@ class RunResult(BaseModel):
         default=None, description="the restart gate's counters (changes proposed / done / "
         "skipped per kind) and measured costs; absent when the run had no gate"
     )
+    bound: ObjectiveBound | None = Field(
+        default=None, description="the policy's proven bound on the optimal average JCT "
+        "(offline-optimal); absent for policies without one"
+    )
 
     @model_serializer(mode="wrap")
     def _drop_absent_gate(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Leave ``restart_gate`` out when there was no gate, so results of runs without one
-        dump exactly as before the field existed (fingerprints stay comparable)."""
+        """Leave ``restart_gate`` out when there was no gate and ``bound`` when the policy has
+        none, so such results dump exactly as before the fields existed (fingerprints stay
+        comparable)."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("restart_gate", 0) is None:
-            del data["restart_gate"]
+        if isinstance(data, dict):
+            for key in ("restart_gate", "bound"):  # absent, as before the fields existed
+                if key in data and data[key] is None:
+                    del data[key]
         return data

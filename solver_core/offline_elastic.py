@@ -1,4 +1,7 @@
-"""The exact continuous offline optimum (minimum sum of JCTs) of small elastic instances.
+"""The exact continuous offline optimum (minimum sum of JCTs) of small instances.
+
+Elastic and rigid alike: a rigid job is a job with one allowed count (its request), so its
+configurations are "running at the request" and "paused".
 
 No slots: allocations may change at any instant and, with no restart/migration/start
 overheads, only *how long* each integer allocation is held between two consecutive events
@@ -24,10 +27,10 @@ overheads, only *how long* each integer allocation is held between two consecuti
   tried, Queyranne's parallel inequalities on GPU-seconds and a mean-busy-time time-indexed
   tail: they raised the root bound but pruned almost no node on the bench instances tried,
   and cost LP time, so they are not used.) The first incumbents are event-driven list schedules
-  (SRPT, fastest count first; and SRPT with GPUs spread by marginal gain) re-optimised by the
-  LP of their own order. The search is depth-first, children in order of the parent LP's
-  predicted next event, and stops at a node limit (deterministic): the proven lower bound is
-  then the least bound of the open nodes.
+  (:data:`LIST_RULES`: SRPT, fastest count first; SRPT with GPUs spread by marginal gain; least
+  remaining GPU-seconds first) re-optimised by the LP of their own order. The search is
+  depth-first, children in order of the parent LP's predicted next event, and stops at a node
+  limit (deterministic): the proven lower bound is then the least bound of the open nodes.
 
 LPs are solved by HiGHS through :func:`scipy.optimize.linprog` (default 1e-7 feasibility
 tolerance). The schedule handed out is the best order's LP re-solved with every job's work
@@ -55,7 +58,9 @@ __all__ = [
     "Segment",
     "configurations",
     "order_lp",
+    "order_of",
     "replay_finish",
+    "retime",
     "solve_elastic",
 ]
 
@@ -263,12 +268,24 @@ def order_lp(inst: OfflineInstance, order: list[Event]) -> float | None:
     return None if out is None else out[0]
 
 
-def _list_schedule(inst: OfflineInstance, spread: bool) -> list[Event]:
+LIST_RULES = ((False, "time"), (True, "time"), (False, "area"))
+"""The list schedules whose event orders seed the search: (``spread``, ``key``) of
+:func:`_list_schedule`; SRPT with the fastest count (srtf's rule), SRPT spreading GPUs by
+marginal gain, and least remaining GPU-seconds first (srsf's rule)."""
+
+
+def _list_schedule(inst: OfflineInstance, spread: bool, key: str = "time") -> list[Event]:
     """The event order of an event-driven list schedule: at every event, jobs in order of
-    remaining time at their fastest count; ``spread`` False: each in turn takes its fastest
-    count that fits; True: each its smallest, then GPUs left go to the largest cut in
-    remaining time per GPU."""
+    remaining time at their fastest count (``key`` "time") or of remaining GPU-seconds at that
+    count ("area"); ``spread`` False: each in turn takes its fastest count that fits; True: each
+    its smallest, then GPUs left go to the largest cut in remaining time per GPU."""
     jobs = inst.jobs
+    top = [max(j.rates, key=lambda g, j=j: (j.rates[g], -g)) for j in jobs]
+
+    def rank(i: int) -> tuple[float, int]:
+        t = left[i] / jobs[i].fastest
+        return (t * top[i] if key == "area" else t, i)
+
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, i))
     left = [j.work for j in jobs]
     now = jobs[order[0]].arrival
@@ -279,7 +296,7 @@ def _list_schedule(inst: OfflineInstance, spread: bool) -> list[Event]:
             events.append(("arrive", order[nxt]))
             active.append(order[nxt])
             nxt += 1
-        ready = sorted(active, key=lambda i: (left[i] / jobs[i].fastest, i))
+        ready = sorted(active, key=rank)
         free, got = inst.capacity, {}
         for i in ready:
             fits = [g for g in jobs[i].rates if g <= free]
@@ -313,21 +330,30 @@ def _list_schedule(inst: OfflineInstance, spread: bool) -> list[Event]:
 
 
 def _schedule(inst: OfflineInstance, lp: _Lp, sol: dict[str, object]) -> list[Segment]:
-    """Segments of an LP solution: each interval's configurations one after the other
-    (in the LP's column order), then idle until the interval's end."""
+    """Segments of an LP solution: each interval's configurations one after the other, then
+    idle until the interval's end. Inside an interval the order changes no completion the LP
+    counts (each job's work by the interval's end is the same), so configurations are chained
+    greedily, each next one the one sharing most (job, count) pairs with the segment before
+    (ties: the LP's column order): a job is not stopped and restarted inside an interval for
+    nothing, which costs restarts when the schedule is replayed on a cluster with overheads."""
     x = sol["x"]
     times: list[float] = sol["t"]  # type: ignore[assignment]
     segs: list[Segment] = []
-    cursor: dict[int, float] = {}
     for k, first, act, size in sol["pieces"]:  # type: ignore[attr-defined]
+        pieces = []
         for v, c in zip(range(first, first + size), lp.piece_configs(act), strict=True):
             dur = float(x[v])  # type: ignore[index]
-            if dur < MIN_PIECE_S:
-                continue
-            start = cursor.get(k, times[k - 1])
-            counts = {inst.jobs[i].id: g for i, g in zip(act, c, strict=True) if g}
+            if dur >= MIN_PIECE_S:
+                pieces.append(({inst.jobs[i].id: g for i, g in zip(act, c, strict=True) if g},
+                               dur))
+        start = times[k - 1]
+        while pieces:
+            prev = segs[-1].counts if segs else {}
+            pick = max(range(len(pieces)), key=lambda p: (
+                sum(1 for j, g in pieces[p][0].items() if prev.get(j) == g), -p))
+            counts, dur = pieces.pop(pick)
             segs.append(Segment(start, start + dur, counts))
-            cursor[k] = start + dur
+            start += dur
     return segs
 
 
@@ -352,6 +378,29 @@ def replay_finish(inst: OfflineInstance, segments: list[Segment]) -> dict[str, f
         if out[jid] == math.inf and done[jid] >= j.work * (1 - 1e-6):
             out[jid] = last_end[jid]
     return out
+
+
+def order_of(inst: OfflineInstance, finish: dict[str, float]) -> list[Event]:
+    """The event order of a schedule whose jobs finish at ``finish`` (job id -> s): events by
+    time, a completion before an arrival at the same instant, ties by job index."""
+    ranked = [(j.arrival, 1, i) for i, j in enumerate(inst.jobs)]
+    ranked += [(finish[j.id], 0, i) for i, j in enumerate(inst.jobs)]
+    return [("arrive" if kind else "finish", i) for _, kind, i in sorted(ranked)]
+
+
+def retime(inst: OfflineInstance, order: list[Event]
+           ) -> tuple[list[Segment], dict[str, float], float] | None:
+    """The best schedule with this event order (its LP, with the replay margin): segments,
+    finish times and average JCT when run exactly; None when no schedule has the order. A real
+    schedule re-timed this way is never worse than itself (it is a point of its own LP)."""
+    lp = _Lp(inst)
+    out = lp.solve(order, margin=MARGIN)
+    if out is None:
+        return None
+    segs = _schedule(inst, lp, out[1])
+    finish = replay_finish(inst, segs)
+    avg = sum(finish[j.id] - j.arrival for j in inst.jobs) / len(inst.jobs)
+    return segs, finish, avg
 
 
 def _children(inst: OfflineInstance, events: list[Event],
@@ -382,8 +431,8 @@ def solve_elastic(inst: OfflineInstance, nodes: int = DEFAULT_NODES) -> ElasticS
     n = len(inst.jobs)
     release = sum(j.arrival for j in inst.jobs)
     best: tuple[float, list[Event], dict[str, object]] | None = None
-    for spread in (False, True):
-        order = _list_schedule(inst, spread)
+    for spread, key in LIST_RULES:
+        order = _list_schedule(inst, spread, key)
         out = lp.solve(order)
         if out is not None and (best is None or out[0] < best[0] - 1e-9):
             best = (out[0], order, out[1])

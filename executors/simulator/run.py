@@ -5,7 +5,15 @@ from __future__ import annotations
 import time as wallclock
 from collections.abc import Iterable, Sequence
 
-from gpuplan.models import Cluster, Event, JobSpec, LearningSpec, Overheads, RunResult
+from gpuplan.models import (
+    Cluster,
+    Event,
+    JobSpec,
+    LearningSpec,
+    ObjectiveBound,
+    Overheads,
+    RunResult,
+)
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
 from gpuplan.models.interference import InterferenceModel
 from gpuplan.solver_core.policy import Policy, Reclaimer
@@ -43,7 +51,8 @@ def simulate(
     The run ends at ``horizon_s`` of simulated time at the latest; jobs still running then are
     reported unfinished, never simulated for ever. ``interference`` slows co-located jobs
     (shares < 1) down; None: shares alone set their speed. A policy that declares
-    ``needs_future`` (offline-optimal) is handed the whole job list first (``foresee``).
+    ``needs_future`` (offline-optimal) is handed the whole job list first (``foresee``); a
+    policy's ``bound`` (what offline-optimal proved about the optimum) goes into the result.
     ``restart_gate``: drop changes that cost more than they gain (off by default here).
     """
     if getattr(policy, "needs_future", False):
@@ -65,4 +74,8 @@ def simulate(
     t0 = wallclock.perf_counter()
     engine.run(progress)
     wall = wallclock.perf_counter() - t0
-    return engine.result(scenario=scenario, seed=seed, wall_s=wall), engine, executor
+    result = engine.result(scenario=scenario, seed=seed, wall_s=wall)
+    bound = getattr(policy, "bound", None)  # offline-optimal's proven bound, if any
+    if isinstance(bound, ObjectiveBound):
+        result.bound = bound
+    return result, engine, executor
