@@ -27,6 +27,7 @@ from gpuplan.solver_core.policies.gittins import (
 from gpuplan.solver_core.registry import make_policy
 
 from .conftest import rigid
+from .test_policy_memory import _run as _memory_run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "results" / "fidelity.md"
 UPSTREAM_500 = "tiresias-l(thresholds=[500],promote_knob=null,upstream_events=true)"
@@ -161,6 +162,20 @@ def test_snapshot_restore_keeps_the_queues() -> None:
     fresh = make_policy(UPSTREAM_500)
     fresh.restore(state)
     assert fresh.snapshot() == state and fresh.memory.queue_of("c") == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("policy", ["tiresias-gittins", UPSTREAM_500])
+def test_a_restored_stage_decides_exactly_as_the_original(policy: str) -> None:
+    """tests/test_policy_memory.py's restart check (snapshot -> JSON -> fresh policy at the
+    62nd and the 150th decision of philly-default, 120 jobs) for both configurations of the
+    loop. At the 62nd a queue jump is pending: a restore without it (or without the queues)
+    decides differently."""
+    straight = _memory_run("philly-default", policy, None)
+    for swap in (62, 150):
+        restarted = _memory_run("philly-default", policy, swap)
+        assert [(r.job_id, r.finish_time, r.preemptions) for r in straight] == \
+            [(r.job_id, r.finish_time, r.preemptions) for r in restarted], swap
+    assert sum(r.preemptions for r in straight) > 0  # the queues were in use
 
 
 # ------------------------------------------------------------------------- the references

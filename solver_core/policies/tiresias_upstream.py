@@ -79,9 +79,11 @@ class UpstreamMLFQ:
         return self._queue_of.get(job_id)
 
     def snapshot(self) -> dict[str, Any]:
-        """The queue lists (their order is the policy's memory) and the arrival order."""
+        """The queue lists (their order is the policy's memory), the arrival order, and the
+        pending queue jump with the capacity it was computed for (without them a restored
+        stage would take the next stale wake-up for an event)."""
         return {"queues": [list(q) for q in self.queues], "arrival": dict(self._arrival),
-                "arrivals": self._arrivals}
+                "arrivals": self._arrivals, "jump": self._jump, "capacity": self._capacity}
 
     def restore(self, state: dict[str, Any]) -> None:
         queues = [[str(j) for j in q] for q in state.get("queues", [])]
@@ -91,6 +93,10 @@ class UpstreamMLFQ:
         self._queue_of = {j: i for i, q in enumerate(self.queues) for j in q}
         self._arrival = {str(j): int(k) for j, k in state.get("arrival", {}).items()}
         self._arrivals = int(state.get("arrivals", len(self._arrival)))
+        jump, capacity = state.get("jump"), state.get("capacity")
+        self._jump = None if jump is None else float(jump)
+        self._capacity = None if capacity is None else int(capacity)
+        self._stale = False
 
     @staticmethod
     def executed_s(job: ActiveJob, now: float) -> int:
@@ -141,11 +147,12 @@ class UpstreamMLFQ:
     def _is_event(self, view: ClusterView) -> bool:
         """Whether the simulator has an event at ``view.now``: an arrival, a completion, a
         change of capacity, or the queue jump this stage asked for last. The engine keeps an
-        earlier wake-up armed when a later one is asked for; the simulator recomputes its
-        single jump time at every event, so a decision at such a stale time is no event."""
-        if self._jump is None or view.now + _EPS >= self._jump:
-            return True
-        if view.capacity != self._capacity:
+        earlier wake-up armed when a later one (or none) is asked for, and decides on events
+        the simulator does not have (a start delay ending); the simulator recomputes its
+        single jump time at every event, so a decision at any other time is no event."""
+        if self._capacity is None or view.capacity != self._capacity:
+            return True  # the first decision, or a changed cluster
+        if self._jump is not None and view.now + _EPS >= self._jump:
             return True
         known = self._queue_of
         if any(j not in known for j in view.running) or any(j not in known for j in view.pending):
