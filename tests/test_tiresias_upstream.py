@@ -70,6 +70,7 @@ def test_bundled_history_is_upstreams_file() -> None:
 def test_bad_history_is_one_input_error(tmp_path: Path, text: str, where: str) -> None:
     path = tmp_path / "h.csv"
     path.write_text(text)
+    path.chmod(0o644)  # whatever the umask: only the content is wrong
     with pytest.raises(InputError) as err:
         read_history(path)
     assert where in str(err.value) and str(path) in str(err.value)
@@ -83,11 +84,16 @@ def test_history_must_be_a_regular_file_no_other_user_writes(tmp_path: Path) -> 
         read_history(fifo)
     shared = tmp_path / "shared.csv"
     shared.write_text("duration\n100\n")
-    shared.chmod(0o646)
-    with pytest.raises(InputError, match="writable by every user"):
-        read_history(shared)
+    for mode in (0o646, 0o664):
+        shared.chmod(mode)
+        with pytest.raises(InputError, match="writable by group or others"):
+            read_history(shared)
     shared.chmod(0o644)
     assert read_history(shared) == [100.0]
+    if os.geteuid() == 0:  # only root can give a file away
+        os.chown(shared, 65534, -1)
+        with pytest.raises(InputError, match="owned by uid 65534"):
+            read_history(shared)
     with pytest.raises(InputError, match="cannot read"):
         read_history(tmp_path / "missing.csv")
 
@@ -95,6 +101,7 @@ def test_history_must_be_a_regular_file_no_other_user_writes(tmp_path: Path) -> 
 def test_bad_history_on_the_command_line_exits_2_with_one_line(capsys, tmp_path: Path) -> None:
     path = tmp_path / "h.csv"
     path.write_text("duration\n100\n-3\n")
+    path.chmod(0o644)
     code = main(["simulate", "--scenario", "philly-default", "--policy",
                  f"tiresias-gittins(history={path})"])
     out, err = capsys.readouterr()

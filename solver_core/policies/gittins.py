@@ -111,20 +111,25 @@ class GittinsIndex:
         return self.table[k] if k < len(self.table) else 0.0
 
 
-def _open_regular(path: str | Path, src: str) -> TextIO:
+def _open_regular(path: str | Path, src: str, *, trusted: bool = False) -> TextIO:
     """Open ``path`` for reading only if it is a regular file no other user may write.
 
     Non-blocking open then ``fstat`` on the descriptor: a FIFO or device named as history
-    would otherwise hang the build or feed it endless data, and a world-writable file would
-    let any local user reorder everyone's jobs."""
+    would otherwise hang the build or feed it endless data, and a file another user owns or
+    may write (group or others; the controller's rule for its own files) would let that user
+    reorder everyone's jobs. ``trusted``: the bundled copy, part of the installed package
+    (whoever can write it can write this module), keeps only the regular-file check."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InputError("the Gittins history must be a regular file", source=src)
-        if st.st_mode & stat.S_IWOTH:
-            raise InputError("the Gittins history is writable by every user: refusing it "
-                             "(chmod o-w)", source=src)
+        if not trusted and st.st_uid not in (0, os.geteuid()):
+            raise InputError(f"the Gittins history is owned by uid {st.st_uid}, not by this "
+                             "user or root: refusing it", source=src)
+        if not trusted and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise InputError("the Gittins history is writable by group or others: refusing "
+                             "it (chmod go-w)", source=src)
         return open(fd, newline="", encoding="utf-8", closefd=True)
     except BaseException:
         os.close(fd)
@@ -137,7 +142,7 @@ def read_history(path: str | Path) -> list[float]:
     the row and the field."""
     src = str(path)
     try:
-        with _open_regular(path, src) as f:
+        with _open_regular(path, src, trusted=Path(path) == BUNDLED_HISTORY) as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None or "duration" not in reader.fieldnames:
                 raise InputError("needs a 'duration' column (GPU-seconds per job)", source=src)
