@@ -133,7 +133,7 @@ class UpstreamMLFQ:
         """One queue down for each running job whose attained service reached its queue's
         limit, in arrival order, to the tail of the next queue."""
         last = len(self.thresholds)
-        for job_id in sorted(view.running, key=lambda j: self._arrival[j]):
+        for job_id in sorted(view.running, key=lambda j: self._arrival.get(j, 0)):
             q = self._queue_of[job_id]
             if q >= last:
                 continue
