@@ -148,6 +148,10 @@ DECLARED: tuple[Declared, ...] = (
     policy("termination", ".sidecar_baselines", "Optimus-style termination baseline "
            "(SideCar): 1 GPU on arrival, then grow one option step at a time by "
            "terminate-and-restart, no shrink"),
+    # gittins.py
+    policy("tiresias-gittins", ".gittins", "Tiresias' discretised Gittins index "
+           "(dlas-gpu-gittins): 3 GPU-time queues, ranked inside by the index of a GPU-service "
+           "history, at the Tiresias simulator's events"),
     # sjf.py, themis.py, tiresias.py
     policy("sjf", ".sjf",
            "preemptive smallest-GPU-count first (Tiresias simulator's sjf), rigid"),

@@ -407,14 +407,37 @@ class TiresiasParams(Params):
     service: Service = Field(
         "gpu_time", description="gpu_time: GPU-seconds (AFS); time: executed seconds "
         "(upstream Tiresias dlas)")
+    upstream_events: bool = Field(
+        False, description="as the Tiresias simulator: demotion checked at its whole-second "
+        "events, waiting jobs to the back of their queue after each pass (needs "
+        "promote_knob: null)")
 
 
 def _build(p: TiresiasParams, seed: int) -> StagedPolicy:
+    if p.upstream_events:
+        return _build_upstream(p)
     try:
         return tiresias_l_policy(thresholds=p.thresholds, promote_knob=p.promote_knob,
                                  service=p.service)
     except ValueError as err:
         raise InputError(str(err), field="policies.tiresias-l") from None
+
+
+def _build_upstream(p: TiresiasParams) -> StagedPolicy:
+    """``upstream_events``: the simulator's loop (:mod:`.tiresias_upstream`), imported only
+    when asked for."""
+    if p.promote_knob:
+        raise InputError("upstream_events has no starvation knob (the simulator's dlas-gpu-N "
+                         "is not ported): set promote_knob to null",
+                         field="policies.tiresias-l.promote_knob")
+    from .tiresias_upstream import UpstreamMLFQ
+
+    try:
+        stage = UpstreamMLFQ(p.thresholds, p.service)
+    except ValueError as err:
+        raise InputError(str(err), field="policies.tiresias-l") from None
+    return StagedPolicy("tiresias-l", stage, best_fit_placement, stage.next_wakeup,
+                        memory=stage)
 
 
 POLICIES = [PolicyDef("tiresias-l", _build, TiresiasParams)]
