@@ -8,19 +8,20 @@ deterministic, so its result depends only on the samples it reads and on the fit
 Key (:func:`content_key`): SHA-256 of what the cached value is computed from -- the bytes of
 every file it reads (a Pollux model's ``validation-*.csv``, ``placements.csv`` and
 ``scalability.csv``), the kind and version of the computation, :data:`FIT_VERSION`, numpy's and
-scipy's versions -- so an edited table, a new fit or a new scipy misses the cache; file names
-and times are not part of it. A hit skips reading and checking the tables as well as the fit
-(the stored value was computed from the same bytes, which passed those checks then). Values
-are stored as JSON, whose floats keep their shortest round-trip repr, so a run is
-bit-identical with and without the cache (tests/test_fit_cache.py).
+scipy's versions -- so an edited table, a new fit or a new scipy misses the cache; the
+files' names are part of it, their folder and times are not. A hit skips reading and
+checking the tables as well as the fit (the stored value was computed from the same bytes,
+which passed those checks then). Values are stored as JSON, whose floats keep their shortest
+round-trip repr, so a run is bit-identical with and without the cache
+(tests/test_fit_cache.py).
 
 Where: ``$XDG_CACHE_HOME/gpuplan`` (an absolute path), else ``~/.cache/gpuplan``; created mode
-0700. Other local users are hostile (docs/performance.md, "Fit cache"):
+0700. Other local users are hostile (threat model: docs/cli.md, "The fit cache"):
 
 * the folder is used only if it is a real directory (not a symlink) owned by this user and
   writable by nobody else; otherwise nothing is read or written there and the fit runs;
 * a file is opened with ``O_NOFOLLOW``, read only if it is a regular file owned by this user
-  and writable by nobody else, of bounded size, and its content checked field by field;
+  and writable by nobody else, of at most 4 MiB, and its content checked field by field;
   anything else (corrupt, truncated, foreign) is ignored and the fit's result rewritten;
 * files are written to an unpredictable ``O_EXCL`` temporary name (mode 0600) in the folder
   and renamed into place, so a reader never sees half a file and a planted link is replaced,
