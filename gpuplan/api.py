@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuplan.executors.engine import ProgressHook, reclaim_least_used
 from gpuplan.executors.restart_gate import gate_for_scenario
@@ -43,13 +44,17 @@ from gpuplan.scenarios.build import (
     fit_error,
     resolve_scenario,
 )
-from gpuplan.scenarios.inference import InferenceLoad, PoolUsage, loaning_metrics
 from gpuplan.scenarios.sim_interference import simulator_interference
-from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, ReclaimOutcome, evaluate
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.params import PolicyConfig
 from gpuplan.solver_core.policy import Policy
 from gpuplan.solver_core.registry import make_policy
+
+if TYPE_CHECKING:
+    # Loaning only: Aryl's reclaim solvers load OR-Tools' CP-SAT, scipy.optimize and pandas
+    # (seconds), so a scenario without a loaning block must not pay for them (issue 28).
+    from gpuplan.scenarios.inference import InferenceLoad
+    from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome
 
 __all__ = ["PreparedScenario", "compare", "plan", "policy_configs", "prepare", "run",
            "run_scenario"]
@@ -160,6 +165,8 @@ class _ScoredDefaultReclaimer:
         self.outcomes: list[ReclaimOutcome] = []
 
     def __call__(self, view: ClusterView, on_loan: list[str], count: int) -> list[str]:
+        from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, evaluate
+
         chosen = reclaim_least_used(view, on_loan, count)
         outcome = evaluate(ReclaimInstance.from_view(view, on_loan), chosen)
         outcome.method, outcome.time = "least-used", view.now
@@ -174,6 +181,8 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
     chosen = prepared.make_policy(policy)
     usage = reclaimer = None
     if spec.loaning is not None:
+        from gpuplan.scenarios.inference import PoolUsage
+
         # Usage over [first decision, last submission], as the Aryl results page measures it.
         last = max((j.submit_time for j in prepared.jobs), default=0.0)
         usage = PoolUsage(prepared.cluster, prepared.load, until=last)
@@ -200,6 +209,8 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
     )
     if usage is None or reclaimer is None:
         return result
+    from gpuplan.scenarios.inference import loaning_metrics
+
     metrics = loaning_metrics(usage, result, prepared.events, reclaimer.outcomes)
     return result.model_copy(update={"loaning": metrics})
 

@@ -2,6 +2,11 @@
 
 Bad input never produces a traceback: every :class:`GpuplanError` is printed as one line
 naming the file/row/field, and the exit status is 2.
+
+Start-up matters (issue 28: ``gpuplan scenarios`` in 0.3 s, a small ``simulate`` in 0.5 s), so
+the top level imports only what parsing the arguments needs; each command imports its
+machinery (the simulator, metrics and numpy, rich's progress bar) when it runs.
+tests/test_cli_imports.py checks that the light commands load no solver backend.
 """
 
 from __future__ import annotations
@@ -16,26 +21,15 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuplan.executors.control import command as slurm_controller
 from gpuplan.executors.control.command import OneLineParser, seed_arg
-from gpuplan.executors.metrics import (
-    RunSummary,
-    bounds_table,
-    compare_json,
-    compare_table,
-    loaning_table,
-    mean_summary,
-    summarize,
-    write_job_csv,
-    write_samples_csv,
-)
 from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.models.bounds import MAX_SEED
 from gpuplan.models.extras import require_extra
@@ -50,9 +44,14 @@ from gpuplan.solver_core.params import _split_top as split_top
 from gpuplan.solver_core.params import describe_params, split_policy_list
 from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
-from . import __version__, api, sweep
+from . import __version__, sweep
 from .out_paths import check_out_dir
 from .term import console
+
+if TYPE_CHECKING:
+    from gpuplan.executors.metrics import RunSummary
+
+    from . import api
 
 PROGRESS_MIN_JOBS = 2000
 """Show a progress bar for runs with at least this many jobs."""
@@ -65,10 +64,20 @@ def _console(err: bool = False) -> Console:
 
 
 def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool) -> RunResult:
+    from . import api
+
     total = len(prepared.jobs)
     show = not quiet and total >= PROGRESS_MIN_JOBS and sys.stderr.isatty()
     if not show:
         return api.run(prepared, policy)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     with Progress(TextColumn(f"{policy:>14}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=_console(err=True), transient=True) as progress:
         task = progress.add_task(policy, total=total)
@@ -111,6 +120,8 @@ def _write_mean(out: Path, summaries: list[tuple[str, RunSummary]],
                 per_policy: dict[str, list[RunSummary]], seeds: list[int | None]) -> None:
     """``summary.json`` in ``out``: the mean over seeds, with every seed's numbers (written by
     rename, like every other output)."""
+    from gpuplan.executors.metrics import compare_json
+
     rows = compare_json(summaries)
     for row in rows:
         row["seeds"] = seeds
@@ -125,6 +136,8 @@ def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
     """Every file is written in a private temporary directory inside ``out`` and renamed into
     place: a rename replaces a symlink planted at the name instead of following it, and a
     reader never sees half a file."""
+    from gpuplan.executors.metrics import compare_json, summarize, write_job_csv, write_samples_csv
+
     from .plots import plot_jct_cdf, plot_timeseries
 
     staging = Path(tempfile.mkdtemp(prefix=".gpuplan-", dir=out))
@@ -150,6 +163,8 @@ def _write_outputs(out: Path, results: list[RunResult]) -> list[Path]:
 
 def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None = None) -> None:
     """The comparison table, then the capacity-loaning table when the scenario lends."""
+    from gpuplan.executors.metrics import bounds_table, compare_table, loaning_table
+
     console = _console()
     table = compare_table(summaries)
     table.caption = caption
@@ -171,6 +186,10 @@ def _warn(prepared: api.PreparedScenario) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from gpuplan.executors.metrics import compare_json, summarize
+
+    from . import api
+
     _check_plots(args)
     out = _check_out(args.out)
     prepared = api.prepare(_check_scenario(args.scenario), seed=args.seed)
@@ -200,6 +219,10 @@ def _parse_seeds(text: str | None) -> list[int | None]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from gpuplan.executors.metrics import compare_json, mean_summary, summarize
+
+    from . import api
+
     if any(not p.strip() for p in split_top(args.policies)):  # 'fifo,,srtf': a lost name?
         raise InputError(f"an empty entry in {args.policies[:80]!r}; give comma-separated "
                          "policy names", field="policies")
@@ -242,6 +265,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from . import api
+
     if args.state != "-":
         check_path_text(args.state, "state file", field="state")
     path = Path(args.state)

@@ -86,9 +86,16 @@ def _ojpp_run(inst: Any, solver: str, limits: SolveLimits) -> Outcome:
 
 
 def _module_problem(name: str, description: str) -> Problem:
-    """A problem whose module in :mod:`gpuplan.solver_core.problems` has load/run/SOLVERS."""
-    mod = importlib.import_module(f"gpuplan.solver_core.problems.{name}")
-    return Problem(description, mod.load, lambda: mod.SOLVERS, mod.default_solvers, mod.run)
+    """A problem whose module in :mod:`gpuplan.solver_core.problems` has load/run/SOLVERS,
+    imported when the problem is first used: the modules load the solvers (CP-SAT,
+    scipy.optimize), and registering ``gpuplan solve`` must not cost every command that
+    (issue 28: a fast CLI)."""
+    def mod() -> Any:
+        return importlib.import_module(f"gpuplan.solver_core.problems.{name}")
+
+    return Problem(description, lambda data, source: mod().load(data, source),
+                   lambda: mod().SOLVERS, lambda: mod().default_solvers(),
+                   lambda inst, solver, limits: mod().run(inst, solver, limits))
 
 
 PROBLEMS: dict[str, Problem] = {

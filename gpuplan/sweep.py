@@ -4,7 +4,9 @@ Runs are independent simulations, so they are spread over a Dask cluster: a ``Lo
 ``--workers`` processes (one thread each: a run is CPU-bound Python), an existing cluster
 (``--scheduler tcp://host:port``) or Slurm jobs through dask-jobqueue (``--slurm PARTITION``).
 With one worker and no cluster named, runs execute in this process: the same function on the
-same inputs, so the numbers are the same whatever the worker count.
+same inputs, so the numbers are the same whatever the worker count. A sweep too small to repay
+starting a ``LocalCluster`` (:data:`IN_PROCESS_MAX_JOBS`) also runs in this process, and says
+so: more workers are then never slower than one (issue 28).
 
 Each finished run is written at once as ``DIR/runs/<key>.json`` (written to a temporary name and
 renamed, so a killed sweep never leaves half a file). A rerun with the same ``--out`` skips every
@@ -28,20 +30,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
-from gpuplan.executors.metrics import RunSummary, summarize
 from gpuplan.models import GpuplanError, InputError, RunResult, ScenarioSpec
 from gpuplan.models.bounds import MAX_SEED
 from gpuplan.models.extras import require_extra
@@ -55,8 +47,14 @@ from gpuplan.scenarios.input_files import (
 from gpuplan.solver_core.params import PolicyConfig
 from gpuplan.solver_core.registry import make_policy
 
-from . import api
 from .out_paths import check_out_dir, check_subdir, write_file_atomic
+
+if TYPE_CHECKING:
+    # The simulator, metrics (numpy) and rich's progress load when a sweep runs, not when
+    # the CLI registers this subcommand (issue 28: a fast CLI).
+    from gpuplan.executors.metrics import RunSummary
+
+    from . import api
 
 __all__ = ["RunRecord", "RunTask", "SweepFile", "SweepOutcome", "TIMING_COLUMNS",
            "add_subcommand", "execute", "load_sweep", "plan_runs", "run_sweep",
@@ -68,6 +66,14 @@ TIMING_COLUMNS = ("wall_s", "jobs_per_s", "decision_p50_ms", "decision_p95_ms",
                   "decision_p99_ms", "decision_max_ms", "solver_p50_ms", "solver_p95_ms",
                   "solver_p99_ms", "elapsed_s")
 """results.csv columns measuring this machine, not the schedule: they differ between reruns."""
+IN_PROCESS_MAX_JOBS = 20_000
+"""A sweep whose pending runs simulate fewer jobs than this in all runs in this process even when
+``--workers`` asks for a local Dask cluster. Why: starting the cluster and importing gpuplan in
+each worker costs several seconds (issue 28: 12 runs of philly-default took 8.7 s on 2 workers,
+7.2 s on 1), about what this process simulates of 20,000 jobs at the simulator's small-run
+speed. Counted in jobs (known once :func:`_check_runs` has built every scenario), not
+estimated time, so the choice is the same on every machine. ``--scheduler`` and ``--slurm``
+name a cluster and are always used."""
 
 
 # --------------------------------------------------------------------------- sweep file
@@ -257,6 +263,8 @@ def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
                             and rule.seed in (None, seed)):
                         run_spec = _override(run_spec, rule.set, source, f"overrides[{k}].set")
                 if seed == sweep.seeds[0]:
+                    from . import api
+
                     try:
                         make_policy(policy, seed=seed, configs=api.policy_configs(run_spec))
                     except InputError as err:
@@ -296,9 +304,14 @@ def _check_runs(tasks: Sequence[RunTask], source: str) -> None:
 # --------------------------------------------------------------------------- execution
 _PREPARED: OrderedDict[str, api.PreparedScenario] = OrderedDict()
 """A worker's last few built scenarios: consecutive runs usually share one."""
+_JOB_COUNTS: dict[str, int] = {}
+"""Jobs of every scenario built in this process (by :func:`_prepare`'s key), for
+:func:`_small_sweep`."""
 
 
 def _prepare(spec: ScenarioSpec, base: str | None) -> api.PreparedScenario:
+    from . import api
+
     key = json.dumps([spec.model_dump(mode="json"), base], sort_keys=True)
     if key in _PREPARED:
         _PREPARED.move_to_end(key)
@@ -307,9 +320,22 @@ def _prepare(spec: ScenarioSpec, base: str | None) -> api.PreparedScenario:
     prepared = api.PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events),
                                     built.load)
     _PREPARED[key] = prepared
+    _JOB_COUNTS[key] = len(prepared.jobs)
     while len(_PREPARED) > 4:
         _PREPARED.popitem(last=False)
     return prepared
+
+
+def _small_sweep(tasks: Sequence[RunTask]) -> int | None:
+    """The jobs the runs of ``tasks`` simulate in all when that is below
+    :data:`IN_PROCESS_MAX_JOBS`, else None (also for a scenario not built in this process)."""
+    total = 0
+    for task in tasks:
+        key = json.dumps([task.spec.model_dump(mode="json"), task.base], sort_keys=True)
+        total += _JOB_COUNTS.get(key, IN_PROCESS_MAX_JOBS)
+        if total >= IN_PROCESS_MAX_JOBS:
+            return None
+    return total
 
 
 def _worker_name() -> str:
@@ -327,6 +353,10 @@ def execute(task: RunTask) -> tuple[str, str | None, str]:
     Bad input found while building the scenario comes back as text, not as an exception, so
     the client can report it as one line naming the run.
     """
+    from gpuplan.executors.metrics import summarize
+
+    from . import api
+
     t0 = time.perf_counter()
     try:
         result = api.run(_prepare(task.spec, task.base), task.policy)
@@ -362,6 +392,8 @@ class RunRecord:
 def _read_record(path: Path, fingerprint: str) -> RunRecord | None:
     """The record at ``path`` if it is a finished run of this fingerprint, else None (also
     for anything that is not a regular file: a planted FIFO or device is not read)."""
+    from gpuplan.executors.metrics import RunSummary
+
     try:
         data = json.loads(read_text(path, "run file", limit=MAX_TRACE_BYTES))
         if data.get("fingerprint") != fingerprint or data.get("format") != FORMAT:
@@ -461,6 +493,16 @@ class _Progress:
         self.start = self.last = time.monotonic()
         self.bar: Any = None
         if stream.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
             self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TimeRemainingColumn(),
                                 console=Console(file=stream), transient=True)
@@ -494,6 +536,8 @@ class _Progress:
 # --------------------------------------------------------------------------- outputs
 def _csv_text(records: Sequence[RunRecord]) -> str:
     """results.csv: one row per run, every summary field (loaning flattened)."""
+    from gpuplan.executors.metrics import RunSummary
+
     skip = {"scenario", "policy", "seed", "loaning"}
     fields = [f for f in RunSummary.model_fields if f not in skip]
     loan_fields: list[str] = []
@@ -566,7 +610,15 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
     order = {t.scenario: i for i, t in enumerate(tasks)}
     pending.sort(key=lambda t: (order[t.scenario], t.seed))
     by_key = {t.key: t for t in tasks}
-    bar = _Progress(len(tasks), reused, progress or sys.stderr)
+    stream = progress or sys.stderr
+    if workers > 1 and not scheduler and not slurm and pending:
+        jobs = _small_sweep(pending)
+        if jobs is not None:
+            print(f"sweep: {len(pending)} runs of {jobs} jobs in all, too few to repay starting "
+                  f"{workers} Dask workers (under {IN_PROCESS_MAX_JOBS}): running them in this "
+                  "process", file=stream, flush=True)
+            workers = 1
+    bar = _Progress(len(tasks), reused, stream)
     try:
         options = {"log_directory": str(out / "slurm-logs"), **(slurm_options or {})}
         for key, error, text in _results(pending, workers, scheduler, slurm, options):

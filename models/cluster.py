@@ -7,13 +7,15 @@ reclaimed, failed) is runtime state kept by the engine; the cluster only says wh
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .bounds import MAX_GPUS_PER_NODE
 from .gpu import KNOWN_GPU_TYPES, GpuType
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 Pool = Literal["training", "inference"]
 
@@ -104,8 +106,12 @@ class Cluster(BaseModel):
         """Switch - rack - node - GPU tree. Edge attribute ``level`` names the link kind.
 
         Best-fit placement reads node-to-node hop distances from it (:meth:`hops`) to keep a
-        multi-node job's servers close.
+        multi-node job's servers close. networkx is imported here, not at module level: it only
+        computes hop counts, and every command that loads the models would otherwise pay for
+        it (issue 28: a fast CLI).
         """
+        import networkx as nx
+
         graph = nx.Graph()
         for node in self.nodes:
             graph.add_edge(f"switch:{node.switch}", f"rack:{node.rack}", level="switch")
@@ -137,6 +143,8 @@ class Cluster(BaseModel):
         graph, cache = self._hop_cache
         key = (a, b) if a < b else (b, a)
         if key not in cache:
+            import networkx as nx  # loaded by topology() already: a lookup, on a miss only
+
             try:
                 cache[key] = float(nx.shortest_path_length(graph, f"node:{a}", f"node:{b}"))
             except nx.NetworkXNoPath:

@@ -36,9 +36,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from gpuplan.models import Elasticity, InputError, JobSpec, ThroughputProfile
 
+from . import fit_cache
 from .input_files import MAX_TRACE_BYTES, read_text
 from .throughput_fit import FitResult, fit_pollux_params, pollux_samples, predict_step_time
 from .trace_job import TraceJob
@@ -80,12 +82,33 @@ def _read_csv(path: Path) -> list[dict[str, float]]:
     return out
 
 
+APP_VERSION = 1
+"""Version of :func:`_build_app`'s parse, part of the on-disk cache key: bump it when the parse
+or what :class:`PolluxApp` holds changes."""
+
+
 @cache
 def pollux_app(model_dir: Path) -> PolluxApp:
-    """Parse a ``pollux/profiles/<model>`` folder and fit its step-time model (cached)."""
+    """Parse a ``pollux/profiles/<model>`` folder and fit its step-time model, cached in this
+    process and on disk across processes (:mod:`~gpuplan.scenarios.fit_cache`, keyed by the
+    folder's table bytes: a hit neither reads the tables nor fits)."""
     files = {int(p.stem.split("-")[1]): p for p in model_dir.glob("validation-*.csv")}
     if not files:
         raise InputError("no validation-<batch>.csv files", source=str(model_dir))
+    paths = [files[b] for b in sorted(files)]
+    paths += [model_dir / "placements.csv", model_dir / "scalability.csv"]
+    key = fit_cache.content_key("pollux-app", APP_VERSION, paths)
+    if key is not None:
+        app = _app_from_json(fit_cache.load(key), model_dir.name)
+        if app is not None:
+            return app
+    app = _build_app(model_dir, files)
+    if key is not None:
+        fit_cache.store(key, _app_to_json(app))
+    return app
+
+
+def _build_app(model_dir: Path, files: dict[int, Path]) -> PolluxApp:
     validation = {b: _read_csv(files[b]) for b in sorted(files)}
     for b, rows in validation.items():
         missing = {"progress", "grad_sqr", "grad_var"} - rows[0].keys()
@@ -105,6 +128,30 @@ def pollux_app(model_dir: Path) -> PolluxApp:
         epochs=min(len(rows) for rows in validation.values()),
         fit=fit_pollux_params(samples),
     )
+
+
+def _app_to_json(app: PolluxApp) -> dict[str, Any]:
+    return {"validation": [[b, rows] for b, rows in app.validation.items()],
+            "ints": [app.init_batch, app.max_batch, app.min_local, app.max_local, app.epochs],
+            "fit": fit_cache.fit_to_json(app.fit)}
+
+
+def _app_from_json(data: Any, name: str) -> PolluxApp | None:
+    """The app :func:`_app_to_json` stored, or None unless every value has its type."""
+    try:
+        fit = fit_cache.fit_from_json(data["fit"])
+        ints = data["ints"]
+        validation = {b: rows for b, rows in data["validation"]}
+        ok = (fit is not None and len(ints) == 5 and all(type(i) is int for i in ints)
+              and validation and all(type(b) is int for b in validation)
+              and all(isinstance(rows, list) and rows and all(
+                  isinstance(r, dict) and all(type(v) is float for v in r.values())
+                  for r in rows) for rows in validation.values()))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not ok or fit is None:
+        return None
+    return PolluxApp(name, validation, *ints, fit=fit)
 
 
 def _interp(app: PolluxApp, batch: float, epoch: int, column: str) -> float:

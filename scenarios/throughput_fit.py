@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import least_squares
 
 from gpuplan.models.errors import InputError
 from gpuplan.models.throughput import Extrapolation, ThroughputProfile
@@ -267,6 +266,8 @@ def fit_pollux_params(samples: Sequence[PerfSample]) -> FitResult:
     Deterministic: fixed start point, no randomness, so the same samples give bit-identical
     parameters. Raises :class:`InputError` for no samples or a non-finite / impossible value.
     """
+    from scipy.optimize import least_squares  # here: importing it costs more than a fit
+
     if not samples:
         raise InputError("no samples to fit", field="samples")
     for i, s in enumerate(samples, start=1):

@@ -137,3 +137,20 @@ def _one_traces_folder() -> Iterator[None]:
         yield
     finally:
         os.environ.pop(TRACES_ENV, None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_fit_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The fit cache (scenarios/fit_cache.py) of the session lives in a temporary folder, not
+    in the user's ``~/.cache/gpuplan``: a test run neither reads entries left there nor leaves
+    its own. Shared by the session's tests (and the subprocesses they start), so a Pollux
+    model is fitted once per session; tests/test_fit_cache.py points each test at its own."""
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = previous

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuplan import sweep as sweep_module
 from gpuplan.cli import main
 from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import RunResult, Sample
@@ -54,6 +55,12 @@ def _write(tmp: Path, text: str, name: str = "sweep.yaml") -> Path:
 def _csv_without_timing(path: Path) -> list[dict[str, str]]:
     rows = list(csv.DictReader(path.open()))
     return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
+
+
+def _without_timing(result: dict) -> dict:
+    """A run's result without its wall-clock fields (as tests.bench.fingerprint hashes it)."""
+    return RunResult.model_validate(result).model_dump(
+        mode="json", exclude={"decision_ms", "solver_ms", "wall_s"})
 
 
 def _until(predicate, what: str, timeout: float = 120.0, every: float = 0.05) -> None:
@@ -179,14 +186,35 @@ def test_two_dask_workers_give_the_same_results_as_one_process(
 
 
 def test_local_cluster_of_two_processes_gives_the_same_results(
-        in_process: Path, tmp_path: Path) -> None:
+        in_process: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep_module, "IN_PROCESS_MAX_JOBS", 0)  # no sweep is "small"
     path = _write(tmp_path, SMALL)
-    outcome = run_sweep(load_sweep(path), path, tmp_path / "out", workers=2,
-                        progress=io.StringIO())
+    stream = io.StringIO()
+    outcome = run_sweep(load_sweep(path), path, tmp_path / "out", workers=2, progress=stream)
     assert outcome.computed == 6
     assert (_csv_without_timing(tmp_path / "out" / "results.csv")
             == _csv_without_timing(in_process / "results.csv"))
     assert {r.worker for r in outcome.records} != {"in-process"}
+    assert "in this process" not in stream.getvalue()
+
+
+def test_a_sweep_too_small_for_a_cluster_runs_in_process_and_says_so(
+        in_process: Path, tmp_path: Path) -> None:
+    """6 runs of 80 jobs (480 in all) with --workers 2: starting two Dask workers would cost
+    more than it saves, so the runs stay in this process, with a line saying why; the results
+    are those of --workers 1."""
+    path = _write(tmp_path, SMALL)
+    stream = io.StringIO()
+    outcome = run_sweep(load_sweep(path), path, tmp_path / "out", workers=2, progress=stream)
+    assert outcome.computed == 6
+    assert {r.worker for r in outcome.records} == {"in-process"}
+    assert ("sweep: 6 runs of 480 jobs in all, too few to repay starting 2 Dask workers"
+            in stream.getvalue())
+    assert (_csv_without_timing(tmp_path / "out" / "results.csv")
+            == _csv_without_timing(in_process / "results.csv"))
+    for mine in (tmp_path / "out" / "runs").glob("*.json"):  # every job record, not only means
+        theirs = json.loads((in_process / "runs" / mine.name).read_text())["result"]
+        assert _without_timing(json.loads(mine.read_text())["result"]) == _without_timing(theirs)
 
 
 # --------------------------------------------------------------------------- resume

@@ -17,6 +17,8 @@ BENCHMARKS = [
     ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
+    ("CLI start-up: scenarios, policies, make_policy, simulate, Pollux prepare (issue 28)",
+     "cli_startup", ["--repeat", "3"]),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
     ("reclaim at scale: exact at 1 det-s vs the best known (1,000 servers)", "reclaim_scale",
