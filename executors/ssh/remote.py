@@ -105,6 +105,9 @@ class SidecarNodes:
         self.unreachable: dict[str, float] = {}
         self._uploaded: dict[str, int] = {}
         self._agents: dict[str, RpcChannel] = {}
+        self.bind: Callable[[str, tuple[int, ...]], list[str] | None] = lambda _n, _g: None
+        """node, planned GPU indices -> their ``CUDA_VISIBLE_DEVICES`` entries (GPU UUIDs),
+        None to bind by index (set by the executor from the nodes' NVML inventory)."""
         self.lease_ages: dict[str, float | None] = {}
         """node -> how old its lease was when the last (re)connection renewed it (None: there
         was none). Older than ``lease_s``: the node's sidecars may have fenced their jobs."""
@@ -305,7 +308,8 @@ class SidecarNodes:
                    "MASTER_ADDR": master, "MASTER_PORT": str(port)}
             no_nul([*cmd.argv, *env.keys(), *env.values()], f"job {spec.id!r}")
             control = {"action": "run", "gen": gen, "rank": rank_idx, "nranks": nranks,
-                       "gpus": list(gpus), "argv": list(cmd.argv), "env": env, "cwd": None,
+                       "gpus": list(gpus), "devices": self.bind(node, gpus),
+                       "argv": list(cmd.argv), "env": env, "cwd": None,
                        "files": dict(cmd.files)}
             rank = kept.get(node)
             res: dict[str, Any] | None = None
