@@ -392,6 +392,10 @@ class SshExecutor(Executor, PlanApplier):
     async def _poll(self, t: float) -> list[Event]:
         """Poll every node; turn what changed into events (and restart crashed jobs)."""
         names = [n.name for n in self.cluster.nodes]
+        inventory = None  # asked alongside the status poll: it must not delay events
+        if self.settings.inventory_interval_s > 0 and t >= self._next_inventory:
+            inventory = asyncio.ensure_future(self._ask_inventory())
+            self._next_inventory = t + self.settings.inventory_interval_s
         results = await asyncio.gather(*(self.nodes.poll_node(n) for n in names),
                                        return_exceptions=True)
         events: list[Event] = []
@@ -415,9 +419,8 @@ class SshExecutor(Executor, PlanApplier):
                 if name not in self.gpus.out:  # else it recovers when its GPUs do
                     log.warning("node %s reachable again: reporting it recovered", name)
                     events.append(NodeRecovery(time=t, node=name))
-        if t >= self._next_inventory and self.settings.inventory_interval_s > 0:
-            events += await self._check_gpus(t)
-            self._next_inventory = t + self.settings.inventory_interval_s
+        if inventory is not None:
+            events += self.gpu_events(t, await inventory)
         for job_id, run in list(self._runs.items()):
             if run.state == "completed_unreported":
                 run.state = "completed"
@@ -428,18 +431,18 @@ class SshExecutor(Executor, PlanApplier):
                 events += await self._evaluate(run, t)
         return events
 
-    async def _check_gpus(self, t: float) -> list[Event]:
-        """Ask every reachable node's agent for its NVML inventory; a node whose GPUs turn
-        unusable is reported failed, one whose GPUs are whole again recovered (``gpus.py``)."""
+    async def _ask_inventory(self) -> dict[str, Any]:
+        """Every reachable node's NVML inventory answer (``gpus.py``); unreachable nodes are
+        the status poll's business."""
         names = [n.name for n in self.cluster.nodes
                  if n.name not in self._down and n.name not in self._unreachable]
         answers = await asyncio.gather(*(self.nodes.call(n, "inventory") for n in names),
                                        return_exceptions=True)
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, REMOTE_ERRORS):
-                raise answer  # unreachable nodes are the status poll's business
-        return self.gpu_events(t, {n: a for n, a in zip(names, answers, strict=True)
-                                   if not isinstance(a, BaseException)})
+                raise answer
+        return {n: a for n, a in zip(names, answers, strict=True)
+                if not isinstance(a, BaseException)}
 
     def gpu_events(self, t: float, answers: Mapping[str, Any]) -> list[Event]:
         """Events for the nodes whose usability changed with these ``inventory`` answers."""

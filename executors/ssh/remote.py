@@ -105,6 +105,7 @@ class SidecarNodes:
         self.unreachable: dict[str, float] = {}
         self._uploaded: dict[str, int] = {}
         self._agents: dict[str, RpcChannel] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
         self.bind: Callable[[str, tuple[int, ...]], list[str] | None] = lambda _n, _g: None
         """node, planned GPU indices -> their ``CUDA_VISIBLE_DEVICES`` entries (GPU UUIDs),
         None to bind by index (set by the executor from the nodes' NVML inventory)."""
@@ -176,7 +177,14 @@ class SidecarNodes:
                      "have fenced their jobs", node, age, lease_s)
 
     async def agent(self, node: str) -> RpcChannel:
-        """The node's sidecar-agent channel (opened, after the upload, when needed)."""
+        """The node's sidecar-agent channel (opened, after the upload, when needed). One
+        opening at a time per node: concurrent first requests (status and inventory) share
+        one agent instead of each opening its own."""
+        lock = self._opening.setdefault(node, asyncio.Lock())
+        async with lock:
+            return await self._open_agent(node)
+
+    async def _open_agent(self, node: str) -> RpcChannel:
         agent = self._agents.get(node)
         if agent is not None and not agent.closed:
             return agent
