@@ -178,6 +178,7 @@ class Job:
         if self.device.type == "cuda" and torch.cuda.device_count() > 1:
             self.net = nn.DataParallel(model)
         self.model = model
+        self.report_devices()
         self.opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         self.step = 0
         self.loss: float | None = None
@@ -190,6 +191,18 @@ class Job:
         self.pid = os.getpid()
         self.started = time.time()
         self.t_commit = self.started
+
+    def report_devices(self) -> None:
+        """One stdout line naming the GPUs this process can see (``train.log`` under a
+        sidecar): what a check that every job sees exactly its planned GPUs reads."""
+        seen: list[str] = []
+        if self.device.type == "cuda":
+            for i in range(torch.cuda.device_count()):
+                uuid = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+                seen.append(str(uuid) if uuid is not None else "?")
+        print(json.dumps({"event": "devices", "job": self.id, "pid": os.getpid(),
+                          "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                          "device": str(self.device), "cuda_uuids": seen}), flush=True)
 
     @staticmethod
     def _device(choice: str) -> torch.device:
