@@ -31,6 +31,9 @@ Design (why it looks like this):
   its sidecars' lease has expired and their checkpoint-stop grace has passed: by then they have
   fenced themselves, so the engine can restart the jobs elsewhere without ever running a job twice.
   When the node answers again it is cleaned and reported as ``NodeRecovery``.
+* **GPU inventory and health** (:mod:`.gpus`): NVML through each node's agent, alongside the
+  status poll; jobs are bound by GPU UUID where known, and a node whose GPUs turn unusable is
+  reported as ``NodeFailure`` at once and as ``NodeRecovery`` when whole again (``gpu_log``).
 * **Engine restarts**: everything lives in files on the nodes. A new executor with the same
   ``run_root`` lists the sidecars, and when the new engine starts a job on exactly the placement
   it already runs on, the job is adopted without a restart; otherwise it is checkpoint-stopped
@@ -40,8 +43,9 @@ The engine API is synchronous; the executor runs its own asyncio loop (asyncssh)
 
 Modules: this one is the :class:`~gpuplan.executors.base.Executor` (events, plans, failures);
 :mod:`.plans` applies plans (stops, adoptions, in-place resizes, launches);
-:mod:`.remote` installs and talks to the sidecars; :mod:`.accounting` turns their status into
-progress; :mod:`.launchers` builds what each rank runs; :mod:`.state` holds settings and records.
+:mod:`.remote` installs and talks to the sidecars; :mod:`.gpus` binds and checks GPUs;
+:mod:`.accounting` turns their status into progress; :mod:`.launchers` builds what each rank
+runs; :mod:`.state` holds settings and records.
 Latencies, the restart budget and outcome events live in the shared
 :class:`~gpuplan.executors.progress_core.ProgressCore`, which this executor holds.
 methods, so it must not be called from a thread that already runs an event loop.
