@@ -29,6 +29,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "sweep": ("distributed", "dask_jobqueue", "matplotlib"),  # Dask workers + report.html
     "ml": ("sklearn",),  # OJPP's learned interference predictor (scenarios/ojpp_predictor.py)
     "plots": ("matplotlib",),  # --out's PNG plots (simulate, compare, solve)
+    "gpu": ("pynvml",),  # NVML inventory/health (executors/nvml); optional: none = declared
 }
 """Extra name -> the import names it provides (``all`` is every one of them)."""
 

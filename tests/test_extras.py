@@ -97,7 +97,7 @@ def test_pyproject_extras_match_the_module_map() -> None:
     assert set(all_names.group(1).split(",")) == set(EXTRAS)
     import_name = {"asyncssh": "asyncssh", "dask": "distributed", "dask-jobqueue": "dask_jobqueue",
                    "scikit-learn": "sklearn", "matplotlib": "matplotlib",
-                   "prometheus-client": "prometheus_client"}
+                   "prometheus-client": "prometheus_client", "nvidia-ml-py": "pynvml"}
     for extra, requirements in extras.items():
         if extra in ("all", "test"):
             continue

@@ -31,6 +31,9 @@ Design (why it looks like this):
   its sidecars' lease has expired and their checkpoint-stop grace has passed: by then they have
   fenced themselves, so the engine can restart the jobs elsewhere without ever running a job twice.
   When the node answers again it is cleaned and reported as ``NodeRecovery``.
+* **GPU inventory and health** (:mod:`.gpus`): NVML through each node's agent, alongside the
+  status poll; jobs are bound by GPU UUID where known, and a node whose GPUs turn unusable is
+  reported as ``NodeFailure`` at once and as ``NodeRecovery`` when whole again (``gpu_log``).
 * **Engine restarts**: everything lives in files on the nodes. A new executor with the same
   ``run_root`` lists the sidecars, and when the new engine starts a job on exactly the placement
   it already runs on, the job is adopted without a restart; otherwise it is checkpoint-stopped
@@ -40,8 +43,9 @@ The engine API is synchronous; the executor runs its own asyncio loop (asyncssh)
 
 Modules: this one is the :class:`~gpuplan.executors.base.Executor` (events, plans, failures);
 :mod:`.plans` applies plans (stops, adoptions, in-place resizes, launches);
-:mod:`.remote` installs and talks to the sidecars; :mod:`.accounting` turns their status into
-progress; :mod:`.launchers` builds what each rank runs; :mod:`.state` holds settings and records.
+:mod:`.remote` installs and talks to the sidecars; :mod:`.gpus` binds and checks GPUs;
+:mod:`.accounting` turns their status into progress; :mod:`.launchers` builds what each rank
+runs; :mod:`.state` holds settings and records.
 Latencies, the restart budget and outcome events live in the shared
 :class:`~gpuplan.executors.progress_core.ProgressCore`, which this executor holds.
 methods, so it must not be called from a thread that already runs an event loop.
@@ -78,6 +82,7 @@ from gpuplan.models import (
 from ..base import Executor, ExecutorCapabilities
 from ..progress_core import ArrivalQueue, ProgressCore, WakeTimers
 from .accounting import measure_progress, rank_state, reported_progress
+from .gpus import NodeGpus
 from .launchers import CommandLauncher, Launcher, StandinLauncher, WorkerCommand, safe_name
 from .plans import PlanApplier
 from .pool import NodeAddress, SshPool
@@ -140,6 +145,11 @@ class SshExecutor(Executor, PlanApplier):
             max_restarts=settings.max_restarts)
         root = settings.run_root.rstrip("/") or "/"
         self.nodes = SidecarNodes(self.pool, settings, root, self.now, self.addresses)
+        self.gpus = NodeGpus(cluster)
+        """UUID binding and GPU health per node (NVML through the agents; docs/ssh.md)."""
+        self.gpu_log = self.gpus.log
+        self.nodes.bind = self.gpus.devices
+        self._next_inventory = 0.0
         self._loop = asyncio.new_event_loop()
         self._origin_mono = time.monotonic() - (time.time() - self._load_origin(state_dir))
         self._arrivals = ArrivalQueue(jobs, order=lambda s: (s.submit_time, s.id))
@@ -381,11 +391,15 @@ class SshExecutor(Executor, PlanApplier):
         if not self._outstanding:
             return True
         # Pending jobs: a failed node may come back, a timer may start them.
-        return not (self._down or self._timers)
+        return not (self._down or self.gpus.out or self._timers)
 
     async def _poll(self, t: float) -> list[Event]:
         """Poll every node; turn what changed into events (and restart crashed jobs)."""
         names = [n.name for n in self.cluster.nodes]
+        inventory = None  # asked alongside the status poll: it must not delay events
+        if self.settings.inventory_interval_s > 0 and t >= self._next_inventory:
+            inventory = asyncio.ensure_future(self._ask_inventory())
+            self._next_inventory = t + self.settings.inventory_interval_s
         results = await asyncio.gather(*(self.nodes.poll_node(n) for n in names),
                                        return_exceptions=True)
         events: list[Event] = []
@@ -398,15 +412,19 @@ class SshExecutor(Executor, PlanApplier):
                     log.error("node %s unreachable for %.1f s: reporting it failed (%s)",
                               name, t - since, res)
                     self._down.add(name)
-                    events.append(NodeFailure(time=t, node=name))
+                    if name not in self.gpus.out:  # already reported failed for its GPUs
+                        events.append(NodeFailure(time=t, node=name))
                 continue
             self._unreachable.pop(name, None)
             self._status[name] = res
             if name in self._down:
                 await self._clean_node(name, res)
                 self._down.discard(name)
-                log.warning("node %s reachable again: reporting it recovered", name)
-                events.append(NodeRecovery(time=t, node=name))
+                if name not in self.gpus.out:  # else it recovers when its GPUs do
+                    log.warning("node %s reachable again: reporting it recovered", name)
+                    events.append(NodeRecovery(time=t, node=name))
+        if inventory is not None:
+            events += self.gpu_events(t, await inventory)
         for job_id, run in list(self._runs.items()):
             if run.state == "completed_unreported":
                 run.state = "completed"
@@ -415,6 +433,30 @@ class SshExecutor(Executor, PlanApplier):
                 events += self.core.drain()
             elif run.state == "running":
                 events += await self._evaluate(run, t)
+        return events
+
+    async def _ask_inventory(self) -> dict[str, Any]:
+        """Every reachable node's NVML inventory answer (``gpus.py``); unreachable nodes are
+        the status poll's business."""
+        names = [n.name for n in self.cluster.nodes
+                 if n.name not in self._down and n.name not in self._unreachable]
+        answers = await asyncio.gather(*(self.nodes.call(n, "inventory") for n in names),
+                                       return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, REMOTE_ERRORS):
+                raise answer
+        return {n: a for n, a in zip(names, answers, strict=True)
+                if not isinstance(a, BaseException)}
+
+    def gpu_events(self, t: float, answers: Mapping[str, Any]) -> list[Event]:
+        """Events for the nodes whose usability changed with these ``inventory`` answers."""
+        events: list[Event] = []
+        for name, answer in answers.items():
+            change = self.gpus.update(name, answer, t)
+            if change == "out":
+                events.append(NodeFailure(time=t, node=name))
+            elif change == "back":
+                events.append(NodeRecovery(time=t, node=name))
         return events
 
     async def _clean_node(self, node: str, entries: Mapping[str, dict[str, Any]]) -> None:

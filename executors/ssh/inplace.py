@@ -64,7 +64,8 @@ async def resize_in_place(nodes: SidecarNodes, run: JobRun, alloc: JobAllocation
     node, rank = next(iter(run.ranks.items()))
     gpus = tuple(alloc.placement[node])
     control = {"action": "run", "in_place": True, "gen": run.gen, "rank": rank.rank,
-               "nranks": 1, "gpus": list(gpus), "files": dict(rank.files)}
+               "nranks": 1, "gpus": list(gpus), "devices": nodes.bind(node, gpus),
+               "files": dict(rank.files)}
     t0 = time.time()
     try:
         res = await nodes.control(node, rank, control,

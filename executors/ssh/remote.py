@@ -105,6 +105,10 @@ class SidecarNodes:
         self.unreachable: dict[str, float] = {}
         self._uploaded: dict[str, int] = {}
         self._agents: dict[str, RpcChannel] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self.bind: Callable[[str, tuple[int, ...]], list[str] | None] = lambda _n, _g: None
+        """node, planned GPU indices -> their ``CUDA_VISIBLE_DEVICES`` entries (GPU UUIDs),
+        None to bind by index (set by the executor from the nodes' NVML inventory)."""
         self.lease_ages: dict[str, float | None] = {}
         """node -> how old its lease was when the last (re)connection renewed it (None: there
         was none). Older than ``lease_s``: the node's sidecars may have fenced their jobs."""
@@ -173,7 +177,14 @@ class SidecarNodes:
                      "have fenced their jobs", node, age, lease_s)
 
     async def agent(self, node: str) -> RpcChannel:
-        """The node's sidecar-agent channel (opened, after the upload, when needed)."""
+        """The node's sidecar-agent channel (opened, after the upload, when needed). One
+        opening at a time per node: concurrent first requests (status and inventory) share
+        one agent instead of each opening its own."""
+        lock = self._opening.setdefault(node, asyncio.Lock())
+        async with lock:
+            return await self._open_agent(node)
+
+    async def _open_agent(self, node: str) -> RpcChannel:
         agent = self._agents.get(node)
         if agent is not None and not agent.closed:
             return agent
@@ -305,7 +316,8 @@ class SidecarNodes:
                    "MASTER_ADDR": master, "MASTER_PORT": str(port)}
             no_nul([*cmd.argv, *env.keys(), *env.values()], f"job {spec.id!r}")
             control = {"action": "run", "gen": gen, "rank": rank_idx, "nranks": nranks,
-                       "gpus": list(gpus), "argv": list(cmd.argv), "env": env, "cwd": None,
+                       "gpus": list(gpus), "devices": self.bind(node, gpus),
+                       "argv": list(cmd.argv), "env": env, "cwd": None,
                        "files": dict(cmd.files)}
             rank = kept.get(node)
             res: dict[str, Any] | None = None

@@ -16,7 +16,9 @@ Per job and node there is one directory ``DIR`` (under the executor's run root):
 
 ``spec.json``     static: job id, node, lease file and its timeout, grace periods.
 ``control.json``  desired state, written by the engine: ``{"seq", "action": run|stop|exit,
-                  "in_place", "gen", "rank", "nranks", "gpus", "argv", "env", "cwd", "files"}``.
+                  "in_place", "gen", "rank", "nranks", "gpus", "devices", "argv", "env", "cwd",
+                  "files"}``; ``devices`` (GPU UUIDs, when the engine knows them) is what
+                  ``CUDA_VISIBLE_DEVICES`` gets, else the ``gpus`` indices.
 ``state.json``    actual state, written by the sidecar (atomic): ``phase`` (idle, running,
                   stopping, stopped, completed, failed, fenced, exited), ``seq`` = the last
                   control it finished applying (the ack), sidecar and child PIDs with their
@@ -45,6 +47,7 @@ checkpointed and stopped — a job never runs twice and nothing is lost beyond t
 Subcommands (all print one JSON document)::
 
     sidecar.py agent   [--lease F]                  # JSON-lines RPC on stdin/stdout (below)
+                                                    # (+ "inventory": raw NVML answers)
     sidecar.py launch  DIR [--lease F] [--wait S]   # stdin {"spec", "control"}; start the daemon
     sidecar.py control DIR [--lease F] [--wait S]   # stdin: control; wake the daemon; wait for ack
     sidecar.py status  ROOT [--lease F]             # every job dir under ROOT, liveness, files
@@ -197,7 +200,8 @@ class Sidecar:
         gpus = [str(g) for g in control.get("gpus", [])]
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in (control.get("env") or {}).items()})
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        # GPU UUIDs when the engine knows them (``devices``), the planned indices otherwise.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in control.get("devices") or gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["GPUPLAN_RESIZE_FILE"] = str(self.dir / "resize.json")
         argv = [str(a) for a in control["argv"]]
@@ -300,7 +304,8 @@ class Sidecar:
                    and (read_json(progress) or {}).get("pid") != self.proc.pid):
                 time.sleep(ACK_POLL_S)
         if self.proc is not None and self.proc.poll() is None and progress:
-            write_json_atomic(self.dir / "resize.json", {"gpus": gpus, "seq": control.get("seq")})
+            names = [str(d) for d in control.get("devices") or gpus]
+            write_json_atomic(self.dir / "resize.json", {"gpus": names, "seq": control.get("seq")})
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGUSR2)
             while time.monotonic() < deadline and self.proc.poll() is None:
@@ -345,7 +350,7 @@ class Sidecar:
     # ---------------------------------------------------------------- control
     @staticmethod
     def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
-        keys = ("gpus", "argv", "env", "cwd", "gen")
+        keys = ("gpus", "devices", "argv", "env", "cwd", "gen")
         return all(a.get(k) == b.get(k) for k in keys)
 
     def apply(self, control: dict[str, Any]) -> bool:
@@ -554,6 +559,147 @@ def cmd_kill(jobdir: Path, wait: float) -> dict[str, Any]:
     return {"ok": True, "killed": killed}
 
 
+# --------------------------------------------------------------------------- NVML inventory
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_GPU_IS_LOST = 15
+XID_KEEP_S = 600.0
+"""How long an Xid critical event stays in the answers: the engine keeps the GPU out that long
+after its last one (an Xid is an event, not a state NVML can be asked for)."""
+
+
+class NvmlReader:
+    """Raw NVML answers for every GPU of this node (the ``inventory`` request).
+
+    Only gathers what NVML says, as plain JSON values (the engine turns them into records and a
+    health verdict: ``gpuplan.executors.nvml.records``); this file stays stdlib-only, so
+    nvidia-ml-py's ``pynvml`` is imported here only if the node has it, and a node without it,
+    without the NVML library or without GPUs answers ``{"nvml": false, "reason"}``. One reader
+    per agent process: it keeps an NVML event set open, so Xid critical errors that happen
+    between two requests are drained at the next one and kept ``XID_KEEP_S`` seconds.
+    """
+
+    def __init__(self, nvml: Any = None) -> None:
+        self._nvml = nvml
+        self._ready = False
+        self._events: Any = None
+        self._xids: dict[str, list[dict[str, float]]] = {}
+        self._lock = threading.Lock()
+
+    def _start(self) -> str | None:
+        """Import and initialise NVML once; the reason it is not usable, or None."""
+        if self._ready:
+            return None
+        if self._nvml is None:
+            try:
+                import pynvml  # type: ignore[import-not-found]
+            except ImportError:
+                return "pynvml (nvidia-ml-py) is not installed on the node"
+            self._nvml = pynvml
+        try:
+            self._nvml.nvmlInit()
+        except Exception as exc:  # NVMLError: no library, no driver, no GPU
+            return f"NVML not usable: {exc}"
+        self._ready = True
+        return None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """One NVML call; None when this GPU does not support it. A lost GPU raises."""
+        fn = getattr(self._nvml, name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:
+            code = getattr(exc, "value", None)
+            if code == NVML_ERROR_GPU_IS_LOST:
+                raise
+            return None
+
+    def _drain_xids(self, handles: list[Any], now: float) -> None:
+        nv = self._nvml
+        if self._events is None:
+            try:
+                self._events = nv.nvmlEventSetCreate()
+                for handle in handles:
+                    with contextlib.suppress(Exception):  # not every GPU supports events
+                        nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError,
+                                                    self._events)
+            except Exception:
+                self._events = False  # no events on this node: the other signals still count
+        if self._events:
+            wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
+            for _ in range(1000):
+                try:
+                    data = wait(self._events, 0)
+                except Exception:
+                    break  # NVML_ERROR_TIMEOUT: nothing (more) pending
+                try:
+                    uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+                except Exception:
+                    uuid = "?"
+                self._xids.setdefault(uuid, []).append({"xid": int(data.eventData),
+                                                        "time": now})
+        for uuid in list(self._xids):
+            kept = [x for x in self._xids[uuid] if now - x["time"] <= XID_KEEP_S]
+            self._xids[uuid] = kept
+            if not kept:
+                del self._xids[uuid]
+
+    def answers(self) -> dict[str, Any]:
+        with self._lock:
+            reason = self._start()
+            if reason is not None:
+                return {"nvml": False, "reason": reason}
+            nv = self._nvml
+            now = time.time()
+            try:
+                count = int(nv.nvmlDeviceGetCount())
+                handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            except Exception as exc:
+                return {"nvml": False, "reason": f"NVML device list failed: {exc}"}
+            self._drain_xids(handles, now)
+            gpus = [self._gpu(i, h) for i, h in enumerate(handles)]
+            driver = self._call("nvmlSystemGetDriverVersion")
+            return {"nvml": True, "time": now, "driver": _text(driver) if driver else None,
+                    "gpus": gpus}
+
+    def _gpu(self, index: int, handle: Any) -> dict[str, Any]:
+        gpu: dict[str, Any] = {"index": index}
+        try:
+            gpu["uuid"] = _text(self._call("nvmlDeviceGetUUID", handle))
+            gpu["name"] = _text(self._call("nvmlDeviceGetName", handle))
+            memory = self._call("nvmlDeviceGetMemoryInfo", handle)
+            gpu["memory_total"] = int(memory.total) if memory is not None else None
+            mig = self._call("nvmlDeviceGetMigMode", handle)
+            gpu["mig"] = [int(m) for m in mig] if mig is not None else None
+            gpu["ecc_uncorrected_volatile"] = self._call(
+                "nvmlDeviceGetTotalEccErrors", handle, 1, 0)  # UNCORRECTED, VOLATILE_ECC
+            pages = self._call("nvmlDeviceGetRetiredPages", handle, 1)  # double-bit ECC
+            gpu["retired_pages_dbe"] = len(pages) if pages is not None else None
+            pending = self._call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+            gpu["retired_pending"] = bool(pending) if pending is not None else None
+            rows = self._call("nvmlDeviceGetRemappedRows", handle)
+            gpu["remapped_rows"] = [int(r) for r in rows] if rows is not None else None
+            gpu["throttle_reasons"] = self._call("nvmlDeviceGetCurrentClocksThrottleReasons",
+                                                 handle)
+        except Exception as exc:
+            if getattr(exc, "value", None) != NVML_ERROR_GPU_IS_LOST:
+                raise
+            gpu["error"] = "GPU_IS_LOST"
+        gpu["xids"] = list(self._xids.get(str(gpu.get("uuid")), []))
+        return gpu
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+NVML = NvmlReader()
+
+
 def dispatch(request: dict[str, Any], lease: str | None) -> dict[str, Any]:
     """Run one agent request ``{"cmd", "args"}``. Every request renews the node's lease."""
     touch(lease)
@@ -571,6 +717,8 @@ def dispatch(request: dict[str, Any], lease: str | None) -> dict[str, Any]:
         return cmd_kill(Path(args["dir"]), wait)
     if cmd == "ping":
         return {"pid": os.getpid(), "time": time.time()}
+    if cmd == "inventory":
+        return NVML.answers()
     raise ValueError(f"unknown command {cmd!r}")
 
 

@@ -52,6 +52,9 @@ class SshSettings:
     deadline_s: float | None = None
     """Safety net: ``next_events`` ends the run at this engine time."""
     ssh_config: tuple[str, ...] = ()
+    inventory_interval_s: float = 10.0
+    """How often each node's agent is asked for its NVML inventory (GPU UUIDs and health);
+    0 turns it off (bind by index, no health checks)."""
     in_place_resize: bool = False
     """EDL-style stop-free resizing: a single-node job whose GPUs change on the same node is
     resized by its running process (SIGUSR2 + ``resize.json``, see the sidecar) instead of a
