@@ -191,6 +191,8 @@ def _order_key(row: Any) -> tuple[int, float, str]:
     the policy's order (the ``rank`` term of their reason), then submit time."""
     if row.state == "running":
         return (0, row.submit_time, row.engine_id)
+    if row.state == "rejected":
+        return (2, row.submit_time, row.engine_id)
     r = _reason(row.waiting)
     rank = r.terms.get("rank") if r is not None else None
     ahead = r.terms.get("ahead") if r is not None else None
@@ -202,7 +204,7 @@ def status_data(path: str) -> dict[str, Any]:
     """What ``gpuplan status`` shows, as data (``--json``)."""
     journal = open_journal(path)
     try:
-        rows = journal.jobs(["pending", "running"])
+        rows = journal.jobs(["pending", "running", "rejected"])
         runs = journal.runs()
         run = runs[-1] if runs else None
         times = cycle_times.load(journal.meta(cycle_times.meta_key(run.run_id))) \
@@ -213,8 +215,13 @@ def status_data(path: str) -> dict[str, Any]:
     queue = []
     usage: dict[str, int] = {}
     for row in sorted(rows.values(), key=_order_key):
+        # A refused job (a comment outside the grammar...) stays held and is shown last;
+        # other rejected jobs went to Slurm's own scheduler and are not the engine's.
+        if row.state == "rejected" and not row.reason.startswith("refused"):
+            continue
         r = _reason(row.waiting)
-        queue.append({"job": row.engine_id, "slurm_id": row.slurm_id, "state": row.state,
+        state = "refused" if row.state == "rejected" else row.state
+        queue.append({"job": row.engine_id, "slurm_id": row.slurm_id, "state": state,
                       "gpus": row.gpus, "placement": row.placement,
                       "terms": dict(r.terms) if r else {},
                       "reason": r.text if r else ("" if row.state == "running" else row.reason),
