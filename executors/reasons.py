@@ -541,15 +541,25 @@ class DecisionReasons:
         the jobs it held, before they scale in or are evicted."""
         chooser = engine.reclaimer
         name = getattr(chooser, "__name__", type(chooser).__name__)
+        outcomes = getattr(chooser, "outcomes", None)  # Aryl's reclaimer: why these servers
+        outcome = outcomes[-1] if outcomes and getattr(outcomes[-1], "time", None) == now \
+            else None
+        why: dict[str, Term] = {}
+        if outcome is not None:
+            why = {"method": str(outcome.method), "preempts": len(outcome.preempted),
+                   "scale_ins": len(outcome.scaled_in),
+                   "collateral_gpus": int(outcome.collateral_gpus)}
         actions = []
         for server in chosen:
             hit = sorted(j for j, job in engine.running.items()
                          if job.allocation is not None and server in job.allocation.placement)
             free = len(engine.ledger.free_view().get(server, []))
             terms: dict[str, Term] = {"server": server, "jobs_on_it": len(hit),
-                                      "free_gpus": free, "reclaimer": name}
-            text = f"reclaim: inference takes {server} back; {name} chose it ({len(hit)} " \
-                   f"jobs on it, {free} GPUs idle)"
+                                      "free_gpus": free, "reclaimer": name, **why}
+            how = f" by {why['method']}: {why['preempts']} preemptions, {why['scale_ins']} " \
+                  f"scale-ins in all" if why else ""
+            text = f"reclaim: inference takes {server} back; {name} chose it{how} " \
+                   f"({len(hit)} jobs on it, {free} GPUs idle)"
             actions.append(ActionReason(kind="reclaim", job_id=server, nodes=[server],
                                         reason=Reason(code="reclaim", text=text, terms=terms)))
             for jid in hit:

@@ -239,3 +239,35 @@ def test_decisions_file_is_not_written_through_a_planted_link(tmp_path: Path) ->
     assert target.read_text() == "keep"
     assert not (out / "decisions.jsonl").is_symlink()
     assert json.loads((out / "decisions.jsonl").read_text().splitlines()[0])["time"] == 0.0
+
+
+def _records_of(scenario: str, policy: str) -> list[DecisionRecord]:
+    from gpuplan import api
+
+    records: list[DecisionRecord] = []
+    api.run(api.prepare(scenario), policy, reasons=records.append)
+    return records
+
+
+def test_sidecar_ojpp_and_aryl_reasons_speak_their_policys_terms() -> None:
+    sidecar = [a for r in _records_of("sidecar-case-study", "sidecar") for a in r.actions]
+    donated = [a for a in sidecar if a.kind == "start" and "donor" in a.reason.terms]
+    assert donated, "no SideCar start took GPUs from a donor"
+    for a in donated:
+        donor = a.reason.terms["donor"]
+        assert f"donor {donor}" in a.reason.text
+        assert a.reason.terms["predicted_makespan_s"] > 0
+        assert any(x.job_id == donor and x.kind == "resize" and x.gpus_after < x.gpus_before
+                   for x in sidecar)
+    ojpp = [a for r in _records_of("h200-colocation", "fifo-ojpp") for a in r.actions
+            if a.kind == "start"]
+    assert ojpp and all({"gpus_chosen", "share", "predicted_collision"} <= set(a.reason.terms)
+                        for a in ojpp)
+    assert all(0.0 <= float(a.reason.terms["predicted_collision"]) <= 1.0 for a in ojpp)
+    assert any(a.reason.terms["colocated"] for a in ojpp)  # some shared a GPU
+    aryl = _records_of("aryl-testbed", "aryl")
+    reclaims = [a for r in aryl for a in r.actions if a.kind == "reclaim"]
+    assert reclaims and all(a.reason.terms["reclaimer"] == "Reclaimer" and
+                            "method" in a.reason.terms for a in reclaims)
+    starts = [a for r in aryl for a in r.actions if a.kind == "start"]
+    assert {a.reason.terms["pool"] for a in starts} >= {"training", "inference"}
