@@ -130,3 +130,46 @@ def test_the_wait_field_is_safe_for_the_marker() -> None:
     again = with_wait(marked, "needs 4 GPUs")
     assert again == "gpuplan:held;gpus=2;min=1;max=4;wait=needs 4 GPUs"
     assert with_wait("not ours", "x") == "not ours"
+
+
+def test_the_publisher_journals_current_reasons_and_a_compact_history(tmp_path: Path) -> None:
+    """Real journal, no Slurm (``comments=False``): each action's reason lands on its row,
+    ``jobs.waiting`` follows every text change, the history only changes of kind, and a job
+    that left the queue loses its waiting reason."""
+    from gpuplan.executors.control.reason_journal import ReasonPublisher
+    from gpuplan.models.reasons import ActionReason, DecisionRecord
+
+    db = tmp_path / "ctl.db"
+    with Journal(db) as j:
+        run = j.begin_run("fifo")
+        for i in (1, 2):
+            j.add_job(f"slurm-{i}", i, f"fp{i}", float(i), {"id": i}, "pending")
+        epoch, _ = j.record_plan(run, 1.0, "fifo", "{}", [ActionIntent(
+            "slurm-1", 1, "start", {}, {"n1": 1}, 0)])
+        pub = ReasonPublisher(j, None, comments=False)  # type: ignore[arg-type]
+
+        def wait(text: str, code: str = "no-capacity") -> Reason:
+            return Reason(code=code, text=text, terms={})
+        start = Reason(code="start", text="start: rank 1", terms={"rank": 1})
+        gate = Reason(code="gate-skip", text="restart gate skips preempt", terms={})
+        pub.take(DecisionRecord(time=1.0, policy="fifo", actions=[
+            ActionReason(kind="start", job_id="slurm-1", gpus_after=1, reason=start),
+            ActionReason(kind="preempt", job_id="slurm-9", carried=False, reason=gate)],
+            pending={"slurm-2": wait("needs 2 GPUs, 1 free; behind 1 job")}))
+        pub.publish(epoch, ["slurm-2"])
+        pub.take(DecisionRecord(time=2.0, policy="fifo", pending={
+            "slurm-2": wait("needs 2 GPUs, 1 free; behind 2 jobs")}))
+        pub.publish(epoch, ["slurm-2"])
+        assert json.loads(j.job("slurm-2").waiting)["text"].endswith("behind 2 jobs")  # type: ignore[union-attr]
+        assert [r.kind for r in j.reasons("slurm-2")] == ["waiting"]  # same kind: one row
+        pub.take(DecisionRecord(time=3.0, policy="fifo", pending={
+            "slurm-2": wait("fifo serves the jobs ahead first", "behind")}))
+        pub.publish(epoch, ["slurm-2"])
+        assert [json.loads(r.reason)["code"] for r in j.reasons("slurm-2")] == \
+            ["no-capacity", "behind"]
+        assert json.loads(j.actions("slurm-1")[0].reason)["text"] == "start: rank 1"
+        assert [(r.kind, json.loads(r.reason)["code"]) for r in j.reasons("slurm-9")] == \
+            [("skipped", "gate-skip")]
+        pub.take(DecisionRecord(time=4.0, policy="fifo"))
+        pub.publish(None, [])  # slurm-2 started or left
+        assert j.job("slurm-2").waiting == ""  # type: ignore[union-attr]

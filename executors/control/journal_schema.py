@@ -20,9 +20,9 @@ release of each controller run (what ran before and after an upgrade). 3: reason
 (:mod:`gpuplan.models.reasons`, each a JSON ``{"code", "text", "terms"}``):
 ``jobs.waiting``, a pending job's reason at the latest decision (``''`` when it is not
 pending or none was computed yet); ``actions.reason``, why each planned action was taken; the
-``reasons`` table, one row each time a job's waiting reason changed (``kind`` ``waiting``) or
-a change the policy proposed was skipped by the restart gate (``kind`` ``skipped``), the
-history ``gpuplan explain`` shows.
+``reasons`` table, one row each time the code of a job's waiting reason changed (``kind``
+``waiting``) or a change the policy proposed was skipped by the restart gate (``kind``
+``skipped``), the history ``gpuplan explain`` shows.
 """
 
 from __future__ import annotations

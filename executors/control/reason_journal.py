@@ -8,8 +8,9 @@ cycle, then
 * logs each action the plan carried out at INFO, one line with its reason (a skipped one
   too, saying the restart gate skipped it);
 * journals them (schema 3, :mod:`.journal_schema`): each action's reason onto its row of the
-  ``actions`` table, each waiting job's current reason in ``jobs.waiting``, and a row of the
-  ``reasons`` table each time a job's waiting reason changes or a change is skipped;
+  ``actions`` table, each waiting job's current reason in ``jobs.waiting`` (rewritten when
+  its text changes), and a row of the ``reasons`` table each time the *kind* (``code``) of a
+  job's waiting reason changes or a change is skipped (not for every "behind N" count);
 * shows each waiting job's reason to its owner, who cannot read the journal, in the job's
   admin comment: the hook's marker gets a last field ``wait=<reason>`` (``scontrol show job``,
   ``squeue -O AdminComment``). The text is made safe for the marker and Slurm's line-based
@@ -80,6 +81,8 @@ class ReasonPublisher:
         self._records: list[DecisionRecord] = []
         self._waiting: dict[str, str] = {}
         """engine id -> waiting reason text last journaled."""
+        self._codes: dict[str, str] = {}
+        """engine id -> code of the waiting reason last written to the history."""
         self._seen: dict[str, tuple[int, str]] = {}
         """engine id -> (Slurm id, admin comment) of each managed pending job, last poll."""
 
@@ -117,13 +120,21 @@ class ReasonPublisher:
         live = set(pending)
         if latest is not None:
             for eid, reason in latest.items():
-                if self._waiting.get(eid) != reason.text:
+                before = self._waiting.get(eid)
+                if before != reason.text:
                     self._waiting[eid] = reason.text
+                    self._codes.setdefault(eid, "")
                     text = reason_json(reason)
                     waiting[eid] = text
-                    history.append((records[-1].time, eid, "waiting", text))
+                    # History only when the kind of reason changes: "behind N jobs" moves
+                    # with the queue, and a row per waiting job per start would grow the
+                    # journal with the queue's length (jobs.waiting has the current text).
+                    if self._codes[eid] != reason.code:
+                        self._codes[eid] = reason.code
+                        history.append((records[-1].time, eid, "waiting", text))
         for eid in [e for e in self._waiting if e not in live]:
             del self._waiting[eid]
+            self._codes.pop(eid, None)
             waiting[eid] = ""
         try:
             self.journal.record_reasons(epoch if actions else None, actions, waiting, history)
