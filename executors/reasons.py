@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import Action, ActiveJob, AllocationPlan, Node
+from gpuplan.models.fast import construct
 from gpuplan.models.ojpp import collision_probability
 from gpuplan.models.reasons import ActionReason, DecisionRecord, Reason, Term
 
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
 Sink = Callable[[DecisionRecord], None]
 SHOW_AHEAD = 3
 """How many of the jobs ahead of a waiting one its reason names."""
+DETAILED = 200
+"""Waiting jobs whose reason is recomputed at every decision: the first ones in the policy's
+order (and every job that has none yet). Deeper in a long queue a reason stands until the job
+moves up: recomputing thousands per decision made a recorded run several times slower."""
 
 
 def gpus(n: int) -> str:
@@ -440,19 +445,25 @@ def capacity_reason(job: ActiveJob, free: FreeSummary) -> Reason | None:
 
 
 def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequence[str],
-                    free: FreeSummary | None = None) -> dict[str, Reason]:
+                    free: FreeSummary | None = None, detailed: int | None = None,
+                    known: Mapping[str, object] | None = None) -> dict[str, Reason]:
     """Every waiting job's reason, ``order`` being the policy's. ``state``: the engine after
     a decision, or a :class:`ClusterView` (its ``pending``, ``running``, ``cluster``, and
-    its ``nodes``/``free`` unless ``free`` is given)."""
+    its ``nodes``/``free`` unless ``free`` is given). With ``detailed``, only the first
+    ``detailed`` jobs of ``order`` and those not in ``known`` get one (a long queue's tail
+    keeps the reason it had: the cost per decision stays bounded)."""
     if free is None:
         free = FreeSummary(state.nodes, state.free)
     engine = state
     out: dict[str, Reason] = {}
     ahead: list[str] = []
     pending = engine.pending
-    for jid in order:
+    for i, jid in enumerate(order):
         job = pending.get(jid)
         if job is None:
+            continue
+        if detailed is not None and i >= detailed and known is not None and jid in known:
+            ahead.append(jid)
             continue
         blocked = capacity_reason(job, free)
         if blocked is None:
@@ -467,7 +478,7 @@ def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequenc
             names = ", ".join(short_id(j) for j in ahead[:SHOW_AHEAD])
             text += f"; behind {n} job{'s' if n > 1 else ''} of higher priority: {names}" + (
                 ", ..." if n > SHOW_AHEAD else "")
-        out[jid] = Reason(code=blocked.code, text=text, terms=terms)
+        out[jid] = construct(Reason, code=blocked.code, text=text, terms=terms)
         ahead.append(jid)
     return out
 
@@ -484,8 +495,10 @@ class DecisionReasons:
         self.sink = sink
         self.changed_only = changed_only
         self._last: dict[str, str] = {}
+        self._current: dict[str, Reason] = {}
+        """Every waiting job's latest reason (the tail of a long queue keeps its own)."""
         self.last: DecisionRecord | None = None
-        """The latest record (the controller reads the current pending reasons here)."""
+        """The latest record."""
 
     def before(self, engine: Any, now: float) -> tuple[dict[str, int], object]:
         """Taken before the plan is carried out: the waiting order (ranks from 1) and the
@@ -527,12 +540,16 @@ class DecisionReasons:
                                         nodes=_nodes(a), carried=carried, reason=reason))
         free = FreeSummary(engine.ledger.usable, engine.ledger.free_view())
         waiting = pending_reasons(engine, self.explainer, now,
-                                  self.explainer.order(engine, now), free)
+                                  self.explainer.order(engine, now), free, DETAILED,
+                                  self._current)
+        current = self._current
+        for j in [j for j in current if j not in engine.pending]:
+            del current[j]
+        current.update(waiting)
         record = DecisionRecord(time=now, policy=plan.policy, actions=actions,
-                                pending=self._changed(waiting), waiting=len(waiting))
-        self.last = record if not self.changed_only else DecisionRecord(
-            time=now, policy=plan.policy, actions=actions, pending=waiting,
-            waiting=len(waiting))
+                                pending=self._changed(waiting, engine.pending) if self.changed_only
+                                else dict(current), waiting=len(engine.pending))
+        self.last = record
         self.sink(record)
         return record
 
@@ -571,12 +588,11 @@ class DecisionReasons:
                                 actions=actions, waiting=len(engine.pending))
         self.sink(record)
 
-    def _changed(self, waiting: dict[str, Reason]) -> dict[str, Reason]:
-        if not self.changed_only:
-            return waiting
+    def _changed(self, waiting: dict[str, Reason], pending: Mapping[str, object]
+                 ) -> dict[str, Reason]:
         last = self._last
         out = {j: r for j, r in waiting.items() if last.get(j) != r.text}
-        for j in [j for j in last if j not in waiting]:
+        for j in [j for j in last if j not in pending]:
             del last[j]
         for j, r in out.items():
             last[j] = r.text
