@@ -161,7 +161,7 @@ class AfsExplainer(Explainer):
     def waiting(self, job: ActiveJob, engine: Any, now: float) -> Reason | None:
         t = self.terms(job, engine, now)
         return Reason(code="share-zero", text=f"{self.label} gives it share 0 (rank "
-                      f"{t['rank']} of {len(engine.running) + len(engine.pending)})", terms=t)
+                      f"{t['rank']})", terms=t)
 
     def action(self, a: Action, ctx: _Context) -> Reason:
         r = super().action(a, ctx)
@@ -456,14 +456,16 @@ def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequenc
         free = FreeSummary(state.nodes, state.free)
     engine = state
     out: dict[str, Reason] = {}
-    ahead: list[str] = []
+    ahead: list[str] = []  # the first SHOW_AHEAD jobs ahead
+    n = 0  # how many are ahead
     pending = engine.pending
-    for i, jid in enumerate(order):
+    skip = known if detailed is not None and known is not None else None
+    for jid in order:
+        if skip is not None and n >= detailed and jid in skip:  # type: ignore[operator]
+            n += 1
+            continue
         job = pending.get(jid)
         if job is None:
-            continue
-        if detailed is not None and i >= detailed and known is not None and jid in known:
-            ahead.append(jid)
             continue
         blocked = capacity_reason(job, free)
         if blocked is None:
@@ -471,24 +473,26 @@ def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequenc
             blocked = own if own is not None else Reason(
                 code="behind", text="the policy serves the jobs ahead of it first",
                 terms={"needs": job.spec.min_gpus})
-        n = len(ahead)
         terms = {**explainer.terms(job, engine, now), **blocked.terms, "ahead": n}
         text = blocked.text
         if n:
-            names = ", ".join(short_id(j) for j in ahead[:SHOW_AHEAD])
+            names = ", ".join(short_id(j) for j in ahead)
             text += f"; behind {n} job{'s' if n > 1 else ''} of higher priority: {names}" + (
                 ", ..." if n > SHOW_AHEAD else "")
         out[jid] = construct(Reason, code=blocked.code, text=text, terms=terms)
-        ahead.append(jid)
+        n += 1
+        if len(ahead) < SHOW_AHEAD:
+            ahead.append(jid)
     return out
 
 
 class DecisionReasons:
     """The engine's reason recorder (``engine.reasons``): one record per decision to ``sink``.
 
-    ``changed_only``: a record's ``pending`` holds only the jobs whose reason text changed
-    since the previous record (simulation output stays small with long queues); False gives
-    every waiting job at every record (the controller, which shows the current reason)."""
+    ``changed_only``: a record's ``pending`` holds only the jobs whose kind of reason
+    (``code``) changed since the previous record (simulation output stays small with long
+    queues); False gives every waiting job at every record (the controller, which shows the
+    current reason)."""
 
     def __init__(self, policy: Any, sink: Sink, *, changed_only: bool = True) -> None:
         self.explainer = explainer_for(policy)
@@ -535,6 +539,8 @@ class DecisionReasons:
             elif not carried:
                 reason = Reason(code="skipped", text=f"skipped: the restart would cost more "
                                 f"than it saves ({reason.text})", terms=reason.terms)
+            if carried:  # it starts or stops waiting: its next reason is news
+                self._last.pop(a.job_id, None)
             actions.append(ActionReason(kind=a.kind, job_id=a.job_id,
                                         gpus_before=a.gpus_before, gpus_after=a.gpus_after,
                                         nodes=_nodes(a), carried=carried, reason=reason))
@@ -590,12 +596,16 @@ class DecisionReasons:
 
     def _changed(self, waiting: dict[str, Reason], pending: Mapping[str, object]
                  ) -> dict[str, Reason]:
+        """The reasons whose kind (``code``) changed: counts in a reason ("behind 12 jobs",
+        "3 free") move with every decision, and writing each would make the output grow
+        with the queue's length times the decisions."""
         last = self._last
-        out = {j: r for j, r in waiting.items() if last.get(j) != r.text}
-        for j in [j for j in last if j not in pending]:
-            del last[j]
+        out = {j: r for j, r in waiting.items() if last.get(j) != r.code}
+        if len(last) > len(pending) + 64:
+            for j in [j for j in last if j not in pending]:
+                del last[j]
         for j, r in out.items():
-            last[j] = r.text
+            last[j] = r.code
         return out
 
 

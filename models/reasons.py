@@ -50,8 +50,9 @@ class ActionReason(BaseModel):
 
 class DecisionRecord(BaseModel):
     """One decision: its time (engine seconds), the policy, every action with its reason, and
-    the reason of every job still waiting after it. ``pending`` holds only the jobs whose
-    reason text changed since the previous record (a job's reason stands until replaced);
+    the reason of every job still waiting after it. In a simulation's ``decisions.jsonl``
+    ``pending`` holds only the jobs whose kind of reason (``code``) changed since the previous
+    record (a job's reason stands until replaced; its counts are those of that moment);
     ``waiting`` is how many jobs wait in all."""
 
     model_config = ConfigDict(extra="forbid")
