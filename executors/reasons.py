@@ -48,10 +48,11 @@ if TYPE_CHECKING:
 Sink = Callable[[DecisionRecord], None]
 SHOW_AHEAD = 3
 """How many of the jobs ahead of a waiting one its reason names."""
-DETAILED = 200
-"""Waiting jobs whose reason is recomputed at every decision: the first ones in the policy's
-order (and every job that has none yet). Deeper in a long queue a reason stands until the job
-moves up: recomputing thousands per decision made a recorded run several times slower."""
+DETAILED = 100
+"""Waiting jobs whose reason is recomputed at a decision that changed the free GPUs or the
+head of the queue: the first ones in the policy's order (and every job that has none yet).
+Deeper in a long queue a reason stands until the job moves up: recomputing thousands per
+decision made a recorded run several times slower."""
 
 
 def gpus(n: int) -> str:
@@ -430,17 +431,19 @@ def capacity_reason(job: ActiveJob, free: FreeSummary) -> Reason | None:
         fits = sum(k // g for k in free.per_node.get(t, []))
         if fits * g < need:
             terms["gpus_per_node"] = g
-            return Reason(code="no-node-fits", text=f"needs {need}{of} GPUs as {need // g} "
-                          f"nodes x {g}, room for {fits} such nodes", terms=terms)
+            return construct(Reason, code="no-node-fits",
+                             text=f"needs {need}{of} GPUs as {need // g} "
+                                  f"nodes x {g}, room for {fits} such nodes", terms=terms)
         return None
     if shape is not None and shape.max_nodes == 1:
         if most < need:
-            return Reason(code="no-node-fits", text=f"needs {gpus(need)}{of} on one node, at "
-                          f"most {most} free on any node", terms=terms)
+            return construct(Reason, code="no-node-fits",
+                             text=f"needs {gpus(need)}{of} on one node, at "
+                                  f"most {most} free on any node", terms=terms)
         return None
     if total < need:
-        return Reason(code="no-capacity", text=f"needs {gpus(need)}{of}, {total} free",
-                      terms=terms)
+        return construct(Reason, code="no-capacity",
+                         text=f"needs {gpus(need)}{of}, {total} free", terms=terms)
     return None
 
 
@@ -470,8 +473,8 @@ def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequenc
         blocked = capacity_reason(job, free)
         if blocked is None:
             own = explainer.waiting(job, engine, now)
-            blocked = own if own is not None else Reason(
-                code="behind", text="the policy serves the jobs ahead of it first",
+            blocked = own if own is not None else construct(
+                Reason, code="behind", text="the policy serves the jobs ahead of it first",
                 terms={"needs": job.spec.min_gpus})
         terms = {**explainer.terms(job, engine, now), **blocked.terms, "ahead": n}
         text = blocked.text
@@ -499,6 +502,7 @@ class DecisionReasons:
         self.sink = sink
         self.changed_only = changed_only
         self._last: dict[str, str] = {}
+        self._key: object = None
         self._current: dict[str, Reason] = {}
         """Every waiting job's latest reason (the tail of a long queue keeps its own)."""
         self.last: DecisionRecord | None = None
@@ -545,9 +549,14 @@ class DecisionReasons:
                                         gpus_before=a.gpus_before, gpus_after=a.gpus_after,
                                         nodes=_nodes(a), carried=carried, reason=reason))
         free = FreeSummary(engine.ledger.usable, engine.ledger.free_view())
-        waiting = pending_reasons(engine, self.explainer, now,
-                                  self.explainer.order(engine, now), free, DETAILED,
-                                  self._current)
+        order = self.explainer.order(engine, now)
+        # Nothing that the first reasons depend on changed (free GPUs, the head of the
+        # queue, no action): only newcomers need one.
+        key = (tuple(free.total.items()), tuple(free.most.items()), tuple(order[:DETAILED]))
+        same = key == self._key and not actions
+        self._key = key
+        waiting = pending_reasons(engine, self.explainer, now, order, free,
+                                  0 if same else DETAILED, self._current)
         current = self._current
         for j in [j for j in current if j not in engine.pending]:
             del current[j]
