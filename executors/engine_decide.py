@@ -18,6 +18,8 @@ from gpuplan.models.state import ChangeSet
 from gpuplan.solver_core.diff import build_delta_plan, build_plan
 from gpuplan.solver_core.policy import Decision, Delta
 
+from .reasons import DecisionReasons
+
 
 class Deciding:
     """Engine mixin: views, decisions, plan acceptance and wake-ups."""
@@ -28,6 +30,11 @@ class Deciding:
     ``Executor.trusts_built_plans``) then skips the check, as their starts are on GPUs the
     engine's free index holds and the ledger's ``occupy`` still refuses a taken GPU; the tests
     turn it on."""
+
+    reasons: DecisionReasons | None = None
+    """Set to record why each plan's actions were taken and why waiting jobs wait
+    (:mod:`.reasons`; ``simulate --out``, the Slurm controller). None (the default) costs
+    nothing: the loop reads this attribute once per decision."""
 
     def view(self, now: float, live: bool = False) -> ClusterView:
         """The policy's view. ``live``: ``free`` is the ledger's own per-node lists (no
@@ -106,7 +113,13 @@ class Deciding:
         except PlanRefused:
             self.recorder.plans_refused += 1
             raise
-        self._apply(plan, now)
+        reasons = self.reasons
+        if reasons is None:
+            self._apply(plan, now)
+        else:
+            mark = reasons.before(self, now)
+            self._apply(plan, now)
+            reasons.after(self, plan, now, mark)
         self._schedule_wakeup(view)
         return plan
 

@@ -133,6 +133,8 @@ class NodeMembership:
         if len(set(chosen)) != count or not set(chosen) <= set(on_loan):
             raise RuntimeError(f"reclaimer returned {chosen!r}, not {count} on-loan servers")
         self.recorder.reclaim_log.append((now, list(chosen)))
+        if self.reasons is not None:
+            self.reasons.reclaim(self, now, chosen)
         for name in chosen:
             self.ledger.give_back(name)
             self._remove_node(name, now, graceful=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +38,7 @@ from gpuplan.models import (
     RunResult,
     ScenarioSpec,
 )
+from gpuplan.models.reasons import DecisionRecord
 from gpuplan.scenarios.build import (
     build,
     embedded_scenarios,
@@ -174,9 +175,10 @@ class _ScoredDefaultReclaimer:
         return chosen
 
 
-def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None = None
-        ) -> RunResult:
-    """Simulate ``policy`` on a prepared scenario (with its loan events, if any)."""
+def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None = None,
+        reasons: Callable[[DecisionRecord], None] | None = None) -> RunResult:
+    """Simulate ``policy`` on a prepared scenario (with its loan events, if any); ``reasons``
+    gets one :class:`DecisionRecord` per decision (why each action, why jobs wait)."""
     spec = prepared.spec
     chosen = prepared.make_policy(policy)
     usage = reclaimer = None
@@ -206,6 +208,7 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         reclaimer=reclaimer,
         interference=interference,
         restart_gate=gate_for_scenario(spec.engine.restart_gate, spec.overheads),
+        reasons=reasons,
     )
     if usage is None or reclaimer is None:
         return result

@@ -19,7 +19,7 @@ import select
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ from gpuplan.executors.control.command import OneLineParser, seed_arg
 from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.models.bounds import MAX_SEED
 from gpuplan.models.extras import require_extra
+from gpuplan.models.reasons import DecisionRecord
 from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
 from gpuplan.scenarios.input_files import (
     check_path_text,
@@ -44,7 +45,8 @@ from gpuplan.solver_core.params import _split_top as split_top
 from gpuplan.solver_core.params import describe_params, split_policy_list
 from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
-from . import __version__, sweep
+from . import __version__, inspect_cmds, sweep
+from .inspect_cmds import decisions_file
 from .out_paths import check_out_dir
 from .term import console
 
@@ -63,13 +65,14 @@ def _console(err: bool = False) -> Console:
     return console(err)
 
 
-def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool) -> RunResult:
+def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool,
+                       reasons: Callable[[DecisionRecord], None] | None = None) -> RunResult:
     from . import api
 
     total = len(prepared.jobs)
     show = not quiet and total >= PROGRESS_MIN_JOBS and sys.stderr.isatty()
     if not show:
-        return api.run(prepared, policy)
+        return api.run(prepared, policy, reasons=reasons)
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -89,7 +92,7 @@ def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool)
                 progress.update(task, completed=done)
                 last[0] = done
 
-        return api.run(prepared, policy, hook)
+        return api.run(prepared, policy, hook, reasons)
 
 
 def _check_out(text: str | None) -> Path | None:
@@ -195,7 +198,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     prepared = api.prepare(_check_scenario(args.scenario), seed=args.seed)
     _warn(prepared)
     prepared.make_policy(args.policy)  # a bad name or parameter fails before the run
-    result = _run_with_progress(prepared, args.policy, args.json)
+    if out is None:
+        result = _run_with_progress(prepared, args.policy, args.json)
+    else:
+        with decisions_file(out) as sink:  # decisions.jsonl: one record per decision
+            result = _run_with_progress(prepared, args.policy, args.json, sink)
     summary = summarize(result)
     if out is not None:
         _write_outputs(out, [result])
@@ -415,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     # them loads no Slurm code.
     slurm_controller.add_subcommand(sub)
     sweep.add_subcommand(sub)
+    inspect_cmds.add_subcommands(sub)  # gpuplan status / explain (gpuplan/inspect_cmds.py)
     from . import solve  # gpuplan solve PROBLEM --instance FILE (gpuplan/solve.py)
     solve.add_subcommand(sub)
     return parser

@@ -399,15 +399,73 @@ def test_metrics_and_the_live_page_show_what_the_journal_holds(
     cells = re.findall(r'<td class="gpu job"[^>]*\sdata-job="([^"]+)"', dom)
     assert len(cells) == 16 and cells.count(eids["XSS"]) == 4, cells
     assert html.escape(XSS, quote=False) in dom and "<img" not in dom  # text, not an element
-    # the queue: Q waiting, R held with the journal's reason (a reason, when the journal
-    # records one for a waiting job, shows the same way)
+    # the queue: Q waiting with the engine's reason (jobs.waiting, schema 3), R held with the
+    # journal's reason
     for key in ("Q", "R"):
         assert f'<tr data-job="{eids[key]}">' in dom, key
-        reason = rows[eids[key]].reason  # type: ignore[union-attr]
-        assert reason == "" or html.escape(reason, quote=False) in dom, (key, reason)
-    assert rows[eids["R"]].reason.startswith("refused, kept held")  # type: ignore[union-attr]
+    waiting = json.loads(rows[eids["Q"]].waiting)["text"]  # type: ignore[union-attr]
+    assert "needs 2 GPUs" in waiting and html.escape(waiting, quote=False) in dom, waiting
+    reason = rows[eids["R"]].reason  # type: ignore[union-attr]
+    assert reason.startswith("refused, kept held") and html.escape(reason, quote=False) in dom
     # recent decisions: the four starts
     assert dom.count("<td>start</td>") >= 4
+
+
+# ------------------------------------------------------------------------ reasons
+def test_reasons_reach_the_journal_the_log_status_explain_and_the_admin_comment(
+        lab: SlurmLab, user: str, shared: Path, clean_partition: None) -> None:
+    """Issue 25 items 1-2 on the lab: four 3-GPU jobs take a GPU short of every node, so a
+    4-GPU job (single-node: it starts no ranks) waits; its reason is journaled, shown in its
+    admin comment, by ``gpuplan status`` and ``gpuplan explain``; each start is logged at
+    INFO with its reason."""
+    log = shared / "controller.log"
+    db = shared / "state" / "controller.db"
+    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5"))
+    try:
+        ids = {f"R{i}": _submit(lab, user, shared, f"R{i}", 3600.0, 3, 3, 3) for i in range(4)}
+        _wait("R0..R3 running", lambda: all(
+            s.state == "RUNNING" for s in _states(lab, ids).values()) and len(
+            _states(lab, ids)) == 4, LAB_WAIT_S, log)
+        ids["B"] = _submit(lab, user, shared, "B", 60.0, 4, 4, 4)
+        big = engine_id(ids["B"])
+        want = "needs 4 GPUs on one node, at most 1 free on any node"
+
+        def waiting() -> str:
+            with Journal(db, writer=False) as journal:
+                row = journal.job(big)
+                return row.waiting if row is not None else ""
+        _wait("B's reason in the journal", lambda: want in waiting(), LAB_WAIT_S, log)
+        shown = "wait=needs 4 GPUs on one node at most 1 free on any node"  # no ',' in it
+        _wait("B's reason in its admin comment", lambda: shown in (
+            _states(lab, ids)["B"].admin_comment), LAB_WAIT_S, log)
+        comment = _states(lab, ids)["B"].admin_comment
+        assert comment.startswith("gpuplan:held;gpus=4;min=4;max=4"), comment
+        status = _gpuplan(lab, ["status", "--journal", str(db)])
+        assert status.returncode == 0, status.stderr
+        out = status.stdout
+        assert all(len(line) <= 80 for line in out.splitlines()), out
+        assert want in " ".join(out.split()) and "running" in out.splitlines()[0]
+        queue = [line.split() for line in out.splitlines() if line[:4].strip().isdigit()]
+        assert [q[2] for q in queue[:4]] == ["running"] * 4 and queue[4][1] == big, out
+        as_json = _gpuplan(lab, ["status", "--journal", str(db), "--json"])
+        data = json.loads(as_json.stdout)
+        assert sum(data["usage"].values()) == 12 and data["health"]["running"]
+        assert data["health"]["heartbeat_age_s"] is not None
+        explain = _gpuplan(lab, ["explain", str(ids["B"]), "--journal", str(db)])
+        assert explain.returncode == 0, explain.stderr
+        assert f"waiting now: {want}" in " ".join(explain.stdout.split()), explain.stdout
+        first = engine_id(ids["R0"])
+        explain = _gpuplan(lab, ["explain", first, "--journal", str(db)])
+        assert explain.returncode == 0, explain.stderr
+        assert re.search(r"start .*\[applied\] start: rank \d+ in fifo's order",
+                         " ".join(explain.stdout.split())), explain.stdout
+        unknown = _gpuplan(lab, ["explain", "slurm-999999", "--journal", str(db)])
+        assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+        text = log.read_text(errors="replace")
+        assert re.search(rf"start {first} \(0 -> 3 GPUs\): start: rank \d+", text), text[-3000:]
+    finally:
+        run.kill(signal.SIGTERM)
+    assert run.wait(LAB_WAIT_S) == 0
 
 
 # ------------------------------------------------------------------------ upgrade

@@ -198,3 +198,35 @@ def test_a_controller_killed_while_migrating_leaves_schema_1(tmp_path: Path) -> 
         assert journal.schema_version == SCHEMA_VERSION
         assert [a.kind for a in journal.open_actions()] == ["preempt"]
     assert _rows(db) == before
+
+
+def test_a_schema_2_journal_gets_the_reasons_of_schema_3(tmp_path: Path) -> None:
+    """2 -> 3: ``jobs.waiting``, ``actions.reason`` and the ``reasons`` table; every row kept,
+    old rows read ``''`` (no reason recorded), and the new columns take reasons."""
+    db = tmp_path / "ctl.db"
+    build_v1_journal(db)
+    raw = sqlite3.connect(db, isolation_level=None)
+    journal_schema._v1_to_v2(raw)
+    raw.execute("PRAGMA user_version = 2")
+    raw.close()
+    before = _rows(db)
+    with Journal(db) as journal:
+        assert journal.schema_version == SCHEMA_VERSION == 3
+        assert journal.job("slurm-12").waiting == ""  # type: ignore[union-attr]
+        assert [a.reason for a in journal.actions()] == ["", ""]
+        assert journal.reasons("slurm-12") == []
+        note = json.loads(journal.meta("migrated:2->3") or "{}")
+        assert note["backup"] == "ctl.db.schema2.bak"
+        why = '{"code":"behind","text":"behind 1 job","terms":{"ahead":1}}'
+        journal.record_reasons(1, {"slurm-11": '{"code":"start","text":"s","terms":{}}'},
+                               {"slurm-12": why}, [(70.0, "slurm-12", "waiting", why)])
+        assert journal.job("slurm-12").waiting == why  # type: ignore[union-attr]
+        assert journal.actions("slurm-11")[0].reason.startswith('{"code":"start"')
+        assert [(r.kind, r.reason) for r in journal.reasons("slurm-12")] == [("waiting", why)]
+    after = _rows(db)
+    assert after == before  # every schema-1 column of every row as it was
+    assert _version(tmp_path / "ctl.db.schema2.bak") == 2
+    with Journal(tmp_path / "fresh.db") as fresh:
+        fresh_shape = _shape(fresh.db)
+    with Journal(db) as migrated:
+        assert _shape(migrated.db) == fresh_shape

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from gpuplan.models import ActiveJob, Cluster, JobAllocation, JobSpec, placement_rate
+from gpuplan.models.reasons import Reason
 
 from ..engine import Engine
 from ..slurm.cli import InvalidJobId, JobNotPending, SlurmCli, SlurmError, SlurmJob
@@ -142,6 +143,8 @@ class JobAdoption:
         row goes back to ``pending``, so the next poll tries again; it stays held meanwhile."""
         eid = engine_id(sj.job_id)
         self.add(sj, None, "rejected", f"refused, kept held: {reason}"[:500])
+        why = Reason(code="held", text=f"held: {reason}"[:500], terms={}).model_dump_json()
+        self.journal.record_reasons(None, {}, {eid: why}, [(0.0, eid, "waiting", why)])
         try:
             if sj.state == "PENDING" and not sj.held:
                 self.cli.hold(sj.job_id)

@@ -60,6 +60,7 @@ from gpuplan.models import (
 from gpuplan.solver_core.registry import make_policy
 
 from ..engine import Engine
+from ..reasons import DecisionReasons
 from ..slurm.cli import (
     ControllerUnavailable,
     SlurmCli,
@@ -111,6 +112,7 @@ from .markers import (
     with_marker_state,
 )
 from .poll_reads import PollReadsMixin
+from .reason_journal import ReasonPublisher
 from .reconcile import ReconcileMixin
 from .sdnotify import Notifier
 
@@ -173,6 +175,8 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self._init_poll_reads()
         self._probe_calls = 0
         """``sdiag`` looks of the arrival probes of the executors this run dropped."""
+        self._reasons: ReasonPublisher | None = None
+        """Journals, logs and shows each decision's reasons (:mod:`.reason_journal`)."""
         self._pending_written: dict[str, float] = {}
         """engine id -> progress last journaled for a pending job (:meth:`_sync` skips the
         rows that did not change)."""
@@ -320,6 +324,8 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                         executor, sample_interval_s=None,
                         restart_gate="auto" if self.settings.restart_gate else None)
         self._executor, self._engine = executor, engine
+        self._reasons = ReasonPublisher(self.journal, self.cli)
+        engine.reasons = DecisionReasons(engine.policy, self._reasons.take, changed_only=False)
         costs = engine.restart_gate.costs if engine.restart_gate is not None else None
         self._latency = ChangeLatencyProbe(self.journal, costs) if costs is not None else None
         self._records_seen = 0
@@ -513,6 +519,8 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             log.warning("squeue failed (%s); discovery skipped", err)
             return []
         self._retake_failopen(jobs.values())
+        if self._reasons is not None:
+            self._reasons.saw(jobs.values())
         events: list[Event] = []
         journal = self.journal
         assert journal is not None
@@ -639,6 +647,8 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                                      reason=reason))
         engine.rejected.clear()
         journal.update_jobs(updates)
+        if self._reasons is not None and self._executor is not None:
+            self._reasons.publish(self._executor.last_epoch, engine.pending)
         self._save_policy(engine)
         save_gate(engine, journal, self.run_id, self._gate_saved)
         # Records are journaled: drop them (and other per-decision lists) so memory stays flat.

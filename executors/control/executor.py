@@ -121,6 +121,8 @@ class ControllerExecutor(Executor):
         self._typed: dict[str, bool] = {}
         self._shutdown = False
         self.plans = 0
+        self.last_epoch: int | None = None
+        """The journal epoch of the latest plan carried out (its actions get their reasons)."""
         self.apply_s = 0.0
         """Wall seconds spent carrying out plans and evictions (journal intents and Slurm
         writes) since the controller last zeroed it (its per-cycle timing)."""
@@ -284,8 +286,8 @@ class ControllerExecutor(Executor):
             plan_json = plan.model_dump_json(exclude={"stats"})
         except ValueError:  # a model_construct'ed plan the serializer rejects: keep the actions
             plan_json = json.dumps({"time": plan.time, "policy": plan.policy})
-        _, ids = self.journal.record_plan(self.run_id, plan.time, plan.policy, plan_json,
-                                          intents)
+        self.last_epoch, ids = self.journal.record_plan(self.run_id, plan.time, plan.policy,
+                                                        plan_json, intents)
         self.plans += 1
         self.failpoints.hit("intent")
         try:

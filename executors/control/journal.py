@@ -97,6 +97,23 @@ class JobRow:
     first_seen: float
     updated: float
     reason: str
+    waiting: str = ""
+    """A pending job's reason at the latest decision, JSON ``{"code", "text", "terms"}``
+    (schema 3; ``''``: not pending, or none computed yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonRow:
+    """One entry of a job's reason history (schema 3): ``kind`` ``waiting`` (its waiting
+    reason changed) or ``skipped`` (the restart gate skipped a change the policy proposed);
+    ``reason`` is the JSON of a :class:`gpuplan.models.reasons.Reason`."""
+
+    id: int
+    time: float
+    engine_time: float
+    engine_id: str
+    kind: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +147,8 @@ class ActionRow:
     intended_at: float
     settled_at: float | None
     detail: str
+    reason: str = ""
+    """Why the policy took it, JSON ``{"code", "text", "terms"}`` (schema 3; ``''``: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +500,37 @@ class Journal:
                                    (engine_id,))
         return [_action_row(r) for r in rows]
 
+    # ------------------------------------------------------------------ reasons (schema 3)
+    def record_reasons(self, epoch: int | None, actions: Mapping[str, str],
+                       waiting: Mapping[str, str],
+                       history: Sequence[tuple[float, str, str, str]]) -> None:
+        """One decision's reasons in ONE transaction: ``actions`` (engine id -> reason JSON)
+        onto the actions of plan ``epoch``; ``waiting`` (engine id -> reason JSON, ``''`` to
+        clear) onto the jobs; ``history`` rows ``(engine time, engine id, kind, reason
+        JSON)`` into ``reasons``."""
+        if not (actions and epoch is not None) and not waiting and not history:
+            return
+        now = time.time()
+        with self.transaction() as db:
+            if epoch is not None and actions:
+                db.executemany("UPDATE actions SET reason = ? WHERE epoch = ? AND engine_id = ?",
+                               [(r, epoch, e) for e, r in actions.items()])
+            if waiting:
+                db.executemany("UPDATE jobs SET waiting = ? WHERE engine_id = ?",
+                               [(r, e) for e, r in waiting.items()])
+            if history:
+                db.executemany("INSERT INTO reasons(time, engine_time, engine_id, kind, reason) "
+                               "VALUES (?, ?, ?, ?, ?)",
+                               [(now, t, e, k, r) for t, e, k, r in history])
+
+    def reasons(self, engine_id: str) -> list[ReasonRow]:
+        """A job's reason history, oldest first."""
+        rows = self.db.execute("SELECT * FROM reasons WHERE engine_id = ? ORDER BY id",
+                               (engine_id,))
+        return [ReasonRow(id=int(r["id"]), time=float(r["time"]),
+                          engine_time=float(r["engine_time"]), engine_id=r["engine_id"],
+                          kind=r["kind"], reason=r["reason"]) for r in rows]
+
     def plan_count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM plans").fetchone()[0])
 
@@ -493,6 +543,9 @@ class Journal:
                            (cutoff,)).rowcount
             n += db.execute("DELETE FROM plans WHERE time < ? AND NOT EXISTS (SELECT 1 FROM "
                             "actions a WHERE a.epoch = plans.epoch)", (cutoff,)).rowcount
+            n += db.execute("DELETE FROM reasons WHERE time < ? AND engine_id NOT IN (SELECT "
+                            "engine_id FROM jobs WHERE state IN ('pending', 'running'))",
+                            (cutoff,)).rowcount
             n += db.execute("DELETE FROM jobs WHERE state IN ('completed','failed','gone',"
                             "'failopen') AND updated < ?", (cutoff,)).rowcount
             n += db.execute("DELETE FROM runs WHERE ended IS NOT NULL AND ended < ? AND NOT "
@@ -515,7 +568,7 @@ def _job_row(r: sqlite3.Row) -> JobRow:
         spec=json.loads(r["spec"]) if r["spec"] else None, state=r["state"],
         done=float(r["done"]), gpus=int(r["gpus"]), placement=json.loads(r["placement"] or "{}"),
         restart_count=int(r["restart_count"]), first_seen=float(r["first_seen"]),
-        updated=float(r["updated"]), reason=r["reason"])
+        updated=float(r["updated"]), reason=r["reason"], waiting=r["waiting"])
 
 
 def _action_row(r: sqlite3.Row) -> ActionRow:
@@ -524,4 +577,4 @@ def _action_row(r: sqlite3.Row) -> ActionRow:
         slurm_id=r["slurm_id"], kind=r["kind"], before=json.loads(r["before"] or "{}"),
         after=json.loads(r["after"] or "{}"), restart_count=r["restart_count"],
         status=r["status"], intended_at=float(r["intended_at"]), settled_at=r["settled_at"],
-        detail=r["detail"])
+        detail=r["detail"], reason=r["reason"])

@@ -16,7 +16,13 @@ directly; the tests check that a migrated journal ends up with the same tables, 
 indexes as a fresh one.
 
 History: 1 (gpuplan 0.1.0): meta, runs, jobs, plans, actions. 2: ``runs.version``, the gpuplan
-release of each controller run (what ran before and after an upgrade).
+release of each controller run (what ran before and after an upgrade). 3: reasons
+(:mod:`gpuplan.models.reasons`, each a JSON ``{"code", "text", "terms"}``):
+``jobs.waiting``, a pending job's reason at the latest decision (``''`` when it is not
+pending or none was computed yet); ``actions.reason``, why each planned action was taken; the
+``reasons`` table, one row each time the code of a job's waiting reason changed (``kind``
+``waiting``) or a change the policy proposed was skipped by the restart gate (``kind``
+``skipped``), the history ``gpuplan explain`` shows.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 JOB_STATES = ("pending", "running", "completed", "failed", "rejected", "failopen", "gone")
 """``pending``/``running``: the engine manages it; ``completed``/``failed``: ended (``failed``
@@ -67,7 +73,8 @@ CREATE TABLE jobs (
     restart_count INTEGER NOT NULL DEFAULT 0,
     first_seen    REAL    NOT NULL,
     updated       REAL    NOT NULL,
-    reason        TEXT    NOT NULL DEFAULT ''
+    reason        TEXT    NOT NULL DEFAULT '',
+    waiting       TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX jobs_slurm ON jobs(slurm_id);
 CREATE INDEX jobs_live ON jobs(state) WHERE state IN ('pending', 'running');
@@ -92,10 +99,20 @@ CREATE TABLE actions (
     status        TEXT    NOT NULL CHECK (status IN ('intended','applied','failed','reconciled')),
     intended_at   REAL    NOT NULL,
     settled_at    REAL,
-    detail        TEXT    NOT NULL DEFAULT ''
+    detail        TEXT    NOT NULL DEFAULT '',
+    reason        TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX actions_open ON actions(status) WHERE status = 'intended';
 CREATE INDEX actions_job ON actions(engine_id);
+CREATE TABLE reasons (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    time        REAL    NOT NULL,
+    engine_time REAL    NOT NULL,
+    engine_id   TEXT    NOT NULL,
+    kind        TEXT    NOT NULL,
+    reason      TEXT    NOT NULL
+);
+CREATE INDEX reasons_job ON reasons(engine_id);
 """
 """The current schema (version :data:`SCHEMA_VERSION`), as a fresh journal is created."""
 
@@ -106,10 +123,27 @@ def _v1_to_v2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT ''")
 
 
+def _v2_to_v3(db: sqlite3.Connection) -> None:
+    """Schema 3: reasons (a waiting job's current one, each action's, the history table).
+    Rows written before the upgrade read ``''``: no reason was recorded."""
+    db.execute("ALTER TABLE jobs ADD COLUMN waiting TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE actions ADD COLUMN reason TEXT NOT NULL DEFAULT ''")
+    db.execute("CREATE TABLE reasons (\n"
+               "    id          INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+               "    time        REAL    NOT NULL,\n"
+               "    engine_time REAL    NOT NULL,\n"
+               "    engine_id   TEXT    NOT NULL,\n"
+               "    kind        TEXT    NOT NULL,\n"
+               "    reason      TEXT    NOT NULL\n"
+               ")")
+    db.execute("CREATE INDEX reasons_job ON reasons(engine_id)")
+
+
 Migration = Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: dict[int, Migration] = {
     1: _v1_to_v2,
+    2: _v2_to_v3,
 }
 """Version ``v`` -> the step that takes a journal from ``v`` to ``v + 1``, inside the writer's
 migration transaction (DDL is transactional in SQLite). Every version from 1 to

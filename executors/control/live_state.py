@@ -196,7 +196,7 @@ def _pairs(raw: str | None) -> tuple[tuple[str, int], ...]:
         return ()
 
 
-_JOB_COLUMNS = "engine_id, slurm_id, state, gpus, placement, reason, submit_time"
+_JOB_COLUMNS = "engine_id, slurm_id, state, gpus, placement, reason, submit_time, waiting"
 """What a view needs of a job row that may change (the spec's user and GPU request do not:
 they are read once per job, :meth:`LivePublisher._spec_fields`)."""
 
@@ -206,7 +206,9 @@ def _job_view(row: tuple[Any, ...], name: str, books: tuple[tuple[str, tuple[int
     """A job's view from its journal row (:data:`_JOB_COLUMNS`), Slurm name and, when it runs,
     the engine's GPU indices (node -> indices; used where they agree with the journal's
     node -> count, else the map shows the first GPUs of the node)."""
-    eid, slurm_id, state, gpus, placement, reason, submit = row
+    eid, slurm_id, state, gpus, placement, reason, submit, waiting = row
+    if state == "pending" and waiting:  # the engine's reason at its latest decision
+        reason = _waiting_text(waiting) or reason
     placed: tuple[tuple[str, tuple[int, ...]], ...] = ()
     if state == "running":
         indices = dict(books)
@@ -220,6 +222,16 @@ def _job_view(row: tuple[Any, ...], name: str, books: tuple[tuple[str, tuple[int
                    user=_text(user or ""), state="held" if state == "rejected" else state,
                    gpus=int(gpus) if state == "running" else 0, requested=asked,
                    placement=placed, reason=_text(reason), submit_time=float(submit))
+
+
+def _waiting_text(raw: object) -> str:
+    """The text of a ``jobs.waiting`` reason (a ``Reason`` as JSON, schema 3); ``''`` when it
+    does not parse (the page then shows the journal's own ``reason``)."""
+    try:
+        text = json.loads(str(raw)).get("text", "")
+    except (ValueError, AttributeError):
+        return ""
+    return text if isinstance(text, str) else ""
 
 
 class LivePublisher:

@@ -19,6 +19,7 @@ from gpuplan.models.interference import InterferenceModel
 from gpuplan.solver_core.policy import Policy, Reclaimer
 
 from ..engine import Engine, PlanHook, ProgressHook
+from ..reasons import DecisionReasons, Sink
 from ..restart_gate import RestartGate
 from .cluster import SimulatedCluster
 
@@ -43,6 +44,7 @@ def simulate(
     horizon_s: float = SIMULATION_HORIZON_S,
     interference: InterferenceModel | None = None,
     restart_gate: RestartGate | None = None,
+    reasons: Sink | None = None,
 ) -> tuple[RunResult, Engine, SimulatedCluster]:
     """Replay ``jobs`` under ``policy``; return the result, the engine and the executor.
 
@@ -54,6 +56,8 @@ def simulate(
     ``needs_future`` (offline-optimal) is handed the whole job list first (``foresee``); a
     policy's ``bound`` (what offline-optimal proved about the optimum) goes into the result.
     ``restart_gate``: drop changes that cost more than they gain (off by default here).
+    ``reasons``: handed one :class:`~gpuplan.models.reasons.DecisionRecord` per decision
+    (why each action, why each waiting job waits; :mod:`..reasons`); None records none.
     """
     if getattr(policy, "needs_future", False):
         policy.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal only
@@ -71,6 +75,8 @@ def simulate(
         reclaimer=reclaimer,
         restart_gate=restart_gate,
     )
+    if reasons is not None:
+        engine.reasons = DecisionReasons(policy, reasons)
     t0 = wallclock.perf_counter()
     engine.run(progress)
     wall = wallclock.perf_counter() - t0
