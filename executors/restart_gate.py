@@ -235,6 +235,19 @@ class RestartGate:
             return plan
         return plan.model_copy(update={"actions": kept})
 
+    def hold(self, job_ids: Iterable[str], now: float) -> None:
+        """Start the dwell clock of ``job_ids`` at ``now`` without a change, as if each had
+        just been changed (a later clock is kept).
+
+        The controller calls this for the running jobs it adopts after a restart: the clocks of
+        the run before are not journaled, and a policy that re-divides GPUs at every event
+        (AFS-L, Max-Min) would otherwise resize a job in the first plan after the restart, so a
+        restart would stop a running job. Held, such a change waits ``min_dwell_s`` like any
+        change right after another; a change that costs nothing is never held."""
+        last = self._last_change
+        for job_id in job_ids:
+            last[job_id] = max(now, last.get(job_id, now))
+
     def _remember(self, actions: Iterable[Action], now: float,
                   running: dict[str, ActiveJob]) -> None:
         """Start the dwell clock of every job started, resized or moved now. Jobs that left

@@ -411,12 +411,21 @@ def clean_partition(lab: SlurmLab) -> Iterator[None]:
 
 
 def _cancel_partition(lab: SlurmLab) -> None:
+    """Cancel every job of the engine partition (and blockers) and wait until Slurm holds none
+    of them any more: a cancelled stand-in still runs (or completes) for a while, and a test
+    that starts while its GPUs are taken measures the last test's jobs."""
     cli = lab.cli(timeout=30)
-    with contextlib.suppress(SlurmError):
-        for job in cli.jobs(all_states=False):
-            if PARTITION in job.partition.split(",") or job.name == "blocker":
-                with contextlib.suppress(SlurmError):
-                    cli.cancel(job.job_id)
+
+    def ours() -> list[int]:
+        with contextlib.suppress(SlurmError):
+            return [job.job_id for job in cli.jobs(all_states=False)
+                    if PARTITION in job.partition.split(",") or job.name == "blocker"]
+        return [-1]  # slurmctld did not answer: ask again
+
+    for job_id in ours():
+        with contextlib.suppress(SlurmError):
+            cli.cancel(job_id)
+    _wait("the partition's jobs to be gone", lambda: not ours(), LAB_WAIT_S)
 
 
 def _submit(lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int, lo: int,

@@ -162,7 +162,10 @@ def test_the_walkthrough_from_install_to_running(
     reader = threading.Thread(target=_collect, args=(sock, messages), daemon=True)
     reader.start()
     log = shared / "controller.log"
-    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5"),
+    # Step 8 (metrics and the live page) on the same start: --http (port 0: the lab picks a
+    # free one and the controller logs it, as an operator's fixed port would be).
+    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5",
+                                         "--http", "0"),
                      env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"})
     try:
         _wait("READY=1", lambda: bool(messages), LAB_WAIT_S, log)
@@ -172,13 +175,25 @@ def test_the_walkthrough_from_install_to_running(
         assert Path(f"{db}.heartbeat").exists() and _schema(db) == SCHEMA_VERSION
         _wait("a WATCHDOG=1 ping", lambda: ("WATCHDOG=1", run.proc.pid) in messages,
               LAB_WAIT_S, log)
+        ports = re.findall(r"live page on http://127\.0\.0\.1:(\d+)/", log.read_text())
+        assert ports, log.read_text()[-2000:]
+        port = int(ports[0])
         # 6. A user's job runs under it.
         ids = {"W": _submit(lab, user, shared, "W", 4.0, 2, 1, 2)}
         _wait("W to complete", lambda: _states(lab, ids)["W"].state == "COMPLETED" and
               _journal_rows(db).get(engine_id(ids["W"])) == "completed", LAB_WAIT_S, log)
-        # --check beside the running controller: still passes (it takes no lock).
-        code, lines, err = _check(lab, db)
+        # --check beside the running controller: still passes (it takes no lock), and the
+        # port line says the port is this controller's.
+        code, lines, err = _check(lab, db, "--http", str(port))
         assert code == 0 and "(current)" in lines["journal"], (lines, err)
+        assert lines["port"].startswith("ok "), lines["port"]
+        # 8. curl /metrics: up, W's start applied and W no longer running; the page is served.
+        _wait("/metrics to show W's start and end", lambda: (
+            lambda m: m[("gpuplan_up", ())] == 1 and m[("gpuplan_running_jobs", ())] == 0
+            and m.get(("gpuplan_actions_total", (("kind", "start"), ("status", "applied"))),
+                      0) >= 1)(_metric_values(port)), LAB_WAIT_S, log)
+        code, _, page = _scrape(port, "/")
+        assert code == 200 and b"<title>" in page
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0
@@ -472,11 +487,14 @@ def test_reasons_reach_the_journal_the_log_status_explain_and_the_admin_comment(
 
 
 def _previous_release() -> str:
-    """The last commit before this release's schema change: the previous landed release."""
+    """The last commit before this release's schema change: the previous landed release.
+
+    ``--first-parent``: on main's own history a change merged from a branch is the merge
+    commit, so its parent is main before the merge, not a commit inside the branch."""
     try:
         bump = subprocess.run(
-            ["git", "-C", str(ROOT), "log", "-1", "--format=%H", "-G^SCHEMA_VERSION = ",
-             "--", "executors/control/journal_schema.py"],
+            ["git", "-C", str(ROOT), "log", "-1", "--first-parent", "--format=%H",
+             "-G^SCHEMA_VERSION = ", "--", "executors/control/journal_schema.py"],
             capture_output=True, text=True, timeout=120, check=True).stdout.strip()
         parent = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", bump + "^"],
                                 capture_output=True, text=True, timeout=120,

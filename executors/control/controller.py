@@ -340,6 +340,8 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             self._restore_policy(engine)
             restore_gate(engine, self.journal)
             self._reconcile(engine, executor)
+            if engine.restart_gate is not None:  # no resize of adopted jobs in the first plans
+                engine.restart_gate.hold(list(engine.running), executor.now())
             self._sync(engine, executor.now())
             self._tick = time.monotonic()
             self._publish(force=True)

@@ -541,6 +541,14 @@ def _is_policy(name: str) -> bool:
     return name in policy_names()
 
 
+def load_rows(files: list[Path], run: str | None = None) -> list[dict]:
+    """Measured rows (JSON lines) from ``files``, in file order; with ``run``, only that run's
+    (the ``run`` key docs/results/data/slurm-runs.jsonl gives each row)."""
+    rows = [json.loads(line) for f in files for line in f.read_text().splitlines()
+            if line.strip()]
+    return [r for r in rows if run is None or r.get("run") == run]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tests.bench.slurm_vs_native",
@@ -558,6 +566,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="append measured rows (JSON lines) here")
     parser.add_argument("--report", nargs="+", type=Path, metavar="JSONL",
                         help="print the tables of earlier runs' rows")
+    parser.add_argument("--run", metavar="NAME",
+                        help="with --report: only the rows whose 'run' is NAME (the runs kept "
+                             "in docs/results/data/slurm-runs.jsonl: A, B, C, S)")
     return parser
 
 
@@ -566,9 +577,7 @@ def main(argv: list[str]) -> None:
     items = workload(min(args.jobs, 30) if args.quick else args.jobs)
     n = len(items)
     if args.report:  # merge earlier runs' JSON lines and print the tables
-        rows = [json.loads(line) for f in args.report
-                for line in f.read_text().splitlines() if line.strip()]
-        print(report(rows, items))
+        print(report(load_rows(args.report, args.run), items))
         return
     modes, startup = args.modes, args.startup_s
     if args.predict:  # the simulator alone: no lab, deterministic
