@@ -174,12 +174,7 @@ def open_journal(path: str) -> Journal:
 
 
 def _reason(text: str) -> Reason | None:
-    if not text:
-        return None
-    try:
-        return Reason.model_validate(json.loads(text))
-    except (ValueError, TypeError):
-        return None
+    return Reason.from_journal(text)
 
 
 def _placement(p: dict[str, int]) -> str:

@@ -31,6 +31,17 @@ class Reason(BaseModel):
     text: str = Field(max_length=1000)
     terms: dict[str, Term] = Field(default_factory=dict)
 
+    @classmethod
+    def from_journal(cls, text: str) -> Reason | None:
+        """A journaled reason (its JSON) back as a :class:`Reason`; None for ``''`` or text
+        that is not one (a reader shows no reason rather than failing)."""
+        if not text:
+            return None
+        try:
+            return cls.model_validate_json(text)
+        except ValueError:
+            return None
+
 
 class ActionReason(BaseModel):
     """One action of a decision and why. ``carried`` is False for an action the policy proposed

@@ -21,7 +21,6 @@ cycle, then
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable
@@ -163,13 +162,3 @@ class ReasonPublisher:
                 log.info("admin comment of %s not updated: %s", eid, err)
                 continue
             self._seen[eid] = (slurm_id, new)
-
-    @staticmethod
-    def parse(text: str) -> Reason | None:
-        """A journaled reason JSON back as a :class:`Reason` (None for ``''`` or bad JSON)."""
-        if not text:
-            return None
-        try:
-            return Reason.model_validate(json.loads(text))
-        except (ValueError, TypeError):
-            return None
