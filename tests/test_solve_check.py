@@ -90,3 +90,22 @@ def test_cli_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "best-fit: ignores collision probability" in out
     assert f"{len(rows[1]['violations'])} violation(s) of the full model" in out
+
+
+def test_the_checkers_hold_under_python_O() -> None:
+    """``python -O`` strips ``assert``: the checkers raise their own error, so an answer that
+    breaks a rule is still caught (before, each rule was an ``assert``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from gpuplan.solver_core.problems.generate import generate\n"
+        "from gpuplan.solver_core.problems.mckp import check, load\n"
+        "inst = load(generate('mckp', 6, 0), 'gen')\n"
+        "try:\n"
+        "    check(inst, {'choice': {}})\n"
+        "except AssertionError as err:\n"
+        "    print('caught', type(err).__name__)\n")
+    proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert proc.stdout.strip() == "caught RuleBroken", proc.stdout + proc.stderr

@@ -40,6 +40,7 @@ Design (why it looks like this):
   and started where the engine wants it. Sidecars nobody claims in the first plan are stopped.
 
 The engine API is synchronous; the executor runs its own asyncio loop (asyncssh) inside its
+calls.
 
 Modules: this one is the :class:`~gpuplan.executors.base.Executor` (events, plans, failures);
 :mod:`.plans` applies plans (stops, adoptions, in-place resizes, launches);

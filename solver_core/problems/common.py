@@ -90,3 +90,17 @@ def heuristic_outcome(solution: dict[str, Any], objective: float, t0: float,
     """A heuristic's answer: no bound, no gap, the whole run counted as solve time."""
     return Outcome(status, objective, None, None, solution, None,
                    (time.perf_counter() - t0) * 1000.0)
+
+
+class RuleBroken(AssertionError):
+    """An answer breaks a rule of its problem's model (raised by the problems' ``check``).
+
+    An ``AssertionError`` so callers that caught the checkers' former ``assert`` keep working,
+    but raised explicitly: ``python -O`` strips ``assert`` statements, and a checker that
+    passes every answer under it would let a broken answer through ``gpuplan solve``."""
+
+
+def rule(holds: bool, message: str) -> None:
+    """Raise :class:`RuleBroken` with ``message`` unless ``holds``."""
+    if not holds:
+        raise RuleBroken(message)

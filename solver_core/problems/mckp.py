@@ -22,6 +22,7 @@ from .common import (
     Outcome,
     heuristic_outcome,
     mip_defaults,
+    rule,
     solve_mip,
 )
 from .fields import as_int, as_list, as_number, as_record, as_str, instance_object, unique
@@ -69,16 +70,16 @@ def value_of(inst: MckpFile, choice: dict[str, int | None]) -> float:
 
 def check(inst: MckpFile, solution: dict[str, Any]) -> float:
     """Independent feasibility check: every group answered, indices valid, capacity kept.
-    Returns the value; raises AssertionError when infeasible."""
+    Returns the value; raises RuleBroken (an AssertionError) when infeasible."""
     choice = solution["choice"]
-    assert set(choice) == {g.key for g in inst.groups}, "choice must name every group"
+    rule(set(choice) == {g.key for g in inst.groups}, "choice must name every group")
     weight = 0
     for g in inst.groups:
         i = choice[g.key]
         if i is not None:
-            assert 0 <= i < len(g.items), f"bad item index {i} in {g.key}"
+            rule(0 <= i < len(g.items), f"bad item index {i} in {g.key}")
             weight += g.items[i][0]
-    assert weight <= inst.capacity, f"weight {weight} above capacity {inst.capacity}"
+    rule(weight <= inst.capacity, f"weight {weight} above capacity {inst.capacity}")
     return value_of(inst, choice)
 
 

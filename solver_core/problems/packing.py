@@ -24,7 +24,7 @@ from ..placement.network_packing import (
     regulation_cost,
     regulation_options,
 )
-from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults
+from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults, rule
 from .fields import as_int, as_list, as_record, as_str, instance_object, unique
 
 __all__ = ["HEURISTICS", "SOLVERS", "PackingFile", "check", "default_solvers", "load", "run",
@@ -97,16 +97,16 @@ def check(pf: PackingFile, solution: dict[str, Any]) -> float:
     counts = solution["counts"]
     used = 0
     for j, c in counts.items():
-        assert pf.shares.get(j, 0) > 0 and c > 0, f"{j}: started or zero count"
+        rule(pf.shares.get(j, 0) > 0 and c > 0, f"{j}: started or zero count")
         foot = envelope(c, pf.unit)
         if pf.allowed[j] is not None:
-            assert c in pf.allowed[j], f"{j}: count {c} not allowed"  # type: ignore[operator]
+            rule(c in pf.allowed[j], f"{j}: count {c} not allowed")  # type: ignore[operator]
         else:
-            assert c == foot, f"{j}: count {c} is not a legal size"
+            rule(c == foot, f"{j}: count {c} is not a legal size")
         small = foot < pf.unit and pf.unit % foot == 0 and foot & (foot - 1) == 0
-        assert small or foot % pf.unit == 0, f"{j}: footprint {foot} not legal"
+        rule(small or foot % pf.unit == 0, f"{j}: footprint {foot} not legal")
         used += foot
-    assert used <= pf.capacity, f"footprint {used} above capacity {pf.capacity}"
+    rule(used <= pf.capacity, f"footprint {used} above capacity {pf.capacity}")
     return score(pf, counts)[2]
 
 

@@ -21,7 +21,7 @@ from ..limits import SolveLimits
 from ..placement.reuse_exact import place_exact
 from ..placement.reuse_greedy import place_greedy
 from ..placement.reuse_problem import PlacementJob, PlacementProblem, reuse_score, score_key
-from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults
+from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults, rule
 from .fields import as_int, as_list, as_object, as_record, as_str, instance_object, unique
 
 __all__ = ["HEURISTICS", "SOLVERS", "check", "default_solvers", "load", "objective", "run"]
@@ -98,17 +98,17 @@ def check(p: PlacementProblem, solution: dict[str, Any]) -> float:
     multi_on = dict.fromkeys(p.pools, 0)
     for jid, nodes in placement.items():
         job = by_id[jid]
-        assert sum(nodes.values()) == job.count, f"{jid}: placed {sum(nodes.values())}"
+        rule(sum(nodes.values()) == job.count, f"{jid}: placed {sum(nodes.values())}")
         for n, g in nodes.items():
-            assert g > 0 and (job.nodes is None or n in job.nodes), f"{jid}: bad node {n}"
+            rule(g > 0 and (job.nodes is None or n in job.nodes), f"{jid}: bad node {n}")
             load_on[n] += g
             multi_on[n] += len(nodes) > 1
         if p.no_network_sharing:
-            assert len(nodes) == math.ceil(job.count / p.unit), f"{jid}: spread {len(nodes)}"
+            rule(len(nodes) == math.ceil(job.count / p.unit), f"{jid}: spread {len(nodes)}")
     for n, used in load_on.items():
-        assert used <= len(p.pools[n]), f"node {n} over capacity"
+        rule(used <= len(p.pools[n]), f"node {n} over capacity")
         if p.no_network_sharing:
-            assert multi_on[n] <= 1, f"node {n} shared by multi-node jobs"
+            rule(multi_on[n] <= 1, f"node {n} shared by multi-node jobs")
     return objective(p, placement)
 
 

@@ -30,6 +30,7 @@ from .common import (
     Outcome,
     heuristic_outcome,
     mip_defaults,
+    rule,
     solve_mip,
 )
 from .fields import as_int, as_list, as_object, as_record, as_str, instance_object, unique
@@ -89,8 +90,8 @@ def check(rf: ReclaimFile, solution: dict[str, Any]) -> int:
     """Independent feasibility check (README semantics, not the project's evaluator):
     exactly ``demand`` distinct known servers, and the preempted list is right."""
     chosen = solution["servers"]
-    assert len(chosen) == rf.demand == len(set(chosen)), "need demand distinct servers"
-    assert set(chosen) <= set(rf.inst.servers), "unknown server returned"
+    rule(len(chosen) == rf.demand == len(set(chosen)), "need demand distinct servers")
+    rule(set(chosen) <= set(rf.inst.servers), "unknown server returned")
     dead = []
     for job in rf.inst.jobs:
         lost = sum(g for s, g in job.gpus.items() if s in chosen)
@@ -100,7 +101,7 @@ def check(rf: ReclaimFile, solution: dict[str, Any]) -> int:
         keeps = (left in job.allowed) if job.allowed else False
         if not keeps:
             dead.append(job.id)
-    assert sorted(dead) == sorted(solution["preempted"]), "preempted list is wrong"
+    rule(sorted(dead) == sorted(solution["preempted"]), "preempted list is wrong")
     return len(dead)
 
 

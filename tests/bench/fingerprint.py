@@ -11,6 +11,7 @@ claims are made. ``--quick`` runs a smaller set (the synthetic and Aryl cases on
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -58,17 +59,26 @@ def run_case(workload_name: str, policy: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
-    hashes = {f"{w}/{p}": run_case(w, p) for w, p in cases(quick)}
-    if "--save" in argv:
-        path = argv[argv.index("--save") + 1]
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(hashes, fh, indent=1, sort_keys=True)
-        print(f"saved {len(hashes)} fingerprints to {path}")
-        return 0
-    if "--check" in argv:
-        with open(argv[argv.index("--check") + 1], encoding="utf-8") as fh:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.fingerprint",
+        description="Result fingerprints of the simulated cases (refactors keep behaviour: "
+                    "--save before, --check after).")
+    parser.add_argument("--quick", action="store_true", help="the small cases only")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--save", metavar="FILE", help="write the fingerprints to FILE")
+    what.add_argument("--check", metavar="FILE", help="compare with FILE; exit 1 if any differ")
+    args = parser.parse_args(argv)
+    saved = None
+    if args.check:  # read first: a missing file is refused before minutes of runs
+        with open(args.check, encoding="utf-8") as fh:
             saved = json.load(fh)
+    hashes = {f"{w}/{p}": run_case(w, p) for w, p in cases(args.quick)}
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as fh:
+            json.dump(hashes, fh, indent=1, sort_keys=True)
+        print(f"saved {len(hashes)} fingerprints to {args.save}")
+        return 0
+    if saved is not None:
         common = [k for k in hashes if k in saved]
         differ = [k for k in common if hashes[k] != saved[k]]
         print(f"{len(common) - len(differ)} of {len(common)} equal")
