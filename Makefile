@@ -32,6 +32,7 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 # The whole suite exactly as `make test` runs it, while both cores are kept busy by spinning
@@ -44,6 +45,7 @@ bench: $(VENV)/.test
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

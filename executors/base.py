@@ -86,7 +86,8 @@ class Executor(ABC):
                 if action.after is not None and action.after.share < 1.0:
                     raise PlanRefused(
                         f"{where}: job {action.job_id} would get {action.after.share:g} of each "
-                        f"GPU, but {type(self).__name__} cannot share GPUs between jobs")
+                        f"GPU, but {type(self).__name__} cannot share GPUs between jobs"
+                    )
         try:
             if built and self.trusts_built_plans:
                 check_shapes(view, plan)  # the node-shape invariant holds on every executor

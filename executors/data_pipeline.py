@@ -78,8 +78,15 @@ class DataLeader:
     can get part of a large partition's remainder instead of waiting for a whole one.
     """
 
-    def __init__(self, num_samples: int, partition_size: int, seed: int, *,
-                 epoch: int = 0, max_shard: int | None = None) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        partition_size: int,
+        seed: int,
+        *,
+        epoch: int = 0,
+        max_shard: int | None = None,
+    ) -> None:
         if num_samples <= 0 or partition_size <= 0:
             raise PipelineError("num_samples and partition_size must be > 0")
         if max_shard is not None and max_shard <= 0:
@@ -108,8 +115,10 @@ class DataLeader:
     def _start_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self._committed = 0
-        self._queue = deque(Shard(p, 0, self.partition_length(p))
-                            for p in permutation(self.num_partitions, self.seed, epoch))
+        self._queue = deque(
+            Shard(p, 0, self.partition_length(p))
+            for p in permutation(self.num_partitions, self.seed, epoch)
+        )
 
     # ------------------------------------------------------------------ membership
     @property
@@ -164,7 +173,8 @@ class DataLeader:
         if lease is not None:
             if lease.committed < lease.shard.end:
                 raise PipelineError(
-                    f"worker {worker!r} asks for a shard before committing {lease.shard}")
+                    f"worker {worker!r} asks for a shard before committing {lease.shard}"
+                )
             self._leases[worker] = None
         if not self._queue:
             return None
@@ -185,7 +195,8 @@ class DataLeader:
         if not lease.committed <= offset <= lease.shard.end:
             raise PipelineError(
                 f"offset {offset} outside [{lease.committed}, {lease.shard.end}] of "
-                f"{worker!r}'s {lease.shard}")
+                f"{worker!r}'s {lease.shard}"
+            )
         new = offset - lease.committed
         lease.committed = offset
         self._committed += new
@@ -208,7 +219,8 @@ class DataLeader:
         """Start the next epoch (new permutation). Only when every sample was committed."""
         if not self.epoch_complete():
             raise PipelineError(
-                f"epoch {self.epoch} has {self.num_samples - self._committed} samples left")
+                f"epoch {self.epoch} has {self.num_samples - self._committed} samples left"
+            )
         for worker in self._leases:
             self._leases[worker] = None
         self._start_epoch(self.epoch + 1)
@@ -218,22 +230,35 @@ class DataLeader:
         """JSON-able state for a checkpoint or a new leader: the unassigned queue (which
         encodes the permutation still to go) and every worker's shard and offset."""
         return {
-            "num_samples": self.num_samples, "partition_size": self.partition_size,
-            "seed": self.seed, "epoch": self.epoch, "max_shard": self.max_shard,
+            "num_samples": self.num_samples,
+            "partition_size": self.partition_size,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "max_shard": self.max_shard,
             "committed": self._committed,
             "queue": [[s.partition, s.begin, s.end] for s in self._queue],
-            "leases": [[w, None if ls is None else
-                        [ls.shard.partition, ls.shard.begin, ls.shard.end, ls.committed]]
-                       for w, ls in self._leases.items()],
+            "leases": [
+                [
+                    w,
+                    None
+                    if ls is None
+                    else [ls.shard.partition, ls.shard.begin, ls.shard.end, ls.committed],
+                ]
+                for w, ls in self._leases.items()
+            ],
         }
 
     @classmethod
     def restore(cls, state: dict[str, Any], *, keep_workers: bool = True) -> DataLeader:
         """A leader from :meth:`state`. ``keep_workers`` False is a restart from a checkpoint:
         no worker survives, so every held shard's uncommitted rest goes back to the queue."""
-        leader = cls(int(state["num_samples"]), int(state["partition_size"]),
-                     int(state["seed"]), epoch=int(state["epoch"]),
-                     max_shard=state.get("max_shard"))
+        leader = cls(
+            int(state["num_samples"]),
+            int(state["partition_size"]),
+            int(state["seed"]),
+            epoch=int(state["epoch"]),
+            max_shard=state.get("max_shard"),
+        )
         leader._queue = deque(Shard(int(p), int(b), int(e)) for p, b, e in state["queue"])
         leader._committed = int(state["committed"])
         for worker, lease in state["leases"]:

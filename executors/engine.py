@@ -131,10 +131,14 @@ class Engine(NodeMembership, PlanApplication, Deciding):
         caps = self.executor.capabilities
         if not getattr(self.policy, "wants_in_place_resize", False) or caps.resize != "restart":
             return False
-        log.warning("policy %s wants stop-free (in-place) resizing, but %s resizes by "
-                    "checkpoint-restart: each resize is carried out as a restart and accounted "
-                    "at its restart latency of %g s", self.policy.name,
-                    type(self.executor).__name__, caps.restart_latency_s)
+        log.warning(
+            "policy %s wants stop-free (in-place) resizing, but %s resizes by "
+            "checkpoint-restart: each resize is carried out as a restart and accounted "
+            "at its restart latency of %g s",
+            self.policy.name,
+            type(self.executor).__name__,
+            caps.restart_latency_s,
+        )
         return True
 
     # The names the engine's books and counters had before they moved out (read-only).
@@ -165,8 +169,12 @@ class Engine(NodeMembership, PlanApplication, Deciding):
         previous = job.allocation if self.running.get(job.id) is job else None
         if previous is not None:
             ledger.vacate(previous, job.gpus)
-        taken = [f"{n}:{g}" for n, gpus in allocation.placement.items()
-                 for g in gpus if not ledger.is_free(n, (g,))]
+        taken = [
+            f"{n}:{g}"
+            for n, gpus in allocation.placement.items()
+            for g in gpus
+            if not ledger.is_free(n, (g,))
+        ]
         if taken:
             if previous is not None:
                 ledger.occupy(job.id, previous, job.gpus)
@@ -253,8 +261,9 @@ class Engine(NodeMembership, PlanApplication, Deciding):
 
     def handle(self, now: float, events: list[Event]) -> AllocationPlan:
         """Apply one batch of simultaneous events, decide, and carry the plan out."""
-        self.recorder.advance(now, self.running, self.pending, self.ledger.allocated,
-                              self.ledger.capacity)
+        self.recorder.advance(
+            now, self.running, self.pending, self.ledger.allocated, self.ledger.capacity
+        )
         self.recorder.events += len(events)
         for event in events:
             if isinstance(event, JobArrival):

@@ -40,8 +40,7 @@ class Deciding:
         """The policy's view. ``live``: ``free`` is the ledger's own per-node lists (no
         O(nodes) copy) and the view carries the free-count index; only for delta decisions,
         which read both before the plan is applied and keep neither."""
-        return self._view(now, live, self.executor.observed_interference(now),
-                          self._changes.take())
+        return self._view(now, live, self.executor.observed_interference(now), self._changes.take())
 
     def _check_view(self, now: float) -> ClusterView:
         """A view only for the executor to check a plan the engine made itself (a scale-in):
@@ -49,8 +48,13 @@ class Deciding:
         job written since the previous one."""
         return self._view(now, False, None, None)
 
-    def _view(self, now: float, live: bool, interference: Mapping[tuple[str, int], float] | None,
-              changed: ChangeSet | None) -> ClusterView:
+    def _view(
+        self,
+        now: float,
+        live: bool,
+        interference: Mapping[tuple[str, int], float] | None,
+        changed: ChangeSet | None,
+    ) -> ClusterView:
         ledger = self.ledger
         return ClusterView(
             now=now,
@@ -142,12 +146,17 @@ class Deciding:
                 self._next_round += self._round
             plan = self._decided(self.decide(now))
         else:
-            plan = AllocationPlan.model_construct(time=now, policy=self.policy.name,
-                                                  allocations={}, actions=[], stats=[],
-                                                  decision_ms=0.0)
+            plan = AllocationPlan.model_construct(
+                time=now,
+                policy=self.policy.name,
+                allocations={},
+                actions=[],
+                stats=[],
+                decision_ms=0.0,
+            )
         if (self.running or self.pending) and (
-                self._timer_at is None or self._timer_at <= now
-                or self._next_round < self._timer_at):
+            self._timer_at is None or self._timer_at <= now or self._next_round < self._timer_at
+        ):
             self.executor.wake_at(self._next_round)
             self._timer_at = self._next_round
         return plan

@@ -85,14 +85,20 @@ class NodeMembership:
             return None
         after = JobAllocation.fast(job.id, rest, alloc.share, alloc.efficiency)
         shrink = Action.model_construct(kind="resize", job_id=job.id, before=alloc, after=after)
-        plan = AllocationPlan.model_construct(time=now, policy=self.policy.name,
-                                              allocations={job.id: after}, actions=[shrink],
-                                              stats=[], decision_ms=0.0)
+        plan = AllocationPlan.model_construct(
+            time=now,
+            policy=self.policy.name,
+            allocations={job.id: after},
+            actions=[shrink],
+            stats=[],
+            decision_ms=0.0,
+        )
         try:
             self.executor.accept(self._check_view(now), plan)
         except PlanRefused as err:
-            log.warning("scale-in of %s off %s refused (%s): evicting it instead", job.id,
-                        name, err)
+            log.warning(
+                "scale-in of %s off %s refused (%s): evicting it instead", job.id, name, err
+            )
             return None
         return plan
 
@@ -118,8 +124,11 @@ class NodeMembership:
     def _loan(self, count: int, pool: str) -> None:
         """Take ``count`` idle servers of ``pool`` (name order) into training use."""
         ledger = self.ledger
-        idle = [n for n in self.cluster.nodes
-                if n.pool == pool and n.name not in ledger.usable and n.name not in ledger.down]
+        idle = [
+            n
+            for n in self.cluster.nodes
+            if n.pool == pool and n.name not in ledger.usable and n.name not in ledger.down
+        ]
         for node in idle[:count]:
             ledger.lend(node)
 

@@ -43,18 +43,21 @@ APT_LOCK_WAIT_S = 600
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
-def _check_dir(path: Path, st: os.stat_result, uid: int, error: type[Exception],
-               what: str) -> None:
+def _check_dir(path: Path, st: os.stat_result, uid: int, error: type[Exception], what: str) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise error(f"{what} {path} is a symbolic link; refusing to use it")
     if not stat.S_ISDIR(st.st_mode):
         raise error(f"{what} {path} is not a directory; refusing to use it")
     if st.st_uid != uid:
-        raise error(f"{what} {path} belongs to uid {st.st_uid}, not to this user (uid {uid}); "
-                    "refusing to use it (remove it or choose another root)")
+        raise error(
+            f"{what} {path} belongs to uid {st.st_uid}, not to this user (uid {uid}); "
+            "refusing to use it (remove it or choose another root)"
+        )
     if st.st_mode & _OTHERS_WRITE:
-        raise error(f"{what} {path} is writable by group or others (mode "
-                    f"{stat.S_IMODE(st.st_mode):04o}); refusing to use it")
+        raise error(
+            f"{what} {path} is writable by group or others (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); refusing to use it"
+        )
 
 
 def _prefixes(path: Path) -> list[Path]:
@@ -74,19 +77,24 @@ def check_ancestors(path: Path, error: type[Exception]) -> None:
             except OSError as err:
                 raise error(f"cannot check {p} (above {path}): {err.strerror}") from None
             if st.st_uid not in (0, uid):
-                raise error(f"{p} (above {path}) belongs to uid {st.st_uid}; refusing a root "
-                            "below a directory another user controls")
+                raise error(
+                    f"{p} (above {path}) belongs to uid {st.st_uid}; refusing a root "
+                    "below a directory another user controls"
+                )
             if stat.S_ISLNK(st.st_mode):
                 continue
             if not stat.S_ISDIR(st.st_mode):
                 raise error(f"{p} (above {path}) is not a directory")
             if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-                raise error(f"{p} (above {path}) is writable by others and not sticky; "
-                            "refusing a root there")
+                raise error(
+                    f"{p} (above {path}) is writable by others and not sticky; "
+                    "refusing a root there"
+                )
 
 
-def private_root(path: str | Path, *, mode: int, error: type[Exception],
-                 create: bool = True) -> bool | None:
+def private_root(
+    path: str | Path, *, mode: int, error: type[Exception], create: bool = True
+) -> bool | None:
     """Make sure ``path`` is a root only the caller controls; return True when it was created
     here (new), False when an existing one passed the checks, None when it does not exist and
     ``create`` is False. The mode is set to ``mode`` either way (labs use 0711: others may
@@ -117,8 +125,7 @@ def private_root(path: str | Path, *, mode: int, error: type[Exception],
     return created
 
 
-def private_dir(root: Path, rel: str | Path, *, error: type[Exception],
-                mode: int = 0o755) -> Path:
+def private_dir(root: Path, rel: str | Path, *, error: type[Exception], mode: int = 0o755) -> Path:
     """``root/rel``, each component created (``mode``) or checked: a directory of ours that no
     one else can write, never a link. ``root`` itself must have passed :func:`private_root`."""
     uid = os.geteuid()
@@ -146,15 +153,16 @@ def write_file(path: Path, data: str | bytes, *, mode: int, error: type[Exceptio
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
     except OSError as err:
         raise error(f"cannot write {path}: {err.strerror}") from None
     try:
         os.fchmod(fd, mode)
         view = memoryview(raw)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
     try:
@@ -179,8 +187,10 @@ def read_file(path: Path, *, limit: int, error: type[Exception]) -> bytes | None
         if not stat.S_ISREG(st.st_mode):
             raise error(f"refusing to read {path}: not a regular file")
         if st.st_uid != os.geteuid() or st.st_mode & _OTHERS_WRITE:
-            raise error(f"refusing to read {path}: owned by uid {st.st_uid} with mode "
-                        f"{stat.S_IMODE(st.st_mode):04o} (another user could have written it)")
+            raise error(
+                f"refusing to read {path}: owned by uid {st.st_uid} with mode "
+                f"{stat.S_IMODE(st.st_mode):04o} (another user could have written it)"
+            )
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -208,8 +218,15 @@ def _proc_uids(pid: int) -> tuple[int, int] | None:
     return None
 
 
-def process_is(pid: int, *, exe: str, uid: int, argv: Sequence[str] | None = None,
-               cmdline_contains: str | None = None, start_ticks: int | None = None) -> bool:
+def process_is(
+    pid: int,
+    *,
+    exe: str,
+    uid: int,
+    argv: Sequence[str] | None = None,
+    cmdline_contains: str | None = None,
+    start_ticks: int | None = None,
+) -> bool:
     """``pid`` runs (not a zombie), as ``uid`` (real and effective), from the executable
     ``exe`` (a command found on ``PATH`` or a path; compared after resolving links, since
     Debian's alternatives make ``slurmctld`` run as ``slurmctld-wlm``), with exactly ``argv``
@@ -226,7 +243,7 @@ def process_is(pid: int, *, exe: str, uid: int, argv: Sequence[str] | None = Non
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    rest = raw[raw.rfind(")") + 2:].split()
+    rest = raw[raw.rfind(")") + 2 :].split()
     if rest[0] in ("Z", "X") or (start_ticks is not None and int(rest[19]) != start_ticks):
         return False
     if _proc_uids(pid) != (uid, uid):
@@ -235,12 +252,19 @@ def process_is(pid: int, *, exe: str, uid: int, argv: Sequence[str] | None = Non
         return False
     if argv is not None and cmd.rstrip(b"\0").split(b"\0") != [a.encode() for a in argv]:
         return False
-    return cmdline_contains is None or cmdline_contains in cmd.replace(b"\0", b" ").decode(
-        errors="replace") + " "
+    return (
+        cmdline_contains is None
+        or cmdline_contains in cmd.replace(b"\0", b" ").decode(errors="replace") + " "
+    )
 
 
-def apt_get(args: Sequence[str], *, error: type[Exception],
-            lock_wait_s: float = APT_LOCK_WAIT_S, timeout_s: float = 1800) -> None:
+def apt_get(
+    args: Sequence[str],
+    *,
+    error: type[Exception],
+    lock_wait_s: float = APT_LOCK_WAIT_S,
+    timeout_s: float = 1800,
+) -> None:
     """``apt-get ARGS`` non-interactively. apt waits up to ``lock_wait_s`` for the dpkg lock
     (``DPkg::Lock::Timeout``); ``apt-get update`` does not honour that for the package lists'
     lock, so a "Could not get lock" failure is retried within the same bound. Anything else
@@ -250,8 +274,15 @@ def apt_get(args: Sequence[str], *, error: type[Exception],
     deadline = time.monotonic() + lock_wait_s
     while True:
         try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
+            proc = subprocess.run(
+                argv,
+                env=env,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout_s,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as err:
             raise error(f"{' '.join(argv)} failed: {err}") from None
         if proc.returncode == 0:

@@ -34,8 +34,19 @@ __all__ = ["GpuLedger"]
 class GpuLedger:
     """Free, shared and capacity books of the usable nodes (see the module's invariants)."""
 
-    __slots__ = ("_free_lists", "_shared_nodes", "_stale", "allocated", "capacity", "down",
-                 "free", "index", "on_loan", "shared", "usable")
+    __slots__ = (
+        "_free_lists",
+        "_shared_nodes",
+        "_stale",
+        "allocated",
+        "capacity",
+        "down",
+        "free",
+        "index",
+        "on_loan",
+        "shared",
+        "usable",
+    )
 
     def __init__(self) -> None:
         self.usable: dict[str, Node] = {}
@@ -137,8 +148,9 @@ class GpuLedger:
         taken = next(g for g in held if g not in free)
         return RuntimeError(f"plan gives GPU {node}:{taken} to {job_id} but it is taken")
 
-    def _occupy_shared(self, job_id: str, placement: dict[str, tuple[int, ...]],
-                       share: float) -> None:
+    def _occupy_shared(
+        self, job_id: str, placement: dict[str, tuple[int, ...]], share: float
+    ) -> None:
         all_free, all_shared = self.free, self.shared
         for node, held in placement.items():  # check first: a refusal changes nothing
             free, loads = all_free.get(node), all_shared.get(node)
@@ -239,11 +251,13 @@ class GpuLedger:
             for g in range(node.gpus):
                 used = load.get((name, g), 0.0)
                 if (name, g) in whole:
-                    assert used == 1.0 and g not in free and g not in loads, \
+                    assert used == 1.0 and g not in free and g not in loads, (
                         f"{name}:{g} held whole: booked free or shared, or held twice"
+                    )
                 elif used <= SHARE_EPS:
                     assert g in free, f"{name}:{g} unheld but not free"
                 else:
-                    assert abs(loads.get(g, -1.0) - used) <= 1e-6, \
+                    assert abs(loads.get(g, -1.0) - used) <= 1e-6, (
                         f"{name}:{g} booked load {loads.get(g)} != held {used}"
+                    )
         assert abs(self.allocated - total) <= 1e-6 * max(1.0, total), "allocated"

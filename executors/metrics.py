@@ -78,8 +78,7 @@ def run_result(engine: Engine, scenario: str, seed: int, wall_s: float) -> RunRe
     ones (finish None), and the run's counters (the engine's :class:`~.recorder.RunRecorder`)."""
     rec = engine.recorder
     now = rec.now
-    unfinished = [job_record(j, now) for j in (*engine.running.values(),
-                                               *engine.pending.values())]
+    unfinished = [job_record(j, now) for j in (*engine.running.values(), *engine.pending.values())]
     return construct(
         RunResult,
         scenario=scenario,
@@ -202,8 +201,9 @@ class RunSummary(BaseModel):
     solver_p95_ms: float | None = None
     solver_p99_ms: float | None = None
     rejected: int = Field(
-        default=0, description="arrivals the engine refused (duplicate id, larger than the "
-        "cluster); not counted in ``jobs``"
+        default=0,
+        description="arrivals the engine refused (duplicate id, larger than the "
+        "cluster); not counted in ``jobs``",
     )
     loaning: LoaningMetrics | None = Field(
         default=None, description="Aryl capacity-loaning metrics (scenarios with a loaning block)"
@@ -212,22 +212,26 @@ class RunSummary(BaseModel):
         default=0, description="resizes a stop-free policy got as restarts (RunResult's field)"
     )
     gate_proposed: int | None = Field(
-        default=None, description="restart gate: changes to running jobs the policy proposed "
-        "(per kind in RunResult.restart_gate); None: no gate"
+        default=None,
+        description="restart gate: changes to running jobs the policy proposed "
+        "(per kind in RunResult.restart_gate); None: no gate",
     )
     gate_done: int | None = Field(default=None, description="restart gate: carried out")
     gate_skipped: int | None = Field(default=None, description="restart gate: skipped")
     avg_jct_bound_s: float | None = Field(
-        default=None, description="proven lower bound on the optimal average JCT, from a "
-        "policy that has one (offline-optimal; RunResult.bound); None: no bound"
+        default=None,
+        description="proven lower bound on the optimal average JCT, from a "
+        "policy that has one (offline-optimal; RunResult.bound); None: no bound",
     )
     avg_jct_gap: float | None = Field(
-        default=None, description="(avg_jct_s - avg_jct_bound_s) / avg_jct_bound_s: this run "
-        "is at most this far above the optimum"
+        default=None,
+        description="(avg_jct_s - avg_jct_bound_s) / avg_jct_bound_s: this run "
+        "is at most this far above the optimum",
     )
     bound_status: str | None = Field(
-        default=None, description="'optimal' (the policy's schedule is proven optimal) or "
-        "'upper-bound' (the best found, not proven); None: no bound"
+        default=None,
+        description="'optimal' (the policy's schedule is proven optimal) or "
+        "'upper-bound' (the best found, not proven); None: no bound",
     )
 
 
@@ -259,8 +263,9 @@ def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None, f
     """p50, p95, p99 with numpy's linear percentile (``None`` x 3 when empty)."""
     if not values:
         return (None, None, None)
-    p50, p95, p99 = np.percentile(np.asarray(values, dtype=float), [50.0, 95.0, 99.0],
-                                  method="linear")
+    p50, p95, p99 = np.percentile(
+        np.asarray(values, dtype=float), [50.0, 95.0, 99.0], method="linear"
+    )
     return (float(p50), float(p95), float(p99))
 
 
@@ -353,8 +358,11 @@ def _bound_fields(result: RunResult, avg_jct: float | None) -> dict[str, Any]:
     status = b.status
     if avg_jct is None or avg_jct > b.planned_avg_jct_s * (1 + DIVERGED_REL):
         status = "upper-bound"
-    return {"avg_jct_bound_s": b.lower_bound_s, "bound_status": status,
-            "avg_jct_gap": _gap(avg_jct, b.lower_bound_s)}
+    return {
+        "avg_jct_bound_s": b.lower_bound_s,
+        "bound_status": status,
+        "avg_jct_gap": _gap(avg_jct, b.lower_bound_s),
+    }
 
 
 def _gap(value: float | None, bound: float | None) -> float | None:
@@ -373,8 +381,9 @@ def _gate_totals(gate: dict[str, Any] | None) -> dict[str, int | None]:
     if gate is None:
         return {"gate_proposed": None, "gate_done": None, "gate_skipped": None}
     rows = [v for k, v in gate.get("changes", {}).items() if k != "start"]
-    return {f"gate_{n}": sum(int(r.get(n, 0)) for r in rows)
-            for n in ("proposed", "done", "skipped")}
+    return {
+        f"gate_{n}": sum(int(r.get(n, 0)) for r in rows) for n in ("proposed", "done", "skipped")
+    }
 
 
 # --------------------------------------------------------------------------- comparison
@@ -468,8 +477,13 @@ def bounds_table(summaries: list[tuple[str, RunSummary]]) -> Table | None:
         table.add_column(title, justify="right")
     for name, s in rows:
         status = "optimal" if s.bound_status == "optimal" else "upper bound"
-        table.add_row(escape(name), status, format_duration(s.avg_jct_s),
-                      format_duration(s.avg_jct_bound_s), _fmt_gap(s.avg_jct_gap))
+        table.add_row(
+            escape(name),
+            status,
+            format_duration(s.avg_jct_s),
+            format_duration(s.avg_jct_bound_s),
+            _fmt_gap(s.avg_jct_gap),
+        )
     return table
 
 
@@ -491,8 +505,16 @@ def loaning_table(summaries: list[tuple[str, RunSummary]]) -> Table | None:
         return None
     table = Table(title="Capacity loaning (usage over first decision .. last submission)")
     table.add_column("Policy", style="bold")
-    for title in ("Usage training", "Usage both pools", "Loaned used", "Preemption ratio",
-                  "Collateral", "Reclaim met by flexible", "Loans", "Reclaims (servers)"):
+    for title in (
+        "Usage training",
+        "Usage both pools",
+        "Loaned used",
+        "Preemption ratio",
+        "Collateral",
+        "Reclaim met by flexible",
+        "Loans",
+        "Reclaims (servers)",
+    ):
         table.add_column(title, justify="right")
     for name, s in summaries:
         m = s.loaning
@@ -500,9 +522,15 @@ def loaning_table(summaries: list[tuple[str, RunSummary]]) -> Table | None:
             table.add_row(escape(name), *["—"] * 8)
             continue
         table.add_row(
-            escape(name), _pct(m.usage_training), _pct(m.usage_overall), _pct(m.usage_loaned),
-            _pct(m.preemption_ratio), _pct(m.collateral_damage), _pct(m.met_by_flexible),
-            str(m.loan_offers), f"{m.reclaims} ({m.servers_reclaimed})",
+            escape(name),
+            _pct(m.usage_training),
+            _pct(m.usage_overall),
+            _pct(m.usage_loaned),
+            _pct(m.preemption_ratio),
+            _pct(m.collateral_damage),
+            _pct(m.met_by_flexible),
+            str(m.loan_offers),
+            f"{m.reclaims} ({m.servers_reclaimed})",
         )
     return table
 

@@ -29,8 +29,7 @@ from gpuplan.solver_core.restart_gate import ChangeCosts
 
 from .base import ExecutorCapabilities
 
-STANDIN_SUFFIXES = {"progress": ".progress", "checkpoint": ".ckpt", "done": ".done",
-                    "log": ".log"}
+STANDIN_SUFFIXES = {"progress": ".progress", "checkpoint": ".ckpt", "done": ".done", "log": ".log"}
 """The stand-in protocol's state files of one job (or rank), by role."""
 
 
@@ -72,8 +71,9 @@ class ArrivalQueue:
     ``order`` sorts the specs once (stable); :meth:`due` hands out, in that order, every spec whose
     time has come."""
 
-    def __init__(self, specs: Iterable[JobSpec],
-                 order: Callable[[JobSpec], Any] = lambda s: s.submit_time) -> None:
+    def __init__(
+        self, specs: Iterable[JobSpec], order: Callable[[JobSpec], Any] = lambda s: s.submit_time
+    ) -> None:
         self._specs = sorted(specs, key=order)
         self._next = 0
 
@@ -129,9 +129,14 @@ class ProgressCore:
       (``failures`` keeps each failed job's reason); :meth:`drain` hands them out.
     """
 
-    def __init__(self, capabilities: ExecutorCapabilities, *, max_restarts: int,
-                 restart_summary: Callable[[Sequence[float]], float] = statistics.median,
-                 start_summary: Callable[[Sequence[float]], float] = statistics.median) -> None:
+    def __init__(
+        self,
+        capabilities: ExecutorCapabilities,
+        *,
+        max_restarts: int,
+        restart_summary: Callable[[Sequence[float]], float] = statistics.median,
+        start_summary: Callable[[Sequence[float]], float] = statistics.median,
+    ) -> None:
         self.capabilities = capabilities
         self.max_restarts = max_restarts
         self.restart_summary = restart_summary
@@ -145,15 +150,17 @@ class ProgressCore:
         self._outbox: list[Event] = []
 
     # ------------------------------------------------------------------ latencies
-    def record_restart_latency(self, seconds: float, job_id: str | None = None,
-                               kind: str = "resize") -> None:
+    def record_restart_latency(
+        self, seconds: float, job_id: str | None = None, kind: str = "resize"
+    ) -> None:
         """A stop -> first progress of the relaunched run: what a resize costs the engine
         (and, with ``job_id``, what a ``kind`` change of that job costs the restart gate)."""
         if job_id is not None:
             self.change_costs.record(job_id, kind, seconds)
         self.restart_latencies.append(seconds)
         self.capabilities = dataclasses.replace(
-            self.capabilities, restart_latency_s=self.restart_summary(self.restart_latencies))
+            self.capabilities, restart_latency_s=self.restart_summary(self.restart_latencies)
+        )
 
     def record_start_latency(self, seconds: float) -> None:
         """A launch -> first progress (no stop before it)."""
@@ -190,8 +197,9 @@ class ProgressCore:
 
     # ------------------------------------------------------------------ outcomes
     def complete(self, time: float, job_id: str) -> None:
-        self._outbox.append(JobCompletion.model_construct(time=time, kind="completion",
-                                                          job_id=job_id))
+        self._outbox.append(
+            JobCompletion.model_construct(time=time, kind="completion", job_id=job_id)
+        )
 
     def fail(self, time: float, job_id: str, reason: str) -> None:
         self.failures[job_id] = reason

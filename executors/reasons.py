@@ -62,7 +62,7 @@ def gpus(n: int) -> str:
 
 def short_id(job_id: str, limit: int = 40) -> str:
     """A job id cut for one line of text (ids may be long; the full id is in the record)."""
-    return job_id if len(job_id) <= limit else job_id[:limit - 3] + "..."
+    return job_id if len(job_id) <= limit else job_id[: limit - 3] + "..."
 
 
 def _nodes(action: Action) -> list[str]:
@@ -108,24 +108,38 @@ class Explainer:
             rank = ctx.rank.get(a.job_id)
             terms.setdefault("rank", rank if rank is not None else -1)
             terms.setdefault("gpus", a.gpus_after)
-            return Reason(code="start", text=f"start: rank {terms['rank']} in {ctx.policy}'s "
-                          f"order, {a.gpus_after} GPUs fit on {nodes}", terms=terms)
+            return Reason(
+                code="start",
+                text=f"start: rank {terms['rank']} in {ctx.policy}'s "
+                f"order, {a.gpus_after} GPUs fit on {nodes}",
+                terms=terms,
+            )
         if a.kind == "preempt":
             takers = [x.job_id for x in ctx.plan.actions if x.kind == "start"]
             terms["gpus"] = a.gpus_before
             text = f"preempt: {ctx.policy} gives its {a.gpus_before} GPUs to " + (
-                ", ".join(short_id(t) for t in takers[:SHOW_AHEAD]) if takers
-                else "other jobs")
+                ", ".join(short_id(t) for t in takers[:SHOW_AHEAD]) if takers else "other jobs"
+            )
             return Reason(code="preempt", text=text, terms=terms)
         if a.kind == "resize":
             terms.update(gpus_before=a.gpus_before, gpus_after=a.gpus_after)
-            verb = "grow" if a.gpus_after > a.gpus_before else "shrink" \
-                if a.gpus_after < a.gpus_before else "move"
-            return Reason(code=verb, text=f"{verb}: {ctx.policy} changes its share "
-                          f"{a.gpus_before} -> {a.gpus_after} GPUs on {nodes}", terms=terms)
+            verb = (
+                "grow"
+                if a.gpus_after > a.gpus_before
+                else "shrink"
+                if a.gpus_after < a.gpus_before
+                else "move"
+            )
+            return Reason(
+                code=verb,
+                text=f"{verb}: {ctx.policy} changes its share "
+                f"{a.gpus_before} -> {a.gpus_after} GPUs on {nodes}",
+                terms=terms,
+            )
         if a.kind == "migrate":
-            return Reason(code="migrate", text=f"migrate: {ctx.policy} moves it to {nodes}",
-                          terms=terms)
+            return Reason(
+                code="migrate", text=f"migrate: {ctx.policy} moves it to {nodes}", terms=terms
+            )
         return Reason(code=a.kind, text=f"{a.kind}: {ctx.policy}", terms=terms)
 
 
@@ -143,8 +157,10 @@ class AfsExplainer(Explainer):
 
     def _ranks(self, engine: Any, now: float) -> dict[str, int]:
         if self._rank is None:
-            jobs = sorted((*engine.running.values(), *engine.pending.values()),
-                          key=lambda j: (j.spec.submit_time, j.spec.id))
+            jobs = sorted(
+                (*engine.running.values(), *engine.pending.values()),
+                key=lambda j: (j.spec.submit_time, j.spec.id),
+            )
             self._rank = {j.spec.id: i + 1 for i, j in enumerate(jobs)}
         return self._rank
 
@@ -152,8 +168,10 @@ class AfsExplainer(Explainer):
         return sorted(engine.pending, key=lambda j: (engine.pending[j].spec.submit_time, j))
 
     def terms(self, job: ActiveJob, engine: Any, now: float) -> dict[str, Term]:
-        out: dict[str, Term] = {"share": job.gpus if job.allocation is not None else 0,
-                                "rank": self._ranks(engine, now).get(job.spec.id, -1)}
+        out: dict[str, Term] = {
+            "share": job.gpus if job.allocation is not None else 0,
+            "rank": self._ranks(engine, now).get(job.spec.id, -1),
+        }
         counter = getattr(self.stage, "counter", None)
         if counter is not None:
             out["counter"] = counter(job, now)
@@ -161,14 +179,19 @@ class AfsExplainer(Explainer):
 
     def waiting(self, job: ActiveJob, engine: Any, now: float) -> Reason | None:
         t = self.terms(job, engine, now)
-        return Reason(code="share-zero", text=f"{self.label} gives it share 0 (rank "
-                      f"{t['rank']})", terms=t)
+        return Reason(
+            code="share-zero", text=f"{self.label} gives it share 0 (rank {t['rank']})", terms=t
+        )
 
     def action(self, a: Action, ctx: _Context) -> Reason:
         r = super().action(a, ctx)
         if a.kind in ("start", "resize"):
-            return Reason(code=r.code, text=f"{r.code}: {self.label} share {a.gpus_after} GPUs"
-                          f" at rank {r.terms.get('rank')}", terms=r.terms)
+            return Reason(
+                code=r.code,
+                text=f"{r.code}: {self.label} share {a.gpus_after} GPUs"
+                f" at rank {r.terms.get('rank')}",
+                terms=r.terms,
+            )
         return r
 
 
@@ -187,6 +210,7 @@ class TiresiasExplainer(Explainer):
         def key(j: str) -> tuple[float, float]:
             st = state.get(j)
             return big if st is None else (st.queue, st.seq)
+
         return sorted(engine.pending, key=key)
 
     def terms(self, job: ActiveJob, engine: Any, now: float) -> dict[str, Term]:
@@ -201,19 +225,28 @@ class TiresiasExplainer(Explainer):
 
     def waiting(self, job: ActiveJob, engine: Any, now: float) -> Reason | None:
         t = self.terms(job, engine, now)
-        return Reason(code="queue", text=f"queue Q{t['queue']} (attained "
-                      f"{t.get('attained_gpu_s', 0):.0f} GPU-s)", terms=t)
+        return Reason(
+            code="queue",
+            text=f"queue Q{t['queue']} (attained {t.get('attained_gpu_s', 0):.0f} GPU-s)",
+            terms=t,
+        )
 
     def action(self, a: Action, ctx: _Context) -> Reason:
         r = super().action(a, ctx)
         t = r.terms
         where = f"Q{t.get('queue', 0)}, attained {float(t.get('attained_gpu_s', 0)):.0f} GPU-s"
         if a.kind == "start":
-            return Reason(code="start", text=f"start: {where}; its {a.gpus_after} GPUs fit "
-                          f"on {','.join(_nodes(a))}", terms=t)
+            return Reason(
+                code="start",
+                text=f"start: {where}; its {a.gpus_after} GPUs fit on {','.join(_nodes(a))}",
+                terms=t,
+            )
         if a.kind == "preempt":
-            return Reason(code="preempt", text=f"preempt: {where}; a job of a higher queue "
-                          "takes its GPUs", terms=t)
+            return Reason(
+                code="preempt",
+                text=f"preempt: {where}; a job of a higher queue takes its GPUs",
+                terms=t,
+            )
         return r
 
 
@@ -225,8 +258,11 @@ class ArylExplainer(Explainer):
     def terms(self, job: ActiveJob, engine: Any, now: float) -> dict[str, Term]:
         out: dict[str, Term] = {"remaining_s": round(job.remaining(now), 3)}
         if job.allocation is not None:
-            pools = {engine.cluster.node_by_name[n].pool for n in job.allocation.placement
-                     if n in engine.cluster.node_by_name}
+            pools = {
+                engine.cluster.node_by_name[n].pool
+                for n in job.allocation.placement
+                if n in engine.cluster.node_by_name
+            }
             out["pool"] = "+".join(sorted(pools))
         return out
 
@@ -237,10 +273,14 @@ class ArylExplainer(Explainer):
         r = super().action(a, ctx)
         pool = r.terms.get("pool", "")
         if a.kind in ("start", "resize") and pool:
-            loaned = "on loaned inference servers" if "inference" in str(pool) \
-                else "on training servers"
-            return Reason(code=r.code, text=f"{r.text} ({loaned}, SJF rank "
-                          f"{ctx.rank.get(a.job_id, '-')})", terms=r.terms)
+            loaned = (
+                "on loaned inference servers" if "inference" in str(pool) else "on training servers"
+            )
+            return Reason(
+                code=r.code,
+                text=f"{r.text} ({loaned}, SJF rank {ctx.rank.get(a.job_id, '-')})",
+                terms=r.terms,
+            )
         return r
 
 
@@ -260,12 +300,22 @@ class OjppExplainer(Explainer):
                 ps = [p for j, p in there]
                 worst = max(worst, collision_probability(ps) if len(ps) > 1 else 0.0)
                 mates.update(j for j, _ in there if j != a.job_id)
-        terms = {**r.terms, "gpus_chosen": _gpu_list(a), "share": a.after.share,
-                 "predicted_collision": round(worst, 6), "colocated": len(mates)}
-        with_ = f", with {', '.join(short_id(m) for m in sorted(mates)[:SHOW_AHEAD])}" \
-            if mates else ""
-        return Reason(code=r.code, text=f"{r.code}: GPUs {terms['gpus_chosen']} share "
-                      f"{a.after.share:g}{with_}; predicted collision {worst:.3f}", terms=terms)
+        terms = {
+            **r.terms,
+            "gpus_chosen": _gpu_list(a),
+            "share": a.after.share,
+            "predicted_collision": round(worst, 6),
+            "colocated": len(mates),
+        }
+        with_ = (
+            f", with {', '.join(short_id(m) for m in sorted(mates)[:SHOW_AHEAD])}" if mates else ""
+        )
+        return Reason(
+            code=r.code,
+            text=f"{r.code}: GPUs {terms['gpus_chosen']} share "
+            f"{a.after.share:g}{with_}; predicted collision {worst:.3f}",
+            terms=terms,
+        )
 
 
 class SidecarExplainer(Explainer):
@@ -284,18 +334,25 @@ class SidecarExplainer(Explainer):
             terms["predicted_makespan_s"] = round(makespan, 3)
         if a.kind == "start":
             host = set(_nodes(a))
-            donors = [x.job_id for x in ctx.plan.actions if x.kind == "resize"
-                      and x.gpus_after < x.gpus_before and set(_nodes(x)) & host]
+            donors = [
+                x.job_id
+                for x in ctx.plan.actions
+                if x.kind == "resize" and x.gpus_after < x.gpus_before and set(_nodes(x)) & host
+            ]
             if donors:
                 terms["donor"] = donors[0]
-            text = f"start: Alg. 1 on {','.join(sorted(host))}" + (
-                f", donor {short_id(donors[0])}" if donors else ", idle GPUs") + (
-                f"; predicted makespan {makespan:.0f} s" if makespan is not None else "")
+            text = (
+                f"start: Alg. 1 on {','.join(sorted(host))}"
+                + (f", donor {short_id(donors[0])}" if donors else ", idle GPUs")
+                + (f"; predicted makespan {makespan:.0f} s" if makespan is not None else "")
+            )
             return Reason(code="start", text=text, terms=terms)
         if a.kind == "resize":
-            text = f"{r.code}: Alg. {'2' if a.gpus_after > a.gpus_before else '1 donor'} " \
-                   f"{a.gpus_before} -> {a.gpus_after} GPUs" + (
-                       f"; predicted makespan {makespan:.0f} s" if makespan is not None else "")
+            text = (
+                f"{r.code}: Alg. {'2' if a.gpus_after > a.gpus_before else '1 donor'} "
+                f"{a.gpus_before} -> {a.gpus_after} GPUs"
+                + (f"; predicted makespan {makespan:.0f} s" if makespan is not None else "")
+            )
             return Reason(code=r.code, text=text, terms=terms)
         return Reason(code=r.code, text=r.text, terms=terms)
 
@@ -363,6 +420,7 @@ class _Context:
             value = None
             try:
                 from gpuplan.solver_core.policies.sidecar_model import HostBook, Predictor
+
                 view = self.engine._check_view(self.now)
                 book = HostBook.of(view)
                 value = Predictor(book, stage.costs, stage.remaining).makespan({})[0]
@@ -383,16 +441,29 @@ def _carried(engine: Any, a: Action) -> bool:
 
 def _gate_reason(d: GateDecision) -> Reason:
     kinds = ",".join(sorted(set(d.changes.values())))
-    terms: dict[str, Term] = {"gain_gpu_s": round(d.gain, 3), "cost_gpu_s": round(d.cost, 3),
-                              "gate": d.why}
+    terms: dict[str, Term] = {
+        "gain_gpu_s": round(d.gain, 3),
+        "cost_gpu_s": round(d.cost, 3),
+        "gate": d.why,
+    }
     if d.carried:
-        return Reason(code="gate-keep", text=f"restart gate keeps {kinds}: gain "
-                      f"{d.gain:.0f} > cost {d.cost:.0f} GPU-s ({d.why})", terms=terms)
+        return Reason(
+            code="gate-keep",
+            text=f"restart gate keeps {kinds}: gain "
+            f"{d.gain:.0f} > cost {d.cost:.0f} GPU-s ({d.why})",
+            terms=terms,
+        )
     if d.why == "dwell":
-        return Reason(code="gate-skip", text=f"restart gate skips {kinds}: changed too "
-                      "recently (dwell)", terms=terms)
-    return Reason(code="gate-skip", text=f"restart gate skips {kinds}: gain {d.gain:.0f} <= "
-                  f"cost {d.cost:.0f} GPU-s", terms=terms)
+        return Reason(
+            code="gate-skip",
+            text=f"restart gate skips {kinds}: changed too recently (dwell)",
+            terms=terms,
+        )
+    return Reason(
+        code="gate-skip",
+        text=f"restart gate skips {kinds}: gain {d.gain:.0f} <= cost {d.cost:.0f} GPU-s",
+        terms=terms,
+    )
 
 
 class FreeSummary:
@@ -431,25 +502,39 @@ def capacity_reason(job: ActiveJob, free: FreeSummary) -> Reason | None:
         fits = sum(k // g for k in free.per_node.get(t, []))
         if fits * g < need:
             terms["gpus_per_node"] = g
-            return construct(Reason, code="no-node-fits",
-                             text=f"needs {need}{of} GPUs as {need // g} "
-                                  f"nodes x {g}, room for {fits} such nodes", terms=terms)
+            return construct(
+                Reason,
+                code="no-node-fits",
+                text=f"needs {need}{of} GPUs as {need // g} "
+                f"nodes x {g}, room for {fits} such nodes",
+                terms=terms,
+            )
         return None
     if shape is not None and shape.max_nodes == 1:
         if most < need:
-            return construct(Reason, code="no-node-fits",
-                             text=f"needs {gpus(need)}{of} on one node, at "
-                                  f"most {most} free on any node", terms=terms)
+            return construct(
+                Reason,
+                code="no-node-fits",
+                text=f"needs {gpus(need)}{of} on one node, at most {most} free on any node",
+                terms=terms,
+            )
         return None
     if total < need:
-        return construct(Reason, code="no-capacity",
-                         text=f"needs {gpus(need)}{of}, {total} free", terms=terms)
+        return construct(
+            Reason, code="no-capacity", text=f"needs {gpus(need)}{of}, {total} free", terms=terms
+        )
     return None
 
 
-def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequence[str],
-                    free: FreeSummary | None = None, detailed: int | None = None,
-                    known: Mapping[str, object] | None = None) -> dict[str, Reason]:
+def pending_reasons(
+    state: Any,
+    explainer: Explainer,
+    now: float,
+    order: Sequence[str],
+    free: FreeSummary | None = None,
+    detailed: int | None = None,
+    known: Mapping[str, object] | None = None,
+) -> dict[str, Reason]:
     """Every waiting job's reason, ``order`` being the policy's. ``state``: the engine after
     a decision, or a :class:`ClusterView` (its ``pending``, ``running``, ``cluster``, and
     its ``nodes``/``free`` unless ``free`` is given). With ``detailed``, only the first
@@ -473,15 +558,23 @@ def pending_reasons(state: Any, explainer: Explainer, now: float, order: Sequenc
         blocked = capacity_reason(job, free)
         if blocked is None:
             own = explainer.waiting(job, engine, now)
-            blocked = own if own is not None else construct(
-                Reason, code="behind", text="the policy serves the jobs ahead of it first",
-                terms={"needs": job.spec.min_gpus})
+            blocked = (
+                own
+                if own is not None
+                else construct(
+                    Reason,
+                    code="behind",
+                    text="the policy serves the jobs ahead of it first",
+                    terms={"needs": job.spec.min_gpus},
+                )
+            )
         terms = {**explainer.terms(job, engine, now), **blocked.terms, "ahead": n}
         text = blocked.text
         if n:
             names = ", ".join(short_id(j) for j in ahead)
             text += f"; behind {n} job{'s' if n > 1 else ''} of higher priority: {names}" + (
-                ", ..." if n > SHOW_AHEAD else "")
+                ", ..." if n > SHOW_AHEAD else ""
+            )
         out[jid] = construct(Reason, code=blocked.code, text=text, terms=terms)
         n += 1
         if len(ahead) < SHOW_AHEAD:
@@ -516,8 +609,9 @@ class DecisionReasons:
         last = gate.decisions[-1] if gate is not None and gate.decisions else None
         return {j: i + 1 for i, j in enumerate(order)}, last
 
-    def after(self, engine: Any, plan: AllocationPlan, now: float,
-              mark: tuple[dict[str, int], object]) -> DecisionRecord:
+    def after(
+        self, engine: Any, plan: AllocationPlan, now: float, mark: tuple[dict[str, int], object]
+    ) -> DecisionRecord:
         """The record of ``plan`` (the policy's proposal) after the engine carried it out."""
         rank, last_gate = mark
         self.explainer.begin(engine, now)
@@ -537,17 +631,30 @@ class DecisionReasons:
             reason = self.explainer.action(a, ctx)
             g = gated.get(a.job_id)
             if g is not None:
-                reason = Reason(code=g.code if not carried else reason.code,
-                                text=g.text if not carried else f"{reason.text}; {g.text}",
-                                terms={**reason.terms, **g.terms})
+                reason = Reason(
+                    code=g.code if not carried else reason.code,
+                    text=g.text if not carried else f"{reason.text}; {g.text}",
+                    terms={**reason.terms, **g.terms},
+                )
             elif not carried:
-                reason = Reason(code="skipped", text=f"skipped: the restart would cost more "
-                                f"than it saves ({reason.text})", terms=reason.terms)
+                reason = Reason(
+                    code="skipped",
+                    text=f"skipped: the restart would cost more than it saves ({reason.text})",
+                    terms=reason.terms,
+                )
             if carried:  # it starts or stops waiting: its next reason is news
                 self._last.pop(a.job_id, None)
-            actions.append(ActionReason(kind=a.kind, job_id=a.job_id,
-                                        gpus_before=a.gpus_before, gpus_after=a.gpus_after,
-                                        nodes=_nodes(a), carried=carried, reason=reason))
+            actions.append(
+                ActionReason(
+                    kind=a.kind,
+                    job_id=a.job_id,
+                    gpus_before=a.gpus_before,
+                    gpus_after=a.gpus_after,
+                    nodes=_nodes(a),
+                    carried=carried,
+                    reason=reason,
+                )
+            )
         free = FreeSummary(engine.ledger.usable, engine.ledger.free_view())
         order = self.explainer.order(engine, now)
         # Nothing that the first reasons depend on changed (free GPUs, the head of the
@@ -555,15 +662,20 @@ class DecisionReasons:
         key = (tuple(free.total.items()), tuple(free.most.items()), tuple(order[:DETAILED]))
         same = key == self._key and not actions
         self._key = key
-        waiting = pending_reasons(engine, self.explainer, now, order, free,
-                                  0 if same else DETAILED, self._current)
+        waiting = pending_reasons(
+            engine, self.explainer, now, order, free, 0 if same else DETAILED, self._current
+        )
         current = self._current
         for j in [j for j in current if j not in engine.pending]:
             del current[j]
         current.update(waiting)
-        record = DecisionRecord(time=now, policy=plan.policy, actions=actions,
-                                pending=self._changed(waiting, engine.pending) if self.changed_only
-                                else dict(current), waiting=len(engine.pending))
+        record = DecisionRecord(
+            time=now,
+            policy=plan.policy,
+            actions=actions,
+            pending=self._changed(waiting, engine.pending) if self.changed_only else dict(current),
+            waiting=len(engine.pending),
+        )
         self.last = record
         self.sink(record)
         return record
@@ -574,37 +686,73 @@ class DecisionReasons:
         chooser = engine.reclaimer
         name = getattr(chooser, "__name__", type(chooser).__name__)
         outcomes = getattr(chooser, "outcomes", None)  # Aryl's reclaimer: why these servers
-        outcome = outcomes[-1] if outcomes and getattr(outcomes[-1], "time", None) == now \
-            else None
+        outcome = outcomes[-1] if outcomes and getattr(outcomes[-1], "time", None) == now else None
         why: dict[str, Term] = {}
         if outcome is not None:
-            why = {"method": str(outcome.method), "preempts": len(outcome.preempted),
-                   "scale_ins": len(outcome.scaled_in),
-                   "collateral_gpus": int(outcome.collateral_gpus)}
+            why = {
+                "method": str(outcome.method),
+                "preempts": len(outcome.preempted),
+                "scale_ins": len(outcome.scaled_in),
+                "collateral_gpus": int(outcome.collateral_gpus),
+            }
         actions = []
         for server in chosen:
-            hit = sorted(j for j, job in engine.running.items()
-                         if job.allocation is not None and server in job.allocation.placement)
+            hit = sorted(
+                j
+                for j, job in engine.running.items()
+                if job.allocation is not None and server in job.allocation.placement
+            )
             free = len(engine.ledger.free_view().get(server, []))
-            terms: dict[str, Term] = {"server": server, "jobs_on_it": len(hit),
-                                      "free_gpus": free, "reclaimer": name, **why}
-            how = f" by {why['method']}: {why['preempts']} preemptions, {why['scale_ins']} " \
-                  f"scale-ins in all" if why else ""
-            text = f"reclaim: inference takes {server} back; {name} chose it{how} " \
-                   f"({len(hit)} jobs on it, {free} GPUs idle)"
-            actions.append(ActionReason(kind="reclaim", job_id=server, nodes=[server],
-                                        reason=Reason(code="reclaim", text=text, terms=terms)))
+            terms: dict[str, Term] = {
+                "server": server,
+                "jobs_on_it": len(hit),
+                "free_gpus": free,
+                "reclaimer": name,
+                **why,
+            }
+            how = (
+                f" by {why['method']}: {why['preempts']} preemptions, {why['scale_ins']} "
+                f"scale-ins in all"
+                if why
+                else ""
+            )
+            text = (
+                f"reclaim: inference takes {server} back; {name} chose it{how} "
+                f"({len(hit)} jobs on it, {free} GPUs idle)"
+            )
+            actions.append(
+                ActionReason(
+                    kind="reclaim",
+                    job_id=server,
+                    nodes=[server],
+                    reason=Reason(code="reclaim", text=text, terms=terms),
+                )
+            )
             for jid in hit:
-                actions.append(ActionReason(
-                    kind="reclaimed", job_id=jid, nodes=[server], reason=Reason(
-                        code="reclaimed", text=f"server {server} reclaimed by inference: the "
-                        "job scales in off it, or is evicted", terms={"server": server})))
-        record = DecisionRecord(time=now, policy=getattr(engine.policy, "name", ""),
-                                actions=actions, waiting=len(engine.pending))
+                actions.append(
+                    ActionReason(
+                        kind="reclaimed",
+                        job_id=jid,
+                        nodes=[server],
+                        reason=Reason(
+                            code="reclaimed",
+                            text=f"server {server} reclaimed by inference: the "
+                            "job scales in off it, or is evicted",
+                            terms={"server": server},
+                        ),
+                    )
+                )
+        record = DecisionRecord(
+            time=now,
+            policy=getattr(engine.policy, "name", ""),
+            actions=actions,
+            waiting=len(engine.pending),
+        )
         self.sink(record)
 
-    def _changed(self, waiting: dict[str, Reason], pending: Mapping[str, object]
-                 ) -> dict[str, Reason]:
+    def _changed(
+        self, waiting: dict[str, Reason], pending: Mapping[str, object]
+    ) -> dict[str, Reason]:
         """The reasons whose kind (``code``) changed: counts in a reason ("behind 12 jobs",
         "3 free") move with every decision, and writing each would make the output grow
         with the queue's length times the decisions."""

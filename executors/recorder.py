@@ -20,10 +20,26 @@ __all__ = ["RunRecorder"]
 class RunRecorder:
     """Counters, samples and records of one engine run."""
 
-    __slots__ = ("_interval", "_next_sample", "decision_ms", "degraded_resizes", "events",
-                 "gpu_seconds_allocated", "gpu_seconds_capacity", "now", "plans_refused",
-                 "reclaim_log", "records", "rejected", "samples", "skipped_grows",
-                 "solver_calls", "solver_fallbacks", "solver_ms", "start_time")
+    __slots__ = (
+        "_interval",
+        "_next_sample",
+        "decision_ms",
+        "degraded_resizes",
+        "events",
+        "gpu_seconds_allocated",
+        "gpu_seconds_capacity",
+        "now",
+        "plans_refused",
+        "reclaim_log",
+        "records",
+        "rejected",
+        "samples",
+        "skipped_grows",
+        "solver_calls",
+        "solver_fallbacks",
+        "solver_ms",
+        "start_time",
+    )
 
     def __init__(self, sample_interval_s: float | None) -> None:
         self._interval = sample_interval_s
@@ -52,8 +68,14 @@ class RunRecorder:
         self.reclaim_log: list[tuple[float, list[str]]] = []
         """(time, servers) of every reclaim, in the reclaimer's order."""
 
-    def advance(self, now: float, running: Mapping[str, ActiveJob],
-                pending: Mapping[str, ActiveJob], allocated: float, capacity: int) -> None:
+    def advance(
+        self,
+        now: float,
+        running: Mapping[str, ActiveJob],
+        pending: Mapping[str, ActiveJob],
+        allocated: float,
+        capacity: int,
+    ) -> None:
         """Move the clock to ``now``: take the samples due up to it (on the state before this
         batch of events) and add the GPU-time held and offered since the last batch."""
         last = self.now

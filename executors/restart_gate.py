@@ -107,10 +107,10 @@ def gate_for_scenario(spec: RestartGateSpec, overheads: Overheads) -> RestartGat
         return None
     priors = {
         "grow": spec.resize_s if spec.resize_s is not None else overheads.resize_cost_for(True),
-        "shrink": spec.resize_s if spec.resize_s is not None
-        else overheads.resize_cost_for(False),
+        "shrink": spec.resize_s if spec.resize_s is not None else overheads.resize_cost_for(False),
         "migrate": spec.migrate_s if spec.migrate_s is not None else overheads.migrate_s,
-        "preempt": spec.preempt_s if spec.preempt_s is not None
+        "preempt": spec.preempt_s
+        if spec.preempt_s is not None
         else overheads.preempt_s + overheads.restart_s,
     }
     return RestartGate(GateConfig(min_dwell_s=spec.min_dwell_s, priors=priors))
@@ -125,8 +125,7 @@ def empty_stats() -> dict[str, dict[str, int]]:
 class RestartGate:
     """Filters plans (see the module docstring). One per engine."""
 
-    def __init__(self, config: GateConfig | None = None, costs: ChangeCosts | None = None
-                 ) -> None:
+    def __init__(self, config: GateConfig | None = None, costs: ChangeCosts | None = None) -> None:
         self.config = config or GateConfig()
         self.costs = costs if costs is not None else ChangeCosts(self.config.ewma_alpha)
         self.stats = empty_stats()
@@ -148,22 +147,34 @@ class RestartGate:
         prior = priors.get(kind, priors.get(measured))
         if prior is None:
             how, pause = caps.resize_cost()
-            prior = pause if measured == "resize" and how == "in_place" else \
-                caps.restart_latency_s
+            prior = pause if measured == "resize" and how == "in_place" else caps.restart_latency_s
         return self.costs.estimate(job_id, measured, prior)
 
-    def _weigh(self, group: list[Action], kinds: dict[int, str | None],
-               jobs: dict[str, ActiveJob], cluster: Cluster, now: float,
-               caps: ExecutorCapabilities, ends: _Ends,
-               pending: dict[str, ActiveJob]) -> tuple[float, float]:
+    def _weigh(
+        self,
+        group: list[Action],
+        kinds: dict[int, str | None],
+        jobs: dict[str, ActiveJob],
+        cluster: Cluster,
+        now: float,
+        caps: ExecutorCapabilities,
+        ends: _Ends,
+        pending: dict[str, ActiveJob],
+    ) -> tuple[float, float]:
         cost = gain = 0.0
         frees_until = float("inf")
         lent = 0.0  # how long the group's starts hold what they get (inf: unknown)
         for a in group:
             if a.kind == "start":
                 waiting = pending.get(a.job_id)
-                lent = max(lent, float("inf") if waiting is None else finish_time(
-                    waiting.remaining(now), placement_rate(waiting.spec, cluster, a.after)))
+                lent = max(
+                    lent,
+                    float("inf")
+                    if waiting is None
+                    else finish_time(
+                        waiting.remaining(now), placement_rate(waiting.spec, cluster, a.after)
+                    ),
+                )
         for a in group:
             kind = kinds[id(a)]
             job = jobs.get(a.job_id)
@@ -186,14 +197,23 @@ class RestartGate:
             if before - after:
                 frees_until = min(frees_until, _pause(job, now) + finish_time(left, rate_before))
         if frees_until != float("inf"):
-            gain += sum(start_gain(min(frees_until, ends.soonest(a)), a.gpus_after)
-                        for a in group if a.kind == "start")
+            gain += sum(
+                start_gain(min(frees_until, ends.soonest(a)), a.gpus_after)
+                for a in group
+                if a.kind == "start"
+            )
         return gain, cost
 
     # ------------------------------------------------------------------ the filter
-    def filter(self, plan: AllocationPlan, running: dict[str, ActiveJob], cluster: Cluster,
-               now: float, caps: ExecutorCapabilities,
-               pending: dict[str, ActiveJob] | None = None) -> AllocationPlan:
+    def filter(
+        self,
+        plan: AllocationPlan,
+        running: dict[str, ActiveJob],
+        cluster: Cluster,
+        now: float,
+        caps: ExecutorCapabilities,
+        pending: dict[str, ActiveJob] | None = None,
+    ) -> AllocationPlan:
         """``plan`` without the hand-over groups whose changes do not pay (same object when
         nothing is dropped). ``running`` / ``pending``: the engine's jobs (before the plan);
         ``caps``: the executor's capabilities (the last-resort latency priors)."""
@@ -208,18 +228,30 @@ class RestartGate:
             gated = [a for a in group if kinds[id(a)] is not None]
             if not gated:
                 continue
-            gain, cost = self._weigh(group, kinds, running, cluster, now, caps, ends,
-                                     pending or {})
+            gain, cost = self._weigh(group, kinds, running, cluster, now, caps, ends, pending or {})
             go = carry_out(gain, cost)
             why = ("free" if cost <= 0 else "paid") if go else "too costly"
-            if go and cost > 0 and any(
+            if (
+                go
+                and cost > 0
+                and any(
                     within_dwell(now, self._last_change.get(a.job_id), self.config.min_dwell_s)
-                    for a in gated):
+                    for a in gated
+                )
+            ):
                 go, why = False, "dwell"
                 self.skipped_for_dwell += 1
-            self.decisions.append(GateDecision(
-                now, {a.job_id: kinds[id(a)] or "" for a in gated},
-                tuple(a.job_id for a in group if a.kind == "start"), gain, cost, go, why))
+            self.decisions.append(
+                GateDecision(
+                    now,
+                    {a.job_id: kinds[id(a)] or "" for a in gated},
+                    tuple(a.job_id for a in group if a.kind == "start"),
+                    gain,
+                    cost,
+                    go,
+                    why,
+                )
+            )
             for a in group:
                 kind = kinds[id(a)] or ("start" if a.kind == "start" else None)
                 if kind is None:
@@ -248,8 +280,9 @@ class RestartGate:
         for job_id in job_ids:
             last[job_id] = max(now, last.get(job_id, now))
 
-    def _remember(self, actions: Iterable[Action], now: float,
-                  running: dict[str, ActiveJob]) -> None:
+    def _remember(
+        self, actions: Iterable[Action], now: float, running: dict[str, ActiveJob]
+    ) -> None:
         """Start the dwell clock of every job started, resized or moved now. Jobs that left
         (finished, failed, preempted) are dropped once the clocks outnumber the running jobs
         twice, so a long-lived controller keeps memory bounded at amortised O(1) per plan."""
@@ -266,9 +299,11 @@ class RestartGate:
 
     def summary(self) -> dict[str, Any]:
         """Counters and measured costs (the run's result, the controller's journal)."""
-        return {"changes": {k: dict(v) for k, v in self.stats.items()},
-                "skipped_for_dwell": self.skipped_for_dwell,
-                "costs": self.costs.summary()}
+        return {
+            "changes": {k: dict(v) for k, v in self.stats.items()},
+            "skipped_for_dwell": self.skipped_for_dwell,
+            "costs": self.costs.summary(),
+        }
 
 
 class _Ends:
@@ -290,11 +325,19 @@ class _Ends:
         if self._ends is None:
             now, cluster = self._now, self._cluster
             self._ends = sorted(
-                ((_pause(j, now) + finish_time(j.remaining(now),
-                                               placement_rate(j.spec, cluster, j.allocation)),
-                  {n: len(g) for n, g in j.allocation.placement.items()})
-                 for j in self._running.values() if j.allocation is not None),
-                key=lambda e: e[0])
+                (
+                    (
+                        _pause(j, now)
+                        + finish_time(
+                            j.remaining(now), placement_rate(j.spec, cluster, j.allocation)
+                        ),
+                        {n: len(g) for n, g in j.allocation.placement.items()},
+                    )
+                    for j in self._running.values()
+                    if j.allocation is not None
+                ),
+                key=lambda e: e[0],
+            )
         nodes = start.after.placement.keys()
         freed, wanted = 0, start.gpus_after
         for end, held in self._ends:

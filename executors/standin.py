@@ -118,8 +118,10 @@ def data_leader_class() -> Any:
         try:
             from data_pipeline import DataLeader  # type: ignore[no-redef]
         except ImportError:
-            raise UsageError("--dataset-size needs gpuplan's data_pipeline module (install "
-                             "gpuplan, or copy data_pipeline.py beside this file)") from None
+            raise UsageError(
+                "--dataset-size needs gpuplan's data_pipeline module (install "
+                "gpuplan, or copy data_pipeline.py beside this file)"
+            ) from None
     return DataLeader
 
 
@@ -148,8 +150,9 @@ def parse_startup(text: str) -> tuple[float, float]:
         else:
             raise ValueError
     except ValueError:
-        raise UsageError(f"--startup-s {text!r}: give seconds (12) or uniform:LO:HI "
-                         "(uniform:11:16)") from None
+        raise UsageError(
+            f"--startup-s {text!r}: give seconds (12) or uniform:LO:HI (uniform:11:16)"
+        ) from None
     if not (math.isfinite(low) and math.isfinite(high) and 0 <= low <= high <= 86400):
         raise UsageError(f"--startup-s {text!r}: need 0 <= LO <= HI <= 86400 seconds")
     return low, high
@@ -235,8 +238,15 @@ class DataFeed:
     ``ID.samples`` and replaces ``ID.data.json``; callers save before they checkpoint.
     """
 
-    def __init__(self, state_dir: Path, job_id: str, dataset_size: int,
-                 samples_per_iteration: float, seed: int, gpus: list[str]) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        job_id: str,
+        dataset_size: int,
+        samples_per_iteration: float,
+        seed: int,
+        gpus: list[str],
+    ) -> None:
         self.samples_path = state_dir / f"{job_id}.samples"
         self.state_path = state_dir / f"{job_id}.data.json"
         self.per_iteration = samples_per_iteration
@@ -255,7 +265,8 @@ class DataFeed:
             if (self.leader.num_samples, self.leader.seed) != (dataset_size, seed):
                 raise UsageError(
                     f"{self.state_path.name} holds a dataset of {self.leader.num_samples} "
-                    f"samples with seed {self.leader.seed}, not {dataset_size} with seed {seed}")
+                    f"samples with seed {self.leader.seed}, not {dataset_size} with seed {seed}"
+                )
             self.consumed = int(saved["consumed"])
             log_bytes = int(saved["log_bytes"])
             for worker in self.leader.workers:  # no worker survives a restart
@@ -311,8 +322,14 @@ class DataFeed:
             upto = min(shard.end, pos + count - took)
             ids = self.leader.samples(shard.partition, pos, upto)
             self.leader.commit(worker, upto)
-            self.pending.append({"epoch": self.leader.epoch, "worker": worker,
-                                 "first": ids.start, "last": ids.stop - 1})
+            self.pending.append(
+                {
+                    "epoch": self.leader.epoch,
+                    "worker": worker,
+                    "first": ids.start,
+                    "last": ids.stop - 1,
+                }
+            )
             took += upto - pos
         return took
 
@@ -335,9 +352,15 @@ class DataFeed:
                 os.fsync(fh.fileno())
             self.log_bytes = self.samples_path.stat().st_size
             self.pending = []
-        write_json_atomic(self.state_path, {"done": done, "consumed": self.consumed,
-                                            "log_bytes": self.log_bytes,
-                                            "leader": self.leader.state()})
+        write_json_atomic(
+            self.state_path,
+            {
+                "done": done,
+                "consumed": self.consumed,
+                "log_bytes": self.log_bytes,
+                "leader": self.leader.state(),
+            },
+        )
 
 
 class StopSignals:
@@ -375,10 +398,18 @@ class StopSignals:
 class StandinJob:
     """One run segment of the stand-in: from the checkpoint to a stop signal or completion."""
 
-    def __init__(self, job_id: str, work: float, rate_per_gpu: float, state_dir: Path,
-                 gpus: int, checkpoint_interval: float | None,
-                 progress_interval: float, data: DataFeed | None = None,
-                 names: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        work: float,
+        rate_per_gpu: float,
+        state_dir: Path,
+        gpus: int,
+        checkpoint_interval: float | None,
+        progress_interval: float,
+        data: DataFeed | None = None,
+        names: list[str] | None = None,
+    ) -> None:
         self.job_id = job_id
         self.work = work
         self.gpus = gpus
@@ -419,18 +450,33 @@ class StandinJob:
         write_json_atomic(self.ckpt_path, {"done": done})
         now = time.time()
         if done > self.committed or reason == "complete":
-            line = {"start": self.committed, "end": done, "gpus": self.gpus, "pid": self.pid,
-                    "reason": reason, "t_start": self.t_commit, "t_end": now}
+            line = {
+                "start": self.committed,
+                "end": done,
+                "gpus": self.gpus,
+                "pid": self.pid,
+                "reason": reason,
+                "t_start": self.t_commit,
+                "t_end": now,
+            }
             with open(self.log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line) + "\n")
         self.committed = done
         self.t_commit = now
 
     def _progress(self, done: float) -> None:
-        write_json_atomic(self.progress_path, {
-            "done": done, "gpus": self.gpus, "time": time.time(), "pid": self.pid,
-            "started": self.wall0, "work": self.work, "requests": self.requests,
-        })
+        write_json_atomic(
+            self.progress_path,
+            {
+                "done": done,
+                "gpus": self.gpus,
+                "time": time.time(),
+                "pid": self.pid,
+                "started": self.wall0,
+                "work": self.work,
+                "requests": self.requests,
+            },
+        )
 
     def _complete(self) -> int:
         if self.committed < self.work or not self.ckpt_path.exists():
@@ -509,18 +555,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate-per-gpu", required=True, type=float, help="iterations/s per GPU")
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--checkpoint-interval", type=float, default=None, metavar="S")
-    parser.add_argument("--progress-interval", type=float, default=DEFAULT_PROGRESS_INTERVAL_S,
-                        metavar="S")
-    parser.add_argument("--startup-s", default=None, metavar="S|uniform:LO:HI",
-                        help="seconds each run waits before it resumes (a real job's start-up)")
-    parser.add_argument("--startup-seed", type=int, default=0, metavar="N",
-                        help="seed of the drawn start-up waits")
+    parser.add_argument(
+        "--progress-interval", type=float, default=DEFAULT_PROGRESS_INTERVAL_S, metavar="S"
+    )
+    parser.add_argument(
+        "--startup-s",
+        default=None,
+        metavar="S|uniform:LO:HI",
+        help="seconds each run waits before it resumes (a real job's start-up)",
+    )
+    parser.add_argument(
+        "--startup-seed", type=int, default=0, metavar="N", help="seed of the drawn start-up waits"
+    )
     data = parser.add_argument_group("data mode (EDL's dynamic data pipeline)")
-    data.add_argument("--dataset-size", type=int, default=None, metavar="N",
-                      help="consume the work as samples of an N-sample dataset")
+    data.add_argument(
+        "--dataset-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="consume the work as samples of an N-sample dataset",
+    )
     data.add_argument("--samples-per-iteration", type=float, default=1.0, metavar="K")
-    data.add_argument("--data-seed", type=int, default=0, metavar="S",
-                      help="seed of the per-epoch sample order")
+    data.add_argument(
+        "--data-seed", type=int, default=0, metavar="S", help="seed of the per-epoch sample order"
+    )
     return parser.parse_args(argv)
 
 
@@ -551,8 +609,14 @@ def run(argv: list[str] | None = None) -> int:
             if not args.samples_per_iteration > 0:
                 raise UsageError("--samples-per-iteration must be > 0")
             assert visible is not None  # gpu_count checked it
-            data = DataFeed(args.state_dir, job_id, args.dataset_size,
-                            args.samples_per_iteration, args.data_seed, gpu_names(visible))
+            data = DataFeed(
+                args.state_dir,
+                job_id,
+                args.dataset_size,
+                args.samples_per_iteration,
+                args.data_seed,
+                gpu_names(visible),
+            )
     except UsageError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2
@@ -560,9 +624,17 @@ def run(argv: list[str] | None = None) -> int:
         resume = min(read_checkpoint(args.state_dir / f"{job_id}.ckpt"), args.work)
         if not wait_startup(stop, startup_delay(startup, args.startup_seed, job_id, resume)):
             return 0  # stopped while starting: nothing done, nothing to checkpoint
-    job = StandinJob(job_id, args.work, args.rate_per_gpu, args.state_dir, gpus,
-                     args.checkpoint_interval, args.progress_interval, data,
-                     gpu_names(visible) if visible is not None else None)
+    job = StandinJob(
+        job_id,
+        args.work,
+        args.rate_per_gpu,
+        args.state_dir,
+        gpus,
+        args.checkpoint_interval,
+        args.progress_interval,
+        data,
+        gpu_names(visible) if visible is not None else None,
+    )
     return job.run(stop)
 
 

@@ -57,8 +57,15 @@ if TYPE_CHECKING:
     from gpuplan.scenarios.inference import InferenceLoad
     from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome
 
-__all__ = ["PreparedScenario", "compare", "plan", "policy_configs", "prepare", "run",
-           "run_scenario"]
+__all__ = [
+    "PreparedScenario",
+    "compare",
+    "plan",
+    "policy_configs",
+    "prepare",
+    "run",
+    "run_scenario",
+]
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,10 @@ class PreparedScenario:
 
 def policy_configs(spec: ScenarioSpec) -> dict[str, PolicyConfig]:
     """A scenario's ``policies:`` block as configurations (one line per bad entry)."""
-    return {name: PolicyConfig.from_mapping(name, raw, where=f"{spec.name}: policies")
-            for name, raw in spec.policies.items()}
+    return {
+        name: PolicyConfig.from_mapping(name, raw, where=f"{spec.name}: policies")
+        for name, raw in spec.policies.items()
+    }
 
 
 def in_file(err: InputError, source: str) -> InputError:
@@ -121,8 +130,11 @@ def _check_scenario_name(name: str) -> None:
         return
     close = difflib.get_close_matches(name, list(embedded), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise InputError(f"no scenario named {name!r} and no such file; {hint}`gpuplan scenarios` "
-                     f"lists the {len(embedded)} embedded ones", field="scenario")
+    raise InputError(
+        f"no scenario named {name!r} and no such file; {hint}`gpuplan scenarios` "
+        f"lists the {len(embedded)} embedded ones",
+        field="scenario",
+    )
 
 
 def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> PreparedScenario:
@@ -145,17 +157,23 @@ def prepare(scenario: str | ScenarioSpec, *, seed: int | None = None) -> Prepare
     except InputError as err:
         raise in_file(err, source) from None
     if not built.jobs:
-        raise InputError("selects no jobs (check the window start_s/end_s, vc, max_gpus and "
-                         "the trace path)", source=source, field="workload")
+        raise InputError(
+            "selects no jobs (check the window start_s/end_s, vc, max_gpus and the trace path)",
+            source=source,
+            field="workload",
+        )
     notes: tuple[str, ...] = ()
     wanted = spec.workload.max_jobs
     if wanted is not None and len(built.jobs) < wanted:
-        notes = (f"scenario {spec.name}: workload.max_jobs asks for {wanted} jobs, the "
-                 f"selection holds {len(built.jobs)}",)
+        notes = (
+            f"scenario {spec.name}: workload.max_jobs asks for {wanted} jobs, the "
+            f"selection holds {len(built.jobs)}",
+        )
     # Validate the interference block against the jobs now (bad input fails before any run).
     simulator_interference(spec.simulator.interference, built.jobs, spec.seed, source)
-    return PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events), built.load,
-                            notes, source)
+    return PreparedScenario(
+        spec, built.cluster, built.jobs, tuple(built.events), built.load, notes, source
+    )
 
 
 class _ScoredDefaultReclaimer:
@@ -175,8 +193,12 @@ class _ScoredDefaultReclaimer:
         return chosen
 
 
-def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None = None,
-        reasons: Callable[[DecisionRecord], None] | None = None) -> RunResult:
+def run(
+    prepared: PreparedScenario,
+    policy: str,
+    progress: ProgressHook | None = None,
+    reasons: Callable[[DecisionRecord], None] | None = None,
+) -> RunResult:
     """Simulate ``policy`` on a prepared scenario (with its loan events, if any); ``reasons``
     gets one :class:`DecisionRecord` per decision (why each action, why jobs wait)."""
     spec = prepared.spec
@@ -189,8 +211,9 @@ def run(prepared: PreparedScenario, policy: str, progress: ProgressHook | None =
         last = max((j.submit_time for j in prepared.jobs), default=0.0)
         usage = PoolUsage(prepared.cluster, prepared.load, until=last)
         reclaimer = chosen.reclaimer or _ScoredDefaultReclaimer()
-    interference = simulator_interference(spec.simulator.interference, prepared.jobs, spec.seed,
-                                          prepared.source or spec.name)
+    interference = simulator_interference(
+        spec.simulator.interference, prepared.jobs, spec.seed, prepared.source or spec.name
+    )
     result, _, _ = simulate(
         prepared.cluster,
         prepared.jobs,
@@ -239,8 +262,9 @@ def compare(
     return [run(prepared, p) for p in policies]
 
 
-def plan(state: ClusterState, policy: str, include_keep: bool = True, seed: int = 0
-         ) -> AllocationPlan:
+def plan(
+    state: ClusterState, policy: str, include_keep: bool = True, seed: int = 0
+) -> AllocationPlan:
     """One scheduling decision for a cluster snapshot (what ``gpuplan plan`` prints).
 
     A job that can never run on the usable nodes (its minimum GPU count exceeds their GPUs of

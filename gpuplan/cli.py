@@ -65,8 +65,12 @@ def _console(err: bool = False) -> Console:
     return console(err)
 
 
-def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool,
-                       reasons: Callable[[DecisionRecord], None] | None = None) -> RunResult:
+def _run_with_progress(
+    prepared: api.PreparedScenario,
+    policy: str,
+    quiet: bool,
+    reasons: Callable[[DecisionRecord], None] | None = None,
+) -> RunResult:
     from . import api
 
     total = len(prepared.jobs)
@@ -81,8 +85,14 @@ def _run_with_progress(prepared: api.PreparedScenario, policy: str, quiet: bool,
         TimeElapsedColumn,
     )
 
-    with Progress(TextColumn(f"{policy:>14}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=_console(err=True), transient=True) as progress:
+    with Progress(
+        TextColumn(f"{policy:>14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_console(err=True),
+        transient=True,
+    ) as progress:
         task = progress.add_task(policy, total=total)
         step = max(1, total // 200)
         last = [0]
@@ -119,8 +129,12 @@ def _check_scenario(text: str) -> str:
     return text
 
 
-def _write_mean(out: Path, summaries: list[tuple[str, RunSummary]],
-                per_policy: dict[str, list[RunSummary]], seeds: list[int | None]) -> None:
+def _write_mean(
+    out: Path,
+    summaries: list[tuple[str, RunSummary]],
+    per_policy: dict[str, list[RunSummary]],
+    seeds: list[int | None],
+) -> None:
     """``summary.json`` in ``out``: the mean over seeds, with every seed's numbers (written by
     rename, like every other output)."""
     from gpuplan.executors.metrics import compare_json
@@ -184,8 +198,12 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
 
 def _warn(prepared: api.PreparedScenario) -> None:
     for note in prepared.notes:
-        _console(err=True).print(f"[yellow]warning:[/yellow] {escape(note)}", markup=True,
-                                 highlight=False, soft_wrap=True)
+        _console(err=True).print(
+            f"[yellow]warning:[/yellow] {escape(note)}",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -218,10 +236,11 @@ def _parse_seeds(text: str | None) -> list[int | None]:
         return [None]
     seeds = [s.strip() for s in text.split(",")]
     # ASCII digits only: str.isdigit() also holds for '²', which int() refuses
-    if not all(s.isascii() and s.isdigit() and len(s) <= 10 and int(s) <= MAX_SEED
-               for s in seeds):
-        raise InputError(f"--seeds must be comma-separated integers in [0, {MAX_SEED}], got "
-                         f"{text[:60]!r}", field="seeds")
+    if not all(s.isascii() and s.isdigit() and len(s) <= 10 and int(s) <= MAX_SEED for s in seeds):
+        raise InputError(
+            f"--seeds must be comma-separated integers in [0, {MAX_SEED}], got {text[:60]!r}",
+            field="seeds",
+        )
     return [int(s) for s in seeds]
 
 
@@ -231,8 +250,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from . import api
 
     if any(not p.strip() for p in split_top(args.policies)):  # 'fifo,,srtf': a lost name?
-        raise InputError(f"an empty entry in {args.policies[:80]!r}; give comma-separated "
-                         "policy names", field="policies")
+        raise InputError(
+            f"an empty entry in {args.policies[:80]!r}; give comma-separated policy names",
+            field="policies",
+        )
     policies = split_policy_list(args.policies)
     if not policies:
         raise InputError("--policies needs at least one policy name", field="policies")
@@ -265,8 +286,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 row["per_seed"] = [s.model_dump() for s in per_policy[row["policy"]]]
         print(json.dumps(rows, indent=2))
     else:
-        caption = (f"mean over seeds {', '.join(str(s) for s in seeds)}" if len(seeds) > 1
-                   else None)
+        caption = f"mean over seeds {', '.join(str(s) for s in seeds)}" if len(seeds) > 1 else None
         _print_tables(summaries, caption)
     return 0
 
@@ -283,8 +303,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         state = ClusterState.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        raise InputError(first["msg"], source=str(path),
-                         field=".".join(str(x) for x in first["loc"])) from None
+        raise InputError(
+            first["msg"], source=str(path), field=".".join(str(x) for x in first["loc"])
+        ) from None
     try:
         state.check_snapshot()
         plan = api.plan(state, args.policy, seed=args.seed)
@@ -305,8 +326,11 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     for name, path in embedded_scenarios().items():
         spec = load_scenario_file(path)
         c = spec.cluster
-        shape = (f"{c.nodes} x {c.gpus_per_node} {c.gpu_type}" if isinstance(c.nodes, int)
-                 else f"{len(c.nodes)} nodes")
+        shape = (
+            f"{c.nodes} x {c.gpus_per_node} {c.gpu_type}"
+            if isinstance(c.nodes, int)
+            else f"{len(c.nodes)} nodes"
+        )
         if spec.loaning is not None:
             lo = spec.loaning
             shape += f" + {lo.servers} x {lo.gpus_per_server} {lo.gpu_type} lending"
@@ -350,11 +374,11 @@ def _show_policy(name: str) -> int:
         notes = []
         if d.base is not None:
             values = {k: v for c in reversed(chain) for k, v in c.values.items()}
-            notes.append(f"preset of {base.name}"
-                         + (f" with wrappers {', '.join(w.name for w in wrappers)}"
-                            if wrappers else "")
-                         + (f" and {', '.join(f'{k}={v!r}' for k, v in values.items())}"
-                            if values else ""))
+            notes.append(
+                f"preset of {base.name}"
+                + (f" with wrappers {', '.join(w.name for w in wrappers)}" if wrappers else "")
+                + (f" and {', '.join(f'{k}={v!r}' for k, v in values.items())}" if values else "")
+            )
     table = Table(title=escape(title))
     for col in ("parameter", "type", "default", "help"):
         table.add_column(col)
@@ -386,9 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate one policy on a scenario")
     sim.add_argument("--scenario", required=True, help="embedded scenario name or file path")
-    sim.add_argument("--policy", required=True,
-                     help="a policy name, a configuration of the scenario's policies: block, or "
-                     "inline base(key=value,...)")
+    sim.add_argument(
+        "--policy",
+        required=True,
+        help="a policy name, a configuration of the scenario's policies: block, or "
+        "inline base(key=value,...)",
+    )
     sim.add_argument("--seed", type=seed_arg, default=None, help="override the scenario's seed")
     sim.add_argument("--out", help="folder for per-job CSV, samples, summary and plots")
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -396,13 +423,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmp_ = sub.add_parser("compare", help="compare policies on one scenario")
     cmp_.add_argument("--scenario", required=True, help="embedded scenario name or file path")
-    cmp_.add_argument("--policies", required=True,
-                      help="comma-separated policies or configurations; the first is the base "
-                      "of the ratio column")
+    cmp_.add_argument(
+        "--policies",
+        required=True,
+        help="comma-separated policies or configurations; the first is the base "
+        "of the ratio column",
+    )
     cmp_.add_argument("--seed", type=seed_arg, default=None, help="override the scenario's seed")
-    cmp_.add_argument("--seeds", default=None,
-                      help="comma-separated seeds; the table shows means over them, --out "
-                      "writes seed-N/ folders plus the mean's summary.json")
+    cmp_.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds; the table shows means over them, --out "
+        "writes seed-N/ folders plus the mean's summary.json",
+    )
     cmp_.add_argument("--out", help="folder for per-job CSV, samples, summary and plots")
     cmp_.add_argument("--json", action="store_true", help="print JSON instead of a table")
     cmp_.set_defaults(func=cmd_compare)
@@ -424,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_subcommand(sub)
     inspect_cmds.add_subcommands(sub)  # gpuplan status / explain (gpuplan/inspect_cmds.py)
     from . import solve  # gpuplan solve PROBLEM --instance FILE (gpuplan/solve.py)
+
     solve.add_subcommand(sub)
     return parser
 
@@ -465,17 +499,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuplanError as err:
         # soft_wrap: one line however long the path in the message (no hard wrap at 160);
         # escape: a message quoting "[/x]" from user input must not be read as rich markup
-        _console(err=True).print(f"[red]error:[/red] {escape(str(err))}", markup=True,
-                                 highlight=False, soft_wrap=True)
+        _console(err=True).print(
+            f"[red]error:[/red] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True
+        )
         return 2
     except KeyboardInterrupt:
         return 130
     except (RecursionError, MemoryError) as err:
         # Input shaped to exhaust the interpreter (deep nesting, a huge expansion) that got
         # past the readers' own checks: still one line, still bad input.
-        _console(err=True).print(f"[red]error:[/red] input too large or too deeply nested "
-                                 f"({type(err).__name__})", markup=True, highlight=False,
-                                 soft_wrap=True)
+        _console(err=True).print(
+            f"[red]error:[/red] input too large or too deeply nested ({type(err).__name__})",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
         return 2
     except Exception as err:
         if isinstance(err, BrokenPipeError) and _stdout_closed():
@@ -485,8 +523,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _console(err=True).print(
             f"[red]internal error:[/red] {escape(type(err).__name__)}: "
             f"{escape(' '.join(str(err).split())[:300])} (a gpuplan bug: please report it; "
-            "GPUPLAN_DEBUG=1 shows the traceback)", markup=True, highlight=False,
-            soft_wrap=True)
+            "GPUPLAN_DEBUG=1 shows the traceback)",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
         return 1
 
 

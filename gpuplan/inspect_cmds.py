@@ -43,7 +43,7 @@ WIDTH = 80
 def clean(text: object, limit: int = 200) -> str:
     """One printable line: control characters (terminal escapes) replaced, cut at ``limit``."""
     out = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", str(text))
-    return out if len(out) <= limit else out[:limit - 3] + "..."
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 def wrap(head: str, text: str, indent: int) -> list[str]:
@@ -71,9 +71,11 @@ def decisions_file(out: Path) -> Iterator[Callable[[DecisionRecord], None]]:
     os.fchmod(fd, 0o666 & ~mask)  # as the run's other outputs (mkstemp makes it 0600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+
             def sink(record: DecisionRecord) -> None:
                 fh.write(record.model_dump_json())
                 fh.write("\n")
+
             yield sink
         os.replace(tmp, out / DECISIONS)
     except BaseException:
@@ -89,8 +91,9 @@ def read_decisions(folder: str) -> Iterator[tuple[int, DecisionRecord]]:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        raise InputError("no decisions.jsonl: run `gpuplan simulate --out DIR` first",
-                         source=str(path)) from None
+        raise InputError(
+            "no decisions.jsonl: run `gpuplan simulate --out DIR` first", source=str(path)
+        ) from None
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror}", source=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
@@ -104,8 +107,11 @@ def read_decisions(folder: str) -> Iterator[tuple[int, DecisionRecord]]:
                 yield row, DecisionRecord.model_validate_json(line)
             except ValueError as err:
                 first = str(err).splitlines()
-                raise InputError(f"not a decision record ({first[1] if len(first) > 1 else err})",
-                                 source=str(path), row=row) from None
+                raise InputError(
+                    f"not a decision record ({first[1] if len(first) > 1 else err})",
+                    source=str(path),
+                    row=row,
+                ) from None
 
 
 def explain_run(folder: str, job: str) -> list[str]:
@@ -120,8 +126,11 @@ def explain_run(folder: str, job: str) -> list[str]:
                 continue
             seen = True
             mark = "" if a.carried else " skipped"
-            lines += wrap(f"t={rec.time:>10.1f}  [{a.gpus_before}->{a.gpus_after} GPUs{mark}] ",
-                          a.reason.text, 14)
+            lines += wrap(
+                f"t={rec.time:>10.1f}  [{a.gpus_before}->{a.gpus_after} GPUs{mark}] ",
+                a.reason.text,
+                14,
+            )
             lines += _terms(a.reason, 14)
         wait = rec.pending.get(job)
         if wait is not None and wait.text != last_wait:
@@ -130,8 +139,11 @@ def explain_run(folder: str, job: str) -> list[str]:
             lines += wrap(f"t={rec.time:>10.1f}  waiting: ", wait.text, 14)
             lines += _terms(wait, 14)
     if not seen:
-        raise InputError(f"job {clean(job, 60)!r} is not in this run's decisions",
-                         source=str(Path(folder) / DECISIONS), field="job")
+        raise InputError(
+            f"job {clean(job, 60)!r} is not in this run's decisions",
+            source=str(Path(folder) / DECISIONS),
+            field="job",
+        )
     return [f"job {clean(job, 75)}", f"run {clean(folder, 75)}", *lines]
 
 
@@ -159,14 +171,19 @@ def open_journal(path: str) -> Journal:
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror}", source=path, field="journal") from None
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
-        raise InputError("not a regular file (a symlink?); refusing to read it", source=path,
-                         field="journal")
+        raise InputError(
+            "not a regular file (a symlink?); refusing to read it", source=path, field="journal"
+        )
     if info.st_uid != os.geteuid():
-        raise InputError(f"owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
-                         "refusing to read it", source=path, field="journal")
+        raise InputError(
+            f"owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); refusing to read it",
+            source=path,
+            field="journal",
+        )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise InputError("writable by group or others; refusing to read it", source=path,
-                         field="journal")
+        raise InputError(
+            "writable by group or others; refusing to read it", source=path, field="journal"
+        )
     try:
         return Journal(p, writer=False)
     except JournalError as err:
@@ -202,8 +219,7 @@ def status_data(path: str) -> dict[str, Any]:
         rows = journal.jobs(["pending", "running", "rejected"])
         runs = journal.runs()
         run = runs[-1] if runs else None
-        times = cycle_times.load(journal.meta(cycle_times.meta_key(run.run_id))) \
-            if run else []
+        times = cycle_times.load(journal.meta(cycle_times.meta_key(run.run_id))) if run else []
         failopen = len(journal.jobs(["failopen"]))
     finally:
         journal.close()
@@ -216,57 +232,82 @@ def status_data(path: str) -> dict[str, Any]:
             continue
         r = _reason(row.waiting)
         state = "refused" if row.state == "rejected" else row.state
-        queue.append({"job": row.engine_id, "slurm_id": row.slurm_id, "state": state,
-                      "gpus": row.gpus, "placement": row.placement,
-                      "terms": dict(r.terms) if r else {},
-                      "reason": r.text if r else ("" if row.state == "running" else row.reason),
-                      "code": r.code if r else ""})
+        queue.append(
+            {
+                "job": row.engine_id,
+                "slurm_id": row.slurm_id,
+                "state": state,
+                "gpus": row.gpus,
+                "placement": row.placement,
+                "terms": dict(r.terms) if r else {},
+                "reason": r.text if r else ("" if row.state == "running" else row.reason),
+                "code": r.code if r else "",
+            }
+        )
         if row.state == "running":
             for node, g in row.placement.items():
                 usage[node] = usage.get(node, 0) + int(g)
     hb = Path(path).with_name(Path(path).name + ".heartbeat")
     age = heartbeat_age(hb) if hb.exists() or hb.is_symlink() else math.inf
     last = times[-1] if times else {}
-    health = {"run": run.run_id if run else None, "policy": run.policy if run else "",
-              "version": run.version if run else "", "running": bool(run and run.ended is None),
-              "heartbeat_age_s": None if math.isinf(age) else round(age, 3),
-              "last_seen_age_s": round(time.time() - run.last_seen, 3) if run else None,
-              "failopen_jobs": failopen, "cycles": len(times),
-              "last_poll_s": last.get("poll_s"), "last_decide_s": last.get("decide_s")}
+    health = {
+        "run": run.run_id if run else None,
+        "policy": run.policy if run else "",
+        "version": run.version if run else "",
+        "running": bool(run and run.ended is None),
+        "heartbeat_age_s": None if math.isinf(age) else round(age, 3),
+        "last_seen_age_s": round(time.time() - run.last_seen, 3) if run else None,
+        "failopen_jobs": failopen,
+        "cycles": len(times),
+        "last_poll_s": last.get("poll_s"),
+        "last_decide_s": last.get("decide_s"),
+    }
     return {"queue": queue, "usage": usage, "health": health}
 
 
 def status_lines(data: dict[str, Any]) -> list[str]:
     """``gpuplan status`` for people: health, usage by node, then the queue."""
     h = data["health"]
-    out = [f"controller run {h['run']} ({clean(h['policy'], 40)}, gpuplan "
-           f"{clean(h['version'] or '?', 20)}): " + ("running" if h["running"] else "stopped")]
+    out = [
+        f"controller run {h['run']} ({clean(h['policy'], 40)}, gpuplan "
+        f"{clean(h['version'] or '?', 20)}): " + ("running" if h["running"] else "stopped")
+    ]
     hb = h["heartbeat_age_s"]
-    out.append(f"  heartbeat {'missing' if hb is None else f'{hb:.1f} s ago'}; "
-               f"fail-open jobs {h['failopen_jobs']}")
+    out.append(
+        f"  heartbeat {'missing' if hb is None else f'{hb:.1f} s ago'}; "
+        f"fail-open jobs {h['failopen_jobs']}"
+    )
     poll, dec = h["last_poll_s"], h["last_decide_s"]
-    out.append(f"  last cycle: poll {'-' if poll is None else f'{poll * 1000:.0f} ms'}, "
-               f"decision {'-' if dec is None else f'{dec * 1000:.0f} ms'} "
-               f"({h['cycles']} cycles kept)")
+    out.append(
+        f"  last cycle: poll {'-' if poll is None else f'{poll * 1000:.0f} ms'}, "
+        f"decision {'-' if dec is None else f'{dec * 1000:.0f} ms'} "
+        f"({h['cycles']} cycles kept)"
+    )
     out.append("usage by node (GPUs held by running jobs):")
     for node, g in sorted(data["usage"].items()):
         out.append(f"  {clean(node, 40):<40} {g:>4}")
     if not data["usage"]:
         out.append("  (none)")
     running = sum(1 for q in data["queue"] if q["state"] == "running")
-    out.append(f"queue ({running} running, {len(data['queue']) - running} waiting), in the "
-               "controller's order:")
+    out.append(
+        f"queue ({running} running, {len(data['queue']) - running} waiting), in the "
+        "controller's order:"
+    )
     for i, q in enumerate(data["queue"], 1):
         head = f"{i:>4} {clean(q['job'], 24):<24} {q['state']:<8} {q['gpus']:>3} GPUs "
         if q["state"] == "running":
             out += wrap(head, _placement(q["placement"]), len(head))
         else:
             out += wrap(head, q["reason"] or "(no reason yet)", 6)
-        terms = {k: v for k, v in q["terms"].items()
-                 if k in ("rank", "queue", "attained_gpu_s", "share", "counter", "ahead")}
+        terms = {
+            k: v
+            for k, v in q["terms"].items()
+            if k in ("rank", "queue", "attained_gpu_s", "share", "counter", "ahead")
+        }
         if terms:
-            out += wrap("      priority: ", ", ".join(f"{k}={_fmt(v)}"
-                                                       for k, v in terms.items()), 16)
+            out += wrap(
+                "      priority: ", ", ".join(f"{k}={_fmt(v)}" for k, v in terms.items()), 16
+            )
     return out
 
 
@@ -278,15 +319,18 @@ def explain_journal(path: str, job: str) -> list[str]:
         eid = job if job.startswith("slurm-") or not job.isdigit() else f"slurm-{job}"
         row = journal.job(eid)
         if row is None:
-            raise InputError(f"job {clean(job, 60)!r} is not in this journal", source=path,
-                             field="job")
+            raise InputError(
+                f"job {clean(job, 60)!r} is not in this journal", source=path, field="job"
+            )
         actions = journal.actions(eid)
         history = journal.reasons(eid)
         origin = journal.origin
     finally:
         journal.close()
-    out = [f"job {clean(eid)} (Slurm {row.slurm_id}): {row.state}, {row.gpus} GPUs "
-           f"{_placement(row.placement)}"]
+    out = [
+        f"job {clean(eid)} (Slurm {row.slurm_id}): {row.state}, {row.gpus} GPUs "
+        f"{_placement(row.placement)}"
+    ]
     if row.reason:
         out += wrap("  state reason: ", row.reason, 16)
     wait = _reason(row.waiting)
@@ -296,8 +340,9 @@ def explain_journal(path: str, job: str) -> list[str]:
     for a in actions:
         r = _reason(a.reason)
         t = a.intended_at - origin
-        head = f"t={t:>10.1f}  {a.kind} {_placement(a.before)} -> {_placement(a.after)} " \
-               f"[{a.status}] "
+        head = (
+            f"t={t:>10.1f}  {a.kind} {_placement(a.before)} -> {_placement(a.after)} [{a.status}] "
+        )
         lines = wrap(head, r.text if r else "(no reason recorded)", 14)
         if r is not None:
             lines += _terms(r, 14)
@@ -338,14 +383,20 @@ def add_subcommands(sub: Any) -> None:
     """Register ``status`` and ``explain`` on the CLI's subparsers."""
     from gpuplan.executors.control.command import DEFAULT_STATE_DB
 
-    st = sub.add_parser("status", help="the Slurm controller's queue, usage and health, read "
-                        "from its journal (read-only)")
-    st.add_argument("--journal", default=DEFAULT_STATE_DB,
-                    help=f"the controller's journal (default {DEFAULT_STATE_DB})")
+    st = sub.add_parser(
+        "status",
+        help="the Slurm controller's queue, usage and health, read from its journal (read-only)",
+    )
+    st.add_argument(
+        "--journal",
+        default=DEFAULT_STATE_DB,
+        help=f"the controller's journal (default {DEFAULT_STATE_DB})",
+    )
     st.add_argument("--json", action="store_true", help="print JSON instead of text")
     st.set_defaults(func=cmd_status)
-    ex = sub.add_parser("explain", help="a job's history and the reason of every decision "
-                        "that touched it")
+    ex = sub.add_parser(
+        "explain", help="a job's history and the reason of every decision that touched it"
+    )
     ex.add_argument("job", help="the job id (a Slurm job id or slurm-N for --journal)")
     src = ex.add_mutually_exclusive_group(required=True)
     src.add_argument("--journal", help="a Slurm controller's journal")

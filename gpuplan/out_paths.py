@@ -27,11 +27,15 @@ from pathlib import Path
 
 from gpuplan.models import InputError
 
-__all__ = ["check_file_target", "check_out_dir", "check_subdir", "staging_dir",
-           "write_file_atomic"]
+__all__ = ["check_file_target", "check_out_dir", "check_subdir", "staging_dir", "write_file_atomic"]
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+_CREATE = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 def _lstat(path: Path, field: str | None, source: str | None = None) -> os.stat_result | None:
@@ -42,12 +46,14 @@ def _lstat(path: Path, field: str | None, source: str | None = None) -> os.stat_
         return None
     except (OSError, ValueError) as err:  # ENAMETOOLONG, a NUL byte in the name, ...
         reason = getattr(err, "strerror", None) or "not a valid path"
-        raise InputError(f"cannot use this path: {reason}", source=source or str(path),
-                         field=field) from None
+        raise InputError(
+            f"cannot use this path: {reason}", source=source or str(path), field=field
+        ) from None
 
 
-def _existing(path: Path, text: str, field: str, is_kind: Callable[[int], bool], give: str,
-              kind: str) -> os.stat_result | None:
+def _existing(
+    path: Path, text: str, field: str, is_kind: Callable[[int], bool], give: str, kind: str
+) -> os.stat_result | None:
     """``path``'s lstat (None if missing); a symlink, or an existing entry of another kind than
     ``is_kind`` accepts, is refused in one line."""
     info = _lstat(path, field)
@@ -67,8 +73,11 @@ def check_out_dir(text: str, field: str = "out") -> Path:
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise InputError(f"cannot create the output directory: {err.strerror or err}",
-                             source=text, field=field) from None
+            raise InputError(
+                f"cannot create the output directory: {err.strerror or err}",
+                source=text,
+                field=field,
+            ) from None
         info = _lstat(out, field)
         if info is None or not stat.S_ISDIR(info.st_mode):  # swapped for a link under us
             raise InputError("is not a real directory", source=text, field=field)
@@ -86,12 +95,16 @@ def check_subdir(out: Path, name: str, field: str = "out") -> Path:
     except FileExistsError:
         pass
     except OSError as err:
-        raise InputError(f"cannot create {name}/: {err.strerror or err}", source=str(out),
-                         field=field) from None
+        raise InputError(
+            f"cannot create {name}/: {err.strerror or err}", source=str(out), field=field
+        ) from None
     info = _lstat(sub, field, str(out))
     if info is None or stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise InputError(f"{name} is a symlink or not a directory; remove it or choose "
-                         "another folder", source=str(out), field=field)
+        raise InputError(
+            f"{name} is a symlink or not a directory; remove it or choose another folder",
+            source=str(out),
+            field=field,
+        )
     return sub
 
 
@@ -108,8 +121,9 @@ def check_file_target(text: str, field: str) -> Path:
     return path
 
 
-def write_file_atomic(path: Path, write: Callable[[int], None] | bytes | str,
-                      field: str | None = None) -> None:
+def write_file_atomic(
+    path: Path, write: Callable[[int], None] | bytes | str, field: str | None = None
+) -> None:
     """Write ``path`` by creating a fresh file beside it (``O_EXCL | O_NOFOLLOW``, an
     unpredictable name, mode 0666 less the umask) and renaming it over ``path``.
 
@@ -118,8 +132,9 @@ def write_file_atomic(path: Path, write: Callable[[int], None] | bytes | str,
     try:
         fd = os.open(tmp, _CREATE, 0o666)
     except OSError as err:
-        raise InputError(f"cannot write: {err.strerror or err}", source=str(path),
-                         field=field) from None
+        raise InputError(
+            f"cannot write: {err.strerror or err}", source=str(path), field=field
+        ) from None
     try:
         try:
             if callable(write):
@@ -128,7 +143,7 @@ def write_file_atomic(path: Path, write: Callable[[int], None] | bytes | str,
                 data = write.encode("utf-8") if isinstance(write, str) else write
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -136,8 +151,9 @@ def write_file_atomic(path: Path, write: Callable[[int], None] | bytes | str,
     except OSError as err:
         with suppress(OSError):
             os.unlink(tmp)
-        raise InputError(f"cannot write: {err.strerror or err}", source=str(path),
-                         field=field) from None
+        raise InputError(
+            f"cannot write: {err.strerror or err}", source=str(path), field=field
+        ) from None
     except BaseException:
         with suppress(OSError):
             os.unlink(tmp)

@@ -34,14 +34,30 @@ try:
 except ImportError as _err:  # the 'plots' extra; commands check it before they run
     raise MissingExtra("gpuplan.plots", "plots", "matplotlib") from _err
 
-__all__ = ["figure_png", "jct_cdf_figure", "metric_bars_figure", "plot_jct_cdf",
-           "plot_timeseries", "timeseries_figure"]
+__all__ = [
+    "figure_png",
+    "jct_cdf_figure",
+    "metric_bars_figure",
+    "plot_jct_cdf",
+    "plot_timeseries",
+    "timeseries_figure",
+]
 
 _HOUR = 3600.0
 WIDE_SPAN = 100.0
 """max / smallest-positive ratio from which a panel switches to a log axis."""
-_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")
+_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 _DASHES = ("-", "--", "-.", ":")
 
 
@@ -124,14 +140,17 @@ def jct_cdf_figure(results: Mapping[str, RunResult]) -> Figure:
     ax = fig.add_subplot()
     plotted = False
     for (name, result), style in zip(results.items(), line_styles(len(results)), strict=True):
-        jct = np.array(
-            [
-                r.jct if r.jct is not None else r.finish_time - r.submit_time
-                for r in result.jobs
-                if r.finish_time is not None
-            ],
-            dtype=float,
-        ) / _HOUR
+        jct = (
+            np.array(
+                [
+                    r.jct if r.jct is not None else r.finish_time - r.submit_time
+                    for r in result.jobs
+                    if r.finish_time is not None
+                ],
+                dtype=float,
+            )
+            / _HOUR
+        )
         if jct.size == 0:
             continue
         jct.sort()
@@ -141,8 +160,13 @@ def jct_cdf_figure(results: Mapping[str, RunResult]) -> Figure:
         frac = np.arange(1, jct.size + 1) / total
         unfinished = total - jct.size
         label = name if unfinished == 0 else f"{name} ({unfinished} unfinished)"
-        ax.step(np.concatenate(([jct[0]], jct)), np.concatenate(([0.0], frac)),
-                where="post", label=label, **style)
+        ax.step(
+            np.concatenate(([jct[0]], jct)),
+            np.concatenate(([0.0], frac)),
+            where="post",
+            label=label,
+            **style,
+        )
         plotted = True
     if plotted:
         ax.set_xscale("log")
@@ -212,8 +236,11 @@ def plot_timeseries(results: dict[str, RunResult], path: str | Path) -> Path:
     return _save(timeseries_figure(results), path)
 
 
-def metric_bars_figure(scenario: str, metrics: Sequence[tuple[str, float]],
-                       values: Mapping[str, Mapping[str, Sequence[float | None]]]) -> Figure:
+def metric_bars_figure(
+    scenario: str,
+    metrics: Sequence[tuple[str, float]],
+    values: Mapping[str, Mapping[str, Sequence[float | None]]],
+) -> Figure:
     """One panel per metric: a bar per policy at the mean over seeds, whiskers from the lowest
     to the highest seed, and one dot per seed.
 
@@ -231,23 +258,28 @@ def metric_bars_figure(scenario: str, metrics: Sequence[tuple[str, float]],
         colours = [s["color"] for s in line_styles(len(names))]
         spans: list[np.ndarray] = []
         for x, name in enumerate(names):
-            points = np.array([v / divisor for v in per_policy[name] if v is not None],
-                              dtype=float)
+            points = np.array([v / divisor for v in per_policy[name] if v is not None], dtype=float)
             if points.size == 0:
                 continue
             spans.append(points)
             mean = float(points.mean())
-            ax.bar(x, mean, color=colours[x], alpha=0.75,
-                   yerr=[[max(0.0, mean - points.min())], [max(0.0, points.max() - mean)]],
-                   capsize=3)  # max(0, .): a mean of equal values can be off by one ulp
+            ax.bar(
+                x,
+                mean,
+                color=colours[x],
+                alpha=0.75,
+                yerr=[[max(0.0, mean - points.min())], [max(0.0, points.max() - mean)]],
+                capsize=3,
+            )  # max(0, .): a mean of equal values can be off by one ulp
             ax.plot(np.full(points.size, x), points, "o", color="black", markersize=2.5)
         scale = _apply_scale(ax, spans) if spans else "linear"
         ax.set_title(metric if scale == "linear" else f"{metric} ({scale})", fontsize="small")
         ax.set_xticks(range(len(names)), names, rotation=40, ha="right", fontsize="x-small")
         ax.tick_params(axis="y", labelsize="x-small")
         ax.grid(True, axis="y", alpha=0.3)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.set_visible(False)
-    fig.suptitle(f"{scenario}: mean over seeds (whiskers min..max, dots = seeds)",
-                 fontsize="medium")
+    fig.suptitle(
+        f"{scenario}: mean over seeds (whiskers min..max, dots = seeds)", fontsize="medium"
+    )
     return fig

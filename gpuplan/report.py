@@ -31,9 +31,14 @@ __all__ = ["BAR_METRICS", "ReportRun", "render_report"]
 
 _HOUR = 3600.0
 BAR_METRICS: tuple[tuple[str, float], ...] = (
-    ("avg_jct_s", _HOUR), ("p99_jct_s", _HOUR), ("avg_queueing_s", _HOUR),
-    ("makespan_s", _HOUR), ("gpu_utilisation", 1.0), ("mean_queue_length", 1.0),
-    ("mean_blocking_index", 1.0), ("preemptions", 1.0),
+    ("avg_jct_s", _HOUR),
+    ("p99_jct_s", _HOUR),
+    ("avg_queueing_s", _HOUR),
+    ("makespan_s", _HOUR),
+    ("gpu_utilisation", 1.0),
+    ("mean_queue_length", 1.0),
+    ("mean_blocking_index", 1.0),
+    ("preemptions", 1.0),
 )
 """Metrics drawn as bars, with the divisor to their display unit (seconds shown in hours)."""
 
@@ -116,14 +121,25 @@ def _mean_of(runs: Sequence[ReportRun], field: str) -> float | None:
 
 
 def _all_runs_table(runs: Sequence[ReportRun]) -> str:
-    fields = ("jobs", "finished", "avg_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s",
-              "gpu_utilisation", "preemptions", "wall_s")
+    fields = (
+        "jobs",
+        "finished",
+        "avg_jct_s",
+        "p99_jct_s",
+        "avg_queueing_s",
+        "makespan_s",
+        "gpu_utilisation",
+        "preemptions",
+        "wall_s",
+    )
     head = "".join(f"<th>{_e(f)}</th>" for f in fields)
     rows = [f"<tr><th>scenario</th><th>policy</th><th>seed</th>{head}</tr>"]
     for r in runs:
         cells = "".join(f"<td>{_e(_raw(getattr(r.summary, f)))}</td>" for f in fields)
-        rows.append(f'<tr class="run"><td>{_e(r.scenario)}</td><td>{_e(r.policy)}</td>'
-                    f"<td>{r.seed}</td>{cells}</tr>")
+        rows.append(
+            f'<tr class="run"><td>{_e(r.scenario)}</td><td>{_e(r.policy)}</td>'
+            f"<td>{r.seed}</td>{cells}</tr>"
+        )
     return '<table id="runs">' + "".join(rows) + "</table>"
 
 
@@ -133,37 +149,49 @@ def _raw(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _section(scenario: str, runs: Sequence[ReportRun],
-             examples: Mapping[str, RunResult]) -> str:
+def _section(scenario: str, runs: Sequence[ReportRun], examples: Mapping[str, RunResult]) -> str:
     by_policy: dict[str, list[ReportRun]] = {}
     for r in runs:
         by_policy.setdefault(r.policy, []).append(r)
     seeds = sorted({r.seed for r in runs})
     first = runs[0].summary
-    parts = [f'<section id="{_e(scenario)}"><h2>{_e(scenario)}</h2>',
-             f'<p class="meta">{first.jobs} jobs, seeds {_e(", ".join(map(str, seeds)))}; '
-             "table cells: mean over seeds ± standard deviation; ratio = first policy's avg "
-             "JCT / this policy's (&gt; 1 = better than the first).</p>",
-             _scenario_table(by_policy)]
+    parts = [
+        f'<section id="{_e(scenario)}"><h2>{_e(scenario)}</h2>',
+        f'<p class="meta">{first.jobs} jobs, seeds {_e(", ".join(map(str, seeds)))}; '
+        "table cells: mean over seeds ± standard deviation; ratio = first policy's avg "
+        "JCT / this policy's (&gt; 1 = better than the first).</p>",
+        _scenario_table(by_policy),
+    ]
     if examples:
         seed = next(iter(examples.values())).seed
-        parts.append(f"<figure>{_img(jct_cdf_figure(examples), f'{scenario} JCT CDF')}"
-                     f"<figcaption>JCT CDF, seed {seed}</figcaption></figure>")
-        parts.append(f"<figure>{_img(timeseries_figure(examples), f'{scenario} time series')}"
-                     f"<figcaption>Queue length, cluster efficiency, blocking index and GPU "
-                     f"utilisation over time, seed {seed}</figcaption></figure>")
-    values = {m: {p: [getattr(r.summary, m) for r in rs] for p, rs in by_policy.items()}
-              for m, _ in BAR_METRICS}
+        parts.append(
+            f"<figure>{_img(jct_cdf_figure(examples), f'{scenario} JCT CDF')}"
+            f"<figcaption>JCT CDF, seed {seed}</figcaption></figure>"
+        )
+        parts.append(
+            f"<figure>{_img(timeseries_figure(examples), f'{scenario} time series')}"
+            f"<figcaption>Queue length, cluster efficiency, blocking index and GPU "
+            f"utilisation over time, seed {seed}</figcaption></figure>"
+        )
+    values = {
+        m: {p: [getattr(r.summary, m) for r in rs] for p, rs in by_policy.items()}
+        for m, _ in BAR_METRICS
+    }
     bars = metric_bars_figure(scenario, BAR_METRICS, values)
-    parts.append(f"<figure>{_img(bars, f'{scenario} metrics over seeds')}<figcaption>Bars: "
-                 "mean over seeds; whiskers: lowest..highest seed; dots: each seed. Durations "
-                 "in hours.</figcaption></figure></section>")
+    parts.append(
+        f"<figure>{_img(bars, f'{scenario} metrics over seeds')}<figcaption>Bars: "
+        "mean over seeds; whiskers: lowest..highest seed; dots: each seed. Durations "
+        "in hours.</figcaption></figure></section>"
+    )
     return "\n".join(parts)
 
 
-def render_report(title: str, runs: Sequence[ReportRun],
-                  examples: Mapping[str, Mapping[str, RunResult]],
-                  notes: Sequence[str] = ()) -> str:
+def render_report(
+    title: str,
+    runs: Sequence[ReportRun],
+    examples: Mapping[str, Mapping[str, RunResult]],
+    notes: Sequence[str] = (),
+) -> str:
     """The page for ``runs`` (in display order); ``examples[scenario][policy]`` are the full
     results drawn as CDFs and time series (one seed per scenario)."""
     scenarios: dict[str, list[ReportRun]] = {}
@@ -171,18 +199,26 @@ def render_report(title: str, runs: Sequence[ReportRun],
         scenarios.setdefault(r.scenario, []).append(r)
     body = [f"<h1>{_e(title)}</h1>"]
     body += [f'<p class="meta">{_e(n)}</p>' for n in notes]
-    body.append("<ul>" + "".join(f'<li><a href="#{_e(s)}">{_e(s)}</a></li>' for s in scenarios)
-                + "</ul>")
+    body.append(
+        "<ul>" + "".join(f'<li><a href="#{_e(s)}">{_e(s)}</a></li>' for s in scenarios) + "</ul>"
+    )
     body += [_section(s, rs, examples.get(s, {})) for s, rs in scenarios.items()]
     body.append(f"<h2>All runs</h2>{_all_runs_table(runs)}")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
-def write_report(path: Path, title: str, runs: Sequence[ReportRun],
-                 examples: Mapping[str, Mapping[str, RunResult]],
-                 notes: Sequence[str] = ()) -> Path:
+def write_report(
+    path: Path,
+    title: str,
+    runs: Sequence[ReportRun],
+    examples: Mapping[str, Mapping[str, RunResult]],
+    notes: Sequence[str] = (),
+) -> Path:
     """:func:`render_report` written to ``path``."""
     path.write_text(render_report(title, runs, examples, notes), encoding="utf-8")
     return path

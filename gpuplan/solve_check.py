@@ -24,9 +24,11 @@ __all__ = ["OBJECTIVE_TOL", "ignored_rules", "verify"]
 OBJECTIVE_TOL = 1e-6
 """Relative difference between the reported and the recomputed objective that is a defect."""
 
-OJPP_RULES = {"collision": "collision probability (tau_max)",
-              "interference": "slowdown (theta_max)",
-              "balance": "spread of a job's slowdowns (theta_balance)"}
+OJPP_RULES = {
+    "collision": "collision probability (tau_max)",
+    "interference": "slowdown (theta_max)",
+    "balance": "spread of a job's slowdowns (theta_balance)",
+}
 """OJPP's limits a relaxed baseline may switch off (``packer.Rules`` field -> the rule)."""
 
 
@@ -52,8 +54,11 @@ def _violations(problem: str, inst: Any, out: Outcome) -> list[str]:
         value = float(mod.check(inst, out.solution))
     except AssertionError as err:  # the modules' checkers state each rule as an assert
         return [str(err) or "the answer breaks a rule of the model"]
-    if out.objective is not None and math.isfinite(out.objective) and \
-            abs(value - out.objective) > OBJECTIVE_TOL * max(1.0, abs(value)):
+    if (
+        out.objective is not None
+        and math.isfinite(out.objective)
+        and abs(value - out.objective) > OBJECTIVE_TOL * max(1.0, abs(value))
+    ):
         return [f"reported objective {out.objective:g}, the answer's own is {value:g}"]
     return []
 
@@ -70,5 +75,14 @@ def verify(problem: str, inst: Any, out: Outcome) -> tuple[Outcome, list[str]]:
         return out, []
     note = f"{len(found)} violation(s) of the full model: {found[0]}"
     message = f"{out.message}; {note}" if out.message else note
-    return Outcome("infeasible", out.objective, out.bound, None, out.solution, out.build_ms,
-                   out.solve_ms, message, out.extra), found
+    return Outcome(
+        "infeasible",
+        out.objective,
+        out.bound,
+        None,
+        out.solution,
+        out.build_ms,
+        out.solve_ms,
+        message,
+        out.extra,
+    ), found

@@ -24,8 +24,9 @@ def write_report(rows: list[dict[str, Any]], out: Path, title: str) -> None:
     w = csv.writer(buffer)
     w.writerow(COLUMNS)
     for r in rows:
-        w.writerow(["" if r.get(k, r.get(f"_{k}")) is None else r.get(k, r.get(f"_{k}"))
-                    for k in COLUMNS])
+        w.writerow(
+            ["" if r.get(k, r.get(f"_{k}")) is None else r.get(k, r.get(f"_{k}")) for k in COLUMNS]
+        )
     write_file_atomic(out / "solve.csv", buffer.getvalue(), field="out")
     import matplotlib
 

@@ -56,15 +56,34 @@ if TYPE_CHECKING:
 
     from . import api
 
-__all__ = ["RunRecord", "RunTask", "SweepFile", "SweepOutcome", "TIMING_COLUMNS",
-           "add_subcommand", "execute", "load_sweep", "plan_runs", "run_sweep",
-           "slurm_cluster"]
+__all__ = [
+    "RunRecord",
+    "RunTask",
+    "SweepFile",
+    "SweepOutcome",
+    "TIMING_COLUMNS",
+    "add_subcommand",
+    "execute",
+    "load_sweep",
+    "plan_runs",
+    "run_sweep",
+    "slurm_cluster",
+]
 
 FORMAT = 1
 """Version of the per-run JSON layout (part of the fingerprint)."""
-TIMING_COLUMNS = ("wall_s", "jobs_per_s", "decision_p50_ms", "decision_p95_ms",
-                  "decision_p99_ms", "decision_max_ms", "solver_p50_ms", "solver_p95_ms",
-                  "solver_p99_ms", "elapsed_s")
+TIMING_COLUMNS = (
+    "wall_s",
+    "jobs_per_s",
+    "decision_p50_ms",
+    "decision_p95_ms",
+    "decision_p99_ms",
+    "decision_max_ms",
+    "solver_p50_ms",
+    "solver_p95_ms",
+    "solver_p99_ms",
+    "elapsed_s",
+)
 """results.csv columns measuring this machine, not the schedule: they differ between reruns."""
 IN_PROCESS_MAX_JOBS = 20_000
 """A sweep whose pending runs simulate fewer jobs than this in all runs in this process even when
@@ -106,8 +125,7 @@ class SweepFile(BaseModel):
     name: str | None = None
     scenarios: list[str | ScenarioEntry] = Field(min_length=1, max_length=10_000)
     policies: list[str | dict[str, Any]] = Field(min_length=1, max_length=10_000)
-    seeds: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1,
-                                   max_length=10_000)
+    seeds: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1, max_length=10_000)
     overrides: list[OverrideRule] = Field(default_factory=list)
 
     @field_validator("seeds")
@@ -122,16 +140,18 @@ class SweepFile(BaseModel):
 
 def load_sweep(path: Path) -> SweepFile:
     """Parse and validate a sweep file; errors name the file and the field."""
-    data = parse_structured(read_text(path, "sweep file"), str(path),
-                            json_only=path.suffix == ".json")
+    data = parse_structured(
+        read_text(path, "sweep file"), str(path), json_only=path.suffix == ".json"
+    )
     if not isinstance(data, dict):
         raise InputError("a sweep file must hold a mapping", source=str(path))
     try:
         return SweepFile.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"] if not str(x).startswith(("str", "dict",
-                                                                               "Scenario")))
+        loc = ".".join(
+            str(x) for x in first["loc"] if not str(x).startswith(("str", "dict", "Scenario"))
+        )
         raise InputError(first["msg"], source=str(path), field=loc or None) from None
 
 
@@ -166,8 +186,7 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any, source: str, fiel
     node[keys[-1]] = value
 
 
-def _override(spec: ScenarioSpec, values: dict[str, Any], source: str, where: str
-              ) -> ScenarioSpec:
+def _override(spec: ScenarioSpec, values: dict[str, Any], source: str, where: str) -> ScenarioSpec:
     if not values:
         return spec
     data = spec.model_dump(mode="json", exclude_unset=False)
@@ -195,8 +214,16 @@ def _resolve(text: str, folder: Path, source: str, field: str) -> tuple[Scenario
 
 
 def _fingerprint(spec: ScenarioSpec, base: str | None, policy: str, seed: int) -> str:
-    blob = json.dumps({"format": FORMAT, "spec": spec.model_dump(mode="json"), "base": base,
-                       "policy": policy, "seed": seed}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "format": FORMAT,
+            "spec": spec.model_dump(mode="json"),
+            "base": base,
+            "policy": policy,
+            "seed": seed,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -211,8 +238,9 @@ def _policies(sweep: SweepFile, source: str) -> tuple[list[str], dict[str, dict[
         raw = dict(entry)
         name = raw.pop("name", None)
         if not isinstance(name, str) or not name:
-            raise InputError("a policy configuration needs 'name'", source=source,
-                             field=f"policies[{j}].name")
+            raise InputError(
+                "a policy configuration needs 'name'", source=source, field=f"policies[{j}].name"
+            )
         try:
             PolicyConfig.from_mapping(name, raw, where=f"policies[{j}]")
         except InputError as err:
@@ -221,8 +249,12 @@ def _policies(sweep: SweepFile, source: str) -> tuple[list[str], dict[str, dict[
         names.append(name)
     stems = [_stem(n) for n in names]
     if len(set(stems)) != len(stems):
-        raise InputError("two policies are the same or differ only in punctuation (they would "
-                         "share result files)", source=source, field="policies")
+        raise InputError(
+            "two policies are the same or differ only in punctuation (they would "
+            "share result files)",
+            source=source,
+            field="policies",
+        )
     return names, configs
 
 
@@ -245,12 +277,16 @@ def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
         resolved.append((entry.name or spec.name, spec, str(folder.resolve())))
     labels = [label for label, _, _ in resolved]
     if len({_stem(label) for label in labels}) != len(labels):
-        raise InputError("two scenarios have the same label; give one a 'name'", source=source,
-                         field="scenarios")
+        raise InputError(
+            "two scenarios have the same label; give one a 'name'", source=source, field="scenarios"
+        )
     for k, rule in enumerate(sweep.overrides):
         if rule.scenario is not None and rule.scenario not in labels:
-            raise InputError(f"matches no scenario (labels: {', '.join(labels)})",
-                             source=source, field=f"overrides[{k}].scenario")
+            raise InputError(
+                f"matches no scenario (labels: {', '.join(labels)})",
+                source=source,
+                field=f"overrides[{k}].scenario",
+            )
         if rule.policy is not None and rule.policy not in policies:
             raise InputError("matches no policy", source=source, field=f"overrides[{k}].policy")
     tasks = []
@@ -259,8 +295,11 @@ def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
             for seed in sweep.seeds:
                 run_spec = spec.model_copy(update={"seed": seed})
                 for k, rule in enumerate(sweep.overrides):
-                    if (rule.scenario in (None, label) and rule.policy in (None, policy)
-                            and rule.seed in (None, seed)):
+                    if (
+                        rule.scenario in (None, label)
+                        and rule.policy in (None, policy)
+                        and rule.seed in (None, seed)
+                    ):
                         run_spec = _override(run_spec, rule.set, source, f"overrides[{k}].set")
                 if seed == sweep.seeds[0]:
                     from . import api
@@ -268,11 +307,21 @@ def plan_runs(sweep: SweepFile, path: Path) -> list[RunTask]:
                     try:
                         make_policy(policy, seed=seed, configs=api.policy_configs(run_spec))
                     except InputError as err:
-                        raise InputError(err.message, source=source,
-                                         field=f"policies[{j}]") from None
+                        raise InputError(
+                            err.message, source=source, field=f"policies[{j}]"
+                        ) from None
                 key = f"{_stem(label)}__{_stem(policy)}__seed{seed}"
-                tasks.append(RunTask(key, label, policy, seed, run_spec, base,
-                                     _fingerprint(run_spec, base, policy, seed)))
+                tasks.append(
+                    RunTask(
+                        key,
+                        label,
+                        policy,
+                        seed,
+                        run_spec,
+                        base,
+                        _fingerprint(run_spec, base, policy, seed),
+                    )
+                )
     _check_runs(tasks, source)
     return tasks
 
@@ -294,8 +343,9 @@ def _check_runs(tasks: Sequence[RunTask], source: str) -> None:
             _prepare(task.spec, task.base)
         except InputError as err:
             if err.source is None:
-                raise InputError(f"run {task.key}: {err.message}", source=source,
-                                 row=err.row, field=err.field) from None
+                raise InputError(
+                    f"run {task.key}: {err.message}", source=source, row=err.row, field=err.field
+                ) from None
             raise InputError(f"run {task.key}: {err}", source=source) from None
         except GpuplanError as err:
             raise InputError(f"run {task.key}: {err}", source=source) from None
@@ -317,8 +367,9 @@ def _prepare(spec: ScenarioSpec, base: str | None) -> api.PreparedScenario:
         _PREPARED.move_to_end(key)
         return _PREPARED[key]
     built = build(spec, Path(base) if base else None)
-    prepared = api.PreparedScenario(spec, built.cluster, built.jobs, tuple(built.events),
-                                    built.load)
+    prepared = api.PreparedScenario(
+        spec, built.cluster, built.jobs, tuple(built.events), built.load
+    )
     _PREPARED[key] = prepared
     _JOB_COUNTS[key] = len(prepared.jobs)
     while len(_PREPARED) > 4:
@@ -362,11 +413,18 @@ def execute(task: RunTask) -> tuple[str, str | None, str]:
         result = api.run(_prepare(task.spec, task.base), task.policy)
     except GpuplanError as err:
         return task.key, str(err), ""
-    payload = {"format": FORMAT, "key": task.key, "fingerprint": task.fingerprint,
-               "scenario": task.scenario, "policy": task.policy, "seed": task.seed,
-               "elapsed_s": time.perf_counter() - t0, "worker": _worker_name(),
-               "summary": summarize(result).model_dump(mode="json"),
-               "result": result.model_dump(mode="json")}
+    payload = {
+        "format": FORMAT,
+        "key": task.key,
+        "fingerprint": task.fingerprint,
+        "scenario": task.scenario,
+        "policy": task.policy,
+        "seed": task.seed,
+        "elapsed_s": time.perf_counter() - t0,
+        "worker": _worker_name(),
+        "summary": summarize(result).model_dump(mode="json"),
+        "result": result.model_dump(mode="json"),
+    }
     return task.key, None, json.dumps(payload)
 
 
@@ -398,9 +456,16 @@ def _read_record(path: Path, fingerprint: str) -> RunRecord | None:
         data = json.loads(read_text(path, "run file", limit=MAX_TRACE_BYTES))
         if data.get("fingerprint") != fingerprint or data.get("format") != FORMAT:
             return None
-        return RunRecord(data["key"], data["scenario"], data["policy"], data["seed"],
-                         RunSummary.model_validate(data["summary"]), data["elapsed_s"],
-                         data.get("worker", ""), path)
+        return RunRecord(
+            data["key"],
+            data["scenario"],
+            data["policy"],
+            data["seed"],
+            RunSummary.model_validate(data["summary"]),
+            data["elapsed_s"],
+            data.get("worker", ""),
+            path,
+        )
     except (InputError, OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
@@ -411,9 +476,15 @@ def _write_atomic(path: Path, text: str) -> None:
     write_file_atomic(path, text, field="out")
 
 
-def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00:00",
-                  python: str | None = None, interface: str | None = None,
-                  log_directory: str | None = None) -> Any:
+def slurm_cluster(
+    partition: str,
+    *,
+    memory: str = "4GB",
+    walltime: str = "04:00:00",
+    python: str | None = None,
+    interface: str | None = None,
+    log_directory: str | None = None,
+) -> Any:
     """A dask-jobqueue ``SLURMCluster`` whose every Slurm job is one single-threaded worker on
     ``partition`` (scale it with ``cluster.scale(jobs=N)``); nothing is submitted yet.
 
@@ -424,15 +495,24 @@ def slurm_cluster(partition: str, *, memory: str = "4GB", walltime: str = "04:00
     instead of the submitting process's working directory."""
     from dask_jobqueue import SLURMCluster
 
-    return SLURMCluster(queue=partition, cores=1, processes=1, memory=memory,
-                        walltime=walltime, python=python or sys.executable,
-                        job_name="gpuplan-sweep", silence_logs="error", interface=interface,
-                        log_directory=log_directory)
+    return SLURMCluster(
+        queue=partition,
+        cores=1,
+        processes=1,
+        memory=memory,
+        walltime=walltime,
+        python=python or sys.executable,
+        job_name="gpuplan-sweep",
+        silence_logs="error",
+        interface=interface,
+        log_directory=log_directory,
+    )
 
 
 @contextmanager
-def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
-                 slurm_options: dict[str, str | None]) -> Iterator[Any]:
+def _dask_client(
+    workers: int, scheduler: str | None, slurm: str | None, slurm_options: dict[str, str | None]
+) -> Iterator[Any]:
     import logging
     import warnings
 
@@ -449,8 +529,13 @@ def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
         with warnings.catch_warnings():
             # its HTTP endpoint moves off a busy port 8787 by itself: nothing to warn about
             warnings.filterwarnings("ignore", message="Port .* is already in use")
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.ERROR)
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
         client = Client(cluster)
     try:
         yield client
@@ -460,8 +545,13 @@ def _dask_client(workers: int, scheduler: str | None, slurm: str | None,
             cluster.close()
 
 
-def _results(tasks: Sequence[RunTask], workers: int, scheduler: str | None, slurm: str | None,
-             slurm_options: dict[str, str | None]) -> Iterator[tuple[str, str | None, str]]:
+def _results(
+    tasks: Sequence[RunTask],
+    workers: int,
+    scheduler: str | None,
+    slurm: str | None,
+    slurm_options: dict[str, str | None],
+) -> Iterator[tuple[str, str | None, str]]:
     """Finished runs in completion order, in this process or on a Dask cluster."""
     if workers == 1 and not scheduler and not slurm:
         for task in tasks:
@@ -470,8 +560,12 @@ def _results(tasks: Sequence[RunTask], workers: int, scheduler: str | None, slur
     from distributed import as_completed
 
     with _dask_client(workers, scheduler, slurm, slurm_options) as client:
-        futures = client.map(execute, list(tasks), pure=False,
-                             key=[f"gpuplan-sweep-{t.key}-{t.fingerprint}" for t in tasks])
+        futures = client.map(
+            execute,
+            list(tasks),
+            pure=False,
+            key=[f"gpuplan-sweep-{t.key}-{t.fingerprint}" for t in tasks],
+        )
         for future in as_completed(futures):
             yield future.result()
             future.release()
@@ -503,9 +597,15 @@ class _Progress:
                 TimeRemainingColumn,
             )
 
-            self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TimeRemainingColumn(),
-                                console=Console(file=stream), transient=True)
+            self.bar = Progress(
+                TextColumn("sweep"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=stream),
+                transient=True,
+            )
             self.task = self.bar.add_task("sweep", total=total, completed=reused)
             self.bar.start()
         else:
@@ -515,8 +615,11 @@ class _Progress:
         elapsed = time.monotonic() - self.start
         computed, left = self.done - self.reused, self.total - self.done
         eta = _clock(elapsed / computed * left) if computed else "?"
-        print(f"sweep: {self.done}/{self.total} runs, elapsed {_clock(elapsed)}, ETA {eta}",
-              file=self.stream, flush=True)
+        print(
+            f"sweep: {self.done}/{self.total} runs, elapsed {_clock(elapsed)}, ETA {eta}",
+            file=self.stream,
+            flush=True,
+        )
 
     def advance(self) -> None:
         self.done += 1
@@ -547,13 +650,29 @@ def _csv_text(records: Sequence[RunRecord]) -> str:
             break
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["scenario", "policy", "seed", "scenario_name", *fields,
-                     *(f"loaning_{f}" for f in loan_fields), "elapsed_s"])
+    writer.writerow(
+        [
+            "scenario",
+            "policy",
+            "seed",
+            "scenario_name",
+            *fields,
+            *(f"loaning_{f}" for f in loan_fields),
+            "elapsed_s",
+        ]
+    )
     for r in records:
         s = r.summary
         loan = [getattr(s.loaning, f) if s.loaning else None for f in loan_fields]
-        row = [r.scenario, r.policy, r.seed, s.scenario,
-               *(getattr(s, f) for f in fields), *loan, r.elapsed_s]
+        row = [
+            r.scenario,
+            r.policy,
+            r.seed,
+            s.scenario,
+            *(getattr(s, f) for f in fields),
+            *loan,
+            r.elapsed_s,
+        ]
         writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
 
@@ -590,10 +709,18 @@ def _check_extra(workers: int, scheduler: str | None, slurm: str | None, report:
         require_extra("sweep", "gpuplan sweep", *modules)
 
 
-def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
-              scheduler: str | None = None, slurm: str | None = None,
-              slurm_options: dict[str, str | None] | None = None, report: bool = True,
-              progress: TextIO | None = None) -> SweepOutcome:
+def run_sweep(
+    sweep: SweepFile,
+    path: Path,
+    out: Path,
+    *,
+    workers: int = 1,
+    scheduler: str | None = None,
+    slurm: str | None = None,
+    slurm_options: dict[str, str | None] | None = None,
+    report: bool = True,
+    progress: TextIO | None = None,
+) -> SweepOutcome:
     """Run every pending run of ``sweep``, then write results.csv and report.html."""
     _check_extra(workers, scheduler, slurm, report)
     t0 = time.perf_counter()
@@ -614,9 +741,13 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
     if workers > 1 and not scheduler and not slurm and pending:
         jobs = _small_sweep(pending)
         if jobs is not None:
-            print(f"sweep: {len(pending)} runs of {jobs} jobs in all, too few to repay starting "
-                  f"{workers} Dask workers (under {IN_PROCESS_MAX_JOBS}): running them in this "
-                  "process", file=stream, flush=True)
+            print(
+                f"sweep: {len(pending)} runs of {jobs} jobs in all, too few to repay starting "
+                f"{workers} Dask workers (under {IN_PROCESS_MAX_JOBS}): running them in this "
+                "process",
+                file=stream,
+                flush=True,
+            )
             workers = 1
     bar = _Progress(len(tasks), reused, stream)
     try:
@@ -641,11 +772,15 @@ def run_sweep(sweep: SweepFile, path: Path, out: Path, *, workers: int = 1,
         for r in ordered:
             if r.seed == sweep.seeds[0]:
                 examples.setdefault(r.scenario, {})[r.policy] = r.result()
-        notes = [f"{len(tasks)} runs: {len(sweep.scenarios)} scenarios x "
-                 f"{len(sweep.policies)} policies x {len(sweep.seeds)} seeds; results in "
-                 "results.csv and runs/*.json beside this page."]
-        _write_atomic(out / "report.html", render_report(sweep.name or f"Sweep {path.name}",
-                                                         ordered, examples, notes))
+        notes = [
+            f"{len(tasks)} runs: {len(sweep.scenarios)} scenarios x "
+            f"{len(sweep.policies)} policies x {len(sweep.seeds)} seeds; results in "
+            "results.csv and runs/*.json beside this page."
+        ]
+        _write_atomic(
+            out / "report.html",
+            render_report(sweep.name or f"Sweep {path.name}", ordered, examples, notes),
+        )
     return SweepOutcome(ordered, len(tasks) - reused, reused, time.perf_counter() - t0, out)
 
 
@@ -663,38 +798,63 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_path_text(args.out, "output folder", field="out")
     path = Path(args.file)
     sweep = load_sweep(path)
-    if args.scheduler and not args.scheduler.startswith(("tcp://", "tls://", "ucx://",
-                                                          "inproc://")):
+    if args.scheduler and not args.scheduler.startswith(
+        ("tcp://", "tls://", "ucx://", "inproc://")
+    ):
         raise InputError("give the scheduler as tcp://host:port", field="scheduler")
     workers = args.workers or (os.cpu_count() or 1)
-    outcome = run_sweep(sweep, path, Path(args.out), workers=workers,
-                        scheduler=args.scheduler, slurm=args.slurm,
-                        slurm_options={"memory": args.slurm_memory,
-                                       "walltime": args.slurm_walltime,
-                                       "interface": args.slurm_interface})
-    print(f"{len(outcome.records)} runs ({outcome.computed} computed, {outcome.reused} reused) "
-          f"in {outcome.elapsed_s:.1f} s; results: {outcome.out / 'results.csv'}; report: "
-          f"{outcome.out / 'report.html'}")
+    outcome = run_sweep(
+        sweep,
+        path,
+        Path(args.out),
+        workers=workers,
+        scheduler=args.scheduler,
+        slurm=args.slurm,
+        slurm_options={
+            "memory": args.slurm_memory,
+            "walltime": args.slurm_walltime,
+            "interface": args.slurm_interface,
+        },
+    )
+    print(
+        f"{len(outcome.records)} runs ({outcome.computed} computed, {outcome.reused} reused) "
+        f"in {outcome.elapsed_s:.1f} s; results: {outcome.out / 'results.csv'}; report: "
+        f"{outcome.out / 'report.html'}"
+    )
     return 0
 
 
 def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``sweep`` on an ``argparse`` subparsers object (Dask loads only when used)."""
-    p = subparsers.add_parser("sweep", help="run scenarios x policies x seeds (on Dask), "
-                              "resumable; writes results.csv, per-run JSON and report.html")
+    p = subparsers.add_parser(
+        "sweep",
+        help="run scenarios x policies x seeds (on Dask), "
+        "resumable; writes results.csv, per-run JSON and report.html",
+    )
     p.add_argument("file", help="sweep file (YAML or JSON): scenarios, policies, seeds")
     p.add_argument("--out", required=True, help="output folder; rerun with it to resume")
-    p.add_argument("--workers", type=_workers_arg, default=None,
-                   help="worker processes (default: one per CPU; 1 runs in this process); "
-                   "with --slurm, Slurm jobs")
+    p.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=None,
+        help="worker processes (default: one per CPU; 1 runs in this process); "
+        "with --slurm, Slurm jobs",
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--scheduler", help="join an existing Dask cluster (tcp://host:port)")
-    where.add_argument("--slurm", metavar="PARTITION",
-                       help="start workers as Slurm jobs on PARTITION (dask-jobqueue)")
+    where.add_argument(
+        "--slurm",
+        metavar="PARTITION",
+        help="start workers as Slurm jobs on PARTITION (dask-jobqueue)",
+    )
     p.add_argument("--slurm-memory", default="4GB", help="memory per Slurm worker job")
     p.add_argument("--slurm-walltime", default="04:00:00", help="walltime per Slurm worker job")
-    p.add_argument("--slurm-interface", default=None, metavar="IFACE",
-                   help="network interface of the scheduler and the Slurm workers (lo: all on "
-                   "this machine, 127.0.0.1); default: Dask's choice")
+    p.add_argument(
+        "--slurm-interface",
+        default=None,
+        metavar="IFACE",
+        help="network interface of the scheduler and the Slurm workers (lo: all on "
+        "this machine, 127.0.0.1); default: Dask's choice",
+    )
     p.set_defaults(func=cmd_sweep)
     return p

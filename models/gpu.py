@@ -17,8 +17,9 @@ class GpuType(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
-    relative_speed: float = Field(default=1.0, ge=1 / MAX_SPEED, le=MAX_SPEED,
-                                  description="compute speed vs reference GPU")
+    relative_speed: float = Field(
+        default=1.0, ge=1 / MAX_SPEED, le=MAX_SPEED, description="compute speed vs reference GPU"
+    )
     memory_gb: float = Field(default=16.0, gt=0, le=1e6)
 
 

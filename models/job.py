@@ -33,9 +33,7 @@ class Elasticity(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Elasticity:
         if self.max_gpus < self.min_gpus:
-            raise ValueError(
-                f"max_gpus ({self.max_gpus}) must be >= min_gpus ({self.min_gpus})"
-            )
+            raise ValueError(f"max_gpus ({self.max_gpus}) must be >= min_gpus ({self.min_gpus})")
         for count in self.allowed:
             if not self.min_gpus <= count <= self.max_gpus:
                 raise ValueError(
@@ -124,14 +122,14 @@ class JobSpec(BaseModel):
 
     id: str = Field(min_length=1, max_length=1000)
     user: str = ""
-    submit_time: float = Field(ge=0, le=MAX_TIME_S,
-                               description="seconds since the scenario's origin")
+    submit_time: float = Field(
+        ge=0, le=MAX_TIME_S, description="seconds since the scenario's origin"
+    )
     requested_gpus: int = Field(ge=1, le=MAX_GPUS)
     elasticity: Elasticity | None = None
     total_iterations: float | None = Field(default=None, gt=0, le=MAX_ITERATIONS)
     duration: float | None = Field(
-        default=None, gt=0, le=MAX_TIME_S,
-        description="seconds at requested_gpus (trace duration)"
+        default=None, gt=0, le=MAX_TIME_S, description="seconds at requested_gpus (trace duration)"
     )
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
     priority_weight: float = Field(default=1.0, gt=0, le=1e9)
@@ -145,7 +143,8 @@ class JobSpec(BaseModel):
     )
     gpus_per_worker: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
     node_shape: NodeShape | None = Field(
-        default=None, description="how its GPUs may spread over nodes; None: any way")
+        default=None, description="how its GPUs may spread over nodes; None: any way"
+    )
     throughput: ThroughputProfile = Field(default_factory=ThroughputProfile.linear)
 
     @model_validator(mode="after")
@@ -156,10 +155,15 @@ class JobSpec(BaseModel):
             work = self.duration * self.throughput.rate(self.requested_gpus)  # type: ignore[operator]
             object.__setattr__(self, "total_iterations", work)
         if self.node_shape is not None and not self.node_shape.allows_count(self.requested_gpus):
-            raise ValueError(f"requested_gpus: {self.requested_gpus} cannot have the node shape "
-                             f"{self.node_shape.gpus_per_node} GPUs per node"
-                             + (f" on at most {self.node_shape.max_nodes} nodes"
-                                if self.node_shape.max_nodes else ""))
+            raise ValueError(
+                f"requested_gpus: {self.requested_gpus} cannot have the node shape "
+                f"{self.node_shape.gpus_per_node} GPUs per node"
+                + (
+                    f" on at most {self.node_shape.max_nodes} nodes"
+                    if self.node_shape.max_nodes
+                    else ""
+                )
+            )
         if self.elasticity is not None:
             e = self.elasticity
             if not e.min_gpus <= self.requested_gpus <= e.max_gpus:

@@ -37,6 +37,7 @@ MAX_GROUP = 16
 MAX_SLOWDOWN = 100.0
 """Largest slowdown accepted (the matrix block's bound on a term, plus one)."""
 
+
 class MeasuredGroup(BaseModel):
     """Jobs measured together on one GPU: ``slowdowns[i]`` is the slowdown (solo speed /
     co-located speed) of the job of model ``models[i]``."""
@@ -52,13 +53,17 @@ class MeasuredGroup(BaseModel):
             if not name or len(name) > 200:
                 raise ValueError(f"model name {name[:40]!r} is not 1-200 characters")
         if len(self.slowdowns) != len(self.models):
-            raise ValueError(f"{len(self.models)} models but {len(self.slowdowns)} slowdowns "
-                             "(one per model, in the same order)")
+            raise ValueError(
+                f"{len(self.models)} models but {len(self.slowdowns)} slowdowns "
+                "(one per model, in the same order)"
+            )
         for name, value in zip(self.models, self.slowdowns, strict=True):
             if not 1.0 <= value <= MAX_SLOWDOWN:
-                raise ValueError(f"slowdown {value!r} of {name!r} is not in [1, {MAX_SLOWDOWN:g}]"
-                                 " (solo speed / co-located speed; a co-located job is never "
-                                 "faster than alone: round a measured speed-up to 1)")
+                raise ValueError(
+                    f"slowdown {value!r} of {name!r} is not in [1, {MAX_SLOWDOWN:g}]"
+                    " (solo speed / co-located speed; a co-located job is never "
+                    "faster than alone: round a measured speed-up to 1)"
+                )
         return self
 
     @property
@@ -82,8 +87,9 @@ class MeasuredTable(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     source: str = Field(default="", max_length=2000, description="provenance, free text")
-    jobs: dict[str, float] = Field(min_length=1, max_length=MAX_GROUP * 8,
-                                   description="model -> solo iterations/s")
+    jobs: dict[str, float] = Field(
+        min_length=1, max_length=MAX_GROUP * 8, description="model -> solo iterations/s"
+    )
     groups: tuple[MeasuredGroup, ...] = Field(min_length=1, max_length=10_000)
 
     @model_validator(mode="after")
@@ -97,17 +103,22 @@ class MeasuredTable(BaseModel):
         for n, group in enumerate(self.groups):
             unknown = sorted(set(group.models) - set(self.jobs))
             if unknown:
-                raise ValueError(f"groups[{n}]: model(s) {', '.join(unknown)} have no solo rate "
-                                 "in jobs")
+                raise ValueError(
+                    f"groups[{n}]: model(s) {', '.join(unknown)} have no solo rate in jobs"
+                )
             if group.key in seen:
-                raise ValueError(f"groups[{n}] measures {' + '.join(group.key)} again (first at "
-                                 f"groups[{seen[group.key]}]); give each group once")
+                raise ValueError(
+                    f"groups[{n}] measures {' + '.join(group.key)} again (first at "
+                    f"groups[{seen[group.key]}]); give each group once"
+                )
             seen[group.key] = n
         for a in sorted(self.jobs):
             for b in sorted(self.jobs):
                 if tuple(sorted((a, b))) not in seen:
-                    raise ValueError(f"the pair {a} + {b} is not measured (every pair of the "
-                                     "table's models, each with itself included, is needed)")
+                    raise ValueError(
+                        f"the pair {a} + {b} is not measured (every pair of the "
+                        "table's models, each with itself included, is needed)"
+                    )
         return self
 
     def pair_terms(self) -> dict[str, dict[str, float]]:

@@ -87,14 +87,17 @@ class OjppInstance(BaseModel):
         for a, row in self.interference.items():
             for b, value in row.items():
                 if not (math.isfinite(value) and value >= 0):
-                    raise ValueError(f"interference[{a}][{b}] = {value!r} is not a finite "
-                                     "number >= 0")
+                    raise ValueError(
+                        f"interference[{a}][{b}] = {value!r} is not a finite number >= 0"
+                    )
         types = sorted({job.type for job in self.jobs})
         for a in types:
             for b in types:
                 if b not in self.interference.get(a, {}):
-                    raise ValueError(f"interference[{a}][{b}] is missing (every ordered pair "
-                                     "of job types present needs a value)")
+                    raise ValueError(
+                        f"interference[{a}][{b}] is missing (every ordered pair "
+                        "of job types present needs a value)"
+                    )
         return self
 
     @property
@@ -174,8 +177,9 @@ def compose_slowdown(terms: Iterable[float], composition: Composition) -> float:
     return out - 1.0
 
 
-def counts_slowdown(victim: int, counts: Mapping[int, int], matrix: list[list[float]],
-                    composition: Composition) -> float:
+def counts_slowdown(
+    victim: int, counts: Mapping[int, int], matrix: list[list[float]], composition: Composition
+) -> float:
     """Slowdown of one worker of job ``victim`` on a GPU holding ``counts[q]`` workers of each
     job ``q`` (the victim's own worker included in ``counts[victim]``)."""
     row = matrix[victim]

@@ -64,11 +64,17 @@ class JobAllocation(BaseModel):
         return frozenset((n, g) for n, gs in self.placement.items() for g in gs)
 
     @classmethod
-    def fast(cls, job_id: str, placement: dict[str, tuple[int, ...]], share: float = 1.0,
-             efficiency: float = 1.0) -> JobAllocation:
+    def fast(
+        cls,
+        job_id: str,
+        placement: dict[str, tuple[int, ...]],
+        share: float = 1.0,
+        efficiency: float = 1.0,
+    ) -> JobAllocation:
         """Build without re-validation: for placements produced by our own placement code."""
-        return construct(cls, job_id=job_id, placement=placement, share=share,
-                         efficiency=efficiency)
+        return construct(
+            cls, job_id=job_id, placement=placement, share=share, efficiency=efficiency
+        )
 
 
 class Action(BaseModel):
@@ -104,10 +110,12 @@ class SolverStats(BaseModel):
     wall_ms: float = 0.0
     time_limit_s: float | None = Field(default=None, description="wall-clock limit (s)")
     work_limit_s: float | None = Field(
-        default=None, description="deterministic work budget (CP-SAT deterministic seconds)")
+        default=None, description="deterministic work budget (CP-SAT deterministic seconds)"
+    )
     node_limit: int | None = Field(default=None, description="branch-and-bound node limit")
     deterministic: bool = Field(
-        default=False, description="the answer depends on the model and seed alone")
+        default=False, description="the answer depends on the model and seed alone"
+    )
     fell_back: bool = Field(default=False, description="exact solver failed; heuristic used")
     message: str = ""
 

@@ -94,8 +94,10 @@ class ObjectiveBound(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["optimal", "upper-bound"]
-    method: str = Field(description="how the schedule was found, e.g. 'continuous' (branch "
-                        "and bound over event orders) or 'slotted' (the time-indexed fallback)")
+    method: str = Field(
+        description="how the schedule was found, e.g. 'continuous' (branch "
+        "and bound over event orders) or 'slotted' (the time-indexed fallback)"
+    )
     planned_avg_jct_s: float = Field(description="the schedule's average JCT as planned")
     lower_bound_s: float = Field(description="proven lower bound on the optimal average JCT")
     wall_ms: float = Field(default=0.0, description="wall time of the solves (not deterministic)")
@@ -133,16 +135,19 @@ class RunResult(BaseModel):
         default=None, description="capacity-loaning metrics, for scenarios with a loaning block"
     )
     degraded_resizes: int = Field(
-        default=0, description="resizes of a policy that wants them stop-free (in place), "
-        "carried out by a checkpoint-restart because the executor cannot resize in place"
+        default=0,
+        description="resizes of a policy that wants them stop-free (in place), "
+        "carried out by a checkpoint-restart because the executor cannot resize in place",
     )
     restart_gate: dict[str, Any] | None = Field(
-        default=None, description="the restart gate's counters (changes proposed / done / "
-        "skipped per kind) and measured costs; absent when the run had no gate"
+        default=None,
+        description="the restart gate's counters (changes proposed / done / "
+        "skipped per kind) and measured costs; absent when the run had no gate",
     )
     bound: ObjectiveBound | None = Field(
-        default=None, description="the policy's proven bound on the optimal average JCT "
-        "(offline-optimal); absent for policies without one"
+        default=None,
+        description="the policy's proven bound on the optimal average JCT "
+        "(offline-optimal); absent for policies without one",
     )
 
     @model_serializer(mode="wrap")

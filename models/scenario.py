@@ -34,7 +34,14 @@ from .ojpp import Composition
 
 ResizeMode = Literal["stop_free", "checkpoint_restart", "sidecar"]
 WorkloadSource = Literal[
-    "philly", "itp", "itp_augmented", "pollux", "gavel", "tiresias", "synthetic", "inline",
+    "philly",
+    "itp",
+    "itp_augmented",
+    "pollux",
+    "gavel",
+    "tiresias",
+    "synthetic",
+    "inline",
     "aryl_testbed",
 ]
 JobMapping = Literal["rigid", "afs", "elastic", "aryl"]
@@ -52,32 +59,44 @@ class Overheads(BaseModel):
 
     start_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S)
     resize_mode: ResizeMode = "checkpoint_restart"
-    stop_free_s: float = Field(default=0.004, ge=0, le=MAX_OVERHEAD_S,
-                               description="CoDDL ~4 ms grow/shrink")
-    restart_s: float = Field(default=30.0, ge=0, le=MAX_OVERHEAD_S,
-                             description="checkpoint-restart: tens of s")
-    sidecar_s: float = Field(default=3.0, ge=0, le=MAX_OVERHEAD_S,
-                             description="SideCar stop/restart")
+    stop_free_s: float = Field(
+        default=0.004, ge=0, le=MAX_OVERHEAD_S, description="CoDDL ~4 ms grow/shrink"
+    )
+    restart_s: float = Field(
+        default=30.0, ge=0, le=MAX_OVERHEAD_S, description="checkpoint-restart: tens of s"
+    )
+    sidecar_s: float = Field(
+        default=3.0, ge=0, le=MAX_OVERHEAD_S, description="SideCar stop/restart"
+    )
     migrate_s: float = Field(default=30.0, ge=0, le=MAX_OVERHEAD_S)
-    preempt_s: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_S,
-                             description="checkpoint time on preemption")
+    preempt_s: float = Field(
+        default=0.0, ge=0, le=MAX_OVERHEAD_S, description="checkpoint time on preemption"
+    )
     expand_prep_s: float = Field(
-        default=0.0, ge=0, le=MAX_OVERHEAD_S,
+        default=0.0,
+        ge=0,
+        le=MAX_OVERHEAD_S,
         description="CoDDL concurrent expansion: with stop_free resizes, a growing job keeps "
         "training on its old GPUs this long while the new ones load the graph, then switches",
     )
     resize_up_s: float | None = Field(
-        default=None, ge=0, le=MAX_OVERHEAD_S,
+        default=None,
+        ge=0,
+        le=MAX_OVERHEAD_S,
         description="cost of a grow, overriding resize_mode's (EDL stop-free scale-out < 1 s, "
         "SideCar up 37 s, termination up 242 s); null: resize_mode's cost",
     )
     resize_down_s: float | None = Field(
-        default=None, ge=0, le=MAX_OVERHEAD_S,
+        default=None,
+        ge=0,
+        le=MAX_OVERHEAD_S,
         description="cost of a shrink, overriding resize_mode's (EDL graceful exit ~0 s, "
         "SideCar down 27 s, termination down 204 s); null: resize_mode's cost",
     )
     early_init_s: float = Field(
-        default=0.0, ge=0, le=MAX_OVERHEAD_S,
+        default=0.0,
+        ge=0,
+        le=MAX_OVERHEAD_S,
         description="SideCar early initialisation (004 digest §3.4): in a plan that starts a "
         "job and shrinks another, the shrinking job keeps training on all its GPUs this long "
         "(the new container comes up meanwhile), then pays its shrink cost; the new job "
@@ -114,8 +133,9 @@ class LearningSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = False
-    measure_s: float = Field(default=60.0, ge=0, le=MAX_OVERHEAD_S,
-                             description="time to measure all units")
+    measure_s: float = Field(
+        default=60.0, ge=0, le=MAX_OVERHEAD_S, description="time to measure all units"
+    )
 
 
 class ClusterSpec(BaseModel):
@@ -149,13 +169,16 @@ class ArylMixSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    elastic_fraction: float = Field(default=0.05, ge=0, le=1,
-                                    description="share of all jobs made elastic (large first)")
-    agnostic_fraction: float = Field(default=0.21, ge=0, le=1,
-                                     description="share of the others that may use any GPU type")
+    elastic_fraction: float = Field(
+        default=0.05, ge=0, le=1, description="share of all jobs made elastic (large first)"
+    )
+    agnostic_fraction: float = Field(
+        default=0.21, ge=0, le=1, description="share of the others that may use any GPU type"
+    )
     checkpoint_fraction: float = Field(default=0.5, ge=0, le=1)
-    min_fraction: float = Field(default=0.5, ge=0, le=1,
-                                description="elastic range [ceil(g x min_fraction), g]")
+    min_fraction: float = Field(
+        default=0.5, ge=0, le=1, description="elastic range [ceil(g x min_fraction), g]"
+    )
     min_elastic_gpus: int = Field(default=2, ge=1, le=MAX_GPUS)
 
 
@@ -172,8 +195,10 @@ def _check_size_mix(size_mix: dict[int, float]) -> None:
         if not 1 <= gpus <= MAX_GPUS:
             raise ValueError(f"GPU count {gpus} is outside [1, {MAX_GPUS}]")
         if not 0 <= weight <= MAX_SIZE_WEIGHT:
-            raise ValueError(f"weight {weight:g} of {gpus} GPUs is outside "
-                             f"[0, {MAX_SIZE_WEIGHT:g}] (weights are relative)")
+            raise ValueError(
+                f"weight {weight:g} of {gpus} GPUs is outside "
+                f"[0, {MAX_SIZE_WEIGHT:g}] (weights are relative)"
+            )
     if not any(size_mix.values()):
         raise ValueError("weights must not all be zero")
 
@@ -190,23 +215,29 @@ class WorkloadSpec(BaseModel):
         "traces folder ($GPUPLAN_TRACES or ../shared/traces)",
     )
     vc: str | None = Field(default=None, description="Philly virtual cluster")
-    start_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S,
-                                   description="window start (s after origin)")
-    end_s: float | None = Field(default=None, ge=0, le=MAX_TIME_S,
-                                 description="window end (s after origin)")
+    start_s: float | None = Field(
+        default=None, ge=0, le=MAX_TIME_S, description="window start (s after origin)"
+    )
+    end_s: float | None = Field(
+        default=None, ge=0, le=MAX_TIME_S, description="window end (s after origin)"
+    )
     max_jobs: int | None = Field(default=None, ge=1, le=MAX_JOBS)
     mapping: JobMapping = "rigid"
-    time_scale: float = Field(default=1.0, ge=MIN_TIME_SCALE, le=MAX_TIME_SCALE,
-                              description="multiply arrivals and work")
-    max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS,
-                                 description="drop jobs asking for more")
+    time_scale: float = Field(
+        default=1.0, ge=MIN_TIME_SCALE, le=MAX_TIME_SCALE, description="multiply arrivals and work"
+    )
+    max_gpus: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS, description="drop jobs asking for more"
+    )
     # synthetic generator
     jobs: int | None = Field(default=None, ge=1, le=MAX_JOBS)
     arrival_rate_per_h: float | None = Field(default=None, gt=0, le=MAX_JOBS_PER_HOUR)
     size_mix: dict[int, float] | None = Field(
-        default=None, max_length=MAX_LIST,
+        default=None,
+        max_length=MAX_LIST,
         description="{GPU count: weight}: counts in [1, MAX_GPUS], weights relative, each in "
-        "[0, 1e9] and not all zero")
+        "[0, 1e9] and not all zero",
+    )
     mean_duration_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
     inline_jobs: list[dict] | None = None
     aryl: ArylMixSpec = Field(default_factory=ArylMixSpec, description="mapping 'aryl' knobs")
@@ -236,20 +267,32 @@ class RestartGateSpec(BaseModel):
 
     enabled: bool = False
     min_dwell_s: float = Field(
-        default=10.0, ge=0, le=MAX_TIME_S,
+        default=10.0,
+        ge=0,
+        le=MAX_TIME_S,
         description="hysteresis: a job changed less than this long ago is not changed again "
-        "unless the change is free")
+        "unless the change is free",
+    )
     resize_s: float | None = Field(
-        default=None, ge=0, le=MAX_OVERHEAD_S,
+        default=None,
+        ge=0,
+        le=MAX_OVERHEAD_S,
         description="cost of one resize (s); null: the overheads' (resize_up_s, else "
-        "resize_mode's cost)")
+        "resize_mode's cost)",
+    )
     migrate_s: float | None = Field(
-        default=None, ge=0, le=MAX_OVERHEAD_S,
-        description="cost of one move (s); null: overheads.migrate_s")
+        default=None,
+        ge=0,
+        le=MAX_OVERHEAD_S,
+        description="cost of one move (s); null: overheads.migrate_s",
+    )
     preempt_s: float | None = Field(
-        default=None, ge=0, le=MAX_OVERHEAD_S,
+        default=None,
+        ge=0,
+        le=MAX_OVERHEAD_S,
         description="cost of one preemption (s); null: overheads.preempt_s + restart_s "
-        "(the checkpoint, then the restart when the job runs again)")
+        "(the checkpoint, then the restart when the job runs again)",
+    )
 
 
 class EngineSpec(BaseModel):
@@ -261,13 +304,15 @@ class EngineSpec(BaseModel):
     decide_only_at_rounds: bool = Field(
         default=False,
         description="decide only at round boundaries (every round_interval_s), as Pollux's "
-        "60-s rounds and Gavel's rounds do; events between boundaries only update state")
+        "60-s rounds and Gavel's rounds do; events between boundaries only update state",
+    )
 
     @model_validator(mode="after")
     def _rounds(self) -> EngineSpec:
         if self.decide_only_at_rounds and self.round_interval_s is None:
             raise ValueError("decide_only_at_rounds needs round_interval_s")
         return self
+
     sample_interval_s: float = Field(default=3600.0, gt=0, le=MAX_TIME_S)
     restart_gate: RestartGateSpec = Field(default_factory=RestartGateSpec)
 
@@ -290,41 +335,55 @@ class LoaningSpec(BaseModel):
     servers: int = Field(ge=1, le=MAX_NODES, description="inference servers")
     gpus_per_server: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: str = "t4"
-    ratio: float = Field(default=0.25, ge=MIN_LOAN_RATIO, le=MAX_LOAN_RATIO,
-                         description="one inference GPU in training GPUs")
+    ratio: float = Field(
+        default=0.25,
+        ge=MIN_LOAN_RATIO,
+        le=MAX_LOAN_RATIO,
+        description="one inference GPU in training GPUs",
+    )
     normalise: bool = True
     qps: str | None = Field(
         default=None,
         description="QPS series file (t_s,qps or the raw Alibaba GenAI trace); relative paths "
         "resolve like workload.path. None: the embedded 5-minute series",
     )
-    qps_step_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S,
-                              description="bin width of the series")
-    request_types: list[str] | None = Field(default=None, max_length=MAX_LIST,
-                                            description="raw trace filter")
-    period_s: float = Field(default=86400.0, gt=0, le=MAX_TIME_S,
-                            description="simulated time per series copy")
-    offset_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S,
-                            description="phase shift of the series")
-    step_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S,
-                          description="loan / reclaim decision interval")
+    qps_step_s: float = Field(
+        default=300.0, gt=0, le=MAX_TIME_S, description="bin width of the series"
+    )
+    request_types: list[str] | None = Field(
+        default=None, max_length=MAX_LIST, description="raw trace filter"
+    )
+    period_s: float = Field(
+        default=86400.0, gt=0, le=MAX_TIME_S, description="simulated time per series copy"
+    )
+    offset_s: float = Field(
+        default=0.0, ge=0, le=MAX_TIME_S, description="phase shift of the series"
+    )
+    step_s: float = Field(
+        default=300.0, gt=0, le=MAX_TIME_S, description="loan / reclaim decision interval"
+    )
     peak_busy: float = Field(default=0.95, ge=0, le=1)
     base_busy: float = Field(default=0.3, ge=0, le=1)
     headroom: float = Field(default=0.1, ge=0, le=MAX_HEADROOM)
     horizon_s: float | None = Field(
-        default=None, gt=0, le=MAX_TIME_S,
-        description="last loan event time; default last submission + 2 x period_s"
+        default=None,
+        gt=0,
+        le=MAX_TIME_S,
+        description="last loan event time; default last submission + 2 x period_s",
     )
 
     @model_validator(mode="after")
     def _check(self) -> LoaningSpec:
         if self.base_busy > self.peak_busy:
-            raise ValueError(f"base_busy ({self.base_busy}) must be <= peak_busy "
-                             f"({self.peak_busy})")
+            raise ValueError(
+                f"base_busy ({self.base_busy}) must be <= peak_busy ({self.peak_busy})"
+            )
         if self.normalise and round(self.gpus_per_server * self.ratio) > MAX_GPUS_PER_NODE:
-            raise ValueError(f"ratio: {self.gpus_per_server} GPUs x {self.ratio:g} makes "
-                             f"{round(self.gpus_per_server * self.ratio)} normalised slots per "
-                             f"server, more than {MAX_GPUS_PER_NODE}")
+            raise ValueError(
+                f"ratio: {self.gpus_per_server} GPUs x {self.ratio:g} makes "
+                f"{round(self.gpus_per_server * self.ratio)} normalised slots per "
+                f"server, more than {MAX_GPUS_PER_NODE}"
+            )
         return self
 
 
@@ -354,30 +413,39 @@ class SimInterferenceSpec(BaseModel):
 
     table: InterferenceTable | None = Field(default=None, description="a named table")
     measured: MeasuredTable | None = Field(
-        default=None, description="a measured co-location table, replayed (models/"
-        "measured_interference.py)")
+        default=None,
+        description="a measured co-location table, replayed (models/measured_interference.py)",
+    )
     matrix: dict[str, dict[str, Annotated[float, Field(ge=0, le=100)]]] | None = Field(
-        default=None, description="slowdown I[a][b] of a model-a worker next to a model-b one")
-    composition: Composition = Field(default="additive",
-                                     description="slowdown of a worker with several neighbours")
-    collisions: bool | None = Field(default=None, description="charge drawn memory collisions "
-                                    "(unset: true for a matrix; a measured table has none)")
-    kappa: float = Field(default=1.0, ge=0, le=100,
-                         description="extra iterations one overflowing iteration costs")
-    window: int = Field(default=100, ge=1, le=100_000,
-                        description="iterations whose collisions one draw samples")
+        default=None, description="slowdown I[a][b] of a model-a worker next to a model-b one"
+    )
+    composition: Composition = Field(
+        default="additive", description="slowdown of a worker with several neighbours"
+    )
+    collisions: bool | None = Field(
+        default=None,
+        description="charge drawn memory collisions "
+        "(unset: true for a matrix; a measured table has none)",
+    )
+    kappa: float = Field(
+        default=1.0, ge=0, le=100, description="extra iterations one overflowing iteration costs"
+    )
+    window: int = Field(
+        default=100, ge=1, le=100_000, description="iterations whose collisions one draw samples"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> SimInterferenceSpec:
         if sum(x is not None for x in (self.table, self.matrix, self.measured)) != 1:
-            raise ValueError("give exactly one of 'table' (a named table), 'matrix' and "
-                             "'measured'")
+            raise ValueError("give exactly one of 'table' (a named table), 'matrix' and 'measured'")
         # Checked by value (not by which keys were written), so a dumped and reloaded spec (a
         # sweep's overrides) still validates.
         measured = self.measured is not None or self.table in MEASURED_TABLES
         if measured and (self.collisions or self.kappa != 1.0 or self.window != 100):
-            raise ValueError("collisions, kappa and window apply to a matrix: a measured "
-                             "table already holds everything its jobs suffered")
+            raise ValueError(
+                "collisions, kappa and window apply to a matrix: a measured "
+                "table already holds everything its jobs suffered"
+            )
         if self.matrix is not None:
             if not self.matrix:
                 raise ValueError("matrix is empty")
@@ -385,12 +453,15 @@ class SimInterferenceSpec(BaseModel):
             for a, row in self.matrix.items():
                 missing = sorted(types - set(row))
                 if missing:
-                    raise ValueError(f"matrix row {a!r} lacks the pair(s) {', '.join(missing)}"
-                                     " (the matrix must be square)")
+                    raise ValueError(
+                        f"matrix row {a!r} lacks the pair(s) {', '.join(missing)}"
+                        " (the matrix must be square)"
+                    )
                 unknown = sorted(set(row) - types)
                 if unknown:
-                    raise ValueError(f"matrix row {a!r} names type(s) {', '.join(unknown)} "
-                                     "that have no row")
+                    raise ValueError(
+                        f"matrix row {a!r} names type(s) {', '.join(unknown)} that have no row"
+                    )
         return self
 
 
@@ -400,8 +471,10 @@ class SimulatorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     interference: SimInterferenceSpec | None = Field(
-        default=None, description="co-located workers slow down by this model; null: shares "
-        "alone set their speed")
+        default=None,
+        description="co-located workers slow down by this model; null: shares "
+        "alone set their speed",
+    )
 
 
 class ScenarioSpec(BaseModel):

@@ -140,8 +140,9 @@ def placement_rate(spec: JobSpec, cluster: Cluster, allocation: JobAllocation | 
         slowest = profile.type_multiplier(only, cluster.gpu_type(only).relative_speed, ref)
     else:
         slowest = min(
-            profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed,
-                                    ref)
+            profile.type_multiplier(
+                node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed, ref
+            )
             for node in (cluster.node_by_name[n] for n in allocation.placement)
         )
     share = allocation.share
@@ -172,8 +173,21 @@ class ClusterView:
     previous view when the executor reports its writes, else None (read everything).
     """
 
-    __slots__ = ("_capacity", "changed", "cluster", "free", "free_index", "interference",
-                 "nodes", "now", "pending", "running", "running_since", "shaped", "shared")
+    __slots__ = (
+        "_capacity",
+        "changed",
+        "cluster",
+        "free",
+        "free_index",
+        "interference",
+        "nodes",
+        "now",
+        "pending",
+        "running",
+        "running_since",
+        "shaped",
+        "shared",
+    )
 
     def __init__(
         self,
@@ -199,13 +213,21 @@ class ClusterView:
         self.running = running
         self.pending = pending
         self.shared = shared if shared is not None else {}
-        self.shaped = shaped if shaped is not None else {
-            j for jobs in (running, pending) for j, job in jobs.items()
-            if job.spec.node_shape is not None}
+        self.shaped = (
+            shaped
+            if shaped is not None
+            else {
+                j
+                for jobs in (running, pending)
+                for j, job in jobs.items()
+                if job.spec.node_shape is not None
+            }
+        )
         """Active jobs with a ``node_shape`` (kept by the engine, so shape checks cost
         O(shaped jobs) per decision)."""
         self.interference: Mapping[tuple[str, int], float] = (
-            interference if interference is not None else NO_OBSERVATIONS)
+            interference if interference is not None else NO_OBSERVATIONS
+        )
         self._capacity = capacity
         """``capacity`` as the engine counts it (None: summed over ``nodes`` when asked)."""
         self.free_index = free_index
@@ -276,18 +298,22 @@ class JobSnapshot(BaseModel):
 
     spec: JobSpec
     done_iterations: float = Field(default=0.0, ge=0)
-    attained_service: float = Field(default=0.0, ge=0, le=MAX_TIME_S * MAX_GPUS,
-                                    description="GPU-seconds received so far")
+    attained_service: float = Field(
+        default=0.0, ge=0, le=MAX_TIME_S * MAX_GPUS, description="GPU-seconds received so far"
+    )
     pending_time: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     allocation: JobAllocation | None = Field(
-        default=None, description="where it runs; omit it (null) for a pending job")
+        default=None, description="where it runs; omit it (null) for a pending job"
+    )
 
     @model_validator(mode="after")
     def _placed(self) -> JobSnapshot:
         # An allocation with no GPUs used to make the job silently pending: say what it is.
         if self.allocation is not None and not self.allocation.placement:
-            raise ValueError("allocation.placement: empty; a running job names its GPUs, a "
-                             "pending job has no allocation (omit it)")
+            raise ValueError(
+                "allocation.placement: empty; a running job names its GPUs, a "
+                "pending job has no allocation (omit it)"
+            )
         return self
 
 
@@ -309,8 +335,10 @@ class ClusterState(BaseModel):
         building views for tests or what-if questions may use any submit times."""
         for i, snap in enumerate(self.jobs):
             if snap.spec.submit_time > self.now:
-                raise ValueError(f"jobs[{i}].spec.submit_time: {snap.spec.submit_time:g} is "
-                                 f"after the state's now ({self.now:g})")
+                raise ValueError(
+                    f"jobs[{i}].spec.submit_time: {snap.spec.submit_time:g} is "
+                    f"after the state's now ({self.now:g})"
+                )
 
     def to_view(self) -> ClusterView:
         """Build the view; raises ValueError naming the job/node on an inconsistent state."""
@@ -332,8 +360,10 @@ class ClusterState(BaseModel):
             if snap.done_iterations > snap.spec.work:
                 raise ValueError(f"jobs[{i}].done_iterations: exceeds the job's work")
             if snap.allocation is not None and snap.allocation.job_id != snap.spec.id:
-                raise ValueError(f"jobs[{i}].allocation.job_id: {snap.allocation.job_id!r} "
-                                 f"is not this job ({snap.spec.id!r})")
+                raise ValueError(
+                    f"jobs[{i}].allocation.job_id: {snap.allocation.job_id!r} "
+                    f"is not this job ({snap.spec.id!r})"
+                )
             job = ActiveJob(
                 spec=snap.spec,
                 done=snap.done_iterations,
@@ -347,8 +377,9 @@ class ClusterState(BaseModel):
                     if node not in free:
                         raise ValueError(f"jobs[{i}].allocation: node {node!r} is not usable")
                     for g in gpus:
-                        if not occupy_gpu(free[node], shared.setdefault(node, {}), g,
-                                     snap.allocation.share):
+                        if not occupy_gpu(
+                            free[node], shared.setdefault(node, {}), g, snap.allocation.share
+                        ):
                             raise ValueError(
                                 f"jobs[{i}].allocation: GPU {node}:{g} is taken or out of range"
                             )

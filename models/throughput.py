@@ -42,16 +42,19 @@ class ThroughputProfile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    points: dict[int, float] = Field(description="GPU count -> iterations/s, reference GPU type",
-                                     max_length=MAX_LIST)
+    points: dict[int, float] = Field(
+        description="GPU count -> iterations/s, reference GPU type", max_length=MAX_LIST
+    )
     reference_gpu: str = "v100"
     extrapolation: Extrapolation = "flat"
     type_speed: dict[str, float] = Field(
-        default_factory=dict, max_length=MAX_LIST,
-        description="per-GPU-type multiplier overriding relative speeds"
+        default_factory=dict,
+        max_length=MAX_LIST,
+        description="per-GPU-type multiplier overriding relative speeds",
     )
     spread_factor: dict[int, float] = Field(
-        default_factory=dict, max_length=MAX_LIST,
+        default_factory=dict,
+        max_length=MAX_LIST,
         description="GPU count -> throughput multiplier when spread over >1 node (<=1)",
     )
     default_spread_factor: float = Field(default=1.0, gt=0, le=1)
@@ -72,16 +75,19 @@ class ThroughputProfile(BaseModel):
             if not rate > 0:
                 raise ValueError(f"points[{gpus}]: throughput {rate} must be > 0")
             if rate > MAX_RATE:
-                raise ValueError(f"points[{gpus}]: throughput {rate:g} must be at most "
-                                 f"{MAX_RATE:g} iterations/s")
+                raise ValueError(
+                    f"points[{gpus}]: throughput {rate:g} must be at most {MAX_RATE:g} iterations/s"
+                )
         ordered = dict(sorted(points.items()))
         first = next(iter(ordered))
         per_gpu = ordered[first] / first
         for gpus, rate in ordered.items():
             if rate / gpus > MAX_SUPERLINEAR * per_gpu:
-                raise ValueError(f"points[{gpus}]: throughput {rate:g} is more than "
-                                 f"{MAX_SUPERLINEAR:g} x linear scaling from points[{first}] "
-                                 f"= {ordered[first]:g}")
+                raise ValueError(
+                    f"points[{gpus}]: throughput {rate:g} is more than "
+                    f"{MAX_SUPERLINEAR:g} x linear scaling from points[{first}] "
+                    f"= {ordered[first]:g}"
+                )
         return ordered
 
     @field_validator("type_speed")
@@ -89,8 +95,10 @@ class ThroughputProfile(BaseModel):
     def _check_type_speed(cls, speeds: dict[str, float]) -> dict[str, float]:
         for name, speed in speeds.items():
             if not 1 / MAX_SPEED <= speed <= MAX_SPEED:
-                raise ValueError(f"type_speed[{name}]: multiplier {speed} must be in "
-                                 f"[{1 / MAX_SPEED:g}, {MAX_SPEED:g}]")
+                raise ValueError(
+                    f"type_speed[{name}]: multiplier {speed} must be in "
+                    f"[{1 / MAX_SPEED:g}, {MAX_SPEED:g}]"
+                )
         return speeds
 
     @field_validator("spread_factor")
@@ -126,8 +134,12 @@ class ThroughputProfile(BaseModel):
     @classmethod
     def linear(cls, per_gpu: float = 1.0, reference_gpu: str = "v100") -> ThroughputProfile:
         """Perfect linear scaling: the profile of a rigid trace job with no model information."""
-        return cls(points={1: per_gpu}, extrapolation="linear", reference_gpu=reference_gpu,
-                   source="linear scaling assumption")
+        return cls(
+            points={1: per_gpu},
+            extrapolation="linear",
+            reference_gpu=reference_gpu,
+            source="linear scaling assumption",
+        )
 
     # ----------------------------------------------------------------- evaluation
     def rate(self, gpus: int) -> float:

@@ -115,9 +115,15 @@ def _secondary(err: InputError, field: str) -> InputError:
     refusal of the scenario's ``field``, the secondary path kept in the message. Its source is
     left empty so that the caller (``api.in_file``) puts the scenario file in front: the user
     learns which file and which field to fix, not only that ``/dev/zero`` is a device."""
-    inner = ", ".join(part for part in (err.source, None if err.row is None else f"row {err.row}",
-                                        None if not err.field else f"field '{err.field}'")
-                      if part)
+    inner = ", ".join(
+        part
+        for part in (
+            err.source,
+            None if err.row is None else f"row {err.row}",
+            None if not err.field else f"field '{err.field}'",
+        )
+        if part
+    )
     return InputError(f"{inner}: {err.message}" if inner else err.message, field=field)
 
 
@@ -125,8 +131,9 @@ def _trace_path(workload: WorkloadSpec, base: Path | None) -> Path:
     """The trace file ``workload.path`` names: found, and a regular file (checked before a
     loader opens it, so a device or a FIFO is refused naming the scenario's field)."""
     if not workload.path:
-        raise InputError(f"workload.path is required for source {workload.source!r}",
-                         field="workload.path")
+        raise InputError(
+            f"workload.path is required for source {workload.source!r}", field="workload.path"
+        )
     try:
         path = resolve_trace_path(workload.path, base)
         check_regular_file(path, "trace file")
@@ -171,17 +178,23 @@ def load_rows(workload: WorkloadSpec, base: Path | None, seed: int) -> list[Trac
         try:
             return _cap(aryl_testbed_rows(seed, path), workload)
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as err:
-            raise InputError(f"not an Aryl testbed description ({err!r})",
-                             source=str(path or "aryl_testbed.json"),
-                             field="workload.path") from None
+            raise InputError(
+                f"not an Aryl testbed description ({err!r})",
+                source=str(path or "aryl_testbed.json"),
+                field="workload.path",
+            ) from None
     if src == "synthetic":
         from .synthetic import synthetic_jobs
 
-        missing = [f for f in ("jobs", "arrival_rate_per_h", "mean_duration_s")
-                   if getattr(workload, f) is None]
+        missing = [
+            f
+            for f in ("jobs", "arrival_rate_per_h", "mean_duration_s")
+            if getattr(workload, f) is None
+        ]
         if missing:
-            raise InputError(f"synthetic workloads need {', '.join(missing)}",
-                             field=f"workload.{missing[0]}")
+            raise InputError(
+                f"synthetic workloads need {', '.join(missing)}", field=f"workload.{missing[0]}"
+            )
         check_jobs(workload.jobs, source=None, field="workload.jobs")  # type: ignore[arg-type]
         return synthetic_jobs(
             workload.jobs,  # type: ignore[arg-type]
@@ -196,13 +209,15 @@ def load_rows(workload: WorkloadSpec, base: Path | None, seed: int) -> list[Trac
 def _cap(rows: list[TraceJob], workload: WorkloadSpec) -> list[TraceJob]:
     """Window + max_jobs for loaders that don't take them."""
     lo, hi = workload.start_s, workload.end_s
-    kept = [r for r in rows if (lo is None or r.submit_time >= lo)
-            and (hi is None or r.submit_time < hi)]
+    kept = [
+        r
+        for r in rows
+        if (lo is None or r.submit_time >= lo) and (hi is None or r.submit_time < hi)
+    ]
     return kept[: workload.max_jobs] if workload.max_jobs else kept
 
 
-def _scale_and_rebase(rows: list[TraceJob], scale: float, rebase: bool = True
-                      ) -> list[TraceJob]:
+def _scale_and_rebase(rows: list[TraceJob], scale: float, rebase: bool = True) -> list[TraceJob]:
     """Shift the first arrival to t=0 (unless ``rebase`` is off) and multiply arrivals and work
     by ``scale`` (AFS §5.3 runs traces at 1 % and 0.2 %)."""
     if not rows:
@@ -254,16 +269,24 @@ def _cluster(spec: ScenarioSpec) -> Cluster:
     from .inference import loaning_cluster
 
     if not isinstance(c.nodes, int) or c.nodes_per_rack is not None:
-        raise InputError("with a loaning block, give the training pool as a server count "
-                         "(cluster.nodes: N, no nodes_per_rack)", field="cluster.nodes")
+        raise InputError(
+            "with a loaning block, give the training pool as a server count "
+            "(cluster.nodes: N, no nodes_per_rack)",
+            field="cluster.nodes",
+        )
     for where, name in (("cluster.gpu_type", c.gpu_type), ("loaning.gpu_type", loan.gpu_type)):
         try:
             Cluster.uniform(1, 1).gpu_type(name)
         except KeyError:
             raise InputError(f"unknown GPU type {name!r}", field=where) from None
     return loaning_cluster(
-        c.nodes, loan.servers, training_gpus=c.gpus_per_node, inference_gpus=loan.gpus_per_server,
-        training_type=c.gpu_type, inference_type=loan.gpu_type, inference_ratio=loan.ratio,
+        c.nodes,
+        loan.servers,
+        training_gpus=c.gpus_per_node,
+        inference_gpus=loan.gpus_per_server,
+        training_type=c.gpu_type,
+        inference_type=loan.gpu_type,
+        inference_ratio=loan.ratio,
         normalise=loan.normalise,
     )
 
@@ -277,8 +300,9 @@ def _usable_nodes(cluster: Cluster, spec: ScenarioSpec) -> list[Node]:
 # --------------------------------------------------------------------------------------------
 # Checks
 # --------------------------------------------------------------------------------------------
-def fit_error(job: JobSpec, nodes: Iterable[Node], cluster: Cluster | None = None
-              ) -> tuple[str, str] | None:
+def fit_error(
+    job: JobSpec, nodes: Iterable[Node], cluster: Cluster | None = None
+) -> tuple[str, str] | None:
     """``(message, field)`` when ``job`` can never run on ``nodes``, else ``None``.
 
     The field is the :class:`JobSpec` field at fault: ``gpu_type`` when no node of ``cluster``
@@ -296,8 +320,9 @@ def fit_error(job: JobSpec, nodes: Iterable[Node], cluster: Cluster | None = Non
         kind = f" {job.gpu_type}"
     if job.min_gpus > have:
         where = "elasticity.min_gpus" if job.elasticity is not None else "requested_gpus"
-        return (f"job {job.id} needs at least {job.min_gpus}{kind} GPUs but the cluster has "
-                f"{have}"), where
+        return (
+            f"job {job.id} needs at least {job.min_gpus}{kind} GPUs but the cluster has {have}"
+        ), where
     return None
 
 
@@ -310,16 +335,21 @@ class _Origin:
     trace: bool  # trace rows name the trace's GPU column 'gpus', inline jobs the JobSpec field
 
 
-def _check_jobs(jobs: Sequence[JobSpec], origins: Sequence[_Origin], cluster: Cluster,
-                usable: list[Node]) -> None:
+def _check_jobs(
+    jobs: Sequence[JobSpec], origins: Sequence[_Origin], cluster: Cluster, usable: list[Node]
+) -> None:
     """Duplicate ids and never-fitting jobs are input errors naming the row and field."""
     seen: dict[str, _Origin] = {}
     for job, origin in zip(jobs, origins, strict=True):
         first = seen.get(job.id)
         if first is not None:
             at = f"{first.source}, row {first.row}" if first.row is not None else first.source
-            raise InputError(f"duplicate job id {job.id!r} (first at {at})",
-                             source=origin.source, row=origin.row, field="id")
+            raise InputError(
+                f"duplicate job id {job.id!r} (first at {at})",
+                source=origin.source,
+                row=origin.row,
+                field="id",
+            )
         seen[job.id] = origin
         bad = fit_error(job, usable, cluster)
         if bad is None:
@@ -331,16 +361,24 @@ def _check_jobs(jobs: Sequence[JobSpec], origins: Sequence[_Origin], cluster: Cl
         raise InputError(msg, source=origin.source, row=origin.row, field=where)
 
 
-def _check_budget(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
-                  origins: Sequence[_Origin], usable: list[Node]) -> None:
+def _check_budget(
+    spec: ScenarioSpec,
+    cluster: Cluster,
+    jobs: Sequence[JobSpec],
+    origins: Sequence[_Origin],
+    usable: list[Node],
+) -> None:
     """The work budget (``work_budget.py``); a refusal for too many candidate sizes names the
     job contributing most."""
     work = estimate_work(spec, cluster, jobs, usable)
     where = None
     if work.candidates_job is not None:
         job, origin = jobs[work.candidates_job], origins[work.candidates_job]
-        field_name = ("elasticity.allowed" if job.elasticity is not None
-                      and job.elasticity.allowed else "elasticity.max_gpus")
+        field_name = (
+            "elasticity.allowed"
+            if job.elasticity is not None and job.elasticity.allowed
+            else "elasticity.max_gpus"
+        )
         if origin.trace:
             field_name = "workload.mapping"
         where = (origin.source, origin.row, field_name)
@@ -350,15 +388,17 @@ def _check_budget(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
 # --------------------------------------------------------------------------------------------
 # Jobs
 # --------------------------------------------------------------------------------------------
-def _map_rows(spec: ScenarioSpec, rows: list[TraceJob], base: Path | None, capacity: int
-              ) -> list[JobSpec]:
+def _map_rows(
+    spec: ScenarioSpec, rows: list[TraceJob], base: Path | None, capacity: int
+) -> list[JobSpec]:
     """One JobSpec per row, in row order, by the workload's mapping."""
     workload = spec.workload
     if workload.source == "pollux":
         from .pollux_jobs import map_pollux
 
-        return map_pollux(rows, resolve_trace_path("pollux/profiles", base), workload.mapping,
-                          capacity)
+        return map_pollux(
+            rows, resolve_trace_path("pollux/profiles", base), workload.mapping, capacity
+        )
     if workload.mapping == "afs":
         from .mapping import map_afs
         from .zoo import load_afs_zoo
@@ -368,11 +408,16 @@ def _map_rows(spec: ScenarioSpec, rows: list[TraceJob], base: Path | None, capac
         from .inference import aryl_jobs
 
         mix = workload.aryl
-        return aryl_jobs(rows, seed=spec.seed, elastic_fraction=mix.elastic_fraction,
-                         agnostic_fraction=mix.agnostic_fraction,
-                         checkpoint_fraction=mix.checkpoint_fraction,
-                         min_fraction=mix.min_fraction, min_elastic_gpus=mix.min_elastic_gpus,
-                         training_type=spec.cluster.gpu_type)
+        return aryl_jobs(
+            rows,
+            seed=spec.seed,
+            elastic_fraction=mix.elastic_fraction,
+            agnostic_fraction=mix.agnostic_fraction,
+            checkpoint_fraction=mix.checkpoint_fraction,
+            min_fraction=mix.min_fraction,
+            min_elastic_gpus=mix.min_elastic_gpus,
+            training_type=spec.cluster.gpu_type,
+        )
     from .mapping import map_elastic, map_rigid
 
     # Gavel rows count work in their job type's steps: a missing profile is an error.
@@ -387,8 +432,9 @@ def _map_rows(spec: ScenarioSpec, rows: list[TraceJob], base: Path | None, capac
 # --------------------------------------------------------------------------------------------
 # Loan events
 # --------------------------------------------------------------------------------------------
-def _loan_events(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
-                 base: Path | None) -> tuple[InferenceLoad, list[Event]]:
+def _loan_events(
+    spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec], base: Path | None
+) -> tuple[InferenceLoad, list[Event]]:
     """The inference load and its loan / reclaim events (``InferenceLoad.for_fleet`` +
     ``loan_events``, as ``loaning_scenario`` composes them)."""
     from .inference import InferenceLoad, load_qps, loan_events
@@ -404,16 +450,26 @@ def _loan_events(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
     try:
         series = load_qps(path, step_s=loan.qps_step_s, request_types=loan.request_types)
     except (ValueError, KeyError, TypeError) as err:
-        raise InputError(f"not a QPS series ({err})", source=str(path or "embedded"),
-                         field="loaning.qps") from None
+        raise InputError(
+            f"not a QPS series ({err})", source=str(path or "embedded"), field="loaning.qps"
+        ) from None
     except OSError as err:
-        raise InputError(f"cannot read QPS series: {err.strerror or err}",
-                         source=str(path or "embedded"), field="loaning.qps") from None
+        raise InputError(
+            f"cannot read QPS series: {err.strerror or err}",
+            source=str(path or "embedded"),
+            field="loaning.qps",
+        ) from None
     slots = next(n.gpus for n in cluster.nodes if n.pool == "inference")
-    load = InferenceLoad.for_fleet(loan.servers, series=series, peak_busy=loan.peak_busy,
-                                   base_busy=loan.base_busy, headroom=loan.headroom,
-                                   period_s=loan.period_s, offset_s=loan.offset_s,
-                                   gpus_per_server=slots)
+    load = InferenceLoad.for_fleet(
+        loan.servers,
+        series=series,
+        peak_busy=loan.peak_busy,
+        base_busy=loan.base_busy,
+        headroom=loan.headroom,
+        period_s=loan.period_s,
+        offset_s=loan.offset_s,
+        gpus_per_server=slots,
+    )
     last = max((j.submit_time for j in jobs), default=0.0)
     horizon = loan.horizon_s if loan.horizon_s is not None else last + 2 * loan.period_s
     return load, list(loan_events(load, 0.0, horizon, loan.step_s))
@@ -448,8 +504,9 @@ def build(spec: ScenarioSpec, base: Path | None) -> BuiltScenario:
         if workload.max_gpus is not None:
             rows = [r for r in rows if r.gpus <= workload.max_gpus]
         # The testbed generator already starts at t = 0, where its inference series starts.
-        rows = _scale_and_rebase(rows, workload.time_scale,
-                                 rebase=workload.source != "aryl_testbed")
+        rows = _scale_and_rebase(
+            rows, workload.time_scale, rebase=workload.source != "aryl_testbed"
+        )
         jobs = _map_rows(spec, rows, base, capacity)
         origins = [_Origin(r.source or f"trace job {r.id}", None, trace=True) for r in rows]
     _check_jobs(jobs, origins, cluster, usable)

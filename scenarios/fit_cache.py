@@ -49,8 +49,16 @@ from .input_files import MAX_TRACE_BYTES
 if TYPE_CHECKING:
     from .throughput_fit import FitResult
 
-__all__ = ["FIT_VERSION", "cache_dir", "content_key", "disabled", "fit_from_json", "fit_to_json",
-           "load", "store"]
+__all__ = [
+    "FIT_VERSION",
+    "cache_dir",
+    "content_key",
+    "disabled",
+    "fit_from_json",
+    "fit_to_json",
+    "load",
+    "store",
+]
 
 FIT_VERSION = 1
 """Bump when :func:`fit_pollux_params` may give other numbers for the same samples."""
@@ -85,8 +93,9 @@ def content_key(kind: str, version: int, paths: Sequence[Path]) -> str | None:
     name and bytes (a missing file counts as missing), or None when a file cannot be read as
     a regular file of at most ``MAX_TRACE_BYTES`` (then the caller parses as usual, and its
     parser reports the problem)."""
-    digest = hashlib.sha256(json.dumps([kind, version, FIT_VERSION, _version("numpy"),
-                                        _version("scipy")]).encode())
+    digest = hashlib.sha256(
+        json.dumps([kind, version, FIT_VERSION, _version("numpy"), _version("scipy")]).encode()
+    )
     for path in paths:
         digest.update(f"\0{path.name}\0".encode())
         try:
@@ -128,8 +137,11 @@ def _private_dir(path: Path, create: bool) -> bool:
         return _private_dir(path, create=False)
     except OSError:
         return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -141,8 +153,12 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
     try:
         st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or st.st_size > MAX_FILE_BYTES):
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.getuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            or st.st_size > MAX_FILE_BYTES
+        ):
             return None
         with os.fdopen(os.dup(fd), "rb") as fh:
             data = json.loads(fh.read(MAX_FILE_BYTES + 1))
@@ -165,13 +181,23 @@ def fit_from_json(data: Any) -> FitResult | None:
         if not all(type(v) is float for v in floats):
             return None
         n, ok, msg, fixed = data["n_samples"], data["success"], data["message"], data["fixed"]
-        if (type(n) is not int or type(ok) is not bool or not isinstance(msg, str)
-                or not isinstance(fixed, list)
-                or not all(isinstance(f, str) and f in _PARAMS for f in fixed)):
+        if (
+            type(n) is not int
+            or type(ok) is not bool
+            or not isinstance(msg, str)
+            or not isinstance(fixed, list)
+            or not all(isinstance(f, str) and f in _PARAMS for f in fixed)
+        ):
             return None
-        return FitResult(params=PolluxPerfParams(*values), rmsle=data["rmsle"],
-                         max_abs_log_error=data["max_abs_log_error"], n_samples=n,
-                         success=ok, message=msg, fixed=tuple(fixed))
+        return FitResult(
+            params=PolluxPerfParams(*values),
+            rmsle=data["rmsle"],
+            max_abs_log_error=data["max_abs_log_error"],
+            n_samples=n,
+            success=ok,
+            message=msg,
+            fixed=tuple(fixed),
+        )
     except (KeyError, TypeError):
         return None
 
@@ -179,9 +205,15 @@ def fit_from_json(data: Any) -> FitResult | None:
 def fit_to_json(fit: FitResult) -> dict[str, Any]:
     """A fit as JSON-ready values (floats exact: JSON keeps their round-trip repr)."""
     p = fit.params
-    return {"params": {name: getattr(p, name) for name in _PARAMS}, "rmsle": fit.rmsle,
-            "max_abs_log_error": fit.max_abs_log_error, "n_samples": fit.n_samples,
-            "success": fit.success, "message": fit.message, "fixed": list(fit.fixed)}
+    return {
+        "params": {name: getattr(p, name) for name in _PARAMS},
+        "rmsle": fit.rmsle,
+        "max_abs_log_error": fit.max_abs_log_error,
+        "n_samples": fit.n_samples,
+        "success": fit.success,
+        "message": fit.message,
+        "fixed": list(fit.fixed),
+    }
 
 
 def _write(folder: Path, name: str, text: str) -> None:

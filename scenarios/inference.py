@@ -109,10 +109,18 @@ class InferenceLoad:
             raise InputError("headroom, peak_qps and base_qps must be >= 0")
 
     @classmethod
-    def for_fleet(cls, servers: int, *, series: QpsSeries | None = None,
-                  peak_busy: float = 0.95, base_busy: float = 0.3, headroom: float = 0.1,
-                  period_s: float = 86400.0, offset_s: float = 0.0, gpus_per_server: int = 8,
-                  ) -> InferenceLoad:
+    def for_fleet(
+        cls,
+        servers: int,
+        *,
+        series: QpsSeries | None = None,
+        peak_busy: float = 0.95,
+        base_busy: float = 0.3,
+        headroom: float = 0.1,
+        period_s: float = 86400.0,
+        offset_s: float = 0.0,
+        gpus_per_server: int = 8,
+    ) -> InferenceLoad:
         """Scaled so that, headroom included, ``peak_busy`` of the fleet is needed at the
         series' peak and ``base_busy`` at zero traffic (1 QPS per server). The paper's
         inference cluster peaks near 95 % and averages ~65 % with a 2.2 peak-to-trough ratio;
@@ -121,10 +129,17 @@ class InferenceLoad:
             raise InputError("need 0 <= base_busy <= peak_busy <= 1")
         per = 1.0
         scale = servers * per / (1.0 + headroom)
-        return cls(servers=servers, series=series or load_qps(),
-                   peak_qps=(peak_busy - base_busy) * scale, per_server_qps=per,
-                   headroom=headroom, base_qps=base_busy * scale, period_s=period_s,
-                   offset_s=offset_s, gpus_per_server=gpus_per_server)
+        return cls(
+            servers=servers,
+            series=series or load_qps(),
+            peak_qps=(peak_busy - base_busy) * scale,
+            per_server_qps=per,
+            headroom=headroom,
+            base_qps=base_busy * scale,
+            period_s=period_s,
+            offset_s=offset_s,
+            gpus_per_server=gpus_per_server,
+        )
 
     def qps(self, t: float) -> float:
         s = self.series
@@ -146,8 +161,13 @@ class InferenceLoad:
         return min(float(self.servers), self.qps(t) / self.per_server_qps) * self.gpus_per_server
 
 
-def loan_events(load: InferenceLoad, start_s: float, end_s: float, step_s: float = 300.0,
-                initial_loaned: int = 0) -> list[LoanEvent]:
+def loan_events(
+    load: InferenceLoad,
+    start_s: float,
+    end_s: float,
+    step_s: float = 300.0,
+    initial_loaned: int = 0,
+) -> list[LoanEvent]:
     """Loan / reclaim deltas every ``step_s`` in ``[start_s, end_s)``: the inference side lends
     whatever it does not need and asks for ``N_R`` servers back when its need rises."""
     if step_s <= 0:
@@ -204,19 +224,39 @@ def loaning_cluster(
     if normalise:
         slots, speed = normalised_slots(inference_gpus, ratio)
         inf_name = f"{inference_type}-norm"
-        types[inf_name] = GpuType(name=inf_name, relative_speed=speed * train_speed,
-                                  memory_gb=inf.memory_gb * inference_gpus / slots)
+        types[inf_name] = GpuType(
+            name=inf_name,
+            relative_speed=speed * train_speed,
+            memory_gb=inf.memory_gb * inference_gpus / slots,
+        )
         inf_gpus = slots
     else:
         inf_name = inference_type
         inf_gpus = inference_gpus
         if inference_ratio is not None:
-            types[inf_name] = GpuType(name=inf_name, relative_speed=ratio * train_speed,
-                                      memory_gb=inf.memory_gb)
-    nodes = [Node(name=f"t{i:03d}", gpus=training_gpus, gpu_type=training_type,
-                  pool="training", rack=f"train{i // 16}") for i in range(training_servers)]
-    nodes += [Node(name=f"i{i:03d}", gpus=inf_gpus, gpu_type=inf_name, pool="inference",
-                   rack=f"inf{i // 16}") for i in range(inference_servers)]
+            types[inf_name] = GpuType(
+                name=inf_name, relative_speed=ratio * train_speed, memory_gb=inf.memory_gb
+            )
+    nodes = [
+        Node(
+            name=f"t{i:03d}",
+            gpus=training_gpus,
+            gpu_type=training_type,
+            pool="training",
+            rack=f"train{i // 16}",
+        )
+        for i in range(training_servers)
+    ]
+    nodes += [
+        Node(
+            name=f"i{i:03d}",
+            gpus=inf_gpus,
+            gpu_type=inf_name,
+            pool="inference",
+            rack=f"inf{i // 16}",
+        )
+        for i in range(inference_servers)
+    ]
     return Cluster(nodes=nodes, gpu_types=types)
 
 
@@ -256,9 +296,12 @@ def aryl_jobs(
       zero ("common in our environment for jobs to not have checkpointing").
     Work: linear scaling, so a job takes its trace duration at its trace size.
     """
-    for name, v in (("elastic_fraction", elastic_fraction), ("agnostic_fraction",
-                    agnostic_fraction), ("checkpoint_fraction", checkpoint_fraction),
-                    ("min_fraction", min_fraction)):
+    for name, v in (
+        ("elastic_fraction", elastic_fraction),
+        ("agnostic_fraction", agnostic_fraction),
+        ("checkpoint_fraction", checkpoint_fraction),
+        ("min_fraction", min_fraction),
+    ):
         if not 0 <= v <= 1:
             raise InputError(f"{name} must be in [0, 1], got {v!r}", field=name)
     if not 1 <= max_factor <= 64:
@@ -278,8 +321,10 @@ def aryl_jobs(
         }
         if i in elastic:
             g = job.requested_gpus
-            update["elasticity"] = Elasticity(min_gpus=max(1, math.ceil(g * min_fraction)),
-                                              max_gpus=max(g, math.floor(g * max_factor)))
+            update["elasticity"] = Elasticity(
+                min_gpus=max(1, math.ceil(g * min_fraction)),
+                max_gpus=max(g, math.floor(g * max_factor)),
+            )
         elif not agnostic[i]:
             update["gpu_type"] = training_type
         out.append(job.model_copy(update=update))
@@ -331,9 +376,15 @@ def loaning_scenario(
     cluster = loaning_cluster(training_servers, inference_servers, **(cluster_kw or {}))
     inf_nodes = [n for n in cluster.nodes if n.pool == "inference"]
     gpus = inf_nodes[0].gpus if inf_nodes else 8
-    load = InferenceLoad.for_fleet(inference_servers, series=series, peak_busy=peak_busy,
-                                   base_busy=base_busy, headroom=headroom, period_s=period_s,
-                                   gpus_per_server=gpus)
+    load = InferenceLoad.for_fleet(
+        inference_servers,
+        series=series,
+        peak_busy=peak_busy,
+        base_busy=base_busy,
+        headroom=headroom,
+        period_s=period_s,
+        gpus_per_server=gpus,
+    )
     jobs = aryl_jobs(rows, seed=seed, **(jobs_kw or {}))
     last = max((j.submit_time for j in jobs), default=0.0)
     horizon = last + 2 * period_s if horizon_s is None else horizon_s
@@ -342,20 +393,23 @@ def loaning_scenario(
 
 def _testbed_spec(path: str | Path | None) -> dict:
     where = Path(path or _data_file("aryl_testbed.json"))
-    return parse_structured(read_text(where, "Aryl testbed description"), str(where),
-                            json_only=True)
+    return parse_structured(
+        read_text(where, "Aryl testbed description"), str(where), json_only=True
+    )
 
 
-def _testbed_number(jspec: dict, key: str, where: str, *, integer: bool = False,
-                    low: float = 0.0) -> float:
+def _testbed_number(
+    jspec: dict, key: str, where: str, *, integer: bool = False, low: float = 0.0
+) -> float:
     """``jobs.<key>`` of a testbed description: a finite number >= ``low`` (an integer when
     ``integer``), else one line naming the file and the field."""
     value = jspec.get(key)
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
     if isinstance(value, bool) or not ok or not (math.isfinite(value) and value >= low):
         kind = "an integer" if integer else "a finite number"
-        raise InputError(f"must be {kind} >= {low:g}, got {value!r}", source=where,
-                         field=f"jobs.{key}")
+        raise InputError(
+            f"must be {kind} >= {low:g}, got {value!r}", source=where, field=f"jobs.{key}"
+        )
     return value
 
 
@@ -374,8 +428,9 @@ def _testbed_jobs(spec: dict, where: str) -> dict:
     if elastic > n:
         raise InputError(f"{elastic} elastic jobs of {n}", source=where, field="jobs.elastic")
     if _testbed_number(jspec, "submit_span_s", where) > MAX_TIME_S:
-        raise InputError(f"must be at most {MAX_TIME_S:g} s", source=where,
-                         field="jobs.submit_span_s")
+        raise InputError(
+            f"must be at most {MAX_TIME_S:g} s", source=where, field="jobs.submit_span_s"
+        )
     return jspec
 
 
@@ -393,9 +448,16 @@ def aryl_testbed_rows(seed: int = 0, path: str | Path | None = None) -> list[Tra
     lo, hi = (math.log(float(x)) for x in jspec["duration_range_s"])
     durations = np.exp(rng.uniform(lo, hi, size=n))
     width = len(str(n - 1))
-    return [TraceJob(id=f"tb-{i:0{width}d}", submit_time=float(times[i]),
-                     gpus=sizes[int(picks[i])][0], duration=float(durations[i]),
-                     source=f"aryl_testbed(seed={seed}) row {i}") for i in range(n)]
+    return [
+        TraceJob(
+            id=f"tb-{i:0{width}d}",
+            submit_time=float(times[i]),
+            gpus=sizes[int(picks[i])][0],
+            duration=float(durations[i]),
+            source=f"aryl_testbed(seed={seed}) row {i}",
+        )
+        for i in range(n)
+    ]
 
 
 def aryl_testbed(seed: int = 0, path: str | Path | None = None) -> ArylScenario:
@@ -410,16 +472,27 @@ def aryl_testbed(seed: int = 0, path: str | Path | None = None) -> ArylScenario:
     c = spec["cluster"]
     inf = spec["inference"]
     scen = loaning_scenario(
-        rows, c["training_servers"], c["inference_servers"], seed=seed, name="aryl-testbed",
-        period_s=float(inf["period_s"]), step_s=float(inf["step_s"]),
-        peak_busy=float(inf["peak_busy"]), base_busy=float(inf["base_busy"]),
+        rows,
+        c["training_servers"],
+        c["inference_servers"],
+        seed=seed,
+        name="aryl-testbed",
+        period_s=float(inf["period_s"]),
+        step_s=float(inf["step_s"]),
+        peak_busy=float(inf["peak_busy"]),
+        base_busy=float(inf["base_busy"]),
         headroom=float(inf["headroom"]),
         horizon_s=float(jspec["submit_span_s"]) + float(inf["drain_s"]),
-        cluster_kw={"training_gpus": c["gpus_per_server"], "inference_gpus": c["gpus_per_server"],
-                    "normalise": bool(c.get("normalise", True))},
-        jobs_kw={"elastic_fraction": jspec["elastic"] / n,
-                 "agnostic_fraction": float(jspec["agnostic_fraction"]),
-                 "checkpoint_fraction": float(jspec["checkpoint_fraction"])},
+        cluster_kw={
+            "training_gpus": c["gpus_per_server"],
+            "inference_gpus": c["gpus_per_server"],
+            "normalise": bool(c.get("normalise", True)),
+        },
+        jobs_kw={
+            "elastic_fraction": jspec["elastic"] / n,
+            "agnostic_fraction": float(jspec["agnostic_fraction"]),
+            "checkpoint_fraction": float(jspec["checkpoint_fraction"]),
+        },
     )
     scen.notes = spec
     return scen
@@ -441,9 +514,13 @@ class PoolUsage:
     ``chain`` is called after recording, so this can wrap a test's capacity checker.
     """
 
-    def __init__(self, cluster: Cluster, load: InferenceLoad | None = None,
-                 chain: Callable[[ClusterView, AllocationPlan], None] | None = None,
-                 until: float | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        load: InferenceLoad | None = None,
+        chain: Callable[[ClusterView, AllocationPlan], None] | None = None,
+        until: float | None = None,
+    ) -> None:
         self.cluster = cluster
         self.load = load
         self.chain = chain
@@ -506,10 +583,14 @@ class PoolUsage:
         return {
             "span_s": span,
             "training": self.used_s["training"] / train_total if train_total else 0.0,
-            "loaned": (self.used_s["inference"] / self.cap_s["inference"]
-                       if self.cap_s["inference"] else 0.0),
-            "loaned_share": (self.cap_s["inference"] / (total - train_total)
-                             if total > train_total else 0.0),
+            "loaned": (
+                self.used_s["inference"] / self.cap_s["inference"]
+                if self.cap_s["inference"]
+                else 0.0
+            ),
+            "loaned_share": (
+                self.cap_s["inference"] / (total - train_total) if total > train_total else 0.0
+            ),
             "overall": (jobs + busy) / total if total else 0.0,
             "inference_busy": busy / (total - train_total) if total > train_total else 0.0,
         }
@@ -521,8 +602,12 @@ def preemption_ratio(result: RunResult) -> float:
     return sum(r.preemptions for r in jobs) / len(jobs) if jobs else 0.0
 
 
-def loaning_metrics(usage: PoolUsage, result: RunResult, events: Sequence[object],
-                    outcomes: Sequence[ReclaimOutcome]) -> LoaningMetrics:
+def loaning_metrics(
+    usage: PoolUsage,
+    result: RunResult,
+    events: Sequence[object],
+    outcomes: Sequence[ReclaimOutcome],
+) -> LoaningMetrics:
     """One run's capacity-loaning metrics from its :class:`PoolUsage` hook, its result, the
     scenario's loan events and the reclaimer's outcome log (:func:`reclaim_metrics`)."""
     use = usage.summary()

@@ -27,9 +27,17 @@ import yaml
 from gpuplan.models import InputError
 from gpuplan.models.bounds import MAX_INPUT_BYTES
 
-__all__ = ["MAX_NAME_BYTES", "MAX_PATH_BYTES", "MAX_TRACE_BYTES", "check_path_text",
-           "check_regular_file",
-           "parse_structured", "read_bytes", "read_stdin", "read_text"]
+__all__ = [
+    "MAX_NAME_BYTES",
+    "MAX_PATH_BYTES",
+    "MAX_TRACE_BYTES",
+    "check_path_text",
+    "check_regular_file",
+    "parse_structured",
+    "read_bytes",
+    "read_stdin",
+    "read_text",
+]
 
 MAX_TRACE_BYTES = 1 << 30
 """Largest trace, QPS series, throughput or interference table read (1 GiB): public traces
@@ -44,15 +52,22 @@ def _refuse(message: str, path: Path | str, field: str | None) -> InputError:
 
 
 def _not_regular(what: str, mode: int, path: Path | str, field: str | None) -> InputError:
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a special file"
+    )
     return _refuse(f"{what} is not a regular file ({kind})", path, field)
 
 
 def _os_error(what: str, err: OSError, path: Path | str, field: str | None) -> InputError:
-    reason = "file not found" if isinstance(err, FileNotFoundError) else (err.strerror or
-                                                                         str(err))
+    reason = "file not found" if isinstance(err, FileNotFoundError) else (err.strerror or str(err))
     return _refuse(f"cannot read {what}: {reason}", path, field)
 
 
@@ -62,8 +77,9 @@ hold at most ``MAX_NAME_BYTES``."""
 MAX_NAME_BYTES = 255
 
 
-def check_path_text(text: str, what: str, field: str | None = None,
-                    source: str | None = None) -> None:
+def check_path_text(
+    text: str, what: str, field: str | None = None, source: str | None = None
+) -> None:
     """Refuse text that cannot name a file (a NUL byte, an unencodable character, longer than
     the OS allows) before any ``exists()`` or ``stat`` call sees it: those raise on such text
     (``ENAMETOOLONG``, ``ValueError``) instead of answering "no such file"."""
@@ -73,19 +89,25 @@ def check_path_text(text: str, what: str, field: str | None = None,
     try:
         raw = os.fsencode(text)
     except UnicodeError:
-        raise InputError(f"{what} {shown!r} cannot be a file name (unencodable character)",
-                         source=source, field=field) from None
+        raise InputError(
+            f"{what} {shown!r} cannot be a file name (unencodable character)",
+            source=source,
+            field=field,
+        ) from None
     if b"\0" in raw:
-        raise InputError(f"{what} {shown!r} cannot be a file name (a NUL byte)",
-                         source=source, field=field)
+        raise InputError(
+            f"{what} {shown!r} cannot be a file name (a NUL byte)", source=source, field=field
+        )
     if len(raw) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
-        raise InputError(f"{what} of {len(text)} characters is too long for a file name "
-                         f"(at most {MAX_PATH_BYTES} bytes, {MAX_NAME_BYTES} per component)",
-                         source=source, field=field)
+        raise InputError(
+            f"{what} of {len(text)} characters is too long for a file name "
+            f"(at most {MAX_PATH_BYTES} bytes, {MAX_NAME_BYTES} per component)",
+            source=source,
+            field=field,
+        )
 
 
-def check_regular_file(path: Path | str, what: str, *,
-                       field: str | None = None) -> os.stat_result:
+def check_regular_file(path: Path | str, what: str, *, field: str | None = None) -> os.stat_result:
     """``path``'s status if it is a regular file (a link to one is followed); a missing file,
     a directory, a device or a FIFO is one :class:`InputError`, found by ``stat`` alone (a
     FIFO nobody writes would block an ``open``)."""
@@ -100,14 +122,14 @@ def check_regular_file(path: Path | str, what: str, *,
     return info
 
 
-def read_bytes(path: Path | str, what: str, *, limit: int = MAX_INPUT_BYTES,
-               field: str | None = None) -> bytes:
+def read_bytes(
+    path: Path | str, what: str, *, limit: int = MAX_INPUT_BYTES, field: str | None = None
+) -> bytes:
     """The bytes of ``path``: a regular file (a link to one is followed) of at most ``limit``
     bytes; anything else is one :class:`InputError` naming the file (and ``field``)."""
     before = check_regular_file(path, what, field=field)
     if before.st_size > limit:
-        raise _refuse(f"{what} is {before.st_size} bytes; at most {limit} are read", path,
-                      field)
+        raise _refuse(f"{what} is {before.st_size} bytes; at most {limit} are read", path, field)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -138,24 +160,29 @@ def _decode(data: bytes, what: str, source: str, field: str | None, bom: bool) -
     try:
         return data.decode("utf-8-sig" if bom else "utf-8")
     except UnicodeDecodeError as err:
-        raise InputError(f"{what} is not UTF-8 text (byte {err.start})", source=source,
-                         field=field) from None
+        raise InputError(
+            f"{what} is not UTF-8 text (byte {err.start})", source=source, field=field
+        ) from None
 
 
-def read_text(path: Path | str, what: str, *, limit: int = MAX_INPUT_BYTES,
-              field: str | None = None, bom: bool = False) -> str:
+def read_text(
+    path: Path | str,
+    what: str,
+    *,
+    limit: int = MAX_INPUT_BYTES,
+    field: str | None = None,
+    bom: bool = False,
+) -> str:
     """The UTF-8 text of ``path`` (checked as :func:`read_bytes` does). ``bom`` drops a
     byte-order mark that spreadsheet exports put before a CSV's first header name."""
-    return _decode(read_bytes(path, what, limit=limit, field=field), what, str(path), field,
-                   bom)
+    return _decode(read_bytes(path, what, limit=limit, field=field), what, str(path), field, bom)
 
 
 def read_stdin(what: str) -> str:
     """Standard input as UTF-8 text, at most ``MAX_INPUT_BYTES``."""
     data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
     if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"{what} on stdin is larger than {MAX_INPUT_BYTES} bytes",
-                         source="-")
+        raise InputError(f"{what} on stdin is larger than {MAX_INPUT_BYTES} bytes", source="-")
     return _decode(data, what, "-", None, False)
 
 
@@ -209,8 +236,9 @@ def _duplicate_message(dup: _DuplicateKey) -> str:
     return f"duplicate key {shown}{where}"
 
 
-def parse_structured(text: str, source: str, *, json_only: bool = False,
-                     line_as_row: bool = False) -> Any:
+def parse_structured(
+    text: str, source: str, *, json_only: bool = False, line_as_row: bool = False
+) -> Any:
     """YAML (a superset of JSON) or strict JSON, with every parser failure as one line; a key
     written twice in one mapping is refused, naming the key (and, in YAML, its lines).
     ``line_as_row``: a JSON syntax error carries its line as the error's ``row`` (tables whose
@@ -223,8 +251,7 @@ def parse_structured(text: str, source: str, *, json_only: bool = False,
         raise InputError(_duplicate_message(dup), source=source) from None
     except json.JSONDecodeError as err:
         if line_as_row:
-            raise InputError(f"invalid JSON: {err.msg}", source=source, row=err.lineno) \
-                from None
+            raise InputError(f"invalid JSON: {err.msg}", source=source, row=err.lineno) from None
         detail = " ".join(str(err).split())[:300]
         raise InputError(f"not valid JSON: {detail}", source=source) from None
     except yaml.YAMLError as err:

@@ -37,11 +37,15 @@ def offered_load(rows: Sequence[TraceJob]) -> float:
     return sum(r.duration * r.gpus for r in rows) / span  # type: ignore[operator]
 
 
-def itp_cluster_nodes(rows: Sequence[TraceJob], target: float = ITP_TARGET_LOAD,
-                      gpus_per_node: int = ITP_GPUS_PER_NODE) -> int:
+def itp_cluster_nodes(
+    rows: Sequence[TraceJob],
+    target: float = ITP_TARGET_LOAD,
+    gpus_per_node: int = ITP_GPUS_PER_NODE,
+) -> int:
     """Servers of ``gpus_per_node`` GPUs by the rule in the module docstring."""
     if not 0 < target <= 1:
         raise InputError(f"target must be in (0, 1], got {target}", field="target")
     largest = max(r.gpus for r in rows)
-    return max(math.ceil(largest / gpus_per_node),
-               math.ceil(offered_load(rows) / (target * gpus_per_node)))
+    return max(
+        math.ceil(largest / gpus_per_node), math.ceil(offered_load(rows) / (target * gpus_per_node))
+    )

@@ -47,7 +47,8 @@ def _require_work(row: TraceJob) -> None:
     if row.duration is None and row.iterations is None:
         raise InputError(
             f"job {row.id} has neither a duration nor an iteration count",
-            source=_where(row), field="duration",
+            source=_where(row),
+            field="duration",
         )
 
 
@@ -99,19 +100,22 @@ def map_rigid(
             known = ", ".join(sorted(table)[:5]) + (", ..." if len(table) > 5 else "")
             raise InputError(
                 f"no throughput profile for model {row.model!r} (known: {known or 'none'})",
-                source=_where(row), field=require_profile,
+                source=_where(row),
+                field=require_profile,
             )
-        jobs.append(_job(
-            row,
-            id=row.id,
-            user=row.user,
-            submit_time=row.submit_time,
-            requested_gpus=row.gpus,
-            total_iterations=row_work(row, profile is not None),
-            duration=row.duration,
-            model=row.model,
-            throughput=profile if profile is not None else ThroughputProfile.linear(),
-        ))
+        jobs.append(
+            _job(
+                row,
+                id=row.id,
+                user=row.user,
+                submit_time=row.submit_time,
+                requested_gpus=row.gpus,
+                total_iterations=row_work(row, profile is not None),
+                duration=row.duration,
+                model=row.model,
+                throughput=profile if profile is not None else ThroughputProfile.linear(),
+            )
+        )
     return jobs
 
 
@@ -129,7 +133,8 @@ def row_work(row: TraceJob, has_profile: bool) -> float | None:
     raise InputError(
         f"job {row.id}: its iterations count steps of model {row.model!r}, which has no "
         "throughput profile, and the row has no duration; the work cannot be derived",
-        source=_where(row), field="iterations",
+        source=_where(row),
+        field="iterations",
     )
 
 
@@ -151,8 +156,9 @@ def map_elastic(
     """
     total = None if cluster_gpus is None else _positive_int(cluster_gpus, "cluster_gpus")
     if not (isinstance(max_factor, int | float) and math.isfinite(max_factor) and max_factor >= 1):
-        raise InputError(f"max_factor must be a finite number >= 1, got {max_factor!r}",
-                         field="max_factor")
+        raise InputError(
+            f"max_factor must be a finite number >= 1, got {max_factor!r}", field="max_factor"
+        )
     jobs = []
     rigid_jobs = map_rigid(rows, profiles, require_profile=require_profile)
     for rigid, row in zip(rigid_jobs, rows, strict=True):
@@ -231,16 +237,18 @@ def map_afs(
             # iterations count steps of the row's model: usable when the row names none (they
             # are then read in the drawn model's steps) or the draw is that model
             work = row_work(row, row.model is None or row.model == model.name)
-        jobs.append(_job(
-            row,
-            id=row.id,
-            user=row.user,
-            submit_time=row.submit_time,
-            requested_gpus=requested,
-            elasticity=Elasticity(min_gpus=1, max_gpus=upper),
-            total_iterations=work,
-            duration=row.duration,
-            model=model.name,
-            throughput=model.profile,
-        ))
+        jobs.append(
+            _job(
+                row,
+                id=row.id,
+                user=row.user,
+                submit_time=row.submit_time,
+                requested_gpus=requested,
+                elasticity=Elasticity(min_gpus=1, max_gpus=upper),
+                total_iterations=work,
+                duration=row.duration,
+                model=model.name,
+                throughput=model.profile,
+            )
+        )
     return jobs

@@ -47,13 +47,20 @@ def h200_runs() -> tuple[MeasuredRun, ...]:
             table = MeasuredTable(
                 source=f"{data['source']}, {run['name']}; {data['machine']}; {data['date']}",
                 jobs={m: v["it_per_s"] for m, v in solo.items()},
-                groups=tuple(MeasuredGroup(**g) for g in run["groups"]))
+                groups=tuple(MeasuredGroup(**g) for g in run["groups"]),
+            )
         except ValidationError as err:  # a broken package file, reported like an input
-            raise InputError(err.errors()[0]["msg"], source=H200_FILE,
-                             field=f"runs.{run['name']}") from None
-        runs.append(MeasuredRun(run["name"], table,
-                                {m: v["gpu_util_pct"] / 100.0 for m, v in solo.items()},
-                                {m: v["peak_mem_mib"] for m, v in solo.items()}))
+            raise InputError(
+                err.errors()[0]["msg"], source=H200_FILE, field=f"runs.{run['name']}"
+            ) from None
+        runs.append(
+            MeasuredRun(
+                run["name"],
+                table,
+                {m: v["gpu_util_pct"] / 100.0 for m, v in solo.items()},
+                {m: v["peak_mem_mib"] for m, v in solo.items()},
+            )
+        )
     return tuple(runs)
 
 
@@ -66,13 +73,21 @@ def mean_table(runs: tuple[MeasuredRun, ...]) -> MeasuredTable:
     for n, group in enumerate(first.groups):
         same = [r.table.groups[n] for r in runs]
         if any(g.models != group.models for g in same):
-            raise InputError("the repetitions measure different groups", source=H200_FILE,
-                             field=f"groups.{n}")
-        groups.append(MeasuredGroup(models=group.models, slowdowns=tuple(
-            sum(g.slowdowns[i] for g in same) / len(same) for i in range(len(group.models)))))
+            raise InputError(
+                "the repetitions measure different groups", source=H200_FILE, field=f"groups.{n}"
+            )
+        groups.append(
+            MeasuredGroup(
+                models=group.models,
+                slowdowns=tuple(
+                    sum(g.slowdowns[i] for g in same) / len(same) for i in range(len(group.models))
+                ),
+            )
+        )
     sources = "; ".join(r.table.source for r in runs)
-    return MeasuredTable(source=f"mean of {len(runs)} repetitions: {sources}"[:2000], jobs=jobs,
-                         groups=tuple(groups))
+    return MeasuredTable(
+        source=f"mean of {len(runs)} repetitions: {sources}"[:2000], jobs=jobs, groups=tuple(groups)
+    )
 
 
 def measured_table(name: str) -> MeasuredTable:

@@ -74,10 +74,16 @@ class OjppInterference:
     the ojpp wrapper's conservative defaults. Jobs without a memory profile add no collision
     term (their memory is not modelled)."""
 
-    def __init__(self, matrix: Mapping[str, Mapping[str, float]],
-                 composition: Composition = "additive", kappa: float = KAPPA,
-                 default_cross: float = 0.1, default_same: float = 0.2,
-                 draw_seed: int | None = None, window: int = WINDOW) -> None:
+    def __init__(
+        self,
+        matrix: Mapping[str, Mapping[str, float]],
+        composition: Composition = "additive",
+        kappa: float = KAPPA,
+        default_cross: float = 0.1,
+        default_same: float = 0.2,
+        draw_seed: int | None = None,
+        window: int = WINDOW,
+    ) -> None:
         if kappa < 0:
             raise ValueError(f"kappa = {kappa} is negative")
         if window < 1:
@@ -95,10 +101,14 @@ class OjppInterference:
 
     def slowdown(self, job: JobSpec, others: Sequence[JobSpec]) -> float:
         own = job.model or "unknown"
-        s = compose_slowdown((self.term(own, o.model or "unknown") for o in others),
-                             self.composition)
-        members = [(j.memory.gamma, j.memory.delta, j.memory.p)
-                   for j in (job, *others) if j.memory is not None]
+        s = compose_slowdown(
+            (self.term(own, o.model or "unknown") for o in others), self.composition
+        )
+        members = [
+            (j.memory.gamma, j.memory.delta, j.memory.p)
+            for j in (job, *others)
+            if j.memory is not None
+        ]
         if self.kappa == 0:
             return s
         q = overflow_probability(members)
@@ -120,18 +130,25 @@ class OjppInterference:
         those iterations that overflowed, each overflowing with the exact P(overflow). Its
         mean is :meth:`slowdown`; its noise is the collisions' own."""
         own = job.model or "unknown"
-        s = compose_slowdown((self.term(own, o.model or "unknown") for o in others),
-                             self.composition)
-        members = [(j.memory.gamma, j.memory.delta, j.memory.p)
-                   for j in (job, *others) if j.memory is not None]
+        s = compose_slowdown(
+            (self.term(own, o.model or "unknown") for o in others), self.composition
+        )
+        members = [
+            (j.memory.gamma, j.memory.delta, j.memory.p)
+            for j in (job, *others)
+            if j.memory is not None
+        ]
         q = overflow_probability(members)
         hits = sum(rng.random() < q for _ in range(WINDOW)) if q > 0 else 0
         return s + self.kappa * hits / WINDOW
 
 
-def plan_slowdowns(inst: OjppInstance, gpus: Sequence[Sequence[str]],
-                   matrix: Mapping[str, Mapping[str, float]] | None = None,
-                   kappa: float = KAPPA) -> dict[str, float]:
+def plan_slowdowns(
+    inst: OjppInstance,
+    gpus: Sequence[Sequence[str]],
+    matrix: Mapping[str, Mapping[str, float]] | None = None,
+    kappa: float = KAPPA,
+) -> dict[str, float]:
     """Realised slowdown of every job of a static plan (worker ids per GPU): the max over its
     GPUs of matrix slowdown plus collision penalty. ``matrix`` (by type) overrides the
     instance's, e.g. to score a plan made with a predicted matrix under the measured one."""
@@ -143,8 +160,11 @@ def plan_slowdowns(inst: OjppInstance, gpus: Sequence[Sequence[str]],
     out = {job.id: 0.0 for job in inst.jobs}
     for gpu in gpus:
         counts = Counter(jobs[w.rpartition("#")[0]] for w in gpu)
-        members = [(inst.jobs[i].gamma, inst.jobs[i].delta, inst.jobs[i].p)
-                   for i, n in counts.items() for _ in range(n)]
+        members = [
+            (inst.jobs[i].gamma, inst.jobs[i].delta, inst.jobs[i].p)
+            for i, n in counts.items()
+            for _ in range(n)
+        ]
         penalty = kappa * overflow_probability(members) if len(members) > 1 else 0.0
         for i in counts:
             s = counts_slowdown(i, counts, table, inst.composition) + penalty

@@ -80,19 +80,22 @@ def pair_samples(path: Path | str) -> tuple[list[PairSample], dict[tuple[str, st
     """Gavel's 1-GPU co-location pairs that fit, and isolated steps/s by (job, worker)."""
     coloc = gavel_colocation(path)
     rates = {(job, worker): prof.rate(1) for (job, worker), prof in gavel_profiles(path).items()}
-    samples = [PairSample(w, a, b, 1.0 / r_a - 1.0)
-               for (w, a, b, scale), (r_a, _r_b) in sorted(coloc.items())
-               if scale == 1 and r_a > 0 and w in WORKERS]
+    samples = [
+        PairSample(w, a, b, 1.0 / r_a - 1.0)
+        for (w, a, b, scale), (r_a, _r_b) in sorted(coloc.items())
+        if scale == 1 and r_a > 0 and w in WORKERS
+    ]
     return samples, rates
 
 
 class Features:
     """The feature vector of a pair (see the module docstring)."""
 
-    def __init__(self, samples: Sequence[PairSample], rates: dict[tuple[str, str], float]
-                 ) -> None:
-        self.families = sorted({_family_and_batch(s.victim)[0] for s in samples}
-                               | {_family_and_batch(s.aggressor)[0] for s in samples})
+    def __init__(self, samples: Sequence[PairSample], rates: dict[tuple[str, str], float]) -> None:
+        self.families = sorted(
+            {_family_and_batch(s.victim)[0] for s in samples}
+            | {_family_and_batch(s.aggressor)[0] for s in samples}
+        )
         self.rates = rates
         suffered: dict[tuple[str, str], list[float]] = {}
         inflicted: dict[tuple[str, str], list[float]] = {}
@@ -112,8 +115,10 @@ class Features:
 
     def pair(self, worker: str, victim: str, aggressor: str) -> list[float]:
         host = [1.0 if worker == w else 0.0 for w in WORKERS]
-        history = [self.suffered.get((victim, worker), self.mean),
-                   self.inflicted.get((aggressor, worker), self.mean)]
+        history = [
+            self.suffered.get((victim, worker), self.mean),
+            self.inflicted.get((aggressor, worker), self.mean),
+        ]
         return [*self.job(victim, worker), *self.job(aggressor, worker), *history, *host]
 
     def matrix(self, samples: Sequence[PairSample]) -> np.ndarray:
@@ -149,8 +154,9 @@ class Predictor:
         return [max(0.0, float(v)) for v in out]
 
 
-def held_out_split(samples: Sequence[PairSample], fraction: float, seed: int
-                   ) -> tuple[list[PairSample], list[PairSample]]:
+def held_out_split(
+    samples: Sequence[PairSample], fraction: float, seed: int
+) -> tuple[list[PairSample], list[PairSample]]:
     """(train, test) with ``fraction`` of the unordered job-type pairs (all their worker types
     and both orders) in test: the test pairs are *unseen* pairs."""
     groups = sorted({s.group for s in samples})
@@ -161,8 +167,9 @@ def held_out_split(samples: Sequence[PairSample], fraction: float, seed: int
     return train, test
 
 
-def select_and_fit(train: Sequence[PairSample], rates: dict[tuple[str, str], float],
-                   folds: int = 5) -> Predictor:
+def select_and_fit(
+    train: Sequence[PairSample], rates: dict[tuple[str, str], float], folds: int = 5
+) -> Predictor:
     """Cross-validated MAE of each candidate (folds grouped by pair), the best refitted on all
     of ``train`` (ties: candidate order)."""
     feats = Features(train, rates)

@@ -94,25 +94,46 @@ def workload(queue: str, seed: int = 0) -> list[WorkloadJob]:
     jobs = []
     for n in range(JOBS_PER_QUEUE):
         pool = high if n % 2 == 0 else rest
-        jobs.append(WorkloadJob(id=f"{queue}-{n:02d}", type=rng.choice(pool),
-                                workers=rng.randint(1, 10),
-                                standalone_s=float(rng.randint(1, 10) * 3600)))
+        jobs.append(
+            WorkloadJob(
+                id=f"{queue}-{n:02d}",
+                type=rng.choice(pool),
+                workers=rng.randint(1, 10),
+                standalone_s=float(rng.randint(1, 10) * 3600),
+            )
+        )
     return jobs
 
 
-def ojpp_instance_data(jobs: list[WorkloadJob], tau_max: float, theta_max: float,
-                       theta_balance: float, composition: str = "additive",
-                       matrix: dict[str, dict[str, float]] | None = None) -> dict:
+def ojpp_instance_data(
+    jobs: list[WorkloadJob],
+    tau_max: float,
+    theta_max: float,
+    theta_balance: float,
+    composition: str = "additive",
+    matrix: dict[str, dict[str, float]] | None = None,
+) -> dict:
     """An ``ojpp`` instance (``gpuplan solve`` format) for ``jobs`` under the given bounds."""
     matrix = matrix or interference_matrix()
     types = sorted({j.type for j in jobs})
     return {
-        "tau_max": tau_max, "theta_max": theta_max, "theta_balance": theta_balance,
+        "tau_max": tau_max,
+        "theta_max": theta_max,
+        "theta_balance": theta_balance,
         "composition": composition,
         "interference": {a: {b: matrix[a][b] for b in types} for a in types},
-        "jobs": [{"id": j.id, "workers": j.workers, "alpha": PROFILES[j.type].alpha,
-                  "gamma": PROFILES[j.type].gamma, "delta": PROFILES[j.type].delta,
-                  "p": PROFILES[j.type].p, "type": j.type} for j in jobs],
+        "jobs": [
+            {
+                "id": j.id,
+                "workers": j.workers,
+                "alpha": PROFILES[j.type].alpha,
+                "gamma": PROFILES[j.type].gamma,
+                "delta": PROFILES[j.type].delta,
+                "p": PROFILES[j.type].p,
+                "type": j.type,
+            }
+            for j in jobs
+        ],
     }
 
 
@@ -153,11 +174,15 @@ def scenario_text(queue: str, seed: int = 0) -> str:
         "# collisions drawn from the run's seed (digest 002 §7.1 #14).",
         "simulator:",
         "  interference: {table: ojpp, composition: additive, collisions: true, kappa: 1.0}",
-        "workload:", "  source: inline", "  inline_jobs:"]
+        "workload:",
+        "  source: inline",
+        "  inline_jobs:",
+    ]
     for j in jobs:
         pr = PROFILES[j.type]
         lines.append(
             f"    - {{id: {j.id}, submit_time: 0, requested_gpus: {j.workers}, "
             f"total_iterations: {j.standalone_s * j.workers:.0f}, model: {j.type}, "
-            f"memory: {{gamma: {pr.gamma}, delta: {pr.delta}, p: {pr.p}, compute: {pr.alpha}}}}}")
+            f"memory: {{gamma: {pr.gamma}, delta: {pr.delta}, p: {pr.p}, compute: {pr.alpha}}}}}"
+        )
     return "\n".join(lines) + "\n"

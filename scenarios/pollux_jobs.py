@@ -113,8 +113,11 @@ def _build_app(model_dir: Path, files: dict[int, Path]) -> PolluxApp:
     for b, rows in validation.items():
         missing = {"progress", "grad_sqr", "grad_var"} - rows[0].keys()
         if missing:
-            raise InputError(f"missing column(s) {', '.join(sorted(missing))}",
-                             source=str(files[b]), field=sorted(missing)[0])
+            raise InputError(
+                f"missing column(s) {', '.join(sorted(missing))}",
+                source=str(files[b]),
+                field=sorted(missing)[0],
+            )
     samples = pollux_samples(model_dir)
     placements = _read_csv(model_dir / "placements.csv")
     local = [int(r["local_bsz"]) for r in placements]
@@ -131,9 +134,11 @@ def _build_app(model_dir: Path, files: dict[int, Path]) -> PolluxApp:
 
 
 def _app_to_json(app: PolluxApp) -> dict[str, Any]:
-    return {"validation": [[b, rows] for b, rows in app.validation.items()],
-            "ints": [app.init_batch, app.max_batch, app.min_local, app.max_local, app.epochs],
-            "fit": fit_cache.fit_to_json(app.fit)}
+    return {
+        "validation": [[b, rows] for b, rows in app.validation.items()],
+        "ints": [app.init_batch, app.max_batch, app.min_local, app.max_local, app.epochs],
+        "fit": fit_cache.fit_to_json(app.fit),
+    }
 
 
 def _app_from_json(data: Any, name: str) -> PolluxApp | None:
@@ -142,11 +147,21 @@ def _app_from_json(data: Any, name: str) -> PolluxApp | None:
         fit = fit_cache.fit_from_json(data["fit"])
         ints = data["ints"]
         validation = {b: rows for b, rows in data["validation"]}
-        ok = (fit is not None and len(ints) == 5 and all(type(i) is int for i in ints)
-              and validation and all(type(b) is int for b in validation)
-              and all(isinstance(rows, list) and rows and all(
-                  isinstance(r, dict) and all(type(v) is float for v in r.values())
-                  for r in rows) for rows in validation.values()))
+        ok = (
+            fit is not None
+            and len(ints) == 5
+            and all(type(i) is int for i in ints)
+            and validation
+            and all(type(b) is int for b in validation)
+            and all(
+                isinstance(rows, list)
+                and rows
+                and all(
+                    isinstance(r, dict) and all(type(v) is float for v in r.values()) for r in rows
+                )
+                for rows in validation.values()
+            )
+        )
     except (KeyError, TypeError, ValueError):
         return None
     if not ok or fit is None:
@@ -207,35 +222,51 @@ def pollux_step_time(model_dir: Path, batch: int, gpus: int, nodes: int) -> floa
 @cache
 def _profile(model_dir: Path, batch: int, max_gpus: int) -> ThroughputProfile:
     """Steps/s at global ``batch`` for 1..``max_gpus`` packed GPUs (+ spread factors)."""
-    points = {k: 1.0 / pollux_step_time(model_dir, batch, k, -(-k // NODE_GPUS))
-              for k in range(1, max_gpus + 1)}
-    spread = {k: min(1.0, 1.0 / pollux_step_time(model_dir, batch, k, k) / points[k])
-              for k in range(2, min(NODE_GPUS, max_gpus) + 1)}
+    points = {
+        k: 1.0 / pollux_step_time(model_dir, batch, k, -(-k // NODE_GPUS))
+        for k in range(1, max_gpus + 1)
+    }
+    spread = {
+        k: min(1.0, 1.0 / pollux_step_time(model_dir, batch, k, k) / points[k])
+        for k in range(2, min(NODE_GPUS, max_gpus) + 1)
+    }
     return ThroughputProfile(
-        points=points, reference_gpu="t4", spread_factor=spread,
+        points=points,
+        reference_gpu="t4",
+        spread_factor=spread,
         source=f"Pollux {model_dir.name} fitted step time, global batch {batch}, steps/s",
     )
 
 
-def map_pollux(rows: Sequence[TraceJob], profiles_dir: Path, mapping: str = "rigid",
-               cluster_gpus: int | None = None) -> list[JobSpec]:
+def map_pollux(
+    rows: Sequence[TraceJob],
+    profiles_dir: Path,
+    mapping: str = "rigid",
+    cluster_gpus: int | None = None,
+) -> list[JobSpec]:
     """Jobs for Pollux workload rows under ``mapping`` (``rigid`` or ``elastic``).
 
     Errors name the row's source and field: a missing model folder (``application``), a
     mapping Pollux rows cannot take (``workload.mapping``), a request above the cluster.
     """
     if mapping not in ("rigid", "elastic"):
-        raise InputError(f"Pollux workloads take mapping 'rigid' or 'elastic', not {mapping!r}",
-                         field="workload.mapping")
+        raise InputError(
+            f"Pollux workloads take mapping 'rigid' or 'elastic', not {mapping!r}",
+            field="workload.mapping",
+        )
     jobs = []
     for row in rows:
         if row.model is None or row.batch_size is None:
-            raise InputError("Pollux rows need application and batch_size", source=row.source,
-                             field="application")
+            raise InputError(
+                "Pollux rows need application and batch_size",
+                source=row.source,
+                field="application",
+            )
         model_dir = profiles_dir / row.model
         if not model_dir.is_dir():
-            raise InputError(f"no Pollux profile for model {row.model!r}", source=row.source,
-                             field="application")
+            raise InputError(
+                f"no Pollux profile for model {row.model!r}", source=row.source, field="application"
+            )
         app = pollux_app(model_dir)
         upper = row.gpus
         elasticity = None
@@ -245,11 +276,16 @@ def map_pollux(rows: Sequence[TraceJob], profiles_dir: Path, mapping: str = "rig
                 upper = min(upper, cluster_gpus)
             elasticity = Elasticity(min_gpus=1, max_gpus=upper)
         top = max(upper, row.gpus)
-        jobs.append(JobSpec(
-            id=row.id, user=row.user, submit_time=row.submit_time,
-            requested_gpus=min(row.gpus, top) if elasticity is None else min(row.gpus, upper),
-            elasticity=elasticity,
-            total_iterations=pollux_steps(model_dir, row.batch_size), model=row.model,
-            throughput=_profile(model_dir, row.batch_size, top),
-        ))
+        jobs.append(
+            JobSpec(
+                id=row.id,
+                user=row.user,
+                submit_time=row.submit_time,
+                requested_gpus=min(row.gpus, top) if elasticity is None else min(row.gpus, upper),
+                elasticity=elasticity,
+                total_iterations=pollux_steps(model_dir, row.batch_size),
+                model=row.model,
+                throughput=_profile(model_dir, row.batch_size, top),
+            )
+        )
     return jobs

@@ -59,8 +59,11 @@ def _data_file(name: str) -> Path:
     return Path(str(resources.files("gpuplan.scenarios").joinpath("data", name)))
 
 
-def load_qps(path: str | Path | None = None, step_s: float = 300.0,
-             request_types: Iterable[str] | None = None) -> QpsSeries:
+def load_qps(
+    path: str | Path | None = None,
+    step_s: float = 300.0,
+    request_types: Iterable[str] | None = None,
+) -> QpsSeries:
     """A QPS series binned to ``step_s``.
 
     ``path`` None reads the embedded 5-minute aggregate (only for ``step_s`` = 300 and all
@@ -92,32 +95,40 @@ def load_qps(path: str | Path | None = None, step_s: float = 300.0,
             for i, r in enumerate(reader, start=2):
                 if keep is not None and r["request_type"] not in keep:
                     continue
-                t = _number(r["timestamp_anon"], path, i, "timestamp_anon",
-                            MAX_TIMESTAMP, -MAX_TIMESTAMP)
+                t = _number(
+                    r["timestamp_anon"], path, i, "timestamp_anon", MAX_TIMESTAMP, -MAX_TIMESTAMP
+                )
                 v = _number(r["value"], path, i, "value", MAX_QPS)
                 instants[t] = instants.get(t, 0.0) + v
             if not instants:
                 raise InputError("no samples left after filtering", source=str(path))
             t0 = min(instants)
-            series = _bin([(t - t0, v) for t, v in sorted(instants.items())], step_s,
-                          source=str(path))
+            series = _bin(
+                [(t - t0, v) for t, v in sorted(instants.items())], step_s, source=str(path)
+            )
         else:
             raise InputError(f"unknown QPS file columns {fields}", source=str(path))
     return QpsSeries(step_s, series)
 
 
-def _number(text: str | None, path: Path, row: int, column: str, limit: float,
-            low: float = 0.0) -> float:
+def _number(
+    text: str | None, path: Path, row: int, column: str, limit: float, low: float = 0.0
+) -> float:
     """One QPS-file cell: a finite number in [``low``, ``limit``] (``nan`` or ``1e308`` in a
     row used to end in an internal error or a series of infinities)."""
     try:
         value = float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InputError(f"not a number: {text!r}", source=str(path), row=row,
-                         field=column) from None
+        raise InputError(
+            f"not a number: {text!r}", source=str(path), row=row, field=column
+        ) from None
     if not (math.isfinite(value) and low <= value <= limit):
-        raise InputError(f"{value!r} is not a finite number in [{low:g}, {limit:g}]",
-                         source=str(path), row=row, field=column)
+        raise InputError(
+            f"{value!r} is not a finite number in [{low:g}, {limit:g}]",
+            source=str(path),
+            row=row,
+            field=column,
+        )
     return value
 
 
@@ -128,21 +139,33 @@ def _series_rows(reader: csv.DictReader, path: Path) -> list[tuple[float, float]
     for i, r in enumerate(reader, start=2):
         t = _number(r["t_s"], path, i, "t_s", MAX_TIME_S)
         if pairs and t <= pairs[-1][0]:
-            raise InputError(f"time {t:g} is not after the previous row's {pairs[-1][0]:g} "
-                             "(times must increase)", source=str(path), row=i, field="t_s")
+            raise InputError(
+                f"time {t:g} is not after the previous row's {pairs[-1][0]:g} "
+                "(times must increase)",
+                source=str(path),
+                row=i,
+                field="t_s",
+            )
         pairs.append((t, _number(r["qps"], path, i, "qps", MAX_QPS)))
     return pairs
 
 
-def _bin(pairs: Sequence[tuple[float, float]], step_s: float, already_binned: bool = False,
-         source: str | None = None) -> np.ndarray:
+def _bin(
+    pairs: Sequence[tuple[float, float]],
+    step_s: float,
+    already_binned: bool = False,
+    source: str | None = None,
+) -> np.ndarray:
     if not pairs:
         raise InputError("empty QPS series", source=source)
     span = max(t for t, _ in pairs)
     if span / step_s >= MAX_QPS_BINS:
-        raise InputError(f"the series spans {span:g} s: {span / step_s:.3g} bins of "
-                         f"qps_step_s = {step_s:g} s exceed {MAX_QPS_BINS:,}",
-                         source=source, field="loaning.qps_step_s")
+        raise InputError(
+            f"the series spans {span:g} s: {span / step_s:.3g} bins of "
+            f"qps_step_s = {step_s:g} s exceed {MAX_QPS_BINS:,}",
+            source=source,
+            field="loaning.qps_step_s",
+        )
     bins = int(span // step_s) + 1
     sums = np.zeros(bins)
     counts = np.zeros(bins)

@@ -33,25 +33,33 @@ def _table(spec: SimInterferenceSpec) -> dict[str, dict[str, float]]:
     return {"ojpp": interference_matrix}[spec.table or "ojpp"]()
 
 
-def _measured(spec: SimInterferenceSpec, jobs: Sequence[JobSpec], source: str
-              ) -> MeasuredInterference:
+def _measured(
+    spec: SimInterferenceSpec, jobs: Sequence[JobSpec], source: str
+) -> MeasuredInterference:
     """A measured table's replay; every job needs a model the table holds. (Table models no
     job has are fine here, unlike a matrix's: a measured table is reused across scenarios.)"""
     field = f"{FIELD}.measured" if spec.measured is not None else f"{FIELD}.table"
     table = spec.measured if spec.measured is not None else measured_table(spec.table or "")
     for job in jobs:
         if job.model is None:
-            raise InputError(f"job {job.id} has no model: the measured table is by model",
-                             source=source, field=field)
+            raise InputError(
+                f"job {job.id} has no model: the measured table is by model",
+                source=source,
+                field=field,
+            )
         if job.model not in table.jobs:
-            raise InputError(f"job {job.id}'s model {job.model!r} was not measured (models: "
-                             f"{', '.join(sorted(table.jobs))})", source=source, field=field)
+            raise InputError(
+                f"job {job.id}'s model {job.model!r} was not measured (models: "
+                f"{', '.join(sorted(table.jobs))})",
+                source=source,
+                field=field,
+            )
     return MeasuredInterference(table, spec.composition)
 
 
-def simulator_interference(spec: SimInterferenceSpec | None, jobs: Sequence[JobSpec],
-                           seed: int, source: str
-                           ) -> OjppInterference | MeasuredInterference | None:
+def simulator_interference(
+    spec: SimInterferenceSpec | None, jobs: Sequence[JobSpec], seed: int, source: str
+) -> OjppInterference | MeasuredInterference | None:
     """The model for ``spec`` (None without a block), with collisions drawn from ``seed``;
     a job the matrix cannot rate, or a matrix type no job has, is an :class:`InputError`
     naming ``source`` and the field. A measured table (``measured``, ``table: h200``) is
@@ -64,19 +72,32 @@ def simulator_interference(spec: SimInterferenceSpec | None, jobs: Sequence[JobS
     models = {j.model for j in jobs}
     for job in jobs:
         if job.model is None:
-            raise InputError(f"job {job.id} has no model: the interference matrix is by model",
-                             source=source, field=f"{FIELD}.matrix")
+            raise InputError(
+                f"job {job.id} has no model: the interference matrix is by model",
+                source=source,
+                field=f"{FIELD}.matrix",
+            )
         if job.model not in matrix:
-            raise InputError(f"job {job.id}'s model {job.model!r} has no row (types: "
-                             f"{', '.join(sorted(matrix))})", source=source,
-                             field=f"{FIELD}.{'matrix' if spec.matrix else 'table'}")
+            raise InputError(
+                f"job {job.id}'s model {job.model!r} has no row (types: "
+                f"{', '.join(sorted(matrix))})",
+                source=source,
+                field=f"{FIELD}.{'matrix' if spec.matrix else 'table'}",
+            )
     if spec.matrix is not None:
         unknown = sorted(set(spec.matrix) - models)
         if unknown:
-            raise InputError(f"type(s) {', '.join(unknown)} are no job's model (models: "
-                             f"{', '.join(sorted(m for m in models if m))})", source=source,
-                             field=f"{FIELD}.matrix")
+            raise InputError(
+                f"type(s) {', '.join(unknown)} are no job's model (models: "
+                f"{', '.join(sorted(m for m in models if m))})",
+                source=source,
+                field=f"{FIELD}.matrix",
+            )
     collisions = spec.collisions is not False  # unset: on, as before measured tables existed
-    return OjppInterference(matrix, spec.composition,
-                            kappa=spec.kappa if collisions else 0.0,
-                            draw_seed=seed if collisions else None, window=spec.window)
+    return OjppInterference(
+        matrix,
+        spec.composition,
+        kappa=spec.kappa if collisions else 0.0,
+        draw_seed=seed if collisions else None,
+        window=spec.window,
+    )

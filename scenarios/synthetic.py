@@ -113,13 +113,15 @@ def synthetic_jobs(
             candidates, _ = afs_candidates(zoo, gpus)
             chosen = candidates[int(rng.integers(len(candidates)))]
             model, batch = chosen.name, chosen.batch_size
-        jobs.append(TraceJob(
-            id=f"syn-{i:0{width}d}",
-            submit_time=float(times[i]),
-            gpus=gpus,
-            duration=float(durations[i]),
-            model=model,
-            batch_size=batch,
-            source=f"{_SOURCE}(seed={seed}) row {i}",
-        ))
+        jobs.append(
+            TraceJob(
+                id=f"syn-{i:0{width}d}",
+                submit_time=float(times[i]),
+                gpus=gpus,
+                duration=float(durations[i]),
+                model=model,
+                batch_size=batch,
+                source=f"{_SOURCE}(seed={seed}) row {i}",
+            )
+        )
     return jobs

@@ -154,8 +154,10 @@ def predict_step_time(
         )
     step, _ = _predict(
         np.asarray(params.as_tuple(), dtype=float),
-        np.array([float(nodes)]), np.array([float(gpus)]),
-        np.array([float(local_bsz)]), np.array([float(accum)]),
+        np.array([float(nodes)]),
+        np.array([float(gpus)]),
+        np.array([float(local_bsz)]),
+        np.array([float(accum)]),
     )
     return float(step[0])
 
@@ -163,6 +165,7 @@ def predict_step_time(
 # --------------------------------------------------------------------------- samples
 def _check_sample(s: PerfSample, where: str, row: int | None = None) -> None:
     """Raise InputError (located at ``where``/``row``) unless ``s`` is a possible measurement."""
+
     def bad(message: str, field: str) -> InputError:
         return InputError(message, source=where, row=row, field=field)
 
@@ -186,8 +189,7 @@ def _check_sample(s: PerfSample, where: str, row: int | None = None) -> None:
     if s.accum < 0:
         raise bad(f"must be >= 0, got {s.accum}", "accum")
     if s.sync_time is not None and not 0 <= s.sync_time < s.step_time:
-        raise bad(f"sync_time {s.sync_time} must be in [0, step_time {s.step_time})",
-                  "sync_time")
+        raise bad(f"sync_time {s.sync_time} must be in [0, step_time {s.step_time})", "sync_time")
 
 
 def pollux_samples(model_dir: Path | str) -> list[PerfSample]:
@@ -205,20 +207,27 @@ def pollux_samples(model_dir: Path | str) -> list[PerfSample]:
         if not (placement.isascii() and placement.isdigit()) or "0" in placement:
             raise InputError(
                 f"placement must be digits 1-9 (GPUs per node), got {placement!r}",
-                source=str(ppath), row=line, field="placement",
+                source=str(ppath),
+                row=line,
+                field="placement",
             )
-        samples.append(_table_sample(
-            row, ppath, line, nodes=len(placement), replicas=sum(int(d) for d in placement)
-        ))
+        samples.append(
+            _table_sample(
+                row, ppath, line, nodes=len(placement), replicas=sum(int(d) for d in placement)
+            )
+        )
     spath = mdir / "scalability.csv"
     if spath.exists():
-        for line, row in _read_csv(spath, ("num_nodes", "num_replicas", "local_bsz",
-                                           "step_time")):
-            samples.append(_table_sample(
-                row, spath, line,
-                nodes=_cell_int(row, "num_nodes", source=str(spath), line=line),
-                replicas=_cell_int(row, "num_replicas", source=str(spath), line=line),
-            ))
+        for line, row in _read_csv(spath, ("num_nodes", "num_replicas", "local_bsz", "step_time")):
+            samples.append(
+                _table_sample(
+                    row,
+                    spath,
+                    line,
+                    nodes=_cell_int(row, "num_nodes", source=str(spath), line=line),
+                    replicas=_cell_int(row, "num_replicas", source=str(spath), line=line),
+                )
+            )
     if not samples:
         raise InputError("no measurement rows", source=str(ppath), field="step_time")
     return samples
@@ -234,8 +243,7 @@ def _table_sample(
         replicas=replicas,
         local_bsz=float(_cell_int(row, "local_bsz", source=src, line=line)),
         step_time=_cell_float(row, "step_time", source=src, line=line),
-        sync_time=(_cell_float(row, "sync_time", source=src, line=line) if sync_text
-                   else None),
+        sync_time=(_cell_float(row, "sync_time", source=src, line=line) if sync_text else None),
         where=f"{src}, row {line}",
     )
     _check_sample(sample, src, line)
@@ -285,8 +293,7 @@ def fit_pollux_params(samples: Sequence[PerfSample]) -> FitResult:
     log_compute = np.log(compute_meas)
 
     # Without any sync_time the step time stands in for the compute time of AdaptDL's rule.
-    pinned = _pinned(nodes, replicas, bsz, compute_meas if compute_meas.size
-                     else np.exp(log_step))
+    pinned = _pinned(nodes, replicas, bsz, compute_meas if compute_meas.size else np.exp(log_step))
     free = [i for i in range(7) if i not in pinned]
     start = np.log(np.array(_START, dtype=float))
     lower = np.full(7, math.log(_LOWER))
@@ -304,12 +311,19 @@ def fit_pollux_params(samples: Sequence[PerfSample]) -> FitResult:
 
     def residuals(x: FloatArray) -> FloatArray:
         step, compute = _predict(theta_of(x), nodes, replicas, bsz, accum)
-        return np.concatenate([np.log(step) - log_step,
-                               np.log(compute[has_compute]) - log_compute])
+        return np.concatenate([np.log(step) - log_step, np.log(compute[has_compute]) - log_compute])
 
     result = least_squares(
-        residuals, start[free], jac="3-point", bounds=(lower[free], upper[free]),
-        method="trf", x_scale=1.0, ftol=1e-14, xtol=1e-14, gtol=1e-14, max_nfev=5000,
+        residuals,
+        start[free],
+        jac="3-point",
+        bounds=(lower[free], upper[free]),
+        method="trf",
+        x_scale=1.0,
+        ftol=1e-14,
+        xtol=1e-14,
+        gtol=1e-14,
+        max_nfev=5000,
     )
     theta = theta_of(result.x)
     theta[6] = min(max(theta[6], 1.0), _GAMMA_MAX)  # exp(log(gamma)) may leave [1, 10] by 1ulp
@@ -353,19 +367,20 @@ def fitted_pollux_profile(
     mdir = Path(model_dir)
     where = str(mdir)
     if max_gpus < 1:
-        raise InputError(f"max_gpus must be >= 1, got {max_gpus}", source=where,
-                         field="max_gpus")
+        raise InputError(f"max_gpus must be >= 1, got {max_gpus}", source=where, field="max_gpus")
     if local_bsz is None:
         local_bsz = pollux_default_local_bsz(mdir)
     elif local_bsz < 1:
-        raise InputError(f"local_bsz must be >= 1, got {local_bsz}", source=where,
-                         field="local_bsz")
+        raise InputError(
+            f"local_bsz must be >= 1, got {local_bsz}", source=where, field="local_bsz"
+        )
     samples = pollux_samples(mdir) if node_size is None or fit is None else []
     if node_size is None:
         node_size = max((s.replicas for s in samples if s.nodes == 1), default=1)
     if node_size < 1:
-        raise InputError(f"node_size must be >= 1, got {node_size}", source=where,
-                         field="node_size")
+        raise InputError(
+            f"node_size must be >= 1, got {node_size}", source=where, field="node_size"
+        )
     result = fit if fit is not None else fit_pollux_params(samples)
 
     def rate(gpus: int, nodes: int) -> float:
@@ -373,8 +388,7 @@ def fitted_pollux_profile(
         return 1.0 / step if per_step else gpus / step
 
     points = {g: rate(g, -(-g // node_size)) for g in range(1, max_gpus + 1)}
-    spread = {g: min(1.0, rate(g, g) / points[g])
-              for g in range(2, min(node_size, max_gpus) + 1)}
+    spread = {g: min(1.0, rate(g, g) / points[g]) for g in range(2, min(node_size, max_gpus) + 1)}
     unit = "steps/s" if per_step else "local batches/s (k/step_time)"
     return _make_profile(
         where,
@@ -382,7 +396,9 @@ def fitted_pollux_profile(
         reference_gpu="t4",
         extrapolation=extrapolation,
         spread_factor=spread,
-        source=(f"{source_label(mdir)} local_bsz={local_bsz} Pollux model fitted by "
-                f"scipy least_squares (RMSLE {result.rmsle:.3f}, {result.n_samples} samples), "
-                f"packed placements 1..{max_gpus}, {unit}"),
+        source=(
+            f"{source_label(mdir)} local_bsz={local_bsz} Pollux model fitted by "
+            f"scipy least_squares (RMSLE {result.rmsle:.3f}, {result.n_samples} samples), "
+            f"packed placements 1..{max_gpus}, {unit}"
+        ),
     )

@@ -30,13 +30,15 @@ def gpu_seconds(job: JobSpec) -> float:
     """GPU-time of ``job`` at its requested size (= at every size under linear scaling)."""
     rate = job.throughput.rate(job.requested_gpus)
     if rate <= 0:
-        raise InputError(f"job {job.id}: zero throughput at {job.requested_gpus} GPUs",
-                         field="throughput")
+        raise InputError(
+            f"job {job.id}: zero throughput at {job.requested_gpus} GPUs", field="throughput"
+        )
     return job.requested_gpus * job.work / rate
 
 
-def window_usage_bound(jobs: Sequence[JobSpec], capacity: int, until: float,
-                       start: float = 0.0) -> float:
+def window_usage_bound(
+    jobs: Sequence[JobSpec], capacity: int, until: float, start: float = 0.0
+) -> float:
     """Upper bound on (GPU-seconds done in ``[start, until]``) / (``capacity`` x window) for
     any schedule of ``jobs`` on ``capacity`` GPUs; a job may use up to its largest allowed
     count (``max_gpus`` if elastic, else its request) and none starts before its submission."""

@@ -54,8 +54,16 @@ from dataclasses import dataclass
 from gpuplan.models import Cluster, InputError, JobSpec, Node, ScenarioSpec
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
 
-__all__ = ["Budget", "DEFAULT_BUDGET", "WorkEstimate", "check", "check_jobs", "estimate",
-           "horizon_s", "job_span_s"]
+__all__ = [
+    "Budget",
+    "DEFAULT_BUDGET",
+    "WorkEstimate",
+    "check",
+    "check_jobs",
+    "estimate",
+    "horizon_s",
+    "job_span_s",
+]
 
 DEFAULT_LOAN_STEP_S = 300.0
 """``loaning.step_s``'s default: a step at or above it is not what makes a run long."""
@@ -118,8 +126,9 @@ def _count(span: float, interval: float | None) -> int:
     return int(min(math.ceil(ratio), 1 << 62)) if math.isfinite(ratio) else 1 << 62
 
 
-def job_span_s(job: JobSpec, cluster: Cluster, nodes: Sequence[Node], start_s: float = 0.0
-               ) -> float:
+def job_span_s(
+    job: JobSpec, cluster: Cluster, nodes: Sequence[Node], start_s: float = 0.0
+) -> float:
     """Seconds ``job`` takes alone at its minimum GPU count on the slowest GPU type of
     ``nodes`` it may use, spread with its profile's worst spread factor, plus ``start_s``
     (may be ``inf`` for a near-zero rate; the horizon caps it)."""
@@ -127,8 +136,10 @@ def job_span_s(job: JobSpec, cluster: Cluster, nodes: Sequence[Node], start_s: f
     types = {n.gpu_type for n in nodes if job.gpu_type is None or n.gpu_type == job.gpu_type}
     try:
         ref = cluster.gpu_type(profile.reference_gpu).relative_speed
-        speed = min((profile.type_multiplier(t, cluster.gpu_type(t).relative_speed, ref)
-                     for t in types), default=1.0)
+        speed = min(
+            (profile.type_multiplier(t, cluster.gpu_type(t).relative_speed, ref) for t in types),
+            default=1.0,
+        )
     except KeyError:  # a type the cluster does not declare: the simulator refuses it later
         speed = 1.0
     spread = min(1.0, profile.default_spread_factor, *profile.spread_factor.values())
@@ -141,8 +152,9 @@ def job_span_s(job: JobSpec, cluster: Cluster, nodes: Sequence[Node], start_s: f
     return span + start_s
 
 
-def horizon_s(jobs: Sequence[JobSpec], cluster: Cluster, nodes: Sequence[Node],
-              start_s: float = 0.0) -> float:
+def horizon_s(
+    jobs: Sequence[JobSpec], cluster: Cluster, nodes: Sequence[Node], start_s: float = 0.0
+) -> float:
     """Upper estimate of the simulated span of ``jobs`` on ``nodes`` (module docstring):
     last submission + 2 x GPU-seconds at minimum sizes / usable GPUs + longest job, capped at
     ``SIMULATION_HORIZON_S``."""
@@ -171,8 +183,9 @@ def _candidates(job: JobSpec, capacity: int) -> int:
     return max(1, min(e.max_gpus, capacity) - e.min_gpus + 1)
 
 
-def estimate(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
-             nodes: Sequence[Node]) -> WorkEstimate:
+def estimate(
+    spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec], nodes: Sequence[Node]
+) -> WorkEstimate:
     """Count the work ``spec`` asks for with these built ``jobs`` on the usable ``nodes``."""
     horizon = horizon_s(jobs, cluster, nodes, spec.overheads.start_s)
     last = max((j.submit_time for j in jobs), default=0.0)
@@ -193,19 +206,31 @@ def estimate(spec: ScenarioSpec, cluster: Cluster, jobs: Sequence[JobSpec],
         candidates += c
         if c > worst:
             biggest, worst = i, c
-    return WorkEstimate(horizon_s=horizon, jobs=len(jobs), samples=samples, rounds=rounds,
-                        loan_horizon_s=float(loan_horizon), loan_steps=loan_steps,
-                        loan_server_steps=server_steps, events=2 * len(jobs) + rounds + loan_steps,
-                        candidates=candidates, candidates_job=biggest)
+    return WorkEstimate(
+        horizon_s=horizon,
+        jobs=len(jobs),
+        samples=samples,
+        rounds=rounds,
+        loan_horizon_s=float(loan_horizon),
+        loan_steps=loan_steps,
+        loan_server_steps=server_steps,
+        events=2 * len(jobs) + rounds + loan_steps,
+        candidates=candidates,
+        candidates_job=biggest,
+    )
 
 
-def check_jobs(count: int, *, source: str | None, field: str,
-               budget: Budget = DEFAULT_BUDGET) -> None:
+def check_jobs(
+    count: int, *, source: str | None, field: str, budget: Budget = DEFAULT_BUDGET
+) -> None:
     """Refuse a workload declaring more than ``budget.jobs`` jobs, before generating them."""
     if count > budget.jobs:
         raise InputError(
             f"{count:,} jobs exceed the work budget of {budget.jobs:,} jobs (docs/cli.md, work "
-            "budget)", source=source, field=field)
+            "budget)",
+            source=source,
+            field=field,
+        )
 
 
 def _loan_field(spec: ScenarioSpec) -> str:
@@ -218,8 +243,12 @@ def _loan_field(spec: ScenarioSpec) -> str:
     return "loaning.horizon_s" if loan.horizon_s is not None else "loaning.period_s"
 
 
-def check(spec: ScenarioSpec, work: WorkEstimate, budget: Budget = DEFAULT_BUDGET,
-          job_field: tuple[str | None, int | None, str] | None = None) -> None:
+def check(
+    spec: ScenarioSpec,
+    work: WorkEstimate,
+    budget: Budget = DEFAULT_BUDGET,
+    job_field: tuple[str | None, int | None, str] | None = None,
+) -> None:
     """Refuse (:class:`InputError`, one line naming the field) a scenario whose estimated work
     exceeds ``budget``. ``job_field`` = (source, row, field) locates the job contributing most
     candidate sizes, for that refusal; default ``workload``."""
@@ -230,37 +259,50 @@ def check(spec: ScenarioSpec, work: WorkEstimate, budget: Budget = DEFAULT_BUDGE
             f"{work.samples:.3g} metric samples (horizon estimate {h} / sample_interval_s "
             f"{spec.engine.sample_interval_s:g} s) exceed the work budget of "
             f"{budget.samples:,}; raise sample_interval_s (docs/cli.md, work budget)",
-            field="engine.sample_interval_s")
+            field="engine.sample_interval_s",
+        )
     if work.rounds > budget.rounds:
         raise InputError(
             f"{work.rounds:.3g} scheduling rounds (horizon estimate {h} / round_interval_s "
             f"{spec.engine.round_interval_s:g} s) exceed the work budget of "
             f"{budget.rounds:,}; raise round_interval_s (docs/cli.md, work budget)",
-            field="engine.round_interval_s")
+            field="engine.round_interval_s",
+        )
     loan = spec.loaning
     if loan is not None and work.loan_steps > budget.loan_steps:
         raise InputError(
             f"{work.loan_steps:.3g} loan steps (loaning horizon {work.loan_horizon_s:.4g} s / "
             f"step_s {loan.step_s:g} s) exceed the work budget of {budget.loan_steps:,}; "
             "raise loaning.step_s or shorten the horizon (docs/cli.md, work budget)",
-            field=_loan_field(spec))
+            field=_loan_field(spec),
+        )
     if loan is not None and work.loan_server_steps > budget.loan_server_steps:
         raise InputError(
             f"{work.loan_server_steps:.3g} server steps ({work.loan_steps:,} loan steps x "
             f"{loan.servers:,} servers) exceed the work budget of "
             f"{budget.loan_server_steps:,}; use fewer servers, a longer step_s or a shorter "
-            "horizon (docs/cli.md, work budget)", field="loaning.servers")
+            "horizon (docs/cli.md, work budget)",
+            field="loaning.servers",
+        )
     if work.events > budget.events:
-        parts = {"workload": 2 * work.jobs, "engine.round_interval_s": work.rounds,
-                 "loaning.step_s": work.loan_steps}
+        parts = {
+            "workload": 2 * work.jobs,
+            "engine.round_interval_s": work.rounds,
+            "loaning.step_s": work.loan_steps,
+        }
         raise InputError(
             f"{work.events:.3g} events ({work.jobs:,} jobs, {work.rounds:,} rounds, "
             f"{work.loan_steps:,} loan steps) exceed the work budget of {budget.events:,} "
-            "(docs/cli.md, work budget)", field=max(parts, key=parts.__getitem__))
+            "(docs/cli.md, work budget)",
+            field=max(parts, key=parts.__getitem__),
+        )
     if work.candidates > budget.candidates:
         source, row, where = job_field or (None, None, "workload")
         raise InputError(
             f"{work.candidates:.3g} candidate GPU counts over all jobs exceed the work budget "
             f"of {budget.candidates:,} (each elastic job may run at every count of its range "
             "or allowed list); narrow the elasticity ranges (docs/cli.md, work budget)",
-            source=source, row=row, field=where)
+            source=source,
+            row=row,
+            field=where,
+        )

@@ -108,26 +108,90 @@ class ZooSource:
 
 
 AFS_TABLE4: tuple[ZooSource, ...] = (
-    ZooSource("VGG16", "ImageNet", 256, 8, "elasticflow", "vgg16.csv", 256,
-              "same model and global batch"),
-    ZooSource("GoogLeNet", "ImageNet", 128, 20, "elasticflow", "inception3.csv", 128,
-              "Inception-v3, the measured member of GoogLeNet's (Inception-v1) family; "
-              "same global batch"),
-    ZooSource("Inception-v4", "ImageNet", 256, 52, "elasticflow", "inception3.csv", 128,
-              "Inception-v3, the closest measured Inception; batch 128 is its largest row"),
-    ZooSource("ResNet-50", "ImageNet", 128, 28, "elasticflow", "resnet50.csv", 128,
-              "same model and global batch"),
-    ZooSource("DCGAN", "Celeb-A", 256, 20, "elasticflow", "resnet50.csv", 256,
-              "convolutional image model at the same global batch; no GAN is measured on "
-              ">1 GPU (Gavel's CycleGAN is single-GPU only)"),
-    ZooSource("Video Prediction", "Push", 64, 28, "elasticflow", "deepspeech2.csv", 64,
-              "conv + recurrent layers like CDNA's conv-LSTM; same global batch"),
-    ZooSource("Chatbot", "OpenSubtitles", 256, 4, "gavel", "LM (batch size 80)", None,
-              "recurrent (LSTM) language model like the seq2seq Chatbot; largest LM batch"),
-    ZooSource("Deep Speech 2", "LibriSpeech ASR corpus", 64, 20, "elasticflow",
-              "deepspeech2.csv", 64, "same model and global batch"),
-    ZooSource("Transformer", "IWSLT 2016 English-German corpus", 256, 44, "gavel",
-              "Transformer (batch size 256)", None, "same model and global batch"),
+    ZooSource(
+        "VGG16", "ImageNet", 256, 8, "elasticflow", "vgg16.csv", 256, "same model and global batch"
+    ),
+    ZooSource(
+        "GoogLeNet",
+        "ImageNet",
+        128,
+        20,
+        "elasticflow",
+        "inception3.csv",
+        128,
+        "Inception-v3, the measured member of GoogLeNet's (Inception-v1) family; same global batch",
+    ),
+    ZooSource(
+        "Inception-v4",
+        "ImageNet",
+        256,
+        52,
+        "elasticflow",
+        "inception3.csv",
+        128,
+        "Inception-v3, the closest measured Inception; batch 128 is its largest row",
+    ),
+    ZooSource(
+        "ResNet-50",
+        "ImageNet",
+        128,
+        28,
+        "elasticflow",
+        "resnet50.csv",
+        128,
+        "same model and global batch",
+    ),
+    ZooSource(
+        "DCGAN",
+        "Celeb-A",
+        256,
+        20,
+        "elasticflow",
+        "resnet50.csv",
+        256,
+        "convolutional image model at the same global batch; no GAN is measured on "
+        ">1 GPU (Gavel's CycleGAN is single-GPU only)",
+    ),
+    ZooSource(
+        "Video Prediction",
+        "Push",
+        64,
+        28,
+        "elasticflow",
+        "deepspeech2.csv",
+        64,
+        "conv + recurrent layers like CDNA's conv-LSTM; same global batch",
+    ),
+    ZooSource(
+        "Chatbot",
+        "OpenSubtitles",
+        256,
+        4,
+        "gavel",
+        "LM (batch size 80)",
+        None,
+        "recurrent (LSTM) language model like the seq2seq Chatbot; largest LM batch",
+    ),
+    ZooSource(
+        "Deep Speech 2",
+        "LibriSpeech ASR corpus",
+        64,
+        20,
+        "elasticflow",
+        "deepspeech2.csv",
+        64,
+        "same model and global batch",
+    ),
+    ZooSource(
+        "Transformer",
+        "IWSLT 2016 English-German corpus",
+        256,
+        44,
+        "gavel",
+        "Transformer (batch size 256)",
+        None,
+        "same model and global batch",
+    ),
 )
 """Table 4 of the AFS paper, with the measured curve chosen for each model (and why)."""
 
@@ -191,7 +255,8 @@ def _source_profile(
     except KeyError:
         raise InputError(
             f"no {REFERENCE_GPU} entry for job type {spec.key!r}",
-            source=str(traces_dir / "gavel" / "simulation_throughputs.json"), field=spec.key,
+            source=str(traces_dir / "gavel" / "simulation_throughputs.json"),
+            field=spec.key,
         ) from None
 
 
@@ -222,7 +287,8 @@ def build_afs_zoo(traces_dir: Path | str) -> dict[str, ZooModel]:
         points, b = peak_curve(rate_1, f, spec.max_gpus)
         _check_peak(spec.name, points, spec.max_gpus)
         convert = (
-            "" if src.reference_gpu == REFERENCE_GPU
+            ""
+            if src.reference_gpu == REFERENCE_GPU
             else f"; rate x{ref_speed / src_speed:g} {src.reference_gpu}->{REFERENCE_GPU}"
         )
         derivation = (
@@ -272,8 +338,10 @@ def load_afs_zoo() -> dict[str, ZooModel]:
     """
     where = f"gpuplan.scenarios/data/{_DATA_FILE}"
     try:
-        text = resources.files("gpuplan.scenarios").joinpath("data", _DATA_FILE).read_text(
-            encoding="utf-8"
+        text = (
+            resources.files("gpuplan.scenarios")
+            .joinpath("data", _DATA_FILE)
+            .read_text(encoding="utf-8")
         )
         doc = json.loads(text)
     except (OSError, json.JSONDecodeError) as err:
@@ -288,8 +356,9 @@ def load_afs_zoo() -> dict[str, ZooModel]:
         except ValidationError as err:
             first = err.errors()[0]
             field = ".".join(str(x) for x in first.get("loc", ()))
-            raise InputError(first.get("msg", str(err)), source=where, row=i,
-                             field=f"models.{field}") from None
+            raise InputError(
+                first.get("msg", str(err)), source=where, row=i, field=f"models.{field}"
+            ) from None
         zoo[model.name] = model
     return zoo
 
@@ -314,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=Path, help="shared traces folder (default: located)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", action="store_true", help=f"write data/{_DATA_FILE}")
-    group.add_argument("--check", action="store_true",
-                       help="exit 1 if the shipped file differs from a fresh build")
+    group.add_argument(
+        "--check", action="store_true", help="exit 1 if the shipped file differs from a fresh build"
+    )
     args = parser.parse_args(argv)
     try:
         traces = args.traces or _default_traces()
@@ -337,9 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{target} is up to date")
     for m in zoo.values():
         p = m.profile
-        print(f"{m.name:17s} max {m.max_gpus:2d}  raw peak {p.peak_gpus:2d}  "
-              f"f={m.serial_fraction:<6g}  speedup@peak {p.speedup(m.max_gpus):5.2f}  "
-              f"@8 {p.speedup(8):5.2f}")
+        print(
+            f"{m.name:17s} max {m.max_gpus:2d}  raw peak {p.peak_gpus:2d}  "
+            f"f={m.serial_fraction:<6g}  speedup@peak {p.speedup(m.max_gpus):5.2f}  "
+            f"@8 {p.speedup(8):5.2f}"
+        )
     return 0
 
 

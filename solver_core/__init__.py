@@ -10,10 +10,16 @@ from __future__ import annotations
 from .declarations import Declared, wrapper
 
 DECLARED: tuple[Declared, ...] = (
-    wrapper("network-packing", ".wrappers", "counts regulated to packing units, placed with "
-            "no network sharing (AFS App. E)"),
+    wrapper(
+        "network-packing",
+        ".wrappers",
+        "counts regulated to packing units, placed with no network sharing (AFS App. E)",
+    ),
     wrapper("reuse", ".wrappers", "reuse-maximising placement: migrate only when unavoidable"),
     wrapper("learning", ".wrappers", "AFS §4.5: unmeasured jobs capped at their fair share M/n"),
-    wrapper("co-location", ".wrappers", "jobs with a compute share alpha < 1 share GPUs "
-            "(fractional demands)"),
+    wrapper(
+        "co-location",
+        ".wrappers",
+        "jobs with a compute share alpha < 1 share GPUs (fractional demands)",
+    ),
 )

@@ -80,14 +80,17 @@ def _is_number(x: object) -> bool:
     return isinstance(x, (int, float, numbers.Real))
 
 
-def _validate_args(backend: str, limits: SolveLimits, threads: int, seed: int,
-                   rel_gap: float) -> None:
+def _validate_args(
+    backend: str, limits: SolveLimits, threads: int, seed: int, rel_gap: float
+) -> None:
     if backend not in BACKENDS:
-        raise UnknownBackendError(f"unknown solver backend {backend!r}; allowed: "
-                                  f"{', '.join(BACKENDS)}", field="backend")
+        raise UnknownBackendError(
+            f"unknown solver backend {backend!r}; allowed: {', '.join(BACKENDS)}", field="backend"
+        )
     if not isinstance(limits, SolveLimits):
-        raise InputError(f"limits must be a SolveLimits, got {type(limits).__name__}",
-                         field="limits")
+        raise InputError(
+            f"limits must be a SolveLimits, got {type(limits).__name__}", field="limits"
+        )
     if not isinstance(threads, int) or threads < 1:
         raise InputError(f"threads must be an integer >= 1, got {threads!r}", field="threads")
     if not isinstance(seed, int) or seed < 0:
@@ -100,20 +103,24 @@ def _limits_of(time_limit_s: float | None, limits: SolveLimits | None) -> SolveL
     """``limits`` if given, else a wall-clock limit of ``time_limit_s`` (default 10 s)."""
     if limits is not None:
         if time_limit_s is not None:
-            raise InputError("give either time_limit_s or limits, not both",
-                             field="time_limit_s")
+            raise InputError("give either time_limit_s or limits, not both", field="time_limit_s")
         return limits
     if time_limit_s is None:
         return SolveLimits.wall(DEFAULT_TIME_LIMIT_S)
     if not (_is_number(time_limit_s) and math.isfinite(time_limit_s) and time_limit_s > 0):
-        raise InputError(f"time_limit_s must be a finite number > 0, got {time_limit_s!r}",
-                         field="time_limit_s")
+        raise InputError(
+            f"time_limit_s must be a finite number > 0, got {time_limit_s!r}", field="time_limit_s"
+        )
     return SolveLimits.wall(float(time_limit_s))
 
 
 def _limit_fields(limits: SolveLimits) -> dict[str, object]:
-    return {"time_limit_s": limits.wall_s, "work_limit_s": limits.work_s,
-            "node_limit": limits.nodes, "deterministic": limits.deterministic}
+    return {
+        "time_limit_s": limits.wall_s,
+        "work_limit_s": limits.work_s,
+        "node_limit": limits.nodes,
+        "deterministic": limits.deterministic,
+    }
 
 
 def solve(
@@ -142,37 +149,52 @@ def solve(
     """
     budget = _limits_of(time_limit_s, limits)
     _validate_args(backend, budget, threads, seed, rel_gap)
-    return _solve_from(model, backend, budget, time.perf_counter(), stage, threads, seed,
-                       rel_gap)
+    return _solve_from(model, backend, budget, time.perf_counter(), stage, threads, seed, rel_gap)
 
 
-def _solve_from(model: MipModel, backend: str, limits: SolveLimits, start: float, stage: str,
-                threads: int, seed: int, rel_gap: float) -> Solution:
+def _solve_from(
+    model: MipModel,
+    backend: str,
+    limits: SolveLimits,
+    start: float,
+    stage: str,
+    threads: int,
+    seed: int,
+    rel_gap: float,
+) -> Solution:
     """:func:`solve` with the wall clock started at ``start`` (before the model was built)."""
     if model.infeasible_reason is not None:
         raw_status, raw_values, raw_bound, raw_message = (
-            "infeasible", None, None, model.infeasible_reason)
+            "infeasible",
+            None,
+            None,
+            model.infeasible_reason,
+        )
     else:
-        raw = run_backend(model, backend, limits, start + limits.wall_s, threads, seed,
-                          rel_gap)
+        raw = run_backend(model, backend, limits, start + limits.wall_s, threads, seed, rel_gap)
         raw_status, raw_values, raw_bound, raw_message = (
-            raw.status, raw.values, raw.bound, raw.message)
+            raw.status,
+            raw.values,
+            raw.bound,
+            raw.message,
+        )
 
     values: list[Number] | None = None
     objective = bound = gap = None
     const = model.objective.const
     has_obj = bool(model.objective.terms)
     if raw_values is not None:
-        values = [round(x) if v.kind != "num" else x for v, x in zip(model.vars, raw_values,
-                                                                     strict=True)]
+        values = [
+            round(x) if v.kind != "num" else x for v, x in zip(model.vars, raw_values, strict=True)
+        ]
         # Recomputed from the rounded values, so integral data give an exact objective.
-        objective = const + math.fsum(c * values[v.index]
-                                      for v, c in model.objective.terms.items())
+        objective = const + math.fsum(c * values[v.index] for v, c in model.objective.terms.items())
     if raw_bound is not None and math.isfinite(raw_bound):
         bound = raw_bound + const
     if objective is not None:
         if raw_status == "optimal" and (
-            not has_obj or bound is None
+            not has_obj
+            or bound is None
             or abs(bound - objective) <= 1e-6 * max(1.0, abs(objective))
         ):
             bound = objective  # proven optimal: clear float noise between bound and objective
@@ -180,8 +202,15 @@ def _solve_from(model: MipModel, backend: str, limits: SolveLimits, start: float
             gap = abs(objective - bound) / max(1.0, abs(objective))
     wall_ms = (time.perf_counter() - start) * 1000.0
     stats = SolverStats(
-        stage=stage, backend=backend, status=raw_status, objective=objective, bound=bound,
-        gap=gap, wall_ms=wall_ms, message=raw_message, **_limit_fields(limits),
+        stage=stage,
+        backend=backend,
+        status=raw_status,
+        objective=objective,
+        bound=bound,
+        gap=gap,
+        wall_ms=wall_ms,
+        message=raw_message,
+        **_limit_fields(limits),
     )
     return Solution(stats=stats, model=model, raw_values=values)
 
@@ -224,13 +253,19 @@ def solve_with_fallback(
             return decode(solution), solution.stats
         st = solution.stats
         bound = st.bound
-        reason = (f"{backend} status {st.status} after {st.wall_ms:.0f} ms"
-                  + (f" ({st.message})" if st.message else ""))
+        reason = f"{backend} status {st.status} after {st.wall_ms:.0f} ms" + (
+            f" ({st.message})" if st.message else ""
+        )
     log.info("stage %s: exact solve failed, using heuristic: %s", stage, reason)
     result = heuristic()
     stats = SolverStats(
-        stage=stage, backend=backend, status="heuristic", bound=bound,
-        wall_ms=(time.perf_counter() - start) * 1000.0, fell_back=True,
-        message=f"exact solve failed, heuristic used: {reason}", **_limit_fields(budget),
+        stage=stage,
+        backend=backend,
+        status="heuristic",
+        bound=bound,
+        wall_ms=(time.perf_counter() - start) * 1000.0,
+        fell_back=True,
+        message=f"exact solve failed, heuristic used: {reason}",
+        **_limit_fields(budget),
     )
     return result, stats

@@ -26,4 +26,5 @@ def missed(what: str, jobs: list[str]) -> ChangeSetMissed:
     return ChangeSetMissed(
         f"{len(jobs)} {what} job(s) written but not in the view's change set, e.g. "
         f"{sorted(jobs)[:5]}: a writer of ActiveJob progress/lifecycle fields must add the "
-        "job to Executor.touched (see executors/change_log.py)")
+        "job to Executor.touched (see executors/change_log.py)"
+    )

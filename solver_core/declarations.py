@@ -51,8 +51,9 @@ class Declared:
         if not self.name or not self.summary:
             raise ValueError(f"declaration {self.name!r}: needs a name and a summary")
         if (self.kind == "preset") != (self.base is not None):
-            raise ValueError(f"declaration {self.name!r}: a preset, and only a preset, "
-                             "names a base")
+            raise ValueError(
+                f"declaration {self.name!r}: a preset, and only a preset, names a base"
+            )
         if self.kind != "preset" and not self.module:
             raise ValueError(f"declaration {self.name!r}: name the module with its code")
 
@@ -62,12 +63,24 @@ def policy(name: str, module: str, summary: str) -> Declared:
     return Declared("policy", name, summary, module)
 
 
-def preset(name: str, summary: str, *, base: str, wrappers: Sequence[str] = (),
-           values: Mapping[str, Any] | None = None) -> Declared:
+def preset(
+    name: str,
+    summary: str,
+    *,
+    base: str,
+    wrappers: Sequence[str] = (),
+    values: Mapping[str, Any] | None = None,
+) -> Declared:
     """A registered configuration: ``base`` (a policy or another preset), then ``wrappers``
     in order, with parameter ``values`` (``afs-l-packed`` is ``afs-l`` + network-packing)."""
-    return Declared("preset", name, summary, base=base, wrappers=tuple(wrappers),
-                    values=MappingProxyType(dict(values or {})))
+    return Declared(
+        "preset",
+        name,
+        summary,
+        base=base,
+        wrappers=tuple(wrappers),
+        values=MappingProxyType(dict(values or {})),
+    )
 
 
 def wrapper(name: str, module: str, summary: str) -> Declared:

@@ -24,12 +24,17 @@ from .policy import Decision, Delta, PlacementStage, Shares
 def delta_ready(view: ClusterView, placement: PlacementStage) -> bool:
     """Whether a delta can stand for the full decision on ``view``: best-fit placement, a
     live view with the free-count index, no GPU shared between jobs, no shaped job."""
-    return (placement is best_fit_placement and view.free_index is not None
-            and not view.shared and not view.shaped)
+    return (
+        placement is best_fit_placement
+        and view.free_index is not None
+        and not view.shared
+        and not view.shaped
+    )
 
 
-def delta_from_shares(view: ClusterView, shares: Shares, placement: PlacementStage,
-                      stats: list[SolverStats]) -> Delta | Decision:
+def delta_from_shares(
+    view: ClusterView, shares: Shares, placement: PlacementStage, stats: list[SolverStats]
+) -> Delta | Decision:
     """The decision best fit would make for ``shares`` (whole-GPU counts), as a delta when it
     is only preemptions and starts, else in full (see the module docstring)."""
     preempts: list[str] = []
@@ -57,8 +62,13 @@ def delta_from_shares(view: ClusterView, shares: Shares, placement: PlacementSta
     return Delta(starts=starts, preempts=preempts, stats=stats)
 
 
-def delta_from_changes(view: ClusterView, starts: list[tuple[str, int]], preempts: list[str],
-                       placement: PlacementStage, stats: list[SolverStats]) -> Delta | Decision:
+def delta_from_changes(
+    view: ClusterView,
+    starts: list[tuple[str, int]],
+    preempts: list[str],
+    placement: PlacementStage,
+    stats: list[SolverStats],
+) -> Delta | Decision:
     """The decision best fit would make when the running jobs ``preempts`` stop, every other
     running job keeps its GPUs and the pending jobs ``starts`` (job, GPUs, in rank order) get
     GPUs: :func:`delta_from_shares` for a stage that found the changes itself, so the cost
@@ -77,7 +87,8 @@ def delta_from_changes(view: ClusterView, starts: list[tuple[str, int]], preempt
             scanned = [job_id for job_id in running if job_id in stopping]
             if since is not None and scanned != preempts:
                 raise change_verify.ChangeSetMissed(
-                    f"running_since orders {preempts} but running holds {scanned}")
+                    f"running_since orders {preempts} but running holds {scanned}"
+                )
             preempts = scanned
     released: dict[str, list[int]] = {}
     free = view.free
@@ -99,15 +110,18 @@ def delta_from_changes(view: ClusterView, starts: list[tuple[str, int]], preempt
 def _shares_of(view: ClusterView, starts: list[tuple[str, int]], preempts: list[str]) -> Shares:
     """The whole-count shares the changes stand for (running jobs keep their counts)."""
     stopping = set(preempts)
-    shares: Shares = {job_id: job.gpus for job_id, job in view.running.items()
-                      if job_id not in stopping}
+    shares: Shares = {
+        job_id: job.gpus for job_id, job in view.running.items() if job_id not in stopping
+    }
     shares.update(starts)
     return shares
 
 
-def _full(view: ClusterView, shares: Shares, placement: PlacementStage,
-          stats: list[SolverStats]) -> Decision:
+def _full(
+    view: ClusterView, shares: Shares, placement: PlacementStage, stats: list[SolverStats]
+) -> Decision:
     """:meth:`StagedPolicy.decide`'s answer for plain counts (best fit never edits the view,
     so the live view serves)."""
-    return Decision(shares=shares, placements=enforce_shapes(view, placement(view, shares, stats)),
-                    stats=stats)
+    return Decision(
+        shares=shares, placements=enforce_shapes(view, placement(view, shares, stats)), stats=stats
+    )

@@ -61,17 +61,26 @@ class SolveLimits:
     def __post_init__(self) -> None:
         # at most MAX_TIME_S (20 years): MathOpt's timedelta conversion overflows a C int
         # (an internal error) a little above 2**31 days
-        if not (isinstance(self.wall_s, (int, float)) and math.isfinite(self.wall_s)
-                and 0 < self.wall_s <= MAX_TIME_S):
-            raise InputError(f"time limit must be a number of seconds in (0, {MAX_TIME_S:.0f}],"
-                             f" got {self.wall_s!r}", field="time_limit_s")
-        if self.work_s is not None and not (isinstance(self.work_s, (int, float))
-                                            and math.isfinite(self.work_s) and self.work_s > 0):
-            raise InputError(f"work limit must be a finite number > 0, got {self.work_s!r}",
-                             field="work_limit_s")
+        if not (
+            isinstance(self.wall_s, (int, float))
+            and math.isfinite(self.wall_s)
+            and 0 < self.wall_s <= MAX_TIME_S
+        ):
+            raise InputError(
+                f"time limit must be a number of seconds in (0, {MAX_TIME_S:.0f}],"
+                f" got {self.wall_s!r}",
+                field="time_limit_s",
+            )
+        if self.work_s is not None and not (
+            isinstance(self.work_s, (int, float)) and math.isfinite(self.work_s) and self.work_s > 0
+        ):
+            raise InputError(
+                f"work limit must be a finite number > 0, got {self.work_s!r}", field="work_limit_s"
+            )
         if self.nodes is not None and not (isinstance(self.nodes, int) and self.nodes >= 1):
-            raise InputError(f"node limit must be an integer >= 1, got {self.nodes!r}",
-                             field="node_limit")
+            raise InputError(
+                f"node limit must be an integer >= 1, got {self.nodes!r}", field="node_limit"
+            )
 
     @property
     def deterministic(self) -> bool:
@@ -84,14 +93,16 @@ class SolveLimits:
         return cls(wall_s=seconds)
 
     @classmethod
-    def deterministic_budget(cls, work_s: float, *, nodes: int | None = None,
-                             wall_guard_s: float | None = None) -> SolveLimits:
+    def deterministic_budget(
+        cls, work_s: float, *, nodes: int | None = None, wall_guard_s: float | None = None
+    ) -> SolveLimits:
         """A policy's budget: ``work_s`` deterministic seconds (CP-SAT) and the matching node
         limit on MIP backends, behind a generous wall-clock guard."""
         if nodes is None and isinstance(work_s, (int, float)) and math.isfinite(work_s):
             nodes = max(1, round(work_s * NODES_PER_WORK_SECOND))
-        guard = wall_guard_s if wall_guard_s is not None else max(POLICY_WALL_GUARD_S,
-                                                                    100.0 * work_s)
+        guard = (
+            wall_guard_s if wall_guard_s is not None else max(POLICY_WALL_GUARD_S, 100.0 * work_s)
+        )
         return cls(wall_s=guard, work_s=work_s, nodes=nodes)
 
     def describe(self) -> str:
@@ -105,8 +116,9 @@ class SolveLimits:
         return ", ".join(parts)
 
 
-def resolve_limits(time_limit_s: float | None, limits: SolveLimits | None,
-                   default_work_s: float) -> SolveLimits:
+def resolve_limits(
+    time_limit_s: float | None, limits: SolveLimits | None, default_work_s: float
+) -> SolveLimits:
     """The budget of a solver call made on a policy's behalf.
 
     ``limits`` as given; else an explicit ``time_limit_s`` is a wall-clock limit (interactive
@@ -115,8 +127,7 @@ def resolve_limits(time_limit_s: float | None, limits: SolveLimits | None,
     """
     if limits is not None:
         if time_limit_s is not None:
-            raise InputError("give either time_limit_s or limits, not both",
-                             field="time_limit_s")
+            raise InputError("give either time_limit_s or limits, not both", field="time_limit_s")
         return limits
     if time_limit_s is not None:
         return SolveLimits.wall(time_limit_s)

@@ -42,8 +42,18 @@ from .mip_model import INTEGRALITY_TOL, MipModel, ModelError
 if TYPE_CHECKING:  # the solver stays unimported until a model is solved
     from ortools.math_opt.python import mathopt
 
-__all__ = ["BACKENDS", "MATHOPT_BACKENDS", "Raw", "available_backends", "limit_reached",
-           "out_of_time", "remaining", "run_backend", "to_mathopt", "to_model_proto"]
+__all__ = [
+    "BACKENDS",
+    "MATHOPT_BACKENDS",
+    "Raw",
+    "available_backends",
+    "limit_reached",
+    "out_of_time",
+    "remaining",
+    "run_backend",
+    "to_mathopt",
+    "to_model_proto",
+]
 
 BACKENDS: tuple[str, ...] = ("cp-sat", "scip", "cbc", "highs", "pulp-cbc")
 """Every backend name :func:`~gpuplan.solver_core.backends.solve` accepts, in preference order."""
@@ -92,11 +102,14 @@ def _check_cpsat(model: MipModel) -> None:
     fractional row (its CP-SAT adapter would accept it and approximate)."""
     for v in model.vars:
         if v.kind == "num":
-            raise ModelError(f"cp-sat: continuous variable {v.name!r} is not supported; "
-                             "use a MIP backend (scip, cbc, highs, pulp-cbc) or make it integer")
+            raise ModelError(
+                f"cp-sat: continuous variable {v.name!r} is not supported; "
+                "use a MIP backend (scip, cbc, highs, pulp-cbc) or make it integer"
+            )
         if not (math.isfinite(v.lb) and math.isfinite(v.ub)):
-            raise ModelError(f"cp-sat: integer variable {v.name!r} needs finite bounds, "
-                             f"got [{v.lb}, {v.ub}]")
+            raise ModelError(
+                f"cp-sat: integer variable {v.name!r} needs finite bounds, got [{v.lb}, {v.ub}]"
+            )
     for con in model.constraints:
         for var, coef in con.terms.items():
             if _int_or_none(coef) is None:
@@ -147,8 +160,9 @@ def to_model_proto(model: MipModel, *, integral: bool = False) -> Any:
             # MathOpt's CP-SAT adapter answers MODEL_INVALID (not INFEASIBLE) for a row with
             # no multiple of its coefficients' gcd in range (3x + 3y == 1): detect it here.
             if lb > ub or _no_multiple(con.terms.values(), lb, ub):
-                raise _EmptyRow(f"constraint {con.name!r} has no integer solution in "
-                                f"[{con.lb}, {con.ub}]")
+                raise _EmptyRow(
+                    f"constraint {con.name!r} has no integer solution in [{con.lb}, {con.ub}]"
+                )
         lbs.append(lb)
         ubs.append(ub)
         terms = sorted((v.index, c) for v, c in con.terms.items())  # the proto wants order
@@ -170,8 +184,9 @@ def to_model_proto(model: MipModel, *, integral: bool = False) -> Any:
     return proto
 
 
-def to_mathopt(model: MipModel, *, integral: bool = False
-               ) -> tuple[mathopt.Model, list[mathopt.Variable]]:
+def to_mathopt(
+    model: MipModel, *, integral: bool = False
+) -> tuple[mathopt.Model, list[mathopt.Variable]]:
     """The ``mathopt.Model`` of ``model`` (from :func:`to_model_proto`) and its variables in
     ``model.vars`` order."""
     from ortools.math_opt.python import mathopt
@@ -198,8 +213,9 @@ class _EmptyRow(Exception):
 # --------------------------------------------------------------------------------------------
 
 
-def _params(backend: str, limits: SolveLimits, left: float, threads: int, seed: int,
-            rel_gap: float) -> mathopt.SolveParameters:
+def _params(
+    backend: str, limits: SolveLimits, left: float, threads: int, seed: int, rel_gap: float
+) -> mathopt.SolveParameters:
     """The budget as MathOpt parameters; deterministic whenever ``limits`` is."""
     from ortools.math_opt.python import mathopt
 
@@ -239,8 +255,15 @@ def _error_text(exc: BaseException) -> str:
         return type(real).__name__
 
 
-def _solve_mathopt(model: MipModel, backend: str, limits: SolveLimits, deadline: float,
-                   threads: int, seed: int, rel_gap: float) -> Raw:
+def _solve_mathopt(
+    model: MipModel,
+    backend: str,
+    limits: SolveLimits,
+    deadline: float,
+    threads: int,
+    seed: int,
+    rel_gap: float,
+) -> Raw:
     from ortools.math_opt.python import mathopt
 
     try:
@@ -253,22 +276,37 @@ def _solve_mathopt(model: MipModel, backend: str, limits: SolveLimits, deadline:
     model_params = None
     if backend == "cp-sat" and model.hints:
         # Hints go to CP-SAT only, as before MathOpt: SCIP/HiGHS would break ties differently.
-        model_params = mathopt.ModelSolveParameters(solution_hints=[mathopt.SolutionHint(
-            variable_values={xs[v.index]: float(round(val)) for v, val in model.hints.items()})])
+        model_params = mathopt.ModelSolveParameters(
+            solution_hints=[
+                mathopt.SolutionHint(
+                    variable_values={
+                        xs[v.index]: float(round(val)) for v, val in model.hints.items()
+                    }
+                )
+            ]
+        )
     params = _params(backend, limits, left, threads, seed, rel_gap)
     t0 = time.perf_counter()
     try:
-        res = mathopt.solve(mo, getattr(mathopt.SolverType, MATHOPT_BACKENDS[backend]),
-                            params=params, model_params=model_params)
+        res = mathopt.solve(
+            mo,
+            getattr(mathopt.SolverType, MATHOPT_BACKENDS[backend]),
+            params=params,
+            model_params=model_params,
+        )
     except Exception as exc:  # a solver failure is a status, never a crash
-        return Raw("error", message=f"{backend} (MathOpt) failed: {_error_text(exc)}",
-                   solve_s=time.perf_counter() - t0)
+        return Raw(
+            "error",
+            message=f"{backend} (MathOpt) failed: {_error_text(exc)}",
+            solve_s=time.perf_counter() - t0,
+        )
     solve_s = time.perf_counter() - t0
     return _read_result(res, model, backend, limits, xs, solve_s)
 
 
-def _read_result(res: Any, model: MipModel, backend: str, limits: SolveLimits,
-                 xs: list[Any], solve_s: float) -> Raw:
+def _read_result(
+    res: Any, model: MipModel, backend: str, limits: SolveLimits, xs: list[Any], solve_s: float
+) -> Raw:
     """MathOpt's termination -> the MIP layer's status contract."""
     from ortools.math_opt.python import mathopt
 
@@ -288,10 +326,12 @@ def _read_result(res: Any, model: MipModel, backend: str, limits: SolveLimits,
         # HiGHS's presolve cannot tell the two apart; with every domain finite the model cannot
         # be unbounded, so the answer is a proof of infeasibility.
         if all(math.isfinite(v.lb) and math.isfinite(v.ub) for v in model.vars):
-            return Raw("infeasible", message=f"{backend} proved infeasibility ({raw_name})",
-                       solve_s=solve_s)
-        return Raw("error", message=f"{backend}: model is infeasible or unbounded",
-                   solve_s=solve_s)
+            return Raw(
+                "infeasible",
+                message=f"{backend} proved infeasibility ({raw_name})",
+                solve_s=solve_s,
+            )
+        return Raw("error", message=f"{backend}: model is infeasible or unbounded", solve_s=solve_s)
     if reason == why.UNBOUNDED:
         return Raw("error", message=f"{backend}: model is unbounded", solve_s=solve_s)
     if reason in (why.NO_SOLUTION_FOUND, why.FEASIBLE):
@@ -300,8 +340,11 @@ def _read_result(res: Any, model: MipModel, backend: str, limits: SolveLimits,
         # cp_model did).
         status, msg = limit_reached(limits, raw_name)
         return Raw(status, None, bound, msg, solve_s)
-    return Raw("error", message=f"{backend} stopped with {raw_name}: {term.detail}".strip(),
-               solve_s=solve_s)
+    return Raw(
+        "error",
+        message=f"{backend} stopped with {raw_name}: {term.detail}".strip(),
+        solve_s=solve_s,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,8 +357,11 @@ def _solve_cbc(model: MipModel, limits: SolveLimits, deadline: float, rel_gap: f
 
     solver = pywraplp.Solver.CreateSolver("CBC")
     if solver is None:
-        return Raw("error", message=f"cbc cannot be created in this OR-Tools build; "
-                   f"available: {', '.join(available_backends())}")
+        return Raw(
+            "error",
+            message=f"cbc cannot be created in this OR-Tools build; "
+            f"available: {', '.join(available_backends())}",
+        )
     solver.SuppressOutput()
     proto = to_model_proto(model)
     inf = solver.infinity()
@@ -324,11 +370,17 @@ def _solve_cbc(model: MipModel, limits: SolveLimits, deadline: float, rel_gap: f
         return inf if x == math.inf else -inf if x == -math.inf else x
 
     var = proto.variables
-    pvars = [solver.Var(clip(lb), clip(ub), integer, name) for lb, ub, integer, name in
-             zip(var.lower_bounds, var.upper_bounds, var.integers, var.names, strict=True)]
+    pvars = [
+        solver.Var(clip(lb), clip(ub), integer, name)
+        for lb, ub, integer, name in zip(
+            var.lower_bounds, var.upper_bounds, var.integers, var.names, strict=True
+        )
+    ]
     cons = proto.linear_constraints
-    rows = [solver.RowConstraint(clip(lb), clip(ub), "")
-            for lb, ub in zip(cons.lower_bounds, cons.upper_bounds, strict=True)]
+    rows = [
+        solver.RowConstraint(clip(lb), clip(ub), "")
+        for lb, ub in zip(cons.lower_bounds, cons.upper_bounds, strict=True)
+    ]
     mat = proto.linear_constraint_matrix
     for r, c, coef in zip(mat.row_ids, mat.column_ids, mat.coefficients, strict=True):
         rows[r].SetCoefficient(pvars[c], coef)
@@ -365,8 +417,9 @@ def _solve_cbc(model: MipModel, limits: SolveLimits, deadline: float, rel_gap: f
     if code == pywraplp.Solver.NOT_SOLVED:
         status, msg = limit_reached(limits, "NOT_SOLVED")
         return Raw(status, message=msg, solve_s=solve_s)
-    return Raw("error", message=f"cbc stopped with status code {code} without a solution",
-               solve_s=solve_s)
+    return Raw(
+        "error", message=f"cbc stopped with status code {code} without a solution", solve_s=solve_s
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,8 +464,15 @@ def available_backends() -> list[str]:
     return [b for b in BACKENDS if b in found]
 
 
-def run_backend(model: MipModel, backend: str, limits: SolveLimits, deadline: float,
-                threads: int, seed: int, rel_gap: float) -> Raw:
+def run_backend(
+    model: MipModel,
+    backend: str,
+    limits: SolveLimits,
+    deadline: float,
+    threads: int,
+    seed: int,
+    rel_gap: float,
+) -> Raw:
     """Translate and solve ``model`` on ``backend`` within ``limits`` (clock: ``deadline``)."""
     if backend in MATHOPT_BACKENDS:
         return _solve_mathopt(model, backend, limits, deadline, threads, seed, rel_gap)

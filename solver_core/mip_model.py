@@ -40,11 +40,11 @@ INTEGRALITY_TOL = 1e-9
 VarKind = Literal["int", "bool", "num"]
 Number = int | float
 
+
 class ModelError(GpuplanError, ValueError):
     """The model is malformed, or the chosen backend cannot represent it (e.g. a continuous
     variable or a fractional constraint coefficient on CP-SAT). A programming error in the code
     that built the model, not a property of the instance."""
-
 
 
 class NoSolutionError(GpuplanError):
@@ -168,8 +168,9 @@ class Var(_Linear):
 
     __slots__ = ("index", "kind", "lb", "model", "name", "ub")
 
-    def __init__(self, model: MipModel, index: int, name: str, lb: float, ub: float,
-                 kind: VarKind) -> None:
+    def __init__(
+        self, model: MipModel, index: int, name: str, lb: float, ub: float, kind: VarKind
+    ) -> None:
         self.model = model
         self.index = index
         self.name = name
@@ -321,8 +322,10 @@ class MipModel:
         out: dict[Var, float] = {}
         for var, coef in terms.items():
             if var.model is not self:
-                raise ModelError(f"{where}: variable {var.name!r} belongs to model "
-                                 f"{var.model.name!r}, not {self.name!r}")
+                raise ModelError(
+                    f"{where}: variable {var.name!r} belongs to model "
+                    f"{var.model.name!r}, not {self.name!r}"
+                )
             if not math.isfinite(coef):
                 raise ModelError(f"{where}: non-finite coefficient {coef} on {var.name!r}")
             if coef != 0.0:
@@ -341,14 +344,17 @@ class MipModel:
                 self.infeasible_reason = f"constraint {label!r} is the constant False"
             return None
         if not isinstance(constraint, Constraint):
-            raise ModelError(f"add(): expected a comparison of linear expressions, got "
-                             f"{type(constraint).__name__}")
+            raise ModelError(
+                f"add(): expected a comparison of linear expressions, got "
+                f"{type(constraint).__name__}"
+            )
         if math.isnan(constraint.lb) or math.isnan(constraint.ub):
             raise ModelError(f"constraint {label!r}: NaN right-hand side")
         if constraint.lb == math.inf or constraint.ub == -math.inf:
             if self.infeasible_reason is None:
-                self.infeasible_reason = f"constraint {label!r} has an infinite bound on the "\
-                    "wrong side"
+                self.infeasible_reason = (
+                    f"constraint {label!r} has an infinite bound on the wrong side"
+                )
             return None
         terms = self._checked_terms(constraint.terms, f"constraint {label!r}")
         if not terms:
@@ -385,8 +391,10 @@ class MipModel:
         self.hints[var] = value
 
     def __repr__(self) -> str:
-        return (f"MipModel({self.name!r}, vars={len(self.vars)}, "
-                f"constraints={len(self.constraints)}, sense={self.sense})")
+        return (
+            f"MipModel({self.name!r}, vars={len(self.vars)}, "
+            f"constraints={len(self.constraints)}, sense={self.sense})"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,5 +444,3 @@ class Solution:
         if self.raw_values is None:
             return {}
         return {v.name: self.raw_values[v.index] for v in self.model.vars}
-
-

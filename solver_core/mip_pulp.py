@@ -87,8 +87,9 @@ def _cbc_watchdog(after_s: float) -> Iterator[list[int]]:
         watcher.join()
 
 
-def solve_pulp_cbc(model: MipModel, limits: SolveLimits, deadline: float, threads: int,
-                   seed: int, rel_gap: float) -> Raw:
+def solve_pulp_cbc(
+    model: MipModel, limits: SolveLimits, deadline: float, threads: int, seed: int, rel_gap: float
+) -> Raw:
     """Solve ``model`` with PuLP's CBC within ``limits`` (clock: ``deadline``)."""
     # PuLP 3.x deprecates direct LpVariable construction and PULP_CBC_CMD ahead of 4.0; both
     # still work and the alternatives do not exist in the PuLP 2.8 we also support.
@@ -102,45 +103,63 @@ def _problem(model: MipModel) -> tuple[object, list[object]]:
     import pulp
 
     proto = to_model_proto(model)
-    prob = pulp.LpProblem("gpuplan", pulp.LpMaximize if proto.objective.maximize else
-                          pulp.LpMinimize)
+    prob = pulp.LpProblem(
+        "gpuplan", pulp.LpMaximize if proto.objective.maximize else pulp.LpMinimize
+    )
     var = proto.variables
     # Internal names: PuLP mangles or rejects names containing spaces and operators. An
     # integer variable on [0, 1] is binary, as MipModel.bool_var states it.
     pvars = [
-        pulp.LpVariable(f"v{k}", None if lb == -math.inf else lb,
-                        None if ub == math.inf else ub,
-                        (pulp.LpBinary if integer and lb == 0 and ub == 1 else
-                         pulp.LpInteger if integer else pulp.LpContinuous))
-        for k, (lb, ub, integer) in enumerate(zip(var.lower_bounds, var.upper_bounds,
-                                                   var.integers, strict=True))
+        pulp.LpVariable(
+            f"v{k}",
+            None if lb == -math.inf else lb,
+            None if ub == math.inf else ub,
+            (
+                pulp.LpBinary
+                if integer and lb == 0 and ub == 1
+                else pulp.LpInteger
+                if integer
+                else pulp.LpContinuous
+            ),
+        )
+        for k, (lb, ub, integer) in enumerate(
+            zip(var.lower_bounds, var.upper_bounds, var.integers, strict=True)
+        )
     ]
     lin = proto.objective.linear_coefficients
     if lin.ids:
-        prob.setObjective(pulp.LpAffineExpression(
-            [(pvars[c], coef) for c, coef in zip(lin.ids, lin.values, strict=True)]))
+        prob.setObjective(
+            pulp.LpAffineExpression(
+                [(pvars[c], coef) for c, coef in zip(lin.ids, lin.values, strict=True)]
+            )
+        )
     rows: list[list[tuple[object, float]]] = [[] for _ in proto.linear_constraints.ids]
     mat = proto.linear_constraint_matrix
     for r, c, coef in zip(mat.row_ids, mat.column_ids, mat.coefficients, strict=True):
         rows[r].append((pvars[c], coef))
     cons = proto.linear_constraints
-    for k, (expr, lb, ub) in enumerate(zip(rows, cons.lower_bounds, cons.upper_bounds,
-                                           strict=True)):
+    for k, (expr, lb, ub) in enumerate(
+        zip(rows, cons.lower_bounds, cons.upper_bounds, strict=True)
+    ):
         if lb == ub:
-            prob.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(expr),
-                                                 pulp.LpConstraintEQ, f"c{k}", lb))
+            prob.addConstraint(
+                pulp.LpConstraint(pulp.LpAffineExpression(expr), pulp.LpConstraintEQ, f"c{k}", lb)
+            )
             continue
         if ub != math.inf:
-            prob.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(expr),
-                                                 pulp.LpConstraintLE, f"c{k}u", ub))
+            prob.addConstraint(
+                pulp.LpConstraint(pulp.LpAffineExpression(expr), pulp.LpConstraintLE, f"c{k}u", ub)
+            )
         if lb != -math.inf:
-            prob.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(expr),
-                                                 pulp.LpConstraintGE, f"c{k}l", lb))
+            prob.addConstraint(
+                pulp.LpConstraint(pulp.LpAffineExpression(expr), pulp.LpConstraintGE, f"c{k}l", lb)
+            )
     return prob, pvars
 
 
-def _solve_quiet(model: MipModel, limits: SolveLimits, deadline: float, threads: int,
-                 seed: int, rel_gap: float) -> Raw:
+def _solve_quiet(
+    model: MipModel, limits: SolveLimits, deadline: float, threads: int, seed: int, rel_gap: float
+) -> Raw:
     import pulp
 
     prob, pvars = _problem(model)
@@ -154,20 +173,25 @@ def _solve_quiet(model: MipModel, limits: SolveLimits, deadline: float, threads:
             return out_of_time(limits, "translating the model for pulp-cbc")
         # "-threads 1" starts CBC 2.10's threaded code path, which deadlocks on a futex in
         # about 3 % of runs here; without the option CBC runs single-threaded and never did.
-        cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=left,
-                                threads=threads if threads > 1 else None,
-                                gapRel=rel_gap if rel_gap > 0 else None, options=options,
-                                logPath=log_path, maxNodes=limits.nodes)
+        cmd = pulp.PULP_CBC_CMD(
+            msg=False,
+            timeLimit=left,
+            threads=threads if threads > 1 else None,
+            gapRel=rel_gap if rel_gap > 0 else None,
+            options=options,
+            logPath=log_path,
+            maxNodes=limits.nodes,
+        )
         t0 = time.perf_counter()
         with _cbc_watchdog(left + max(1.0, left)) as killed:
             try:
                 prob.solve(cmd)  # type: ignore[attr-defined]
             except pulp.PulpSolverError as exc:
                 if killed:
-                    return out_of_time(limits, "by cbc, which overran its own limit and "
-                                        "was killed")
-                return Raw("error", message=f"pulp-cbc failed: {exc}",
-                            solve_s=time.perf_counter() - t0)
+                    return out_of_time(limits, "by cbc, which overran its own limit and was killed")
+                return Raw(
+                    "error", message=f"pulp-cbc failed: {exc}", solve_s=time.perf_counter() - t0
+                )
         solve_s = time.perf_counter() - t0
         if killed:
             return out_of_time(limits, "by cbc, which overran its own limit and was killed")
@@ -187,8 +211,7 @@ def _solve_quiet(model: MipModel, limits: SolveLimits, deadline: float, threads:
         status: SolverStatus = "optimal" if sol == pulp.LpSolutionOptimal else "feasible"
         if status == "optimal":
             log_bound = None  # filled with the objective in post-processing
-        return Raw(status, values, log_bound if model.objective.terms else None,
-                    solve_s=solve_s)
+        return Raw(status, values, log_bound if model.objective.terms else None, solve_s=solve_s)
     raw_name = f"PuLP status {pulp.LpStatus[prob.status]}"
     # Checked first: PuLP reads "stopped on a limit before any solution" as Infeasible, which
     # would turn a timeout into a false proof.
@@ -200,11 +223,17 @@ def _solve_quiet(model: MipModel, limits: SolveLimits, deadline: float, threads:
             # CBC 2.10 interrupted by its clock during pre-processing prints "Pre-processing
             # says infeasible" (seen on feasible models with millisecond limits): a claim made
             # after the time ran out is not a proof.
-            return Raw("timeout", message=f"pulp-cbc claimed infeasibility after its "
-                        f"{left:.3g}s ran out; not trusted ({limits.describe()})",
-                        solve_s=solve_s)
+            return Raw(
+                "timeout",
+                message=f"pulp-cbc claimed infeasibility after its "
+                f"{left:.3g}s ran out; not trusted ({limits.describe()})",
+                solve_s=solve_s,
+            )
         return Raw("infeasible", message="pulp-cbc proved infeasibility", solve_s=solve_s)
     if sol == pulp.LpSolutionUnbounded or prob.status == pulp.LpStatusUnbounded:
         return Raw("error", message="pulp-cbc: model is unbounded", solve_s=solve_s)
-    return Raw("error", message=f"pulp-cbc stopped without a solution or a limit reached "
-                f"({raw_name})", solve_s=solve_s)
+    return Raw(
+        "error",
+        message=f"pulp-cbc stopped without a solution or a limit reached ({raw_name})",
+        solve_s=solve_s,
+    )

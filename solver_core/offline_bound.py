@@ -37,9 +37,15 @@ published numbers in docs/results/optimality.md were made with SCIP, so SCIP sta
 EPS = 1e-9
 
 
-def continuous_lower_bound(jobs: list[tuple[float, float, dict[int, float]]], capacity: int,
-                           origin: float, slot_s: float, horizon: int, limits: SolveLimits,
-                           seed: int = 0) -> tuple[float, SolverStats]:
+def continuous_lower_bound(
+    jobs: list[tuple[float, float, dict[int, float]]],
+    capacity: int,
+    origin: float,
+    slot_s: float,
+    horizon: int,
+    limits: SolveLimits,
+    seed: int = 0,
+) -> tuple[float, SolverStats]:
     """Lower bound on the *sum* of JCTs (seconds) of any continuous schedule of ``jobs``
     (``(arrival, work, {count: iterations/s})`` each) on ``capacity`` GPUs."""
     m = MipModel("offline-bound")

@@ -126,8 +126,11 @@ def configurations(inst: OfflineInstance, active: tuple[int, ...]) -> list[tuple
             continue
         free = cap - used
         rates = [inst.jobs[i].rates for i in active]
-        if any(g2 > g and g2 - g <= free and r[g2] > (r[g] if g else 0.0)
-               for g, r in zip(combo, rates, strict=True) for g2 in r):
+        if any(
+            g2 > g and g2 - g <= free and r[g2] > (r[g] if g else 0.0)
+            for g, r in zip(combo, rates, strict=True)
+            for g2 in r
+        ):
             continue
         if any(combo):
             out.append(combo)
@@ -155,13 +158,19 @@ class _Lp:
             cfgs = configurations(self.inst, active)
             self.configs_of[active] = cfgs
             self.cache[active] = np.array(
-                [[self.inst.jobs[i].rates[g] if g else 0.0 for i, g in zip(active, c,
-                                                                           strict=True)]
-                 for c in cfgs]).reshape(len(cfgs), len(active))
+                [
+                    [
+                        self.inst.jobs[i].rates[g] if g else 0.0
+                        for i, g in zip(active, c, strict=True)
+                    ]
+                    for c in cfgs
+                ]
+            ).reshape(len(cfgs), len(active))
         return self.cache[active]
 
-    def solve(self, events: list[Event], margin: float = 0.0
-              ) -> tuple[float, dict[str, object]] | None:
+    def solve(
+        self, events: list[Event], margin: float = 0.0
+    ) -> tuple[float, dict[str, object]] | None:
         """Least sum of completion times over schedules that start with ``events`` (all of
         them when every job finishes in ``events``; else the bound of the module docstring).
         ``margin``: every job must do that much more than its work (relative), so that when the
@@ -217,11 +226,15 @@ class _Lp:
                 tv = i
                 active.remove(i)
                 done.add(i)
-                add_row([c for c, _ in work[i]], [-r for _, r in work[i]],
-                        -self.work[i] * (1 + margin))
+                add_row(
+                    [c for c, _ in work[i]], [-r for _, r in work[i]], -self.work[i] * (1 + margin)
+                )
             if block is not None:
-                add_row([np.array([t_var[-1], tv]), block],
-                        [np.array([1.0, -1.0]), np.ones(len(block))], 0.0)
+                add_row(
+                    [np.array([t_var[-1], tv]), block],
+                    [np.array([1.0, -1.0]), np.ones(len(block))],
+                    0.0,
+                )
             t_var.append(tv)
         tail = len(done) < n
         if tail:
@@ -234,28 +247,37 @@ class _Lp:
                     continue
                 if i in arrived:
                     # C_i >= T_last + (W_i - done_i) / fastest_i, and C_i >= T_last
-                    add_row([np.array([last, i]), *(c for c, _ in work[i])],
-                            [np.array([1.0, -1.0]), *(-r / self.fast[i] for _, r in work[i])],
-                            -self.work[i] / self.fast[i])
+                    add_row(
+                        [np.array([last, i]), *(c for c, _ in work[i])],
+                        [np.array([1.0, -1.0]), *(-r / self.fast[i] for _, r in work[i])],
+                        -self.work[i] / self.fast[i],
+                    )
                     add_row([np.array([last, i])], [np.array([1.0, -1.0])], 0.0)
                 else:
                     lb[i] = float(self.arrival[i] + self.work[i] / self.fast[i])
         cost = np.zeros(nvar)
         cost[:n] = 1.0
         rows = np.concatenate(ri) if ri else np.zeros(0, dtype=int)
-        a = coo_matrix((np.concatenate(vi) if vi else np.zeros(0),
-                        (rows, np.concatenate(ci) if ci else np.zeros(0, dtype=int))),
-                       shape=(len(rhs), nvar)).tocsr()
+        a = coo_matrix(
+            (
+                np.concatenate(vi) if vi else np.zeros(0),
+                (rows, np.concatenate(ci) if ci else np.zeros(0, dtype=int)),
+            ),
+            shape=(len(rhs), nvar),
+        ).tocsr()
         b = np.array(rhs)
         bnd = np.array([lb, [np.inf if u is None else u for u in ub]]).T
         res = linprog(cost, A_ub=a, b_ub=b, bounds=bnd, method="highs")
         if res.status != 0:
             return None
         x = res.x
-        left = {i: float(self.work[i] - sum(float(x[c] @ r) for c, r in work[i]))
-                for i in active}
-        return float(res.fun), {"x": x, "t": [float(x[v]) for v in t_var], "pieces": pieces,
-                                "left": left}
+        left = {i: float(self.work[i] - sum(float(x[c] @ r) for c, r in work[i])) for i in active}
+        return float(res.fun), {
+            "x": x,
+            "t": [float(x[v]) for v in t_var],
+            "pieces": pieces,
+            "left": left,
+        }
 
     def piece_configs(self, act: tuple[int, ...]) -> list[tuple[int, ...]]:
         return self.configs_of[act]
@@ -344,13 +366,14 @@ def _schedule(inst: OfflineInstance, lp: _Lp, sol: dict[str, object]) -> list[Se
         for v, c in zip(range(first, first + size), lp.piece_configs(act), strict=True):
             dur = float(x[v])  # type: ignore[index]
             if dur >= MIN_PIECE_S:
-                pieces.append(({inst.jobs[i].id: g for i, g in zip(act, c, strict=True) if g},
-                               dur))
+                pieces.append(({inst.jobs[i].id: g for i, g in zip(act, c, strict=True) if g}, dur))
         start = times[k - 1]
         while pieces:
             prev = segs[-1].counts if segs else {}
-            pick = max(range(len(pieces)), key=lambda p: (
-                sum(1 for j, g in pieces[p][0].items() if prev.get(j) == g), -p))
+            pick = max(
+                range(len(pieces)),
+                key=lambda p: (sum(1 for j, g in pieces[p][0].items() if prev.get(j) == g), -p),
+            )
             counts, dur = pieces.pop(pick)
             segs.append(Segment(start, start + dur, counts))
             start += dur
@@ -388,8 +411,9 @@ def order_of(inst: OfflineInstance, finish: dict[str, float]) -> list[Event]:
     return [("arrive" if kind else "finish", i) for _, kind, i in sorted(ranked)]
 
 
-def retime(inst: OfflineInstance, order: list[Event]
-           ) -> tuple[list[Segment], dict[str, float], float] | None:
+def retime(
+    inst: OfflineInstance, order: list[Event]
+) -> tuple[list[Segment], dict[str, float], float] | None:
     """The best schedule with this event order (its LP, with the replay margin): segments,
     finish times and average JCT when run exactly; None when no schedule has the order. A real
     schedule re-timed this way is never worse than itself (it is a point of its own LP)."""
@@ -403,15 +427,15 @@ def retime(inst: OfflineInstance, order: list[Event]
     return segs, finish, avg
 
 
-def _children(inst: OfflineInstance, events: list[Event],
-              sol: dict[str, object]) -> list[Event]:
+def _children(inst: OfflineInstance, events: list[Event], sol: dict[str, object]) -> list[Event]:
     """Next events of a prefix, most promising first (depth-first takes the first)."""
     n = len(inst.jobs)
     arrived = {i for kind, i in events if kind == "arrive"}
     done = {i for kind, i in events if kind == "finish"}
     active = sorted(arrived - done)
-    future = sorted((i for i in range(n) if i not in arrived),
-                    key=lambda i: (inst.jobs[i].arrival, i))
+    future = sorted(
+        (i for i in range(n) if i not in arrived), key=lambda i: (inst.jobs[i].arrival, i)
+    )
     last_t: float = sol["t"][-1]  # type: ignore[index]
     left: dict[int, float] = sol["left"]  # type: ignore[assignment]
     keyed = [(last_t + max(0.0, left[i]) / inst.jobs[i].fastest, 0, i) for i in active]
@@ -468,11 +492,26 @@ def solve_elastic(inst: OfflineInstance, nodes: int = DEFAULT_NODES) -> ElasticS
     status = "optimal" if closed else "feasible"
     ms = (time.perf_counter() - t0) * 1000.0
     lower_avg = min((lower - release) / n, avg)
-    stats = SolverStats(stage="offline-elastic", backend="highs-lp-bnb", status=status,
-                        objective=avg, bound=lower_avg,
-                        gap=max(0.0, (avg - lower_avg) / avg) if avg > 0 else 0.0,
-                        wall_ms=ms, node_limit=nodes, deterministic=True,
-                        message=f"{lp.lps} LPs, branch and bound over event orders")
-    return ElasticSchedule(origin=inst.origin, segments=segs, finish=finish, avg_jct_s=avg,
-                           lower_bound_s=lower_avg, status=status, nodes=lp.lps,
-                           order=[(k, inst.jobs[i].id) for k, i in best[1]], stats=[stats])
+    stats = SolverStats(
+        stage="offline-elastic",
+        backend="highs-lp-bnb",
+        status=status,
+        objective=avg,
+        bound=lower_avg,
+        gap=max(0.0, (avg - lower_avg) / avg) if avg > 0 else 0.0,
+        wall_ms=ms,
+        node_limit=nodes,
+        deterministic=True,
+        message=f"{lp.lps} LPs, branch and bound over event orders",
+    )
+    return ElasticSchedule(
+        origin=inst.origin,
+        segments=segs,
+        finish=finish,
+        avg_jct_s=avg,
+        lower_bound_s=lower_avg,
+        status=status,
+        nodes=lp.lps,
+        order=[(k, inst.jobs[i].id) for k, i in best[1]],
+        stats=[stats],
+    )

@@ -88,39 +88,56 @@ class OfflineInstance:
         return min(j.arrival for j in self.jobs)
 
 
-def offline_instance(cluster: Cluster, specs: Sequence[JobSpec],
-                     max_jobs: int = MAX_OFFLINE_JOBS,
-                     max_gpus: int = MAX_OFFLINE_GPUS) -> OfflineInstance:
+def offline_instance(
+    cluster: Cluster,
+    specs: Sequence[JobSpec],
+    max_jobs: int = MAX_OFFLINE_JOBS,
+    max_gpus: int = MAX_OFFLINE_GPUS,
+) -> OfflineInstance:
     """The model's instance for ``specs`` on the training nodes of ``cluster``, or an
     :class:`InputError` naming why the exact model does not apply (too large, mixed GPU
     types, pinned types, node shapes, co-location)."""
     nodes = [n for n in cluster.nodes if n.pool == "training"]
     capacity = sum(n.gpus for n in nodes)
     if len(specs) > max_jobs or capacity > max_gpus:
-        raise InputError(f"offline-optimal is exact only up to {max_jobs} jobs and {max_gpus} "
-                         f"GPUs; this instance has {len(specs)} jobs and {capacity} GPUs",
-                         field="policy")
+        raise InputError(
+            f"offline-optimal is exact only up to {max_jobs} jobs and {max_gpus} "
+            f"GPUs; this instance has {len(specs)} jobs and {capacity} GPUs",
+            field="policy",
+        )
     if not specs:
         raise InputError("offline-optimal needs at least one job", field="jobs")
     types = {n.gpu_type for n in nodes}
     if len(types) != 1:
-        raise InputError(f"offline-optimal needs one GPU type, the cluster has {sorted(types)}",
-                         field="cluster")
+        raise InputError(
+            f"offline-optimal needs one GPU type, the cluster has {sorted(types)}", field="cluster"
+        )
     gpu_type = types.pop()
     jobs = []
     for s in specs:
-        if s.node_shape is not None or s.memory is not None or s.gpus_per_worker != 1 or \
-                (s.gpu_type is not None and s.gpu_type != gpu_type):
-            raise InputError(f"offline-optimal: job {s.id} has a node shape, a memory model, "
-                             "multi-GPU workers or another GPU type; the model counts whole "
-                             "GPUs only", field="jobs")
+        if (
+            s.node_shape is not None
+            or s.memory is not None
+            or s.gpus_per_worker != 1
+            or (s.gpu_type is not None and s.gpu_type != gpu_type)
+        ):
+            raise InputError(
+                f"offline-optimal: job {s.id} has a node shape, a memory model, "
+                "multi-GPU workers or another GPU type; the model counts whole "
+                "GPUs only",
+                field="jobs",
+            )
         profile = s.throughput
-        mult = profile.type_multiplier(gpu_type, cluster.gpu_type(gpu_type).relative_speed,
-                                       cluster.gpu_type(profile.reference_gpu).relative_speed)
+        mult = profile.type_multiplier(
+            gpu_type,
+            cluster.gpu_type(gpu_type).relative_speed,
+            cluster.gpu_type(profile.reference_gpu).relative_speed,
+        )
         rates = {g: profile.rate(g) * mult for g in s.allowed_counts() if g <= capacity}
         if not rates:
-            raise InputError(f"offline-optimal: job {s.id} cannot run on {capacity} GPUs",
-                             field="jobs")
+            raise InputError(
+                f"offline-optimal: job {s.id} cannot run on {capacity} GPUs", field="jobs"
+            )
         jobs.append(OfflineJob(s.id, s.submit_time, s.work, rates))
     if len({j.id for j in jobs}) != len(jobs):
         raise InputError("offline-optimal: duplicate job ids", field="jobs")
@@ -179,8 +196,10 @@ def _greedy(inst: OfflineInstance, slot_s: float, spread: bool) -> dict[str, lis
     counts: dict[str, list[int]] = {j.id: [] for j in inst.jobs}
     t = 0
     while any(v > EPS for v in left.values()):
-        ready = sorted((j for j in inst.jobs if start[j.id] <= t and left[j.id] > EPS),
-                       key=lambda j: (left[j.id] / j.fastest, j.id))
+        ready = sorted(
+            (j for j in inst.jobs if start[j.id] <= t and left[j.id] > EPS),
+            key=lambda j: (left[j.id] / j.fastest, j.id),
+        )
         free = inst.capacity
         got: dict[str, int] = {}
         for j in ready:
@@ -250,8 +269,9 @@ def slot_horizon(inst: OfflineInstance, slot_s: float) -> int:
     return max(len(next(iter(_greedy(inst, slot_s, s).values()))) for s in (False, True))
 
 
-def schedule_finish(inst: OfflineInstance, origin: float, slot_s: float,
-                    counts: dict[str, list[int]]) -> dict[str, float]:
+def schedule_finish(
+    inst: OfflineInstance, origin: float, slot_s: float, counts: dict[str, list[int]]
+) -> dict[str, float]:
     """Finish time of every job when ``counts`` is run exactly (inf: it never finishes)."""
     out: dict[str, float] = {}
     for j in inst.jobs:
@@ -286,23 +306,43 @@ def _cp_solve(model: object, limits: SolveLimits, seed: int) -> tuple[object, in
     return solver, code, (time.perf_counter() - t0) * 1000.0
 
 
-def _stats(stage: str, code: int, solver: object, ms: float, limits: SolveLimits,
-           objective: float | None, bound: float | None) -> SolverStats:
+def _stats(
+    stage: str,
+    code: int,
+    solver: object,
+    ms: float,
+    limits: SolveLimits,
+    objective: float | None,
+    bound: float | None,
+) -> SolverStats:
     from ortools.sat.python import cp_model
 
     status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible"}.get(code, "timeout")
     gap = None
     if objective is not None and bound is not None and objective > 0:
         gap = max(0.0, (objective - bound) / objective)
-    return SolverStats(stage=stage, backend="cp-sat", status=status,  # type: ignore[arg-type]
-                       objective=objective, bound=bound, gap=gap, wall_ms=ms,
-                       time_limit_s=limits.wall_s, work_limit_s=limits.work_s,
-                       deterministic=limits.deterministic)
+    return SolverStats(
+        stage=stage,
+        backend="cp-sat",
+        status=status,  # type: ignore[arg-type]
+        objective=objective,
+        bound=bound,
+        gap=gap,
+        wall_ms=ms,
+        time_limit_s=limits.wall_s,
+        work_limit_s=limits.work_s,
+        deterministic=limits.deterministic,
+    )
 
 
-def _solve_slotted(inst: OfflineInstance, slot_s: float, horizon: int,
-                   hint: dict[str, list[int]], limits: SolveLimits, seed: int
-                   ) -> tuple[dict[str, list[int]], bool, SolverStats]:
+def _solve_slotted(
+    inst: OfflineInstance,
+    slot_s: float,
+    horizon: int,
+    hint: dict[str, list[int]],
+    limits: SolveLimits,
+    seed: int,
+) -> tuple[dict[str, list[int]], bool, SolverStats]:
     """CP-SAT on the slotted model; the objective is the sum of exact JCTs (a job finishes
     inside its last slot), in thousandths of a slot."""
     from ortools.sat.python import cp_model
@@ -353,8 +393,11 @@ def _solve_slotted(inst: OfflineInstance, slot_s: float, horizon: int,
     solver, code, ms = _cp_solve(m, limits, seed)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         stats = _stats("offline-slotted", code, solver, ms, limits, None, None)
-        return hint, False, stats.model_copy(update={"fell_back": True,
-                                                     "message": "greedy schedule kept"})
+        return (
+            hint,
+            False,
+            stats.model_copy(update={"fell_back": True, "message": "greedy schedule kept"}),
+        )
     counts = {j.id: [0] * horizon for j in inst.jobs}
     for (jid, t, g), v in x.items():
         if solver.value(v):  # type: ignore[attr-defined]
@@ -362,13 +405,22 @@ def _solve_slotted(inst: OfflineInstance, slot_s: float, horizon: int,
     unit = slot_s / TIME_SCALE / len(inst.jobs)  # objective -> average JCT in seconds
     obj = solver.objective_value * unit  # type: ignore[attr-defined]
     bound = solver.best_objective_bound * unit  # type: ignore[attr-defined]
-    return counts, code == cp_model.OPTIMAL, _stats("offline-slotted", code, solver, ms,
-                                                    limits, obj, bound)
+    return (
+        counts,
+        code == cp_model.OPTIMAL,
+        _stats("offline-slotted", code, solver, ms, limits, obj, bound),
+    )
 
 
-def solve_offline(inst: OfflineInstance, *, slot_s: float | None = None,
-                  target_slots: int = DEFAULT_TARGET_SLOTS, limits: SolveLimits | None = None,
-                  bound_nodes: int = DEFAULT_BOUND_NODES, seed: int = 0) -> OfflineSchedule:
+def solve_offline(
+    inst: OfflineInstance,
+    *,
+    slot_s: float | None = None,
+    target_slots: int = DEFAULT_TARGET_SLOTS,
+    limits: SolveLimits | None = None,
+    bound_nodes: int = DEFAULT_BOUND_NODES,
+    seed: int = 0,
+) -> OfflineSchedule:
     """The slotted optimum of ``inst`` and a proven lower bound on the continuous one.
 
     ``slot_s`` None: the instance's natural grid (:func:`natural_slot`, up to twice
@@ -385,15 +437,25 @@ def solve_offline(inst: OfflineInstance, *, slot_s: float | None = None,
     horizon = slot_horizon(inst, slot_s)
     counts, optimal, ub_stats = _solve_slotted(inst, slot_s, horizon, greedy, limits, seed)
     lower, lb_stats = continuous_lower_bound(
-        [(j.arrival, j.work, j.rates) for j in inst.jobs], inst.capacity, inst.origin, slot_s,
-        horizon, SolveLimits(wall_s=limits.wall_s, nodes=bound_nodes), seed)
+        [(j.arrival, j.work, j.rates) for j in inst.jobs],
+        inst.capacity,
+        inst.origin,
+        slot_s,
+        horizon,
+        SolveLimits(wall_s=limits.wall_s, nodes=bound_nodes),
+        seed,
+    )
     origin, n = inst.origin, len(inst.jobs)
     finish = schedule_finish(inst, origin, slot_s, counts)
     avg = sum(finish[j.id] - j.arrival for j in inst.jobs) / n
-    return OfflineSchedule(origin=origin, slot_s=slot_s, counts=counts, finish=finish,
-                           avg_jct_s=avg,
-                           model_objective_s=avg if ub_stats.objective is None
-                           else ub_stats.objective,
-                           lower_bound_s=lower / n,
-                           status="optimal" if optimal else "feasible",
-                           stats=[ub_stats, lb_stats])
+    return OfflineSchedule(
+        origin=origin,
+        slot_s=slot_s,
+        counts=counts,
+        finish=finish,
+        avg_jct_s=avg,
+        model_objective_s=avg if ub_stats.objective is None else ub_stats.objective,
+        lower_bound_s=lower / n,
+        status="optimal" if optimal else "feasible",
+        stats=[ub_stats, lb_stats],
+    )

@@ -67,23 +67,26 @@ class PolicyConfig(BaseModel):
     def from_mapping(cls, name: str, raw: object, where: str = "policies") -> PolicyConfig:
         """Read one entry of a ``policies:`` block (``{base: ..., wrappers: [...], k: v}``)."""
         if not isinstance(raw, Mapping):
-            raise InputError("a policy configuration must be a mapping with a 'base' key",
-                             field=f"{where}.{name}")
+            raise InputError(
+                "a policy configuration must be a mapping with a 'base' key",
+                field=f"{where}.{name}",
+            )
         data = dict(raw)
         base = data.pop("base", None)
         if not isinstance(base, str) or not base:
-            raise InputError("needs 'base': the name of a registered policy",
-                             field=f"{where}.{name}.base")
+            raise InputError(
+                "needs 'base': the name of a registered policy", field=f"{where}.{name}.base"
+            )
         wrappers = data.pop("wrappers", ())
         if isinstance(wrappers, str):
             wrappers = (wrappers,)
-        if not isinstance(wrappers, (list, tuple)) or not all(
-                isinstance(w, str) for w in wrappers):
+        if not isinstance(wrappers, (list, tuple)) or not all(isinstance(w, str) for w in wrappers):
             raise InputError("must be a list of wrapper names", field=f"{where}.{name}.wrappers")
         for key in data:
             if not isinstance(key, str):
-                raise InputError(f"parameter names must be text, got {key!r}",
-                                 field=f"{where}.{name}")
+                raise InputError(
+                    f"parameter names must be text, got {key!r}", field=f"{where}.{name}"
+                )
         return cls(name=name, base=base, wrappers=tuple(wrappers), values=data)
 
 
@@ -131,8 +134,7 @@ def parse_inline(text: str) -> PolicyConfig | None:
     match = _INLINE.match(text)
     if match is None:
         if "(" in text or ")" in text:
-            raise InputError(f"cannot read {text!r}; write base(key=value, ...)",
-                             field="policies")
+            raise InputError(f"cannot read {text!r}; write base(key=value, ...)", field="policies")
         return None
     base, body = match.group(1), match.group(2)
     values: dict[str, Any] = {}
@@ -144,8 +146,9 @@ def parse_inline(text: str) -> PolicyConfig | None:
         try:
             values[key] = yaml.safe_load(raw.strip()) if raw.strip() else None
         except yaml.YAMLError:
-            raise InputError(f"cannot read the value {raw.strip()!r}",
-                             field=f"policies.{text}.{key}") from None
+            raise InputError(
+                f"cannot read the value {raw.strip()!r}", field=f"policies.{text}.{key}"
+            ) from None
     return PolicyConfig.from_mapping(text.strip(), {"base": base, **values}, where="policies")
 
 
@@ -166,8 +169,10 @@ def validate_params(model: type[Params], values: Mapping[str, Any], where: str) 
 
 def describe_params(model: type[Params]) -> list[tuple[str, str, str, str]]:
     """(name, type, default, help) per parameter, for ``gpuplan policies NAME``."""
-    return [(name, _type_name(info.annotation), repr(info.default), info.description or "")
-            for name, info in model.model_fields.items()]
+    return [
+        (name, _type_name(info.annotation), repr(info.default), info.description or "")
+        for name, info in model.model_fields.items()
+    ]
 
 
 def _type_name(annotation: object) -> str:

@@ -149,8 +149,7 @@ class DeltaStage(Protocol):
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Allocation: ...
 
-    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
-        ...
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None: ...
 
 
 class Stateful(Protocol):
@@ -262,8 +261,7 @@ class StagedPolicy:
         else:
             placements = place_demands(view, allocation, self.placement, stats)
             shares = demand_counts(allocation)
-        return Decision(shares=shares, placements=enforce_shapes(view, placements),
-                        stats=stats)
+        return Decision(shares=shares, placements=enforce_shapes(view, placements), stats=stats)
 
     def decide_delta(self, view: ClusterView) -> Delta | Decision | None:
         """The decision as changes only, when the allocation stage offers it (a

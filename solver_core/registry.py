@@ -161,8 +161,10 @@ class Registry:
                     raise RegistryError(f"{package} has no DECLARED table")
                 for d in table:
                     if not isinstance(d, Declared):
-                        raise RegistryError(f"{package}.DECLARED: entries must be made by "
-                                            f"policy(), preset() or wrapper(), got {d!r}")
+                        raise RegistryError(
+                            f"{package}.DECLARED: entries must be made by "
+                            f"policy(), preset() or wrapper(), got {d!r}"
+                        )
                     d = _resolved(d, package)
                     _add(wrappers if d.kind == "wrapper" else policies, d)
             self._wrappers = wrappers
@@ -200,10 +202,12 @@ class Registry:
             if module in self._loaded:
                 return
             imported = importlib.import_module(module)
-            policies = _taken(module, getattr(imported, "POLICIES", ()), PolicyDef,
-                              self.policies(), "policy")
-            wrappers = _taken(module, getattr(imported, "WRAPPERS", ()), WrapperDef,
-                              self.wrappers(), "wrapper")
+            policies = _taken(
+                module, getattr(imported, "POLICIES", ()), PolicyDef, self.policies(), "policy"
+            )
+            wrappers = _taken(
+                module, getattr(imported, "WRAPPERS", ()), WrapperDef, self.wrappers(), "wrapper"
+            )
             self._policy_code.update(policies)
             self._wrapper_code.update(wrappers)
             self._loaded.add(module)
@@ -228,13 +232,15 @@ def _resolved(d: Declared, package: str) -> Declared:
 def _add(book: dict[str, Declared], d: Declared) -> None:
     first = book.get(d.name)
     if first is not None:
-        raise RegistryError(f"{d.kind} {d.name!r} is registered twice: by {first.module} and "
-                            f"by {d.module}")
+        raise RegistryError(
+            f"{d.kind} {d.name!r} is registered twice: by {first.module} and by {d.module}"
+        )
     book[d.name] = d
 
 
-def _taken(module: str, items: Iterable[object], cls: type, declared: Mapping[str, Declared],
-           kind: str) -> dict[str, Any]:
+def _taken(
+    module: str, items: Iterable[object], cls: type, declared: Mapping[str, Declared], kind: str
+) -> dict[str, Any]:
     """``module``'s registrations by name, once each checked against ``declared``."""
     taken: dict[str, Any] = {}
     for item in items:
@@ -243,18 +249,26 @@ def _taken(module: str, items: Iterable[object], cls: type, declared: Mapping[st
         name: str = item.name  # type: ignore[attr-defined]
         d = declared.get(name)
         if d is None:
-            raise RegistryError(f"{module} registers {kind} {name!r}, which no DECLARED table "
-                                f"declares: add {kind}({name!r}, ...) to its folder's "
-                                "__init__.py")
+            raise RegistryError(
+                f"{module} registers {kind} {name!r}, which no DECLARED table "
+                f"declares: add {kind}({name!r}, ...) to its folder's "
+                "__init__.py"
+            )
         if d.module != module or d.kind == "preset" or name in taken:
-            raise RegistryError(f"{kind} {name!r} is registered twice: by {d.module} and by "
-                                f"{module}")
+            raise RegistryError(
+                f"{kind} {name!r} is registered twice: by {d.module} and by {module}"
+            )
         taken[name] = item
-    missing = [n for n, d in declared.items()
-               if d.module == module and d.kind != "preset" and n not in taken]
+    missing = [
+        n
+        for n, d in declared.items()
+        if d.module == module and d.kind != "preset" and n not in taken
+    ]
     if missing:
-        raise RegistryError(f"{module} does not register {', '.join(map(repr, missing))}, "
-                            f"which DECLARED says it holds")
+        raise RegistryError(
+            f"{module} does not register {', '.join(map(repr, missing))}, "
+            f"which DECLARED says it holds"
+        )
     return taken
 
 
@@ -275,9 +289,12 @@ def policy_names() -> dict[str, str]:
 def _unknown_policy(name: str, where: str) -> InputError:
     names = list(REGISTRY.policies())
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    hint = (f"did you mean {' or '.join(repr(c) for c in close)}? " if close else "")
-    return InputError(f"unknown policy {name!r}; {hint}`gpuplan policies` lists all "
-                      f"{len(names)} (or write base(key=value, ...))", field=where)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return InputError(
+        f"unknown policy {name!r}; {hint}`gpuplan policies` lists all "
+        f"{len(names)} (or write base(key=value, ...))",
+        field=where,
+    )
 
 
 def policy_def(name: str) -> PolicyInfo:
@@ -286,8 +303,9 @@ def policy_def(name: str) -> PolicyInfo:
     if d is None:
         raise _unknown_policy(name, "policy")
     if d.kind == "preset":
-        return PolicyInfo(name, d.summary, d.module, base=d.base, wrappers=d.wrappers,
-                          values=d.values)
+        return PolicyInfo(
+            name, d.summary, d.module, base=d.base, wrappers=d.wrappers, values=d.values
+        )
     code = REGISTRY.policy_code(name)
     return PolicyInfo(name, d.summary, d.module, build=code.build, params=code.params)
 
@@ -304,14 +322,14 @@ def wrapper_def(name: str, where: str = "wrappers") -> WrapperInfo:
     if d is None:
         close = difflib.get_close_matches(name, list(wrappers), n=2, cutoff=0.6)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise InputError(f"unknown wrapper {name!r}; {hint}choose one of "
-                         f"{', '.join(wrappers)}", field=where)
+        raise InputError(
+            f"unknown wrapper {name!r}; {hint}choose one of {', '.join(wrappers)}", field=where
+        )
     code = REGISTRY.wrapper_code(name)
     return WrapperInfo(name, d.summary, d.module, code.apply, code.params)
 
 
-def resolve_config(name: str, configs: Mapping[str, PolicyConfig] | None = None
-                   ) -> PolicyConfig:
+def resolve_config(name: str, configs: Mapping[str, PolicyConfig] | None = None) -> PolicyConfig:
     """The configuration ``name`` stands for: a scenario's named configuration, an inline
     ``base(key=value, ...)``, or a registered policy (a preset expands to its parts).
     Reads declarations only: no policy module is imported."""
@@ -325,8 +343,9 @@ def resolve_config(name: str, configs: Mapping[str, PolicyConfig] | None = None
     return PolicyConfig(name=name, base=name)
 
 
-def _flatten(cfg: PolicyConfig, configs: Mapping[str, PolicyConfig] | None
-             ) -> tuple[PolicyInfo, tuple[str, ...], dict[str, Any]]:
+def _flatten(
+    cfg: PolicyConfig, configs: Mapping[str, PolicyConfig] | None
+) -> tuple[PolicyInfo, tuple[str, ...], dict[str, Any]]:
     """(base policy with its code, wrappers in order, values) after expanding presets and
     configurations that build on other configurations; imports the base's module only."""
     declared = REGISTRY.policies()
@@ -338,8 +357,11 @@ def _flatten(cfg: PolicyConfig, configs: Mapping[str, PolicyConfig] | None
         if configs and base in configs and base not in seen:
             inner = configs[base]
             seen.add(base)
-            wrappers, values, base = inner.wrappers + wrappers, {**inner.values, **values}, \
-                inner.base
+            wrappers, values, base = (
+                inner.wrappers + wrappers,
+                {**inner.values, **values},
+                inner.base,
+            )
             continue
         d = declared.get(base)
         if d is None:
@@ -347,8 +369,10 @@ def _flatten(cfg: PolicyConfig, configs: Mapping[str, PolicyConfig] | None
         if d.base is None:
             return policy_def(base), wrappers, values
         wrappers, values, base = d.wrappers + wrappers, {**d.values, **values}, d.base
-    raise InputError(f"configuration chain deeper than {MAX_CONFIG_DEPTH} (a cycle?)",
-                     field=f"policies.{cfg.name}.base")
+    raise InputError(
+        f"configuration chain deeper than {MAX_CONFIG_DEPTH} (a cycle?)",
+        field=f"policies.{cfg.name}.base",
+    )
 
 
 def _build(cfg: PolicyConfig, seed: int, configs: Mapping[str, PolicyConfig] | None) -> Policy:
@@ -361,9 +385,12 @@ def _build(cfg: PolicyConfig, seed: int, configs: Mapping[str, PolicyConfig] | N
         targets = [i for i, m in enumerate(models) if key in m.model_fields]
         if not targets:
             known = sorted({k for m in models for k in m.model_fields})
-            raise InputError(f"unknown parameter for {base.name}"
-                             f"{' + ' + ' + '.join(wrapper_names_) if wrapper_names_ else ''}; "
-                             f"known: {', '.join(known) or 'none'}", field=f"{where}.{key}")
+            raise InputError(
+                f"unknown parameter for {base.name}"
+                f"{' + ' + ' + '.join(wrapper_names_) if wrapper_names_ else ''}; "
+                f"known: {', '.join(known) or 'none'}",
+                field=f"{where}.{key}",
+            )
         for i in targets:
             split[i][key] = value
     params = [validate_params(m, v, where) for m, v in zip(models, split, strict=True)]
@@ -371,16 +398,19 @@ def _build(cfg: PolicyConfig, seed: int, configs: Mapping[str, PolicyConfig] | N
     policy = base.build(params[0], seed)
     for w, p in zip(wrappers, params[1:], strict=True):
         if not isinstance(policy, StagedPolicy):
-            raise InputError(f"{base.name} is not a staged policy; wrapper {w.name} needs one",
-                             field=f"{where}.wrappers")
+            raise InputError(
+                f"{base.name} is not a staged policy; wrapper {w.name} needs one",
+                field=f"{where}.wrappers",
+            )
         policy = w.apply(policy, p, seed)
     if isinstance(policy, StagedPolicy) and policy.name != cfg.name:
         policy = policy.renamed(cfg.name)
     return policy
 
 
-def make_policy(name: str, seed: int = 0,
-                configs: Mapping[str, PolicyConfig] | None = None) -> Policy:
+def make_policy(
+    name: str, seed: int = 0, configs: Mapping[str, PolicyConfig] | None = None
+) -> Policy:
     """A fresh policy object (policies may hold state, so never share one between runs).
 
     ``name`` is a registered policy, a configuration of ``configs`` (a scenario's

@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 GATED_KINDS = ("grow", "shrink", "migrate", "preempt")
 """The kinds of change the gate weighs (a resize is a grow or a shrink by its GPU count)."""
 
-MEASURED_KIND = {"grow": "resize", "shrink": "resize", "migrate": "migrate",
-                 "preempt": "preempt"}
+MEASURED_KIND = {"grow": "resize", "shrink": "resize", "migrate": "migrate", "preempt": "preempt"}
 """Gate kind -> the kind executors measure latencies under (grows and shrinks both restart)."""
 
 KIND_WINDOW = 64
@@ -65,16 +64,18 @@ def finish_time(remaining: float, rate: float) -> float:
     return min(TIME_CAP_S, remaining / rate)
 
 
-def resize_gain(remaining: float, rate_before: float, rate_after: float,
-                gpus_after: int | float) -> float:
+def resize_gain(
+    remaining: float, rate_before: float, rate_after: float, gpus_after: int | float
+) -> float:
     """GPU-seconds a resize or move saves the job itself: ``(T_before - T_after) x gpus_after``
     with ``T = remaining / rate``. Negative for a change that slows the job (a shrink)."""
     saved = finish_time(remaining, rate_before) - finish_time(remaining, rate_after)
     return saved * max(0.0, float(gpus_after))
 
 
-def lent_shrink_gain(remaining: float, rate_before: float, rate_after: float,
-                     gpus_after: int | float, lent_s: float) -> float:
+def lent_shrink_gain(
+    remaining: float, rate_before: float, rate_after: float, gpus_after: int | float, lent_s: float
+) -> float:
     """:func:`resize_gain` of a shrink whose GPUs go to jobs that hold them only ``lent_s``
     seconds (their predicted run): the job loses ``(rate_before - rate_after) x lent_s``
     iterations, i.e. that over ``rate_before`` seconds, not the whole rest at the smaller
@@ -176,8 +177,10 @@ class ChangeCosts:
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per kind: samples and current median (what the controller journals)."""
-        return {k: {"samples": self.samples.get(k, 0), "median_s": round(v, 3)}
-                for k, v in sorted(self._median.items())}
+        return {
+            k: {"samples": self.samples.get(k, 0), "median_s": round(v, 3)}
+            for k, v in sorted(self._median.items())
+        }
 
     def restore(self, summary: Mapping[str, Mapping[str, float]]) -> None:
         """Take per-kind medians from a :meth:`summary` (a restarted controller's memory);

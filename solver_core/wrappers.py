@@ -41,11 +41,17 @@ Backend = Literal["cp-sat", "scip", "highs", "cbc", "pulp-cbc"]
 class _SolverParams(Params):
     backend: Backend = Field("cp-sat", description="exact solver backend")
     work_limit_s: float | None = Field(
-        None, gt=0, le=3600,
-        description="deterministic budget (CP-SAT det. seconds; node limits on MIP backends)")
+        None,
+        gt=0,
+        le=3600,
+        description="deterministic budget (CP-SAT det. seconds; node limits on MIP backends)",
+    )
     time_limit_s: float | None = Field(
-        None, gt=0, le=3600,
-        description="wall-clock limit; makes results depend on machine load (interactive use)")
+        None,
+        gt=0,
+        le=3600,
+        description="wall-clock limit; makes results depend on machine load (interactive use)",
+    )
 
 
 def solve_limits(p: _SolverParams) -> SolveLimits | None:
@@ -60,9 +66,11 @@ def solve_limits(p: _SolverParams) -> SolveLimits | None:
 
 class PackingParams(_SolverParams):
     regulation: Literal["greedy", "marginal", "exact"] = Field(
-        "greedy", description="how counts are moved onto packing units")
+        "greedy", description="how counts are moved onto packing units"
+    )
     placement: Literal["reuse-greedy", "reuse-exact", "ffd", "best-fit"] = Field(
-        "reuse-greedy", description="placement after regulation")
+        "reuse-greedy", description="placement after regulation"
+    )
 
 
 class ReuseParams(_SolverParams):
@@ -74,17 +82,23 @@ def _network_packing(policy: StagedPolicy, p: PackingParams, seed: int) -> Stage
     return replace(
         policy,
         shares=regulated_shares(policy.shares, p.regulation, backend=p.backend, limits=limits),
-        placement=make_placement(p.placement, no_network_sharing=True, backend=p.backend,
-                                 limits=limits),
+        placement=make_placement(
+            p.placement, no_network_sharing=True, backend=p.backend, limits=limits
+        ),
         no_network_sharing=True,
     )
 
 
 def _reuse(policy: StagedPolicy, p: ReuseParams, seed: int) -> StagedPolicy:
-    return replace(policy, placement=make_placement(
-        "reuse-greedy" if p.method == "greedy" else "reuse-exact",
-        no_network_sharing=policy.no_network_sharing, backend=p.backend,
-        limits=solve_limits(p)))
+    return replace(
+        policy,
+        placement=make_placement(
+            "reuse-greedy" if p.method == "greedy" else "reuse-exact",
+            no_network_sharing=policy.no_network_sharing,
+            backend=p.backend,
+            limits=solve_limits(p),
+        ),
+    )
 
 
 class FairShareUntilMeasured:
@@ -132,8 +146,9 @@ def colocated(inner: AllocationStage) -> AllocationStage:
             share = share_of(job)
             gpus = d if isinstance(d, int) else d.gpus
             if share < 1.0 and gpus > 0 and (isinstance(d, int) or d.placement is None):
-                d = Demand(gpus=gpus, share=share,
-                           gpu_type=None if isinstance(d, int) else d.gpu_type)
+                d = Demand(
+                    gpus=gpus, share=share, gpu_type=None if isinstance(d, int) else d.gpu_type
+                )
             out[job_id] = d
             used += gpus * (d.share if isinstance(d, Demand) else 1.0)
         room = view.capacity - used

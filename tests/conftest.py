@@ -51,12 +51,22 @@ class CapacityChecker:
 
 @pytest.fixture
 def run_sim():
-    def _run(cluster: Cluster, jobs: list[JobSpec], policy: str, overheads: Overheads | None = None,
-             **kw: object):
+    def _run(
+        cluster: Cluster,
+        jobs: list[JobSpec],
+        policy: str,
+        overheads: Overheads | None = None,
+        **kw: object,
+    ):
         checker = CapacityChecker()
         result, engine, executor = simulate(
-            cluster, jobs, make_policy(policy), overheads=overheads or NO_OVERHEADS,
-            on_plan=checker, record_segments=True, **kw,
+            cluster,
+            jobs,
+            make_policy(policy),
+            overheads=overheads or NO_OVERHEADS,
+            on_plan=checker,
+            record_segments=True,
+            **kw,
         )
         assert checker.plans > 0
         return result, engine, executor
@@ -97,8 +107,10 @@ def traces_dir() -> Path | None:
 def traces_required() -> bool:
     """Under CI (``CI`` true, or ``GPUPLAN_REQUIRE_TRACES``) missing traces fail the test:
     a CI machine without the data must not pass by skipping everything that reads it."""
-    return (os.environ.get("CI", "").lower() in _TRUTHY
-            or os.environ.get("GPUPLAN_REQUIRE_TRACES", "").lower() in _TRUTHY)
+    return (
+        os.environ.get("CI", "").lower() in _TRUTHY
+        or os.environ.get("GPUPLAN_REQUIRE_TRACES", "").lower() in _TRUTHY
+    )
 
 
 def need_traces(*parts: str) -> Path:
@@ -108,10 +120,15 @@ def need_traces(*parts: str) -> Path:
     target = root.joinpath(*parts) if root is not None else None
     if target is not None and target.exists():
         return target
-    what = (f"{traces_expected()} is not a directory" if root is None
-            else f"{'/'.join(parts)} is missing under {root}")
-    reason = f"shared traces not found: {what} (set ${TRACES_ENV} or put shared/traces " \
+    what = (
+        f"{traces_expected()} is not a directory"
+        if root is None
+        else f"{'/'.join(parts)} is missing under {root}"
+    )
+    reason = (
+        f"shared traces not found: {what} (set ${TRACES_ENV} or put shared/traces "
         "next to the repository)"
+    )
     if traces_required():
         pytest.fail(f"shared traces required (CI) but not found: {what}", pytrace=False)
     pytest.skip(reason)

@@ -17,13 +17,18 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.load", description=__doc__)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
-                        help="spinning processes to keep running (default: one per core)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="spinning processes to keep running (default: one per core)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command or args.workers < 0:
         parser.error("give a command after --, and --workers >= 0")
+
     # A SIGTERM/SIGHUP (a CI timeout, a killed make) must still stop the spinners: turn it
     # into an exception so the ``finally`` below runs. The signals stay blocked until the
     # ``try`` is entered, so one that arrives while the spinners start is delivered there
@@ -38,11 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     spinners: list[subprocess.Popen[bytes]] = []
     child: subprocess.Popen[bytes] | None = None
     try:
-        spinners += [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                      start_new_session=True) for _ in range(args.workers)]
-        print(f"test-load: {args.workers} busy processes (pids "
-              f"{' '.join(str(p.pid) for p in spinners)}); load average {os.getloadavg()}",
-              flush=True)
+        spinners += [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(args.workers)
+        ]
+        print(
+            f"test-load: {args.workers} busy processes (pids "
+            f"{' '.join(str(p.pid) for p in spinners)}); load average {os.getloadavg()}",
+            flush=True,
+        )
         signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
         child = subprocess.Popen(command)
         return child.wait()
@@ -55,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-        print(f"test-load: load average {os.getloadavg()}; stopping the busy processes",
-              flush=True)
+        print(f"test-load: load average {os.getloadavg()}; stopping the busy processes", flush=True)
         for proc in spinners:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

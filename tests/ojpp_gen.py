@@ -11,8 +11,9 @@ from gpuplan.solver_core.ojpp.check import check_solution
 TYPES = ("lenet", "resnet", "vgg", "lstm")
 
 
-def random_instance(seed: int, workers: int, composition: str = "additive",
-                    max_per_job: int = 3) -> OjppInstance:
+def random_instance(
+    seed: int, workers: int, composition: str = "additive", max_per_job: int = 3
+) -> OjppInstance:
     """``workers`` workers in jobs of 1..``max_per_job``, values on a 0.01 grid (exact for
     CP-SAT's 1e-6 scaling), bounds loose enough that GPUs are shared."""
     rng = random.Random(seed)
@@ -22,14 +23,28 @@ def random_instance(seed: int, workers: int, composition: str = "additive",
         w = min(left, rng.randint(1, max_per_job))
         left -= w
         gamma = rng.randint(2, 40) / 100
-        jobs.append({"id": f"j{len(jobs)}", "workers": w, "alpha": rng.randint(5, 60) / 100,
-                     "gamma": gamma, "delta": rng.randint(0, int(100 - 100 * gamma)) / 100,
-                     "p": rng.randint(0, 40) / 100, "type": rng.choice(TYPES)})
+        jobs.append(
+            {
+                "id": f"j{len(jobs)}",
+                "workers": w,
+                "alpha": rng.randint(5, 60) / 100,
+                "gamma": gamma,
+                "delta": rng.randint(0, int(100 - 100 * gamma)) / 100,
+                "p": rng.randint(0, 40) / 100,
+                "type": rng.choice(TYPES),
+            }
+        )
     matrix = {a: {b: rng.randint(0, 25) / 100 for b in TYPES} for a in TYPES}
-    return OjppInstance.model_validate({
-        "tau_max": rng.choice([0.05, 0.1, 0.2]), "theta_max": rng.choice([0.2, 0.3, 0.5]),
-        "theta_balance": rng.choice([0.1, 0.2, 0.4]), "composition": composition,
-        "jobs": jobs, "interference": matrix})
+    return OjppInstance.model_validate(
+        {
+            "tau_max": rng.choice([0.05, 0.1, 0.2]),
+            "theta_max": rng.choice([0.2, 0.3, 0.5]),
+            "theta_balance": rng.choice([0.1, 0.2, 0.4]),
+            "composition": composition,
+            "jobs": jobs,
+            "interference": matrix,
+        }
+    )
 
 
 def _partitions(items: list[str]) -> Iterator[list[list[str]]]:
@@ -39,7 +54,7 @@ def _partitions(items: list[str]) -> Iterator[list[list[str]]]:
     first, rest = items[0], items[1:]
     for part in _partitions(rest):
         for k in range(len(part)):
-            yield [*part[:k], [first, *part[k]], *part[k + 1:]]
+            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
         yield [[first], *part]
 
 

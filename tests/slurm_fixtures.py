@@ -59,8 +59,10 @@ OWNER = "pytest"
 def required() -> bool:
     """True when a missing or broken lab must fail the run instead of skipping it."""
     truthy = ("1", "true", "yes", "on")
-    return (os.environ.get("CI", "").lower() in truthy
-            or os.environ.get("GPUPLAN_REQUIRE_SLURM", "").lower() in truthy)
+    return (
+        os.environ.get("CI", "").lower() in truthy
+        or os.environ.get("GPUPLAN_REQUIRE_SLURM", "").lower() in truthy
+    )
 
 
 def unavailable(reason: str) -> None:
@@ -78,8 +80,16 @@ def lab_session(config: LabConfig | None = None) -> Iterator[SlurmLab]:
     down under each other)."""
     if os.geteuid() != 0:
         unavailable("needs root (slurmd, munged and cgroups run as root)")
-    lab = SlurmLab(config or LabConfig(root=LAB_ROOT, nodes=NODES, gpus_per_node=GPUS_PER_NODE,
-                                       gpu_type="a100", job_submit_lua=True))
+    lab = SlurmLab(
+        config
+        or LabConfig(
+            root=LAB_ROOT,
+            nodes=NODES,
+            gpus_per_node=GPUS_PER_NODE,
+            gpu_type="a100",
+            job_submit_lua=True,
+        )
+    )
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(lab.exclusive(timeout_s=600))
@@ -121,9 +131,17 @@ def module_lab() -> Iterator[SlurmLab]:
     owner to stop), else one of its own through :func:`lab_session` (locked, stopped and
     released when the module is done)."""
     if lab_locked_here():
-        yield start_lab(SlurmLab(LabConfig(root=LAB_ROOT, nodes=NODES,
-                                           gpus_per_node=GPUS_PER_NODE, gpu_type="a100",
-                                           job_submit_lua=True)))
+        yield start_lab(
+            SlurmLab(
+                LabConfig(
+                    root=LAB_ROOT,
+                    nodes=NODES,
+                    gpus_per_node=GPUS_PER_NODE,
+                    gpu_type="a100",
+                    job_submit_lua=True,
+                )
+            )
+        )
         return
     session = lab_session()
     yield next(session)
@@ -160,19 +178,29 @@ def ensure_user(name: str = UNPRIVILEGED_USER) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+        )
         return pwd.getpwnam(name)
 
 
-def as_user(user: str, argv: Sequence[str], env: dict[str, str]
-            ) -> subprocess.CompletedProcess[str]:
+def as_user(
+    user: str, argv: Sequence[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` as ``user`` (setpriv execs it directly: no shell, no login session)."""
     entry = pwd.getpwnam(user)
-    full = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups",
-            *argv]
-    return subprocess.run(full, env={**os.environ, **env}, capture_output=True, text=True,
-                          cwd="/tmp", timeout=60, check=False)
+    full = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", *argv]
+    return subprocess.run(
+        full,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        timeout=60,
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------------------------------- jobs
@@ -186,7 +214,10 @@ def standin_builder(checkpoint_interval_s: float | None = None) -> CommandBuilde
 def job(job_id: str, submit: float, work: float, requested: int, lo: int, hi: int) -> JobSpec:
     """A stand-in job: ``work`` iterations at 1 iteration/s per A100, elastic in [lo, hi]."""
     return JobSpec(
-        id=job_id, submit_time=submit, requested_gpus=requested, total_iterations=work,
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=requested,
+        total_iterations=work,
         elasticity=Elasticity(min_gpus=lo, max_gpus=hi) if hi > lo else None,
         throughput=ThroughputProfile.linear(1.0, reference_gpu="a100"),
         checkpoint=Checkpointing(on_signal=True),
@@ -209,22 +240,34 @@ def e2e_workload() -> list[JobSpec]:
     >= 10 shrinks, >= 3 preemptions and a makespan <= 59 s.
     """
     shape = [  # id, submit (s), requested, min, max, seconds at the requested size
-        ("j0", 0.0, 4, 2, 4, 6), ("j1", 0.0, 2, 1, 4, 5), ("j2", 0.5, 2, 1, 2, 4),
-        ("j3", 1.0, 1, 1, 2, 3), ("j4", 2.0, 2, 2, 4, 4), ("j5", 2.5, 1, 1, 1, 2),
-        ("j6", 3.0, 3, 2, 4, 4), ("j7", 3.5, 1, 1, 2, 3), ("j8", 4.0, 2, 1, 2, 3),
+        ("j0", 0.0, 4, 2, 4, 6),
+        ("j1", 0.0, 2, 1, 4, 5),
+        ("j2", 0.5, 2, 1, 2, 4),
+        ("j3", 1.0, 1, 1, 2, 3),
+        ("j4", 2.0, 2, 2, 4, 4),
+        ("j5", 2.5, 1, 1, 1, 2),
+        ("j6", 3.0, 3, 2, 4, 4),
+        ("j7", 3.5, 1, 1, 2, 3),
+        ("j8", 4.0, 2, 1, 2, 3),
         ("j9", 4.5, 4, 2, 4, 3),
     ]
     scale = 2.0
-    return [job(i, submit * scale, req * seconds * scale, req, lo, hi)
-            for i, submit, req, lo, hi, seconds in shape]
+    return [
+        job(i, submit * scale, req * seconds * scale, req, lo, hi)
+        for i, submit, req, lo, hi, seconds in shape
+    ]
 
 
 # ---------------------------------------------------------------------------------------- runs
 
 
-def make_executor(lab: SlurmLab, jobs: list[JobSpec], state_dir: Path,
-                  nodes: Sequence[str] | None = None, **kw: object
-                  ) -> tuple[Cluster, SlurmExecutor]:
+def make_executor(
+    lab: SlurmLab,
+    jobs: list[JobSpec],
+    state_dir: Path,
+    nodes: Sequence[str] | None = None,
+    **kw: object,
+) -> tuple[Cluster, SlurmExecutor]:
     cli = lab.cli(timeout=30, unavailable_retry_s=90)
     cluster = cluster_from_slurm(cli, nodes if nodes is not None else lab.node_names)
     kw.setdefault("command", standin_builder())
@@ -236,8 +279,13 @@ def run(cluster: Cluster, executor: SlurmExecutor, policy: object) -> Engine:
     """Run ``policy`` to the end. Without the restart gate: these tests check that the
     executor carries out every change a policy plans (tests/test_restart_gate.py checks the
     gate on the lab)."""
-    engine = Engine(cluster, policy, executor, sample_interval_s=None,  # type: ignore[arg-type]
-                    restart_gate=None)
+    engine = Engine(
+        cluster,
+        policy,
+        executor,
+        sample_interval_s=None,  # type: ignore[arg-type]
+        restart_gate=None,
+    )
     try:
         engine.run()
     finally:
@@ -261,13 +309,15 @@ def standin_segments(state_dir: Path, job_id: str) -> list[dict[str, object]] | 
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def assert_progress_conserved(engine: Engine, executor: SlurmExecutor, state_dir: Path,
-                              jobs: list[JobSpec]) -> None:
+def assert_progress_conserved(
+    engine: Engine, executor: SlurmExecutor, state_dir: Path, jobs: list[JobSpec]
+) -> None:
     """Every job finished and its runs chain: each resumed exactly where the previous one left
     off, and the pieces add up to its work (nothing lost, nothing done twice)."""
     finished = {r.job_id: r for r in engine.records}
     assert sorted(finished) == sorted(j.id for j in jobs), (
-        f"unfinished: {sorted({j.id for j in jobs} - set(finished))}")
+        f"unfinished: {sorted({j.id for j in jobs} - set(finished))}"
+    )
     assert not executor.failures, executor.failures
     for spec in jobs:
         segs = executor.segments_of(spec.id)
@@ -278,7 +328,8 @@ def assert_progress_conserved(engine: Engine, executor: SlurmExecutor, state_dir
         for seg in segs:
             assert seg.start_done == pytest.approx(expected, abs=1e-6), (
                 f"{spec.id}: run on Slurm job {seg.slurm_id} resumed at {seg.start_done}, "
-                f"previous run left {expected}")
+                f"previous run left {expected}"
+            )
             assert seg.end_done is not None and seg.end_done >= seg.start_done - 1e-9
             expected = seg.end_done
         total = sum((s.end_done or 0.0) - s.start_done for s in segs)
@@ -296,4 +347,3 @@ def assert_progress_conserved(engine: Engine, executor: SlurmExecutor, state_dir
         for seg in segs:
             if seg.end_done and seg.end_done > seg.start_done:
                 assert round(seg.end_done, 9) in bounds, (spec.id, seg, own)
-

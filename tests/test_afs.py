@@ -55,21 +55,33 @@ def ratio_job(job_id: str, remaining: float, f: float) -> AfsJob:
     return AfsJob(job_id, remaining, (1, 2), (1.0, f))
 
 
-def zoo_spec(job_id: str, model: str, duration: float, submit: float = 0.0,
-             requested: int = 1, **elastic: int) -> JobSpec:
+def zoo_spec(
+    job_id: str,
+    model: str,
+    duration: float,
+    submit: float = 0.0,
+    requested: int = 1,
+    **elastic: int,
+) -> JobSpec:
     z = ZOO[model]
     return JobSpec(
-        id=job_id, submit_time=submit, requested_gpus=requested, duration=duration,
-        elasticity=Elasticity(min_gpus=elastic.get("min_gpus", 1),
-                              max_gpus=elastic.get("max_gpus", z.max_gpus)),
-        throughput=z.profile, model=model,
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=requested,
+        duration=duration,
+        elasticity=Elasticity(
+            min_gpus=elastic.get("min_gpus", 1), max_gpus=elastic.get("max_gpus", z.max_gpus)
+        ),
+        throughput=z.profile,
+        model=model,
     )
 
 
 def view_of(specs: list[JobSpec], gpus: int, now: float = 0.0):
     cluster = Cluster.uniform(1, gpus)
-    return ClusterState(now=now, cluster=cluster,
-                        jobs=[JobSnapshot(spec=s) for s in specs]).to_view()
+    return ClusterState(
+        now=now, cluster=cluster, jobs=[JobSnapshot(spec=s) for s in specs]
+    ).to_view()
 
 
 def zoo_instance(n: int, total: int, seed: int) -> list[AfsJob]:
@@ -147,8 +159,10 @@ def test_worked_example_of_appendix_a_depends_on_the_tie_rule() -> None:
 
 # --------------------------------------------------------------------------- AFS-L semantics
 def test_stage_one_gives_the_m_shortest_jobs_one_gpu_each() -> None:
-    specs = [zoo_spec(f"j{i}", model, 600.0 * (i + 1))
-             for i, model in enumerate(itertools.islice(itertools.cycle(sorted(ZOO)), 12))]
+    specs = [
+        zoo_spec(f"j{i}", model, 600.0 * (i + 1))
+        for i, model in enumerate(itertools.islice(itertools.cycle(sorted(ZOO)), 12))
+    ]
     random.Random(5).shuffle(specs)  # scan order must not matter in stage one
     view = view_of(specs, 5)
     shares = AfsL()(view, [])
@@ -186,9 +200,14 @@ def test_saturation_guard_and_allowed_counts() -> None:
     assert AfsL()(view_of([vgg], 64), []) == {"vgg": 8}
     # max_gpus caps the ladder; allowed counts are the only sizes handed out.
     capped = zoo_spec("cap", "Transformer", 3600.0, max_gpus=6)
-    pow2 = JobSpec(id="pow2", submit_time=0, requested_gpus=1, duration=3600.0,
-                   elasticity=Elasticity(min_gpus=1, max_gpus=16, allowed=(1, 2, 4, 16)),
-                   throughput=ZOO["Transformer"].profile)
+    pow2 = JobSpec(
+        id="pow2",
+        submit_time=0,
+        requested_gpus=1,
+        duration=3600.0,
+        elasticity=Elasticity(min_gpus=1, max_gpus=16, allowed=(1, 2, 4, 16)),
+        throughput=ZOO["Transformer"].profile,
+    )
     shares = AfsL()(view_of([capped, pow2], 64), [])
     assert shares == {"cap": 6, "pow2": 16}
     # min_gpus that cannot be met gets nothing; a job whose min fits still runs.
@@ -197,10 +216,21 @@ def test_saturation_guard_and_allowed_counts() -> None:
     assert AfsL()(view_of([big, small], 3), []) == {"small": 3}
     assert AfsL()(view_of([big, small], 5), []) == {"big": 4, "small": 1}
     # a job whose next step would not raise throughput is never given it
-    flat = AfsJob("flat", 10.0, *build_ladder(JobSpec(
-        id="flat", submit_time=0, requested_gpus=1, total_iterations=10.0,
-        elasticity=Elasticity(min_gpus=1, max_gpus=8),
-        throughput=ThroughputProfile(points={1: 1.0, 2: 1.5, 3: 1.5, 4: 3.0})), 8))
+    flat = AfsJob(
+        "flat",
+        10.0,
+        *build_ladder(
+            JobSpec(
+                id="flat",
+                submit_time=0,
+                requested_gpus=1,
+                total_iterations=10.0,
+                elasticity=Elasticity(min_gpus=1, max_gpus=8),
+                throughput=ThroughputProfile(points={1: 1.0, 2: 1.5, 3: 1.5, 4: 3.0}),
+            ),
+            8,
+        ),
+    )
     assert flat.counts == (1, 2)
     assert afs_l_shares([flat], 8) == afs_l_reference([flat], 8) == [2]
 
@@ -228,8 +258,12 @@ def test_fast_paths_on_equal_lengths_and_stage_one_misfits() -> None:
     assert afs_l_reference([u, j, k], 4) == afs_l_shares([u, j, k], 4) == [1, 1, 2]
     # Stage one past a misfit: A takes 2, B's 3 no longer fits, C's first GPU is followed by
     # a doubling one (H = 1), which then beats D's first GPU (G = 1 is not > H = 1).
-    jobs = [AfsJob("A", 1.0, (2,), (2.0,)), AfsJob("B", 3.0, (3,), (3.0,)),
-            AfsJob("C", 4.0, (1, 2), (1.0, 2.0)), AfsJob("D", 9.0, (1,), (1.0,))]
+    jobs = [
+        AfsJob("A", 1.0, (2,), (2.0,)),
+        AfsJob("B", 3.0, (3,), (3.0,)),
+        AfsJob("C", 4.0, (1, 2), (1.0, 2.0)),
+        AfsJob("D", 9.0, (1,), (1.0,)),
+    ]
     assert afs_l_reference(jobs, 4) == afs_l_shares(jobs, 4) == [2, 0, 2, 0]
     # Jobs sharing one rates tuple but with different counts must not share a ladder.
     rates = (1.0, 1.5)
@@ -238,14 +272,19 @@ def test_fast_paths_on_equal_lengths_and_stage_one_misfits() -> None:
 
 
 def test_stage_matches_reference_and_shares_ladders_per_model() -> None:
-    specs = [zoo_spec(f"j{i}", model, 900.0 * (i + 1), submit=float(20 - i))
-             for i, model in enumerate(["ResNet-50", "VGG16", "ResNet-50", "Chatbot"] * 3)]
+    specs = [
+        zoo_spec(f"j{i}", model, 900.0 * (i + 1), submit=float(20 - i))
+        for i, model in enumerate(["ResNet-50", "VGG16", "ResNet-50", "Chatbot"] * 3)
+    ]
     view = view_of(specs, 40, now=0.0)
     stage = AfsL()
     items = stage.items(view)
     assert [j.id for j in items] == [s.id for s in sorted(specs, key=lambda s: s.submit_time)]
-    resnet = [j for j, s in zip(items, sorted(specs, key=lambda s: s.submit_time), strict=True)
-              if s.model == "ResNet-50"]
+    resnet = [
+        j
+        for j, s in zip(items, sorted(specs, key=lambda s: s.submit_time), strict=True)
+        if s.model == "ResNet-50"
+    ]
     assert all(j.counts is resnet[0].counts and j.rates is resnet[0].rates for j in resnet)
     want = dict(zip([j.id for j in items], afs_l_reference(items, 40), strict=True))
     assert stage(view, []) == {k: v for k, v in want.items() if v > 0}
@@ -294,8 +333,12 @@ def assert_production_matches(jobs: list[AfsJob], total: int) -> list[int]:
     assert sum(shares) <= total, f"production hands out {sum(shares)} GPUs of {total}"
     assert shares == afs_l_reference(jobs, total)
     if jobs and total > 0:
-        assert _CheckedSolver([j.remaining for j in jobs], [(j.counts, j.rates) for j in jobs],
-                              total).run() == shares
+        assert (
+            _CheckedSolver(
+                [j.remaining for j in jobs], [(j.counts, j.rates) for j in jobs], total
+            ).run()
+            == shares
+        )
     return shares
 
 
@@ -307,38 +350,68 @@ def assert_production_matches(jobs: list[AfsJob], total: int) -> list[int]:
 STALE_STEP_CASES = {
     # zero remaining (every length ties at 0): j0's second GPU doubles it (H = 1) and ends the
     # sort; j7's 2-GPU first step fitted at the start but not in the 1 GPU left, yet won.
-    "zero-gpu-job-2-gpu-first-step": (3, [
-        AfsJob("j0", 0.0, (1, 2), (0.5, 1.0)), AfsJob("j3", 0.0, (3,), (0.5,)),
-        AfsJob("j5", 0.0, (1, 2), (0.5, 0.75)), AfsJob("j7", 1.0, (2,), (0.5,))],
-        [1, 0, 2, 0]),
+    "zero-gpu-job-2-gpu-first-step": (
+        3,
+        [
+            AfsJob("j0", 0.0, (1, 2), (0.5, 1.0)),
+            AfsJob("j3", 0.0, (3,), (0.5,)),
+            AfsJob("j5", 0.0, (1, 2), (0.5, 0.75)),
+            AfsJob("j7", 1.0, (2,), (0.5,)),
+        ],
+        [1, 0, 2, 0],
+    ),
     # a job holding GPUs whose next step (1 -> 3) stopped fitting wins the scan: 4 GPUs of 3
-    "holder-multi-gpu-step-wins": (3, [
-        AfsJob("j0", 2.0, (1, 2), (1.0, 2.0)), AfsJob("j1", 3.0, (1, 2), (0.5, 1.0)),
-        AfsJob("j2", 0.0, (1, 3), (0.5, 0.75)), AfsJob("j3", 1.0, (3,), (0.5,))],
-        [2, 0, 1, 0]),
+    "holder-multi-gpu-step-wins": (
+        3,
+        [
+            AfsJob("j0", 2.0, (1, 2), (1.0, 2.0)),
+            AfsJob("j1", 3.0, (1, 2), (0.5, 1.0)),
+            AfsJob("j2", 0.0, (1, 3), (0.5, 0.75)),
+            AfsJob("j3", 1.0, (3,), (0.5,)),
+        ],
+        [2, 0, 1, 0],
+    ),
     # the stale holder j1 (1 -> 3) only steers the chain: it displaces j0 (shorter, and
     # H = G = 0.5 keeps the shorter job), then zero-GPU j2 (G = 1 > 0.5) displaces it; the
     # literal scan, without j1, keeps j0 (H = 1). No over-allocation, but the wrong shares.
-    "holder-steers-the-chain": (3, [
-        AfsJob("j0", 3.0, (1, 2), (1.0, 2.0)), AfsJob("j1", 2.0, (1, 3), (1.0, 1.5)),
-        AfsJob("j2", 2.0, (1, 2), (0.5, 1.0)), AfsJob("j3", 3.0, (3,), (1.0,)),
-        AfsJob("j4", 3.0, (1,), (0.5,))],
-        [2, 1, 0, 0, 0]),
+    "holder-steers-the-chain": (
+        3,
+        [
+            AfsJob("j0", 3.0, (1, 2), (1.0, 2.0)),
+            AfsJob("j1", 2.0, (1, 3), (1.0, 1.5)),
+            AfsJob("j2", 2.0, (1, 2), (0.5, 1.0)),
+            AfsJob("j3", 3.0, (3,), (1.0,)),
+            AfsJob("j4", 3.0, (1,), (0.5,)),
+        ],
+        [2, 1, 0, 0, 0],
+    ),
     # stage one's tail ran to its end (no doubling step ended it early): j4's 1 -> 3 step
     # stayed enabled with 1 GPU left; the round certified nothing (j1, j2 tie at length 0),
     # and j4 won the exact step
-    "tail-ran-to-its-end": (5, [
-        AfsJob("j0", 2.0, (3, 4, 5), (1.0, 1.5, 4.5)), AfsJob("j1", 0.0, (1, 2), (0.5, 0.6)),
-        AfsJob("j2", 0.0, (2, 3), (1.0, 1.2)), AfsJob("j3", 1.0, (3,), (0.5,)),
-        AfsJob("j4", 3.0, (1, 3), (0.5, 0.75))],
-        [0, 1, 3, 0, 1]),
+    "tail-ran-to-its-end": (
+        5,
+        [
+            AfsJob("j0", 2.0, (3, 4, 5), (1.0, 1.5, 4.5)),
+            AfsJob("j1", 0.0, (1, 2), (0.5, 0.6)),
+            AfsJob("j2", 0.0, (2, 3), (1.0, 1.2)),
+            AfsJob("j3", 1.0, (3,), (0.5,)),
+            AfsJob("j4", 3.0, (1, 3), (0.5, 0.75)),
+        ],
+        [0, 1, 3, 0, 1],
+    ),
     # same with a zero-GPU job whose 2-GPU first step fitted only early (ties on lengths)
-    "tail-ran-to-its-end-zero-gpu-job": (6, [
-        AfsJob("j0", 1.0, (3, 4), (1.0, 1.2)), AfsJob("j1", 1.0, (2, 3), (1.0, 1.2)),
-        AfsJob("j2", 2.0, (1, 4, 6), (1.0, 1.2, 1.44)),
-        AfsJob("j3", 1.0, (1, 2, 3), (1.0, 1.2, 3.6)), AfsJob("j4", 0.0, (1,), (0.5,)),
-        AfsJob("j5", 3.0, (2, 3), (0.5, 1.0))],
-        [0, 2, 1, 2, 1, 0]),
+    "tail-ran-to-its-end-zero-gpu-job": (
+        6,
+        [
+            AfsJob("j0", 1.0, (3, 4), (1.0, 1.2)),
+            AfsJob("j1", 1.0, (2, 3), (1.0, 1.2)),
+            AfsJob("j2", 2.0, (1, 4, 6), (1.0, 1.2, 1.44)),
+            AfsJob("j3", 1.0, (1, 2, 3), (1.0, 1.2, 3.6)),
+            AfsJob("j4", 0.0, (1,), (0.5,)),
+            AfsJob("j5", 3.0, (2, 3), (0.5, 1.0)),
+        ],
+        [0, 2, 1, 2, 1, 0],
+    ),
 }
 
 
@@ -381,8 +454,9 @@ def _jobs(picks: list[tuple[int, float]], pool: list, total: int) -> list[AfsJob
 def ladder_jobs(draw, cap: int) -> list[AfsJob]:
     """Up to 12 jobs on ``cap`` GPUs, ladders from a small shared pool, lengths often tied."""
     pool = draw(st.lists(ladder(), min_size=1, max_size=5))
-    picks = draw(st.lists(st.tuples(st.integers(0, len(pool) - 1), remainings),
-                          min_size=1, max_size=12))
+    picks = draw(
+        st.lists(st.tuples(st.integers(0, len(pool) - 1), remainings), min_size=1, max_size=12)
+    )
     return _jobs(picks, pool, cap)
 
 
@@ -396,6 +470,7 @@ def _tight_totals(picks: list[tuple[int, float]], pool: list) -> list[int]:
     stage one, ignoring that a doubling next step ends it early, so this is a bias, not a
     promise: the exact checks are the oracle's.
     """
+
     def first_len(i: int) -> tuple[float, int]:
         (_, rates), remaining = pool[picks[i][0]], picks[i][1]
         return remaining / rates[0], -i
@@ -436,8 +511,9 @@ def afs_cases(draw) -> tuple[int, list[AfsJob]]:
         picks = [(i, draw(remainings)) for i in range(n)]
     else:
         pool = draw(st.lists(ladder(), min_size=1, max_size=5))
-        picks = draw(st.lists(st.tuples(st.integers(0, len(pool) - 1), remainings),
-                              min_size=1, max_size=12))
+        picks = draw(
+            st.lists(st.tuples(st.integers(0, len(pool) - 1), remainings), min_size=1, max_size=12)
+        )
     first = sum(pool[k][0][0] for k, _ in picks)
     tight = _tight_totals(picks, pool) if mode == "tight" else []
     if tight:
@@ -491,8 +567,10 @@ def test_afs_p_never_prefers_both_jobs_of_a_pair(pa, da, pb, db) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(1, 30).flatmap(lambda m: st.tuples(st.just(m), ladder_jobs(m))),
-       st.integers(0, 10**6))
+@given(
+    st.integers(1, 30).flatmap(lambda m: st.tuples(st.just(m), ladder_jobs(m))),
+    st.integers(0, 10**6),
+)
 def test_afs_p_loop_matches_its_literal_version(case, seed) -> None:
     total, jobs = case
     shares = afs_p_loop(jobs, total, random.Random(seed))
@@ -526,8 +604,11 @@ def test_afs_p_is_deterministic_under_a_seed_and_ignores_lengths(monkeypatch) ->
 
 
 def test_afs_s_is_capped_max_min() -> None:
-    specs = [zoo_spec("chat", "Chatbot", 100.0), zoo_spec("vgg", "VGG16", 100.0),
-             zoo_spec("tr", "Transformer", 100.0)]
+    specs = [
+        zoo_spec("chat", "Chatbot", 100.0),
+        zoo_spec("vgg", "VGG16", 100.0),
+        zoo_spec("tr", "Transformer", 100.0),
+    ]
     # Chatbot peaks at 4, VGG16 at 8: max-min fills them up to their peaks, the rest to tr.
     assert AfsS()(view_of(specs, 30), []) == {"chat": 4, "vgg": 8, "tr": 18}
     assert AfsS()(view_of(specs, 9), []) == {"chat": 3, "vgg": 3, "tr": 3}
@@ -543,8 +624,14 @@ def _run_afs_p(jobs: list[JobSpec], gpus: int, **kw: object):
     stage = AfsP(unit_time=100.0, **kw)
     policy = StagedPolicy("afs-p", stage, best_fit_placement, stage.next_wakeup)
     checker = CapacityChecker()
-    result, _, executor = simulate(Cluster.uniform(1, gpus), jobs, policy,
-                                   overheads=NO_OVERHEADS, on_plan=checker, record_segments=True)
+    result, _, executor = simulate(
+        Cluster.uniform(1, gpus),
+        jobs,
+        policy,
+        overheads=NO_OVERHEADS,
+        on_plan=checker,
+        record_segments=True,
+    )
     return {r.job_id: r for r in result.jobs}, executor, stage
 
 
@@ -567,8 +654,12 @@ def test_afs_p_non_preemptive_stage_one(preemptive: bool, start: float) -> None:
     # j0, j1 run [0,100); j2 and j0 (lower counter / earlier) run from 100. j3 arrives at 130
     # with counter 0: non-preemptive, it waits for the next unit boundary (200); preemptive,
     # it displaces j0 (1 unit) at once, tying j2 on counter 0.
-    jobs = [_rigid("j0", 0.0, 1000.0), _rigid("j1", 0.0, 1000.0), _rigid("j2", 0.0, 1000.0),
-            _rigid("j3", 130.0, 1000.0)]
+    jobs = [
+        _rigid("j0", 0.0, 1000.0),
+        _rigid("j1", 0.0, 1000.0),
+        _rigid("j2", 0.0, 1000.0),
+        _rigid("j3", 130.0, 1000.0),
+    ]
     rec, _, _ = _run_afs_p(jobs, 2, preemptive=preemptive)
     assert rec["j2"].first_start == 100.0
     assert rec["j3"].first_start == start
@@ -604,9 +695,16 @@ def test_afs_l_beats_srtf_on_a_small_elastic_workload(run_sim) -> None:
     # 0.79x SRTF's on this instance; we ask for < 0.9x).
     rng = random.Random(0)
     models = ["ResNet-50", "Transformer", "VGG16", "DCGAN", "Chatbot", "GoogLeNet"]
-    jobs = [zoo_spec(f"j{i:02d}", models[i % 6], rng.choice([1800.0, 3600.0, 7200.0, 14400.0]),
-                     submit=900.0 * i, requested=rng.choice([1, 2]))
-            for i in range(12)]
+    jobs = [
+        zoo_spec(
+            f"j{i:02d}",
+            models[i % 6],
+            rng.choice([1800.0, 3600.0, 7200.0, 14400.0]),
+            submit=900.0 * i,
+            requested=rng.choice([1, 2]),
+        )
+        for i in range(12)
+    ]
     mean = {}
     for policy in ("srtf", "afs-l", "afs-p", "afs-s"):
         result, _, _ = run_sim(Cluster.uniform(2, 4), jobs, policy)

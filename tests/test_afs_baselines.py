@@ -53,8 +53,15 @@ from gpuplan.solver_core.registry import make_policy, policy_names
 from tests.conftest import NO_OVERHEADS, rigid
 
 BASELINES = [
-    "tiresias-l", "max-min", "optimus", "themis", "srtf-e", "srsf-e",
-    "srtf-max", "srsf-max", "tiresias-l-max",
+    "tiresias-l",
+    "max-min",
+    "optimus",
+    "themis",
+    "srtf-e",
+    "srsf-e",
+    "srtf-max",
+    "srsf-max",
+    "tiresias-l-max",
 ]
 RIGID_AT_REQUEST = {"tiresias-l"}
 RIGID_AT_MAX = {"srtf-max", "srsf-max", "tiresias-l-max"}
@@ -66,15 +73,26 @@ def peak_profile(peak: int) -> ThroughputProfile:
     return ThroughputProfile(points=points, extrapolation="flat")
 
 
-def elastic(job_id: str, submit: float, requested: int, work: float, profile: ThroughputProfile,
-            max_gpus: int = 64, allowed: tuple[int, ...] = ()) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=submit, requested_gpus=requested,
-                   total_iterations=work, throughput=profile,
-                   elasticity=Elasticity(min_gpus=1, max_gpus=max_gpus, allowed=allowed))
+def elastic(
+    job_id: str,
+    submit: float,
+    requested: int,
+    work: float,
+    profile: ThroughputProfile,
+    max_gpus: int = 64,
+    allowed: tuple[int, ...] = (),
+) -> JobSpec:
+    return JobSpec(
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=requested,
+        total_iterations=work,
+        throughput=profile,
+        elasticity=Elasticity(min_gpus=1, max_gpus=max_gpus, allowed=allowed),
+    )
 
 
-def make_view(now: float, cluster: Cluster,
-              jobs: list[tuple[JobSpec, float, int]]) -> ClusterView:
+def make_view(now: float, cluster: Cluster, jobs: list[tuple[JobSpec, float, int]]) -> ClusterView:
     """(spec, done iterations, GPUs held now) -> a view; held GPUs are taken in node order."""
     free = [(node.name, g) for node in cluster.nodes for g in range(node.gpus)]
     snaps = []
@@ -85,8 +103,9 @@ def make_view(now: float, cluster: Cluster,
             placement: dict[str, list[int]] = defaultdict(list)
             for node, g in taken:
                 placement[node].append(g)
-            allocation = JobAllocation(job_id=spec.id,
-                                       placement={n: tuple(g) for n, g in placement.items()})
+            allocation = JobAllocation(
+                job_id=spec.id, placement={n: tuple(g) for n, g in placement.items()}
+            )
         snaps.append(JobSnapshot(spec=spec, done_iterations=done, allocation=allocation))
     return ClusterState(now=now, cluster=cluster, jobs=snaps).to_view()
 
@@ -95,9 +114,14 @@ def make_view(now: float, cluster: Cluster,
 def test_registered_fresh_policies_with_public_shares_stages() -> None:
     names = policy_names()
     expected_stage = {
-        "tiresias-l": TiresiasL, "tiresias-l-max": TiresiasL, "max-min": MaxMinShares,
-        "optimus": OptimusShares, "themis": Themis, "srtf-e": AltruisticShortestFirst,
-        "srsf-e": AltruisticShortestFirst, "srtf-max": MaxGpusShortestFirst,
+        "tiresias-l": TiresiasL,
+        "tiresias-l-max": TiresiasL,
+        "max-min": MaxMinShares,
+        "optimus": OptimusShares,
+        "themis": Themis,
+        "srtf-e": AltruisticShortestFirst,
+        "srsf-e": AltruisticShortestFirst,
+        "srtf-max": MaxGpusShortestFirst,
         "srsf-max": MaxGpusShortestFirst,
     }
     for name in BASELINES:
@@ -141,13 +165,17 @@ def test_useful_ladder_and_max_useful_gpus() -> None:
 # --------------------------------------------------------------------------- Max-Min
 def test_maxmin_water_filling_exact_shares() -> None:
     # caps 2, 3, 10 on 12 GPUs: level 7 -> (2, 3, 7)
-    jobs = [elastic(n, i, 1, 1e6, peak_profile(c)) for i, (n, c) in enumerate(
-        [("a", 2), ("b", 3), ("c", 10)])]
+    jobs = [
+        elastic(n, i, 1, 1e6, peak_profile(c))
+        for i, (n, c) in enumerate([("a", 2), ("b", 3), ("c", 10)])
+    ]
     view = make_view(100, Cluster.uniform(3, 4), [(j, 0, 0) for j in jobs])
     assert MaxMinShares()(view, []) == {"a": 2, "b": 3, "c": 7}
     # caps 1, 4, 8 on 8 GPUs: level 3 (1+3+3 = 7), the spare GPU goes to the older of b, c
-    jobs = [elastic(n, i, 1, 1e6, peak_profile(c)) for i, (n, c) in enumerate(
-        [("a", 1), ("b", 4), ("c", 8)])]
+    jobs = [
+        elastic(n, i, 1, 1e6, peak_profile(c))
+        for i, (n, c) in enumerate([("a", 1), ("b", 4), ("c", 8)])
+    ]
     view = make_view(100, Cluster.uniform(2, 4), [(j, 0, 0) for j in jobs])
     assert MaxMinShares()(view, []) == {"a": 1, "b": 4, "c": 3}
     # three uncapped jobs on 8 GPUs: level 2, the 2 spare GPUs to the two oldest
@@ -185,8 +213,9 @@ def test_optimus_gives_the_next_gpu_to_the_largest_marginal_gain() -> None:
     assert marginal_gain(view.pending["b"], 1, 2, 0) == pytest.approx(100.0)
     assert OptimusShares()(view, []) == {"a": 1, "b": 2}
     # make b's second GPU worth less (300 - 300/1.1 = 27.3 s): a wins it
-    b2 = b.model_copy(update={"throughput": ThroughputProfile(points={1: 1.0, 2: 1.1},
-                                                              extrapolation="flat")})
+    b2 = b.model_copy(
+        update={"throughput": ThroughputProfile(points={1: 1.0, 2: 1.1}, extrapolation="flat")}
+    )
     view = make_view(0, cluster, [(a, 0, 0), (b2, 0, 0)])
     assert OptimusShares()(view, []) == {"a": 2, "b": 1}
     # the estimate is the *remaining* work: with a 90 % done, a's gain is 5 s and b wins again
@@ -202,8 +231,9 @@ def test_optimus_never_grows_past_the_peak() -> None:
 
 # --------------------------------------------------------------------------- SRTF-E / SRSF-E
 def test_srtf_e_selection_then_leftovers_by_throughput_gain() -> None:
-    a = elastic("a", 0, 2, 1000, ThroughputProfile(points={1: 1.0, 2: 1.9, 3: 2.7},
-                                                    extrapolation="flat"))
+    a = elastic(
+        "a", 0, 2, 1000, ThroughputProfile(points={1: 1.0, 2: 1.9, 3: 2.7}, extrapolation="flat")
+    )
     b = elastic("b", 1, 1, 5000, ThroughputProfile(points={1: 1.0, 8: 6.0}, extrapolation="flat"))
     c = rigid("c", 2, 4, 1e5)  # longest: no room for its 4 GPUs after a and b
     view = make_view(0, Cluster.uniform(2, 4), [(a, 0, 0), (b, 0, 0), (c, 0, 0)])
@@ -232,8 +262,20 @@ def test_srtf_e_never_exceeds_max_useful_gpus() -> None:
         for i in range(rng.randint(1, 8)):
             model = zoo[models[rng.randrange(len(models))]]
             top = min(model.max_gpus, 16)
-            jobs.append((elastic(f"t{trial}-{i}", rng.uniform(0, 50), rng.randint(1, top),
-                                 rng.uniform(1e3, 1e6), model.profile, max_gpus=top), 0, 0))
+            jobs.append(
+                (
+                    elastic(
+                        f"t{trial}-{i}",
+                        rng.uniform(0, 50),
+                        rng.randint(1, top),
+                        rng.uniform(1e3, 1e6),
+                        model.profile,
+                        max_gpus=top,
+                    ),
+                    0,
+                    0,
+                )
+            )
         view = make_view(100, cluster, jobs)
         for name in ("srtf-e", "srsf-e"):
             shares = make_policy(name).shares(view, [])
@@ -250,12 +292,16 @@ def test_sized_queue_walk_equals_the_plain_walk() -> None:
     cluster = Cluster.uniform(4, 4)
     for trial in range(200):
         capacity = rng.randint(1, 16)
-        specs = [rigid(f"t{trial}-{i}", float(i), rng.choice([1, 2, 3, 4, 8, 16]), 10)
-                 for i in range(rng.randint(0, 40))]
+        specs = [
+            rigid(f"t{trial}-{i}", float(i), rng.choice([1, 2, 3, 4, 8, 16]), 10)
+            for i in range(rng.randint(0, 40))
+        ]
         view = make_view(0, cluster, [(spec, 0, 0) for spec in specs])
         keys = {spec.id: rng.random() for spec in specs}
-        queue = SizedQueue(lambda job, now, keys=keys: (keys[job.spec.id], job.spec.id),
-                           lambda job, cap: job.spec.requested_gpus)
+        queue = SizedQueue(
+            lambda job, now, keys=keys: (keys[job.spec.id], job.spec.id),
+            lambda job, cap: job.spec.requested_gpus,
+        )
         queue.sync(view)
         running = [((rng.random(), f"r{k}"), rng.choice([0, 1, 2, 5, 40])) for k in range(5)]
         order = sorted([*running, *(((keys[s.id], s.id), s.requested_gpus) for s in specs)])
@@ -266,15 +312,16 @@ def test_sized_queue_walk_equals_the_plain_walk() -> None:
             del view.pending[spec.id]
         queue.sync(view)
         order = [(e, n) for e, n in order if e[-1] in view.pending or e[-1].startswith("r")]
-        assert queue.walk(running, capacity) == rigid_walk(((e[-1], n) for e, n in order),
-                                                           capacity)
+        assert queue.walk(running, capacity) == rigid_walk(((e[-1], n) for e, n in order), capacity)
 
 
 # --------------------------------------------------------------------------- Tiresias-L
-def _run(cluster: Cluster, jobs: list[JobSpec], policy: Policy
-         ) -> tuple[dict[str, JobRecord], SimulatedCluster]:
-    result, _, executor = simulate(cluster, jobs, policy, overheads=NO_OVERHEADS,
-                                   record_segments=True, sample_interval_s=None)
+def _run(
+    cluster: Cluster, jobs: list[JobSpec], policy: Policy
+) -> tuple[dict[str, JobRecord], SimulatedCluster]:
+    result, _, executor = simulate(
+        cluster, jobs, policy, overheads=NO_OVERHEADS, record_segments=True, sample_interval_s=None
+    )
     return {r.job_id: r for r in result.jobs}, executor
 
 
@@ -441,14 +488,25 @@ def _random_state(rng: random.Random, tag: str) -> ClusterView:
         top = min(model.max_gpus, total)
         kind = rng.random()
         if kind < 0.2:
-            spec = JobSpec(id=f"{tag}{i}", submit_time=rng.uniform(0, 900),
-                           requested_gpus=rng.randint(1, top),
-                           total_iterations=rng.uniform(1e2, 1e6), throughput=model.profile)
+            spec = JobSpec(
+                id=f"{tag}{i}",
+                submit_time=rng.uniform(0, 900),
+                requested_gpus=rng.randint(1, top),
+                total_iterations=rng.uniform(1e2, 1e6),
+                throughput=model.profile,
+            )
         else:
             allowed = tuple(c for c in (1, 2, 4, 8, 16) if c <= top) if kind < 0.4 else ()
             req = rng.choice(allowed) if allowed else rng.randint(1, top)
-            spec = elastic(f"{tag}{i}", rng.uniform(0, 900), req, rng.uniform(1e2, 1e6),
-                           model.profile, max_gpus=top, allowed=allowed)
+            spec = elastic(
+                f"{tag}{i}",
+                rng.uniform(0, 900),
+                req,
+                rng.uniform(1e2, 1e6),
+                model.profile,
+                max_gpus=top,
+                allowed=allowed,
+            )
         held = 0
         if rng.random() < 0.4:
             fits = [c for c in spec.allowed_counts() if used + c <= total]
@@ -530,8 +588,14 @@ def test_end_to_end_afs_workload_every_job_finishes(name: str) -> None:
     runs = []
     for _ in range(2):
         checker = _Checker()
-        result, _, _ = simulate(cluster, jobs, make_policy(name), overheads=NO_OVERHEADS,
-                                on_plan=checker, sample_interval_s=None)
+        result, _, _ = simulate(
+            cluster,
+            jobs,
+            make_policy(name),
+            overheads=NO_OVERHEADS,
+            on_plan=checker,
+            sample_interval_s=None,
+        )
         assert checker.plans > 0
         assert len(result.jobs) == len(jobs)
         assert all(r.finish_time is not None for r in result.jobs), "every job finishes"

@@ -55,28 +55,44 @@ class _Compared:
         self.decisions += 1
         return got
 
+
 def test_stage_equals_the_from_scratch_computation_at_every_decision() -> None:
     checked = _Compared()
     jobs = workload(40, 80, seed=5)
-    result, _, _ = simulate(Cluster.uniform(8, 8), jobs,
-                            StagedPolicy("afs-l", checked, best_fit_placement),
-                            sample_interval_s=None)
+    result, _, _ = simulate(
+        Cluster.uniform(8, 8),
+        jobs,
+        StagedPolicy("afs-l", checked, best_fit_placement),
+        sample_interval_s=None,
+    )
     assert all(r.jct is not None for r in result.jobs)
     assert checked.decisions >= 150
     assert checked.arrived_while_running >= 50  # the incremental path, not only the first sort
 
+
 def test_scan_order_handles_many_arrivals_departures_and_equal_submit_times() -> None:
     rng = random.Random(3)
     profile = ThroughputProfile.linear(1.0)
-    pool = [JobSpec(id=f"j{i:03d}", submit_time=float(rng.randrange(5)), requested_gpus=1,
-                    total_iterations=10.0, elasticity=Elasticity(min_gpus=1, max_gpus=2),
-                    throughput=profile) for i in range(300)]
+    pool = [
+        JobSpec(
+            id=f"j{i:03d}",
+            submit_time=float(rng.randrange(5)),
+            requested_gpus=1,
+            total_iterations=10.0,
+            elasticity=Elasticity(min_gpus=1, max_gpus=2),
+            throughput=profile,
+        )
+        for i in range(300)
+    ]
     scan = ScanOrder()
 
     for step in range(40):
         chosen = rng.sample(pool, rng.choice((0, 1, 5, 100, 200)))  # > 64 new: the re-sort
-        view = ClusterState(now=float(step), cluster=Cluster.uniform(1, 8),
-                            jobs=[JobSnapshot(spec=s) for s in chosen]).to_view()
+        view = ClusterState(
+            now=float(step),
+            cluster=Cluster.uniform(1, 8),
+            jobs=[JobSnapshot(spec=s) for s in chosen],
+        ).to_view()
         got = scan.jobs(view)
         assert [j.spec.id for j in got] == [j.spec.id for j in scan_order(view.active())]
         assert scan.ids == {s.id for s in chosen}

@@ -40,9 +40,21 @@ from tests.conftest import NO_OVERHEADS, CapacityChecker
 
 from .conftest import need_traces
 
-ARYL_POLICIES = ("aryl", "aryl-scaling", "aryl-loaning", "aryl-loaning-scf",
-                 "aryl-loaning-random", "aryl-loaning-exact", "aryl-exact", "aryl-cpsat",
-                 "aryl-greedy", "aryl-naive", "aryl-sjf", "aryl-hetero", "aryl-hetero-ideal")
+ARYL_POLICIES = (
+    "aryl",
+    "aryl-scaling",
+    "aryl-loaning",
+    "aryl-loaning-scf",
+    "aryl-loaning-random",
+    "aryl-loaning-exact",
+    "aryl-exact",
+    "aryl-cpsat",
+    "aryl-greedy",
+    "aryl-naive",
+    "aryl-sjf",
+    "aryl-hetero",
+    "aryl-hetero-ideal",
+)
 
 
 class PoolChecker:
@@ -72,13 +84,20 @@ class PoolChecker:
         self.plans += 1
 
 
-def run_checked(cluster: Cluster, jobs: list[JobSpec], policy: str, events=(),
-                overheads: Overheads | None = None, **kw: object):
+def run_checked(
+    cluster: Cluster,
+    jobs: list[JobSpec],
+    policy: str,
+    events=(),
+    overheads: Overheads | None = None,
+    **kw: object,
+):
     check = PoolChecker(jobs)
     pol = make_policy(policy)
     usage = PoolUsage(cluster, chain=check)
-    result, engine, _ = simulate(cluster, jobs, pol, overheads=overheads or NO_OVERHEADS,
-                                 events=events, on_plan=usage, **kw)
+    result, engine, _ = simulate(
+        cluster, jobs, pol, overheads=overheads or NO_OVERHEADS, events=events, on_plan=usage, **kw
+    )
     assert check.plans > 0
     return result, engine, pol, usage
 
@@ -88,9 +107,10 @@ def job(job_id: str, submit: float, gpus: int, duration: float, **kw: object) ->
 
 
 def physical_cluster(train: int = 1, inf: int = 2, gpus: int = 8) -> Cluster:
-    return Cluster(nodes=[Node(name=f"t{i}", gpus=gpus) for i in range(train)]
-                   + [Node(name=f"i{i}", gpus=gpus, gpu_type="t4", pool="inference")
-                      for i in range(inf)])
+    return Cluster(
+        nodes=[Node(name=f"t{i}", gpus=gpus) for i in range(train)]
+        + [Node(name=f"i{i}", gpus=gpus, gpu_type="t4", pool="inference") for i in range(inf)]
+    )
 
 
 # ------------------------------------------------------------------------------- registry
@@ -103,8 +123,10 @@ def test_aryl_policies_are_registered() -> None:
 
 def test_run_sim_with_loans_and_reclaims(run_sim) -> None:
     cluster = physical_cluster(1, 2)
-    jobs = [job("r", 0, 8, 100, gpu_type="v100"),
-            job("e", 0, 8, 400, elasticity=Elasticity(min_gpus=4, max_gpus=8))]
+    jobs = [
+        job("r", 0, 8, 100, gpu_type="v100"),
+        job("e", 0, 8, 400, elasticity=Elasticity(min_gpus=4, max_gpus=8)),
+    ]
     events = [LoanOffer(time=1, count=2), ReclaimRequest(time=50, count=1)]
     result, engine, _ = run_sim(cluster, jobs, "aryl", events=events)
     rec = {r.job_id: r for r in result.jobs}
@@ -118,9 +140,11 @@ def test_run_sim_with_loans_and_reclaims(run_sim) -> None:
 # ------------------------------------------------------------------------------- placement
 def test_grouped_placement_and_flexible_first_reclaim() -> None:
     cluster = physical_cluster(1, 2)
-    jobs = [job("fill", 0, 8, 1000, gpu_type="v100"),
-            job("e", 0, 8, 1000, elasticity=Elasticity(min_gpus=4, max_gpus=8)),
-            job("r", 5, 4, 1000)]  # GPU-agnostic rigid job: training is full
+    jobs = [
+        job("fill", 0, 8, 1000, gpu_type="v100"),
+        job("e", 0, 8, 1000, elasticity=Elasticity(min_gpus=4, max_gpus=8)),
+        job("r", 5, 4, 1000),
+    ]  # GPU-agnostic rigid job: training is full
     events = [LoanOffer(time=1, count=2), ReclaimRequest(time=10, count=1)]
     result, engine, pol, _ = run_checked(cluster, jobs, "aryl", events)
     assert engine.reclaim_log == [(10.0, ["i1"])]  # e's flexible server; i0 holds r (rigid)
@@ -135,8 +159,14 @@ def test_base_and_flexible_groups_at_opposite_ends() -> None:
     jobs = [job("e", 0, 8, 100, elasticity=Elasticity(min_gpus=4, max_gpus=8))]
     plans: list[AllocationPlan] = []
     pol = make_policy("aryl")
-    simulate(cluster, jobs, pol, overheads=NO_OVERHEADS, events=[LoanOffer(time=0, count=4)],
-             on_plan=lambda v, p: plans.append(p))
+    simulate(
+        cluster,
+        jobs,
+        pol,
+        overheads=NO_OVERHEADS,
+        events=[LoanOffer(time=0, count=4)],
+        on_plan=lambda v, p: plans.append(p),
+    )
     first = next(p for p in plans if p.allocations)
     assert dict(first.allocations["e"].placement) == {"i0": (0, 1, 2, 3), "i3": (0, 1, 2, 3)}
 
@@ -152,8 +182,9 @@ def test_naive_placement_puts_elastic_jobs_on_training_first() -> None:
 
 def test_scaling_only_never_uses_loans_and_sjf_never_resizes() -> None:
     cluster = physical_cluster(1, 2)
-    jobs = [job(f"e{i}", i, 8, 50, elasticity=Elasticity(min_gpus=2, max_gpus=8))
-            for i in range(3)] + [job("r", 1, 2, 30)]
+    jobs = [
+        job(f"e{i}", i, 8, 50, elasticity=Elasticity(min_gpus=2, max_gpus=8)) for i in range(3)
+    ] + [job("r", 1, 2, 30)]
     events = [LoanOffer(time=0, count=2), ReclaimRequest(time=20, count=2)]
     result, _, pol, usage = run_checked(cluster, jobs, "aryl-scaling", events)
     assert usage.used_s["inference"] == 0.0
@@ -165,8 +196,10 @@ def test_scaling_only_never_uses_loans_and_sjf_never_resizes() -> None:
 
 def test_phase1_scales_in_flexible_workers_to_admit_a_queued_job() -> None:
     cluster = Cluster(nodes=[Node(name="t0", gpus=8)])
-    jobs = [job("e", 0, 8, 1000, elasticity=Elasticity(min_gpus=2, max_gpus=8)),
-            job("q", 10, 4, 100)]
+    jobs = [
+        job("e", 0, 8, 1000, elasticity=Elasticity(min_gpus=2, max_gpus=8)),
+        job("q", 10, 4, 100),
+    ]
     result, *_ = run_checked(cluster, jobs, "aryl")
     rec = {r.job_id: r for r in result.jobs}
     assert rec["q"].first_start == 10.0  # took e's flexible GPUs at once (C^a includes them)
@@ -175,8 +208,10 @@ def test_phase1_scales_in_flexible_workers_to_admit_a_queued_job() -> None:
 
 def test_mckp_variants_agree_on_small_runs() -> None:
     cluster = Cluster(nodes=[Node(name="t0", gpus=8), Node(name="t1", gpus=8)])
-    jobs = [job(f"e{i}", 5 * i, 4, 100 + 40 * i, elasticity=Elasticity(min_gpus=2, max_gpus=6))
-            for i in range(5)]
+    jobs = [
+        job(f"e{i}", 5 * i, 4, 100 + 40 * i, elasticity=Elasticity(min_gpus=2, max_gpus=6))
+        for i in range(5)
+    ]
     jct = {}
     for policy in ("aryl", "aryl-cpsat"):
         result, *_ = run_checked(cluster, jobs, policy)
@@ -191,8 +226,9 @@ def draw_loan_events(draw: st.DrawFn, events: list | None = None) -> list:
     for _ in range(draw(st.integers(0, 6))):
         t = draw(st.integers(0, 400))
         n = draw(st.integers(1, 3))
-        events.append(LoanOffer(time=t, count=n) if draw(st.booleans())
-                      else ReclaimRequest(time=t, count=n))
+        events.append(
+            LoanOffer(time=t, count=n) if draw(st.booleans()) else ReclaimRequest(time=t, count=n)
+        )
     return events
 
 
@@ -210,23 +246,31 @@ def workloads(draw: st.DrawFn):
             kw["elasticity"] = Elasticity(min_gpus=draw(st.integers(1, gpus)), max_gpus=gpus)
         elif kind == "gaps":  # allowed counts with holes, e.g. powers of two
             gpus = draw(st.sampled_from([2, 4, 6]))
-            kw["elasticity"] = Elasticity(min_gpus=1, max_gpus=gpus,
-                                          allowed=tuple(c for c in (1, 2, 4, 6) if c <= gpus))
+            kw["elasticity"] = Elasticity(
+                min_gpus=1, max_gpus=gpus, allowed=tuple(c for c in (1, 2, 4, 6) if c <= gpus)
+            )
         kw["checkpoint"] = {"on_signal": draw(st.booleans())}
-        jobs.append(job(f"j{i}", draw(st.integers(0, 200)), gpus,
-                        draw(st.integers(10, 300)), **kw))
+        jobs.append(job(f"j{i}", draw(st.integers(0, 200)), gpus, draw(st.integers(10, 300)), **kw))
     return jobs, draw_loan_events(draw)
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(data=workloads(), policy=st.sampled_from(["aryl", "aryl-loaning", "aryl-exact",
-                                                 "aryl-loaning-random", "aryl-naive"]))
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    data=workloads(),
+    policy=st.sampled_from(
+        ["aryl", "aryl-loaning", "aryl-exact", "aryl-loaning-random", "aryl-naive"]
+    ),
+)
 def test_plans_never_exceed_pool_capacity(data, policy: str) -> None:
     jobs, events = data
-    cluster = Cluster(nodes=[Node(name="t0", gpus=4), Node(name="t1", gpus=4)]
-                      + [Node(name=f"i{k}", gpus=4, gpu_type="t4", pool="inference")
-                         for k in range(3)])
+    cluster = Cluster(
+        nodes=[Node(name="t0", gpus=4), Node(name="t1", gpus=4)]
+        + [Node(name=f"i{k}", gpus=4, gpu_type="t4", pool="inference") for k in range(3)]
+    )
     result, engine, pol, _ = run_checked(cluster, jobs, policy, events)
     assert all(r.finish_time is not None for r in result.jobs)  # every job fits in training
     # the reclaimer's prediction is what the engine did (Aryl itself never preempts); with
@@ -271,8 +315,7 @@ def test_raw_trace_aggregation_matches_embedded() -> None:
 
 
 def test_inference_load_and_loan_events() -> None:
-    load = InferenceLoad.for_fleet(20, peak_busy=0.95, base_busy=0.3, headroom=0.1,
-                                   period_s=3600.0)
+    load = InferenceLoad.for_fleet(20, peak_busy=0.95, base_busy=0.3, headroom=0.1, period_s=3600.0)
     bins = len(load.series.values)
     needs = [load.needed((k + 0.5) * 3600 / bins) for k in range(bins)]
     assert max(needs) == math.ceil(0.95 * 20 - 1e-9) and min(needs) >= math.ceil(0.3 * 20)
@@ -303,8 +346,10 @@ def test_normalised_inference_servers() -> None:
 
 
 def test_aryl_job_mix() -> None:
-    rows = [TraceJob(id=f"r{i}", submit_time=float(i), gpus=[1, 2, 4, 8][i % 4],
-                     duration=100.0 + i) for i in range(400)]
+    rows = [
+        TraceJob(id=f"r{i}", submit_time=float(i), gpus=[1, 2, 4, 8][i % 4], duration=100.0 + i)
+        for i in range(400)
+    ]
     jobs = aryl_jobs(rows, seed=3)
     assert jobs == aryl_jobs(rows, seed=3)
     elastic = [j for j in jobs if j.elasticity is not None]
@@ -322,8 +367,7 @@ def test_aryl_job_mix() -> None:
 def test_pool_usage_by_hand() -> None:
     cluster = loaning_cluster(1, 1, training_gpus=4)  # 4 training GPUs + 2 normalised slots
     jobs = [job("a", 0, 2, 100, gpu_type="v100"), job("b", 0, 2, 50)]
-    result, _, _, usage = run_checked(cluster, jobs, "aryl-loaning",
-                                      [LoanOffer(time=0, count=1)])
+    result, _, _, usage = run_checked(cluster, jobs, "aryl-loaning", [LoanOffer(time=0, count=1)])
     summ = usage.summary(result.end_time)
     # training: a + b on the training server for their lifetimes (b fits there first)
     assert summ["training"] == pytest.approx((2 * 100 + 2 * 50) / (4 * 100))

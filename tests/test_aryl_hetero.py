@@ -49,8 +49,14 @@ def run(jobs: Sequence[JobSpec], policy: str, cluster=None, events=None):
         plans.append(plan)
 
     events = [LoanOffer(time=0, count=2)] if events is None else events
-    result, engine, _ = simulate(cluster, list(jobs), make_policy(policy),
-                                 overheads=NO_OVERHEADS, events=events, on_plan=hook)
+    result, engine, _ = simulate(
+        cluster,
+        list(jobs),
+        make_policy(policy),
+        overheads=NO_OVERHEADS,
+        events=events,
+        on_plan=hook,
+    )
     return result, engine, plans
 
 
@@ -63,9 +69,9 @@ def test_theoretical_throughput_reproduces_table_10() -> None:
     # App. A, Tab. 10: homogeneous V100 throughput, then (V100, T4) mixes -> "theoretical"
     speed = {"v100": 1.0, "t4": 0.25}
     rows = {
-        18883: (16, [((12, 4), 15342), ((8, 8), 11801), ((4, 12), 8261)]),      # ResNet-50
+        18883: (16, [((12, 4), 15342), ((8, 8), 11801), ((4, 12), 8261)]),  # ResNet-50
         791771: (16, [((12, 4), 643313), ((8, 8), 494856), ((4, 12), 346399)]),  # GNMT
-        1572: (32, [((24, 8), 1277), ((16, 16), 982), ((8, 24), 687)]),          # BERT
+        1572: (32, [((24, 8), 1277), ((16, 16), 982), ((8, 24), 687)]),  # BERT
     }
     for homogeneous, (n, mixes) in rows.items():
         for (v100, t4), printed in mixes:
@@ -90,8 +96,9 @@ def test_jobspec_flag_round_trips_and_defaults_off() -> None:
     spec = job("h", 0, 8, 100, heterogeneous=True)
     again = JobSpec.model_validate_json(spec.model_dump_json())
     assert again == spec and again.heterogeneous is True
-    old = JobSpec.model_validate_json('{"id": "o", "submit_time": 0, "requested_gpus": 2, '
-                                      '"duration": 10}')  # JSON written before the flag
+    old = JobSpec.model_validate_json(
+        '{"id": "o", "submit_time": 0, "requested_gpus": 2, "duration": 10}'
+    )  # JSON written before the flag
     assert old.heterogeneous is False
     assert JobSpec.model_validate(old.model_dump()) == old
 
@@ -101,8 +108,7 @@ def test_jobspec_flag_round_trips_and_defaults_off() -> None:
 def test_rigid_job_spans_both_pools_at_the_stated_efficiency(policy: str) -> None:
     # fill holds 4 of the 8 training GPUs for 10,000 s; h (8 GPUs, 1,000 s at 8 V100) arrives:
     # neither pool alone fits it (4 free V100, 2 x 2 loaned slots), so it runs on both.
-    jobs = [job("fill", 0, 4, 10_000, gpu_type="v100"),
-            job("h", 1, 8, 1000, heterogeneous=True)]
+    jobs = [job("fill", 0, 4, 10_000, gpu_type="v100"), job("h", 1, 8, 1000, heterogeneous=True)]
     result, _, plans = run(jobs, policy)
     eff = EFFICIENCY[policy]
     alloc = first_alloc(plans, "h")
@@ -111,8 +117,9 @@ def test_rigid_job_spans_both_pools_at_the_stated_efficiency(policy: str) -> Non
     # App. A: 4 V100 + 16 T4 (4 normalised slots) = 4 + 16/4 = 8 V100-equivalents
     spec = jobs[1]
     cluster = loaning_cluster(1, 2)
-    theory = theoretical_throughput(spec.throughput.rate(20), {"v100": 4, "t4": 16},
-                                    {"v100": 1.0, "t4": 0.25})
+    theory = theoretical_throughput(
+        spec.throughput.rate(20), {"v100": 4, "t4": 16}, {"v100": 1.0, "t4": 0.25}
+    )
     assert theory == pytest.approx(spec.throughput.rate(8))
     assert placement_rate(spec, cluster, alloc) == pytest.approx(eff * theory)
     h = {r.job_id: r for r in result.jobs}["h"]
@@ -121,8 +128,7 @@ def test_rigid_job_spans_both_pools_at_the_stated_efficiency(policy: str) -> Non
 
 
 def test_without_the_option_the_flag_is_ignored() -> None:
-    jobs = [job("fill", 0, 4, 10_000, gpu_type="v100"),
-            job("h", 1, 8, 1000, heterogeneous=True)]
+    jobs = [job("fill", 0, 4, 10_000, gpu_type="v100"), job("h", 1, 8, 1000, heterogeneous=True)]
     result, _, plans = run(jobs, "aryl")
     assert dict(first_alloc(plans, "h").placement) == {"t000": tuple(range(8))}
     assert {r.job_id: r for r in result.jobs}["h"].first_start == 10_000.0
@@ -137,23 +143,27 @@ def test_homogeneous_fit_is_preferred() -> None:
 
 
 def test_pinned_jobs_never_mix_even_when_flagged() -> None:
-    jobs = [job("fill", 0, 4, 10_000, gpu_type="v100"),
-            job("p", 1, 8, 1000, heterogeneous=True, gpu_type="v100")]
+    jobs = [
+        job("fill", 0, 4, 10_000, gpu_type="v100"),
+        job("p", 1, 8, 1000, heterogeneous=True, gpu_type="v100"),
+    ]
     result, _, plans = run(jobs, "aryl-hetero")
     assert set(first_alloc(plans, "p").placement) == {"t000"}
     assert {r.job_id: r for r in result.jobs}["p"].first_start == 10_000.0
 
 
-@pytest.mark.parametrize(("policy", "finish"), [("aryl", 2000.0),
-                                                ("aryl-hetero", 1000 / 0.7),
-                                                ("aryl-hetero-ideal", 1000.0)])
+@pytest.mark.parametrize(
+    ("policy", "finish"),
+    [("aryl", 2000.0), ("aryl-hetero", 1000 / 0.7), ("aryl-hetero-ideal", 1000.0)],
+)
 def test_elastic_job_base_on_training_flexible_on_loaned(policy: str, finish: float) -> None:
     # e: elastic 4..8 GPUs, 1,000 s at 8. Plain Aryl puts its base on the loaned servers (and
     # then has no room to grow: 4 GPUs, 2,000 s). Heterogeneous: base on the 4 free training
     # GPUs (§5.3), the 4 flexible GPUs on loaned servers -> 8 V100-equivalents at e.
-    jobs = [job("fill", 0, 4, 10_000, gpu_type="v100"),
-            job("e", 0, 8, 1000, heterogeneous=True,
-                elasticity=Elasticity(min_gpus=4, max_gpus=8))]
+    jobs = [
+        job("fill", 0, 4, 10_000, gpu_type="v100"),
+        job("e", 0, 8, 1000, heterogeneous=True, elasticity=Elasticity(min_gpus=4, max_gpus=8)),
+    ]
     result, _, plans = run(jobs, policy)
     alloc = first_alloc(plans, "e")
     if policy == "aryl":
@@ -167,18 +177,19 @@ def test_elastic_job_base_on_training_flexible_on_loaned(policy: str, finish: fl
 
 def test_mixing_is_skipped_when_it_does_not_pay() -> None:
     # base 8 on training (+2 loaned slots would give 0.7 x 10 = 7 < 8): stay homogeneous
-    jobs = [job("e", 0, 10, 1000, heterogeneous=True,
-                elasticity=Elasticity(min_gpus=8, max_gpus=10))]
+    jobs = [
+        job("e", 0, 10, 1000, heterogeneous=True, elasticity=Elasticity(min_gpus=8, max_gpus=10))
+    ]
     result, _, plans = run(jobs, "aryl-hetero", events=[LoanOffer(time=0, count=1)])
-    assert all(set(p.allocations["e"].placement) == {"t000"} for p in plans
-               if "e" in p.allocations)
+    assert all(set(p.allocations["e"].placement) == {"t000"} for p in plans if "e" in p.allocations)
     assert result.jobs[0].finish_time == pytest.approx(1000 * 10 / 8)
 
 
 def test_no_loans_no_penalty_for_flagged_elastic_jobs() -> None:
-    jobs = [job("fill", 0, 2, 10_000, gpu_type="v100"),
-            job("e", 0, 6, 600, heterogeneous=True,
-                elasticity=Elasticity(min_gpus=2, max_gpus=6))]
+    jobs = [
+        job("fill", 0, 2, 10_000, gpu_type="v100"),
+        job("e", 0, 6, 600, heterogeneous=True, elasticity=Elasticity(min_gpus=2, max_gpus=6)),
+    ]
     out = {}
     for policy in ("aryl", "aryl-hetero"):
         result, _, plans = run(jobs, policy, events=[])
@@ -223,8 +234,7 @@ def hetero_workloads(draw: st.DrawFn):
         elif kind == "elastic":
             kw["elasticity"] = Elasticity(min_gpus=draw(st.integers(1, gpus)), max_gpus=gpus)
         kw["checkpoint"] = {"on_signal": draw(st.booleans())}
-        jobs.append(job(f"j{i}", draw(st.integers(0, 200)), gpus,
-                        draw(st.integers(10, 300)), **kw))
+        jobs.append(job(f"j{i}", draw(st.integers(0, 200)), gpus, draw(st.integers(10, 300)), **kw))
     first = [LoanOffer(time=0, count=draw(st.integers(1, 3)))]  # loans from the start
     return jobs, draw_loan_events(draw, first)
 
@@ -236,8 +246,9 @@ def test_only_flagged_jobs_mix_and_capacity_holds(data, policy: str) -> None:
     cluster = loaning_cluster(2, 3, training_gpus=4)  # 8 V100 + 3 x 2 loaned slots
     check = MixChecker(jobs, EFFICIENCY[policy])
     pol = make_policy(policy)
-    result, engine, _ = simulate(cluster, jobs, pol, overheads=NO_OVERHEADS, events=events,
-                                 on_plan=check)
+    result, engine, _ = simulate(
+        cluster, jobs, pol, overheads=NO_OVERHEADS, events=events, on_plan=check
+    )
     assert check.plans > 0
     assert all(r.finish_time is not None for r in result.jobs)
     # the reclaimer still predicts exactly what the engine does

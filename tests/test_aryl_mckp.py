@@ -36,11 +36,14 @@ def avg(jct: dict[str, float]) -> float:
 
 
 # ------------------------------------------------------------------------------- Tab. 2 - 4
-@pytest.mark.parametrize(("a", "b", "jct_a", "jct_b", "mean"), [
-    (6, 2, 50.0, 53.33, 51.67),   # solution 1
-    (2, 6, 63.33, 20.0, 41.67),   # solution 2
-    (4, 4, 60.0, 30.0, 45.0),     # solution 3
-])
+@pytest.mark.parametrize(
+    ("a", "b", "jct_a", "jct_b", "mean"),
+    [
+        (6, 2, 50.0, 53.33, 51.67),  # solution 1
+        (2, 6, 63.33, 20.0, 41.67),  # solution 2
+        (4, 4, 60.0, 30.0, 45.0),  # solution 3
+    ],
+)
 def test_table3_average_jcts(a: int, b: int, jct_a: float, jct_b: float, mean: float) -> None:
     jct = linear_jct([TAB2_A, TAB2_B], {"A": a, "B": b}, 8)
     assert jct["A"] == pytest.approx(jct_a, abs=0.005)
@@ -63,7 +66,7 @@ def test_phase2_picks_on_table2_are_myopic() -> None:
     assert [TAB2_A.value(k) for k in range(1, 5)] == [50, 75, 90, 100]
     assert [TAB2_B.value(k) for k in range(1, 5)] == [20, 30, 36, 40]
     res = two_phase_allocate([TAB2_A, TAB2_B], capacity=8)
-    assert res.admitted == ["B", "A"]              # SJF on T^max: B (60) before A (150)
+    assert res.admitted == ["B", "A"]  # SJF on T^max: B (60) before A (150)
     assert res.capacity_after_phase1 == 4
     assert res.flexible == {"A": 3, "B": 1} and res.mckp_value == pytest.approx(110)
     assert res.workers == {"A": 5, "B": 3}
@@ -79,10 +82,14 @@ def test_phase2_picks_the_optimum_on_table4() -> None:
 
 @pytest.mark.parametrize("method", ["dp", "cp-sat", "greedy", "pulp-cbc"])
 def test_every_solver_reproduces_the_paper_picks(method: str) -> None:
-    assert two_phase_allocate([TAB2_A, TAB2_B], capacity=8, method=method).workers == \
-        {"A": 5, "B": 3}
-    assert two_phase_allocate([TAB4_A, TAB2_B], capacity=8, method=method).workers == \
-        {"A": 3, "B": 5}
+    assert two_phase_allocate([TAB2_A, TAB2_B], capacity=8, method=method).workers == {
+        "A": 5,
+        "B": 3,
+    }
+    assert two_phase_allocate([TAB4_A, TAB2_B], capacity=8, method=method).workers == {
+        "A": 3,
+        "B": 5,
+    }
 
 
 def test_fig6_items_use_the_flexible_weight() -> None:
@@ -129,7 +136,8 @@ def test_job_validation() -> None:
 # ------------------------------------------------------------------------------- solvers
 groups_st = st.lists(
     st.lists(st.tuples(st.integers(1, 12), st.integers(0, 60)), min_size=1, max_size=5),
-    min_size=0, max_size=7,
+    min_size=0,
+    max_size=7,
 ).map(lambda gs: [MckpGroup(f"g{i}", tuple(items)) for i, items in enumerate(gs)])
 
 
@@ -138,8 +146,9 @@ def brute(groups: list[MckpGroup], cap: int) -> float:
     for pick in itertools.product(*[range(-1, len(g.items)) for g in groups]):
         w = sum(g.items[i][0] for g, i in zip(groups, pick, strict=True) if i >= 0)
         if w <= cap:
-            best = max(best, sum(g.items[i][1] for g, i in zip(groups, pick, strict=True)
-                                 if i >= 0))
+            best = max(
+                best, sum(g.items[i][1] for g, i in zip(groups, pick, strict=True) if i >= 0)
+            )
     return best
 
 
@@ -166,8 +175,12 @@ def test_dp_and_cpsat_reach_the_same_optimum(groups: list[MckpGroup], cap: int) 
 
 
 def test_float_values_agree_within_resolution() -> None:
-    jobs = [ArylJob.elastic_from_min_time(f"j{i}", 1 + i % 3, 4 + i % 5, 100.0 / (i + 1),
-                                          gpus_per_worker=1 + i % 2) for i in range(12)]
+    jobs = [
+        ArylJob.elastic_from_min_time(
+            f"j{i}", 1 + i % 3, 4 + i % 5, 100.0 / (i + 1), gpus_per_worker=1 + i % 2
+        )
+        for i in range(12)
+    ]
     groups = [elastic_group(j) for j in jobs]
     dp = solve_dp(groups, 17)
     cp = solve_mckp(groups, 17, "cp-sat", time_limit_s=5.0)
@@ -191,8 +204,7 @@ def test_greedy_can_be_suboptimal() -> None:
     assert solve_dp(groups, 3).value == 18.0
 
 
-def test_exact_falls_back_to_greedy_when_the_solver_fails(monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_exact_falls_back_to_greedy_when_the_solver_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     groups = [MckpGroup("a", ((1, 10.0),)), MckpGroup("b", ((3, 18.0),))]
     ok = solve_exact(groups, 3, backend="cp-sat", time_limit_s=1.0)
     assert ok.stats is not None and not ok.stats.fell_back and ok.value == 18.0

@@ -27,8 +27,14 @@ from gpuplan.solver_core.limits import SolveLimits
 
 # Fig. 5, reconstructed (digest §2.2.3): 6 servers x 8 GPUs; job a on servers 1-2 (half each),
 # b only on 3, c = 8 GPUs on 4 + 2 on 5, d = 2 GPUs on 5 + 8 on 6.
-FIG5 = {"1": {"a": 4}, "2": {"a": 4}, "3": {"b": 8}, "4": {"c": 8},
-        "5": {"c": 2, "d": 2}, "6": {"d": 8}}
+FIG5 = {
+    "1": {"a": 4},
+    "2": {"a": 4},
+    "3": {"b": 8},
+    "4": {"c": 8},
+    "5": {"c": 2, "d": 2},
+    "6": {"d": 8},
+}
 
 
 def fig5(order: tuple[str, ...] = ("1", "2", "3", "4", "5", "6")) -> ReclaimInstance:
@@ -43,8 +49,12 @@ def preempted(inst: ReclaimInstance, servers: list[str]) -> int:
 def test_table1_costs_exactly() -> None:
     table = cost_table(fig5())
     expected = {  # (# running jobs, sum of GPU fractions, sum of server fractions)
-        "1": (1, 0.5, 0.5), "2": (1, 0.5, 0.5), "3": (1, 1.0, 1.0),
-        "4": (1, 0.8, 0.5), "5": (2, 0.4, 1.0), "6": (1, 0.8, 0.5),
+        "1": (1, 0.5, 0.5),
+        "2": (1, 0.5, 0.5),
+        "3": (1, 1.0, 1.0),
+        "4": (1, 0.8, 0.5),
+        "5": (2, 0.4, 1.0),
+        "6": (1, 0.8, 0.5),
     }
     assert set(table) == set(expected)
     for server, (jobs, gpu_frac, server_frac) in expected.items():
@@ -103,7 +113,8 @@ def test_single_server_reclaim_is_find_best_server() -> None:
 def test_flexible_group_released_first_without_preemption() -> None:
     # e: elastic 4..12 GPUs, base on L1 (4, beside rigid q), flexible on L3 (8); r rigid on L2.
     inst = ReclaimInstance.from_server_jobs(
-        {"L1": {"e": 4, "q": 4}, "L2": {"r": 8}, "L3": {"e": 8}}, allowed={"e": range(4, 13)})
+        {"L1": {"e": 4, "q": 4}, "L2": {"r": 8}, "L3": {"e": 8}}, allowed={"e": range(4, 13)}
+    )
     picked = select_aryl(inst, 1)
     assert picked == ["L3"]
     out = evaluate(inst, picked)
@@ -127,8 +138,9 @@ def test_idle_servers_go_first() -> None:
 
 def test_collateral_damage_counts_training_servers() -> None:
     # job x: 8 GPUs on loaned L1 + 8 on training T1; returning L1 frees T1's 8 too.
-    inst = ReclaimInstance.from_server_jobs({"L1": {"x": 8}, "L2": {"y": 8}},
-                                            extra_servers={"T1": {"x": 8}})
+    inst = ReclaimInstance.from_server_jobs(
+        {"L1": {"x": 8}, "L2": {"y": 8}}, extra_servers={"T1": {"x": 8}}
+    )
     assert cost_table(inst)["L1"][2] == pytest.approx(0.5)  # |S_x| counts the training server
     out = evaluate(inst, ["L1"])
     assert out.collateral_gpus == 8 and out.returned_gpus == 8
@@ -167,8 +179,7 @@ def test_exact_with_pulp_matches_cpsat() -> None:
         assert preempted(inst, a) == preempted(inst, b)
 
 
-def dense_layout(seed: int | random.Random, servers: int = 40, jobs: int = 60
-                 ) -> ReclaimInstance:
+def dense_layout(seed: int | random.Random, servers: int = 40, jobs: int = 60) -> ReclaimInstance:
     """Seeded random layout: jobs of 1-4 GPUs per server spread over 1-4 of ``servers``
     servers, a quarter elastic down to half their size (denser coupling than the benchmark).
     ``seed`` may be a ``random.Random`` to draw several layouts from one stream."""
@@ -213,8 +224,9 @@ def test_select_reports_whether_the_answer_is_proven() -> None:
     servers, stats = select(inst, 20, "exact", enumerate_limit=0, limits=tiny)
     assert len(servers) == 20
     if stats.status != "optimal":  # the failed ILP's answer, improved by the search (issue 15)
-        assert stats.fell_back and stats.status == "feasible" and "exact solve failed" in \
-            stats.message
+        assert (
+            stats.fell_back and stats.status == "feasible" and "exact solve failed" in stats.message
+        )
     again = select(inst, 20, "exact", enumerate_limit=0, limits=tiny)
     assert again == (servers, again[1]) and again[1].status == stats.status
 
@@ -231,7 +243,8 @@ def test_reclaimer_logs_outcomes_and_metrics() -> None:
     rec = Reclaimer("scf")
     assert rec.flexible_first is False and Reclaimer("aryl").flexible_first is True
     inst = ReclaimInstance.from_server_jobs(
-        {"L1": {"e": 4, "q": 4}, "L2": {"r": 8}, "L3": {"e": 8}}, allowed={"e": range(4, 13)})
+        {"L1": {"e": 4, "q": 4}, "L2": {"r": 8}, "L3": {"e": 8}}, allowed={"e": range(4, 13)}
+    )
     chosen, _ = Reclaimer("random", flexible_first=True).choose(inst, 2)
     assert chosen[0] == "L3"  # phase A first, then a random pick among the rest
     metrics = reclaim_metrics([evaluate(inst, ["L3"]), evaluate(inst, ["L2"])])
@@ -249,8 +262,9 @@ def instances(draw: st.DrawFn) -> ReclaimInstance:
     servers = [f"s{i}" for i in range(n_servers)]
     jobs = []
     for k in range(draw(st.integers(0, 9))):
-        span = draw(st.lists(st.sampled_from([*servers, "T0", "T1"]), min_size=1, max_size=3,
-                             unique=True))
+        span = draw(
+            st.lists(st.sampled_from([*servers, "T0", "T1"]), min_size=1, max_size=3, unique=True)
+        )
         gpus = {s: draw(st.integers(1, 4)) for s in span}
         total = sum(gpus.values())
         kind = draw(st.sampled_from(["rigid", "range", "gaps"]))
@@ -270,8 +284,9 @@ def brute_force(inst: ReclaimInstance, count: int) -> int:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=instances(), data=st.data())
-def test_exact_is_optimal_and_never_worse_than_heuristic(inst: ReclaimInstance,
-                                                         data: st.DataObject) -> None:
+def test_exact_is_optimal_and_never_worse_than_heuristic(
+    inst: ReclaimInstance, data: st.DataObject
+) -> None:
     count = data.draw(st.integers(1, len(inst.servers)))
     exact, stats = select_exact(inst, count)
     heuristic = select_aryl(inst, count)

@@ -134,8 +134,9 @@ class _RefState:
         return sum(self.kept[j] - self.g[j][s] for j in self.on[s] if self.at_risk(j, s))
 
 
-def _ref_flexible_phase(st: _RefState, count: int,
-                    flexible: Mapping[str, Mapping[str, int]] | None = None) -> list[str]:
+def _ref_flexible_phase(
+    st: _RefState, count: int, flexible: Mapping[str, Mapping[str, int]] | None = None
+) -> list[str]:
     """Phase A: servers whose return preempts nobody -- idle ones, then flexible-only ones
     (per the ``flexible`` hint), then any other, fewest used GPUs first within each tier.
     Returning one only ever lowers other jobs' slack, so a server that stops being free never
@@ -165,8 +166,14 @@ def _ref_flexible_phase(st: _RefState, count: int,
     return picked
 
 
-def select_aryl_reference(inst: ReclaimInstance, count: int, *, flexible_first: bool = True,
-                          look_ahead: bool = True, dynamic: bool = True) -> list[str]:
+def select_aryl_reference(
+    inst: ReclaimInstance,
+    count: int,
+    *,
+    flexible_first: bool = True,
+    look_ahead: bool = True,
+    dynamic: bool = True,
+) -> list[str]:
     """``select_aryl`` before the lazy look-ahead: eager look-ahead in every heap key."""
     count = min(count, len(inst.servers))
     st = _RefState(inst, dynamic)
@@ -194,8 +201,10 @@ def select_aryl_reference(inst: ReclaimInstance, count: int, *, flexible_first: 
     while len(picked) < count:
         if count - len(picked) == 1:  # FindBestServer (``risks`` is current for every server)
             fewest = min(risks[s] for s in st.avail)
-            best = min((s for s in st.avail if risks[s] == fewest),
-                       key=lambda s: (st.collateral(s), st.order[s]))
+            best = min(
+                (s for s in st.avail if risks[s] == fewest),
+                key=lambda s: (st.collateral(s), st.order[s]),
+            )
             st.take(best)
             picked.append(best)
             break
@@ -221,7 +230,6 @@ def select_aryl_reference(inst: ReclaimInstance, count: int, *, flexible_first: 
     return picked
 
 
-
 # --------------------------------------------------------------------------------------------
 # Old vs new: the same servers, in the same order
 # --------------------------------------------------------------------------------------------
@@ -238,18 +246,23 @@ def test_lazy_look_ahead_picks_what_the_eager_reference_picks(servers: int) -> N
             for share in (0.03, 0.1, 0.3, 0.7):
                 count = max(1, round(share * servers))
                 for kw in VARIANTS:
-                    assert select_aryl(inst, count, **kw) == \
-                        select_aryl_reference(inst, count, **kw), (seed, split, count, kw)
+                    assert select_aryl(inst, count, **kw) == select_aryl_reference(
+                        inst, count, **kw
+                    ), (seed, split, count, kw)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=instances(), data=hst.data())
-def test_lazy_look_ahead_matches_reference_on_random_instances(inst: ReclaimInstance,
-                                                              data: hst.DataObject) -> None:
+def test_lazy_look_ahead_matches_reference_on_random_instances(
+    inst: ReclaimInstance, data: hst.DataObject
+) -> None:
     count = data.draw(hst.integers(1, len(inst.servers)))
     # a flexible-GPU hint on some servers (orders phase A)
-    flexible = {j.id: {s: g for s, g in j.gpus.items() if s in inst.servers}
-                for j in inst.jobs if j.allowed and data.draw(hst.booleans())}
+    flexible = {
+        j.id: {s: g for s, g in j.gpus.items() if s in inst.servers}
+        for j in inst.jobs
+        if j.allowed and data.draw(hst.booleans())
+    }
     hinted = ReclaimInstance(inst.servers, inst.jobs, inst.server_gpus, flexible)
     for kw in VARIANTS:
         assert select_aryl(hinted, count, **kw) == select_aryl_reference(hinted, count, **kw)

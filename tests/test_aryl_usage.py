@@ -70,16 +70,21 @@ def test_bound_is_never_beaten_by_a_simulated_schedule() -> None:
         jobs = []
         for i in range(25):
             g = rng.choice([1, 2, 4, 8])
-            kw = ({"elasticity": Elasticity(min_gpus=max(1, g // 2), max_gpus=2 * g)}
-                  if rng.random() < 0.3 else {})
+            kw = (
+                {"elasticity": Elasticity(min_gpus=max(1, g // 2), max_gpus=2 * g)}
+                if rng.random() < 0.3
+                else {}
+            )
             jobs.append(_job(f"j{i}", rng.uniform(0, 2000), g, rng.uniform(50, 900), **kw))
         until = max(j.submit_time for j in jobs)
         bound = window_usage_bound(jobs, 16, until)
         for policy in ("fifo", "aryl-scaling", "srtf"):
             start = min(j.submit_time for j in jobs)
             # PoolUsage integrates from the first plan; the bound from ``start`` then
-            assert _window_usage(cluster, jobs, policy, until) <= \
-                window_usage_bound(jobs, 16, until, start) + 1e-9, (trial, policy)
+            assert (
+                _window_usage(cluster, jobs, policy, until)
+                <= window_usage_bound(jobs, 16, until, start) + 1e-9
+            ), (trial, policy)
         assert 0 < bound <= 1
 
 
@@ -104,8 +109,11 @@ class StrandedFlexible:
             self.stranded_s += gpus * (view.now - t)
         used = sum(a.gpus for a in plan.allocations.values())
         idle = sum(n.gpus for n in view.nodes.values()) - used
-        below = sum(max(self.spec[j].allowed_counts()) - a.gpus
-                    for j, a in plan.allocations.items() if self.spec[j].elastic)
+        below = sum(
+            max(self.spec[j].allowed_counts()) - a.gpus
+            for j, a in plan.allocations.items()
+            if self.spec[j].elastic
+        )
         self._last = (view.now, min(idle, below))
 
 
@@ -119,13 +127,17 @@ def test_phase2_leaves_no_idle_gpu_while_an_elastic_job_could_grow(policy: str) 
     jobs = []
     for i in range(40):
         g = rng.choice([1, 2, 4, 8])
-        kw = ({"elasticity": Elasticity(min_gpus=max(1, math.ceil(g / 2)), max_gpus=2 * g)}
-              if rng.random() < 0.3 else {"gpu_type": "v100"})
+        kw = (
+            {"elasticity": Elasticity(min_gpus=max(1, math.ceil(g / 2)), max_gpus=2 * g)}
+            if rng.random() < 0.3
+            else {"gpu_type": "v100"}
+        )
         jobs.append(_job(f"j{i}", rng.uniform(0, 3000), g, rng.uniform(100, 1500), **kw))
     cluster = Cluster(nodes=[Node(name=f"t{i}", gpus=8) for i in range(3)])
     probe = StrandedFlexible(jobs)
-    result, _, _ = simulate(cluster, jobs, make_policy(policy), overheads=NO_OVERHEADS,
-                            on_plan=probe)
+    result, _, _ = simulate(
+        cluster, jobs, make_policy(policy), overheads=NO_OVERHEADS, on_plan=probe
+    )
     assert all(r.finish_time is not None for r in result.jobs)
     assert sum(r.resizes for r in result.jobs) > 0
     assert probe.stranded_s == 0.0
@@ -137,8 +149,10 @@ def test_phase2_leaves_no_idle_gpu_while_an_elastic_job_could_grow(policy: str) 
 
 # ----------------------------------------------------------------------------- job mix
 def test_aryl_jobs_max_factor() -> None:
-    rows = [TraceJob(id=f"r{i}", submit_time=float(i), gpus=[1, 2, 4, 8][i % 4],
-                     duration=100.0 + i) for i in range(400)]
+    rows = [
+        TraceJob(id=f"r{i}", submit_time=float(i), gpus=[1, 2, 4, 8][i % 4], duration=100.0 + i)
+        for i in range(400)
+    ]
     plain = aryl_jobs(rows, seed=3)
     wide = aryl_jobs(rows, seed=3, max_factor=2.0)
     assert [j.id for j in plain if j.elastic] == [j.id for j in wide if j.elastic]

@@ -55,8 +55,7 @@ def knapsack_dp(weights: list[int], values: list[int], capacity: int) -> int:
     return best[capacity]
 
 
-def build_knapsack(weights: list[int], values: list[int], capacity: int
-                   ) -> tuple[MipModel, list]:
+def build_knapsack(weights: list[int], values: list[int], capacity: int) -> tuple[MipModel, list]:
     m = MipModel("knapsack")
     xs = [m.bool_var(f"take_{i}") for i in range(len(weights))]
     m.add(lin_sum(w * x for w, x in zip(weights, xs, strict=True)) <= capacity, "capacity")
@@ -66,7 +65,13 @@ def build_knapsack(weights: list[int], values: list[int], capacity: int
 
 # Generalised assignment: 7 jobs onto 3 nodes, per-node GPU capacity, minimise cost.
 GAP_COST = [
-    [8, 3, 7], [2, 9, 6], [5, 4, 9], [7, 7, 2], [3, 8, 5], [6, 2, 8], [4, 6, 3],
+    [8, 3, 7],
+    [2, 9, 6],
+    [5, 4, 9],
+    [7, 7, 2],
+    [3, 8, 5],
+    [6, 2, 8],
+    [4, 6, 3],
 ]
 GAP_SIZE = [4, 2, 3, 3, 2, 4, 2]
 GAP_CAP = [8, 6, 7]
@@ -89,10 +94,10 @@ def build_gap() -> tuple[MipModel, list[list]]:
     for j in range(len(GAP_SIZE)):
         m.add(lin_sum(x[j]) == 1, f"assign_{j}")
     for n in range(3):
-        m.add(lin_sum(GAP_SIZE[j] * x[j][n] for j in range(len(GAP_SIZE))) <= GAP_CAP[n],
-              f"cap_{n}")
-    m.minimize(lin_sum(GAP_COST[j][n] * x[j][n]
-                       for j in range(len(GAP_SIZE)) for n in range(3)))
+        m.add(
+            lin_sum(GAP_SIZE[j] * x[j][n] for j in range(len(GAP_SIZE))) <= GAP_CAP[n], f"cap_{n}"
+        )
+    m.minimize(lin_sum(GAP_COST[j][n] * x[j][n] for j in range(len(GAP_SIZE)) for n in range(3)))
     return m, x
 
 
@@ -108,8 +113,9 @@ def build_bin_packing(n_bins: int = 5) -> MipModel:
     for i in range(len(BIN_SIZES)):
         m.add(lin_sum(x[i]) == 1)
     for b in range(n_bins):
-        m.add(lin_sum(BIN_SIZES[i] * x[i][b] for i in range(len(BIN_SIZES)))
-              - BIN_CAP * used[b] <= 0)
+        m.add(
+            lin_sum(BIN_SIZES[i] * x[i][b] for i in range(len(BIN_SIZES))) - BIN_CAP * used[b] <= 0
+        )
     for b in range(n_bins - 1):  # symmetry breaking: use bins in order
         m.add(used[b] >= used[b + 1])
     m.minimize(lin_sum(used))
@@ -137,8 +143,10 @@ def build_market_split(rows: int = 5, n: int = 45, seed: int = 3) -> MipModel:
     m = MipModel("market_split")
     xs = [m.bool_var() for _ in range(n)]
     for row in a:
-        m.add(lin_sum(c * x for c, x in zip(row, xs, strict=True))
-              == sum(c * p for c, p in zip(row, planted, strict=True)))
+        m.add(
+            lin_sum(c * x for c, x in zip(row, xs, strict=True))
+            == sum(c * p for c, p in zip(row, planted, strict=True))
+        )
     m.minimize(lin_sum(xs))
     return m
 
@@ -206,8 +214,12 @@ def test_minimize_with_offset_bound_equals_objective(backend: str) -> None:
     m.minimize(5 * a + 4 * b + 7.5)
     sol = solve(m, backend, time_limit_s=5)
     # Reference by enumeration.
-    best = min(5 * i + 4 * j + 7.5 for i in range(11) for j in range(11)
-               if 3 * i + 2 * j >= 17 and i - j <= 2)
+    best = min(
+        5 * i + 4 * j + 7.5
+        for i in range(11)
+        for j in range(11)
+        if 3 * i + 2 * j >= 17 and i - j <= 2
+    )
     assert sol.stats.status == "optimal"
     assert sol.stats.objective == pytest.approx(best)
     assert sol.stats.bound == pytest.approx(sol.stats.objective, abs=1e-6)
@@ -253,8 +265,9 @@ def test_infeasible_on_every_backend_and_fallback(backend: str) -> None:
     def decode(_: Solution) -> str:
         raise AssertionError("decode must not run without a solution")
 
-    result, stats = solve_with_fallback(build_infeasible, heuristic, decode, backend,
-                                        time_limit_s=5, stage="reclaim")
+    result, stats = solve_with_fallback(
+        build_infeasible, heuristic, decode, backend, time_limit_s=5, stage="reclaim"
+    )
     assert result == "greedy" and calls == ["h"]
     assert isinstance(stats, SolverStats)
     assert stats.fell_back and stats.status == "heuristic" and stats.stage == "reclaim"
@@ -269,7 +282,10 @@ def test_fallback_returns_exact_result_when_ok(backend: str) -> None:
 
     result, stats = solve_with_fallback(
         lambda: build_knapsack(KNAP_WEIGHTS, KNAP_VALUES, KNAP_CAPACITY)[0],
-        heuristic=lambda: -1, decode=decode, backend=backend, time_limit_s=5,
+        heuristic=lambda: -1,
+        decode=decode,
+        backend=backend,
+        time_limit_s=5,
     )
     assert result == knapsack_dp(KNAP_WEIGHTS, KNAP_VALUES, KNAP_CAPACITY)
     assert stats.status == "optimal" and not stats.fell_back
@@ -298,15 +314,13 @@ def test_fallback_catches_exceptions_in_exact_path() -> None:
     m = MipModel("continuous")
     x = m.num_var(0, 1, "x")
     m.maximize(x)
-    result, stats = solve_with_fallback(m, lambda: "h", lambda s: "exact", "cp-sat",
-                                        time_limit_s=1)
+    result, stats = solve_with_fallback(m, lambda: "h", lambda s: "exact", "cp-sat", time_limit_s=1)
     assert result == "h" and stats.fell_back and "ModelError" in stats.message
 
     def broken_builder() -> MipModel:
         raise RuntimeError("cluster view vanished")
 
-    result, stats = solve_with_fallback(broken_builder, lambda: 42, lambda s: 0,
-                                        time_limit_s=1)
+    result, stats = solve_with_fallback(broken_builder, lambda: 42, lambda s: 0, time_limit_s=1)
     assert result == 42 and "cluster view vanished" in stats.message
 
 
@@ -327,9 +341,18 @@ def test_unknown_backend_names_allowed_set() -> None:
     assert isinstance(err.value, InputError)
 
 
-@pytest.mark.parametrize("kwargs", [{"time_limit_s": 0}, {"time_limit_s": math.inf},
-                                    {"time_limit_s": "1"}, {"limits": "fast"},
-                                    {"threads": 0}, {"seed": -1}, {"rel_gap": 1.5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"time_limit_s": 0},
+        {"time_limit_s": math.inf},
+        {"time_limit_s": "1"},
+        {"limits": "fast"},
+        {"threads": 0},
+        {"seed": -1},
+        {"rel_gap": 1.5},
+    ],
+)
 def test_bad_solve_arguments(kwargs: dict) -> None:
     m, _ = build_knapsack([1], [1], 1)
     with pytest.raises(InputError):
@@ -384,8 +407,9 @@ def test_time_limit_without_incumbent(backend: str) -> None:
         assert "limit reached" in s.message
         with pytest.raises(NoSolutionError):
             sol.value(sol.model.vars[0])
-        result, fb = solve_with_fallback(build_market_split(), lambda: "greedy",
-                                         lambda _: "exact", backend, time_limit_s=0.05)
+        result, fb = solve_with_fallback(
+            build_market_split(), lambda: "greedy", lambda _: "exact", backend, time_limit_s=0.05
+        )
         assert result == "greedy" and fb.fell_back and "timeout" in fb.message
 
 
@@ -413,8 +437,11 @@ def test_cpsat_integral_floats_fractional_rhs_and_objective() -> None:
     m.add(2.0 * xs[0] + 3.0 * xs[1] + 1.0 * xs[2] <= 7.5)  # rhs rounds down exactly to 7
     m.maximize(0.7 * xs[0] + 1.1 * xs[1] + 0.3 * xs[2])
     sol = solve(m, "cp-sat", time_limit_s=5)
-    best = max(0.7 * a + 1.1 * b + 0.3 * c
-               for a, b, c in itertools.product(range(4), repeat=3) if 2 * a + 3 * b + c <= 7)
+    best = max(
+        0.7 * a + 1.1 * b + 0.3 * c
+        for a, b, c in itertools.product(range(4), repeat=3)
+        if 2 * a + 3 * b + c <= 7
+    )
     assert sol.stats.status == "optimal"
     assert sol.stats.objective == pytest.approx(best, abs=1e-4)
 
@@ -516,13 +543,17 @@ def _fingerprint(sol: Solution) -> tuple:
     return (s.status, s.objective, s.bound, tuple(sol.raw_values or ()))
 
 
-@pytest.mark.parametrize("backend", [b for b in AVAILABLE if b in ("cp-sat", "scip", "highs",
-                                                                   "pulp-cbc")])
+@pytest.mark.parametrize(
+    "backend", [b for b in AVAILABLE if b in ("cp-sat", "scip", "highs", "pulp-cbc")]
+)
 def test_deterministic_limit_gives_the_same_answer_under_load(backend: str) -> None:
     """A budget that stops the search early (the hard knapsack is not solved within it) gives
     the same status, incumbent and bound on a quiet machine and with both cores busy."""
-    limits = (SolveLimits.deterministic_budget(0.02) if backend == "cp-sat"
-              else SolveLimits.deterministic_budget(0.02, nodes=3))
+    limits = (
+        SolveLimits.deterministic_budget(0.02)
+        if backend == "cp-sat"
+        else SolveLimits.deterministic_budget(0.02, nodes=3)
+    )
     quiet = solve(build_hard_mdk(), backend, limits=limits)
     with _busy_cores():
         busy = [solve(build_hard_mdk(), backend, limits=limits) for _ in range(2)]
@@ -551,6 +582,7 @@ def test_limit_without_solution_is_timeout_never_error(backend: str) -> None:
 def test_wall_clock_limit_covers_model_building() -> None:
     """A builder that uses up the whole wall-clock budget leaves nothing for the solver: the
     call reports a timeout (and falls back) instead of solving past its limit."""
+
     def slow_build() -> MipModel:
         import time
 
@@ -558,8 +590,9 @@ def test_wall_clock_limit_covers_model_building() -> None:
         time.sleep(0.3)  # the scenario: building is slower than the whole budget
         return m
 
-    result, st = solve_with_fallback(slow_build, lambda: "greedy", lambda _: "exact", "cp-sat",
-                                     time_limit_s=0.1)
+    result, st = solve_with_fallback(
+        slow_build, lambda: "greedy", lambda _: "exact", "cp-sat", time_limit_s=0.1
+    )
     assert result == "greedy" and st.fell_back
     assert "used up" in st.message and st.time_limit_s == 0.1
 

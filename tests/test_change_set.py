@@ -37,8 +37,9 @@ from gpuplan.solver_core.policies.running_order import RunningOrder
 from gpuplan.solver_core.policies.shortest_first import remaining_time
 from gpuplan.solver_core.registry import make_policy
 
-_STRICT = attrgetter("spec", "status", "allocation", "gpus", "done", "anchor_time",
-                     "resume_time", "rate")
+_STRICT = attrgetter(
+    "spec", "status", "allocation", "gpus", "done", "anchor_time", "resume_time", "rate"
+)
 
 
 class _ViewChecker:
@@ -54,13 +55,13 @@ class _ViewChecker:
     def __call__(self, view: ClusterView) -> None:
         changed = view.changed
         assert changed is not None, "the simulator's views must carry a change set"
-        now = {j: _STRICT(job) for jobs in (view.running, view.pending)
-               for j, job in jobs.items()}
+        now = {j: _STRICT(job) for jobs in (view.running, view.pending) for j, job in jobs.items()}
         old = self.sig.get(changed.stream)
         if old is not None:
             assert self.seen[changed.stream] == changed.seq - 1, "views numbered one by one"
-            missed = sorted([j for j, s in now.items() if old.get(j) != s]
-                            + [j for j in old if j not in now])
+            missed = sorted(
+                [j for j, s in now.items() if old.get(j) != s] + [j for j in old if j not in now]
+            )
             missed = [j for j in missed if j not in changed.jobs]
             assert not missed, f"t={view.now}: written but not in the change set: {missed}"
             self.checked += 1
@@ -103,30 +104,46 @@ def _jobs(n: int, gpus: int, seed: int) -> list[JobSpec]:
 
 def _failures(cluster: Cluster) -> list[NodeFailure]:
     names = [n.name for n in cluster.nodes]
-    return [NodeFailure(time=1800.0 * (k + 1), node=names[k % len(names)],
-                        recover_after=900.0) for k in range(6)]
+    return [
+        NodeFailure(time=1800.0 * (k + 1), node=names[k % len(names)], recover_after=900.0)
+        for k in range(6)
+    ]
 
 
 @pytest.mark.parametrize("policy", ["srtf", "sjf", "srsf", "tiresias-l", "srtf-e"])
-def test_whole_runs_with_node_failures_report_every_write(checked: _ViewChecker,
-                                                          policy: str) -> None:
+def test_whole_runs_with_node_failures_report_every_write(
+    checked: _ViewChecker, policy: str
+) -> None:
     cluster = Cluster.uniform(6, 8)
-    result, _, _ = simulate(cluster, _jobs(200, cluster.total_gpus, seed=5),
-                            make_policy(policy), events=_failures(cluster))
+    result, _, _ = simulate(
+        cluster,
+        _jobs(200, cluster.total_gpus, seed=5),
+        make_policy(policy),
+        events=_failures(cluster),
+    )
     assert checked.checked > 300 and checked.named > checked.checked
     assert sum(r.preemptions for r in result.jobs) > 0
     if policy in ("srtf", "sjf"):  # RunningOrder took the change set (and verified it)
         assert checked.fast["syncs"] > 300  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("scenario", "policy"), [
-    ("philly-default", "srtf"), ("philly-default", "sjf"), ("philly-default", "srtf-reuse"),
-    ("aryl-testbed", "aryl"), ("aryl-testbed", "aryl-sjf"),
-    ("ojpp-average", "fifo-ojpp"),  # co-located GPUs: neighbours re-rated by the simulator
-    ("sidecar-wl1", "sidecar"),  # elastic resizes with early initialisation
-])
-def test_scenarios_report_every_write(checked: _ViewChecker, scenario: str, policy: str,
-                                      ) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "policy"),
+    [
+        ("philly-default", "srtf"),
+        ("philly-default", "sjf"),
+        ("philly-default", "srtf-reuse"),
+        ("aryl-testbed", "aryl"),
+        ("aryl-testbed", "aryl-sjf"),
+        ("ojpp-average", "fifo-ojpp"),  # co-located GPUs: neighbours re-rated by the simulator
+        ("sidecar-wl1", "sidecar"),  # elastic resizes with early initialisation
+    ],
+)
+def test_scenarios_report_every_write(
+    checked: _ViewChecker,
+    scenario: str,
+    policy: str,
+) -> None:
     result = run(prepare(scenario), policy)
     assert checked.checked > 10 and any(r.finish_time is not None for r in result.jobs)
 
@@ -134,8 +151,9 @@ def test_scenarios_report_every_write(checked: _ViewChecker, scenario: str, poli
 def test_straggler_re_rates_are_reported(checked: _ViewChecker) -> None:
     cluster = Cluster.uniform(2, 8, "v100")
     job = JobSpec(id="j", submit_time=0.0, requested_gpus=16, total_iterations=2e6)
-    ex = StragglerCluster(cluster, [job], [Straggler("node001", 3, 0.75)], mitigate=True,
-                          removal_s=2.0, seed=1)
+    ex = StragglerCluster(
+        cluster, [job], [Straggler("node001", 3, 0.75)], mitigate=True, removal_s=2.0, seed=1
+    )
     engine = Engine(cluster, make_policy("srtf"), ex, sample_interval_s=None)
     engine.run()
     assert ex.detections and checked.checked >= 1
@@ -171,8 +189,9 @@ def test_a_missing_report_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(engine.records) == len(jobs)
 
 
-def test_running_order_verifier_names_the_unreported_job(monkeypatch: pytest.MonkeyPatch,
-                                                         ) -> None:
+def test_running_order_verifier_names_the_unreported_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     spec = JobSpec(id="a", submit_time=0.0, requested_gpus=1, total_iterations=100.0)
     other = spec.model_copy(update={"id": "b"})
     rate = spec.throughput.rate(1)
@@ -235,8 +254,9 @@ def test_slurm_ssh_and_hand_built_views_carry_no_change_set() -> None:
     assert other.changed is not None and other.changed.stream != first.changed.stream
 
 
-def test_ranked_queue_verifier_catches_an_unreported_arrival(monkeypatch: pytest.MonkeyPatch,
-                                                             ) -> None:
+def test_ranked_queue_verifier_catches_an_unreported_arrival(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from gpuplan.solver_core.policies.ranked_queue import RankedQueue
 
     cluster = Cluster.uniform(1, 8)
@@ -244,8 +264,9 @@ def test_ranked_queue_verifier_catches_an_unreported_arrival(monkeypatch: pytest
     pending = {"a": ActiveJob(spec=a)}
 
     def view(seq: int, jobs: set[str]) -> ClusterView:
-        return ClusterView(0.0, cluster, {}, {}, {}, dict(pending),
-                           changed=ChangeSet(3, seq, frozenset(jobs)))
+        return ClusterView(
+            0.0, cluster, {}, {}, {}, dict(pending), changed=ChangeSet(3, seq, frozenset(jobs))
+        )
 
     queue = RankedQueue(remaining_time)
     monkeypatch.setattr(change_verify, "VERIFY", True)
@@ -261,8 +282,9 @@ def test_ranked_queue_verifier_catches_an_unreported_arrival(monkeypatch: pytest
     assert [e[2] for e in queue.pending_entries(view(3, {"a"}))] == ["b"]
 
 
-def test_preemptions_listed_in_running_order_by_entry_numbers(monkeypatch: pytest.MonkeyPatch,
-                                                               ) -> None:
+def test_preemptions_listed_in_running_order_by_entry_numbers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two or more preemptions are listed in the running dict's order (released GPUs merge
     in it) from the engine's entry numbers, with no pass over the running jobs; the verifier
     catches numbers that disagree with the dict."""
@@ -300,8 +322,7 @@ def test_adoption_is_reported_and_numbered_once() -> None:
     node = cluster.nodes[0].name
     engine = Engine(cluster, make_policy("fifo"), SimulatedCluster(cluster, []))
     engine.view(0.0)
-    job = ActiveJob(spec=JobSpec(id="x", submit_time=0.0, requested_gpus=2,
-                                 total_iterations=1e3))
+    job = ActiveJob(spec=JobSpec(id="x", submit_time=0.0, requested_gpus=2, total_iterations=1e3))
     engine.pending["x"] = job
     engine.adopt(job, JobAllocation.fast("x", {node: (0, 1)}))
     view = engine.view(1.0)

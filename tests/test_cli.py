@@ -25,8 +25,9 @@ def test_scenarios_lists_embedded_default(capsys) -> None:
 
 
 def test_compare_json_one_object_per_policy(capsys) -> None:
-    code, out, _ = _run(capsys, "compare", "--scenario", "philly-default",
-                        "--policies", "fifo,srtf", "--json")
+    code, out, _ = _run(
+        capsys, "compare", "--scenario", "philly-default", "--policies", "fifo,srtf", "--json"
+    )
     assert code == 0
     rows = json.loads(out)
     assert [r["policy"] for r in rows] == ["fifo", "srtf"]
@@ -41,8 +42,16 @@ def test_compare_json_one_object_per_policy(capsys) -> None:
 
 
 def test_simulate_writes_csv_summary_and_plots(capsys, tmp_path: Path) -> None:
-    code, out, _ = _run(capsys, "simulate", "--scenario", "philly-default", "--policy", "srsf",
-                        "--out", str(tmp_path))
+    code, out, _ = _run(
+        capsys,
+        "simulate",
+        "--scenario",
+        "philly-default",
+        "--policy",
+        "srsf",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0 and "srsf" in out
     jobs_csv = (tmp_path / "srsf-jobs.csv").read_text().splitlines()
     assert jobs_csv[0].startswith("job_id,") and len(jobs_csv) == 348
@@ -51,23 +60,33 @@ def test_simulate_writes_csv_summary_and_plots(capsys, tmp_path: Path) -> None:
 
 
 def test_plan_prints_plan_json(capsys, tmp_path: Path) -> None:
-    state = ClusterState(now=5, cluster=Cluster.uniform(2, 2), jobs=[
-        JobSnapshot(spec=JobSpec(id="a", submit_time=0, requested_gpus=3, duration=10)),
-        JobSnapshot(spec=JobSpec(id="b", submit_time=1, requested_gpus=1, duration=1)),
-    ])
+    state = ClusterState(
+        now=5,
+        cluster=Cluster.uniform(2, 2),
+        jobs=[
+            JobSnapshot(spec=JobSpec(id="a", submit_time=0, requested_gpus=3, duration=10)),
+            JobSnapshot(spec=JobSpec(id="b", submit_time=1, requested_gpus=1, duration=1)),
+        ],
+    )
     path = tmp_path / "state.json"
     path.write_text(state.model_dump_json())
     code, out, _ = _run(capsys, "plan", "--state", str(path), "--policy", "srtf")
     assert code == 0
     plan = json.loads(out)
-    assert {k: sum(len(g) for g in v["placement"].values())
-            for k, v in plan["allocations"].items()} == {"a": 3, "b": 1}
+    assert {
+        k: sum(len(g) for g in v["placement"].values()) for k, v in plan["allocations"].items()
+    } == {"a": 3, "b": 1}
     assert sorted(a["kind"] for a in plan["actions"]) == ["start", "start"]
 
 
 def _state(tmp_path: Path, *jobs: JobSpec) -> Path:
-    cluster = Cluster(nodes=[Node(name="v0", gpus=4), Node(name="k0", gpus=2, gpu_type="k80"),
-                             Node(name="i0", gpus=8, gpu_type="t4", pool="inference")])
+    cluster = Cluster(
+        nodes=[
+            Node(name="v0", gpus=4),
+            Node(name="k0", gpus=2, gpu_type="k80"),
+            Node(name="i0", gpus=8, gpu_type="t4", pool="inference"),
+        ]
+    )
     state = ClusterState(now=0, cluster=cluster, jobs=[JobSnapshot(spec=j) for j in jobs])
     path = tmp_path / "state.json"
     path.write_text(state.model_dump_json())
@@ -80,12 +99,14 @@ def test_plan_rejects_a_job_that_can_never_fit(capsys, tmp_path: Path) -> None:
     path = _state(tmp_path, ok, huge)
     code, out, err = _run(capsys, "plan", "--state", str(path), "--policy", "fifo")
     assert code == 2 and out == ""
-    assert err.startswith(f"error: {path}, field 'jobs[1].spec.requested_gpus': job huge needs "
-                          "at least 7 GPUs but the cluster has 6")
-    pinned = JobSpec(id="pinned", submit_time=0, requested_gpus=3, duration=10,
-                     gpu_type="k80")
-    code, _, err = _run(capsys, "plan", "--state", str(_state(tmp_path, ok, pinned)),
-                        "--policy", "srtf")
+    assert err.startswith(
+        f"error: {path}, field 'jobs[1].spec.requested_gpus': job huge needs "
+        "at least 7 GPUs but the cluster has 6"
+    )
+    pinned = JobSpec(id="pinned", submit_time=0, requested_gpus=3, duration=10, gpu_type="k80")
+    code, _, err = _run(
+        capsys, "plan", "--state", str(_state(tmp_path, ok, pinned)), "--policy", "srtf"
+    )
     assert code == 2 and "'jobs[1].spec.requested_gpus'" in err and "3 k80 GPUs" in err
     code, out, _ = _run(capsys, "plan", "--state", str(_state(tmp_path, ok)), "--policy", "fifo")
     assert code == 0 and "ok" in json.loads(out)["allocations"]
@@ -97,13 +118,27 @@ def test_scenarios_lists_the_aryl_testbed_with_its_inference_pool(capsys) -> Non
     assert code == 0 and "4 x 8 v100 + 4 x 8 t4 lending" in line
 
 
-RATIOS = ("usage_training", "usage_overall", "usage_loaned", "loaned_share", "preemption_ratio",
-          "collateral_damage", "met_by_flexible")
+RATIOS = (
+    "usage_training",
+    "usage_overall",
+    "usage_loaned",
+    "loaned_share",
+    "preemption_ratio",
+    "collateral_damage",
+    "met_by_flexible",
+)
 
 
 def test_compare_aryl_testbed_uses_loaned_servers(capsys) -> None:
-    code, out, _ = _run(capsys, "compare", "--scenario", "aryl-testbed", "--policies",
-                        "aryl-sjf,aryl-loaning,aryl-scaling,aryl", "--json")
+    code, out, _ = _run(
+        capsys,
+        "compare",
+        "--scenario",
+        "aryl-testbed",
+        "--policies",
+        "aryl-sjf,aryl-loaning,aryl-scaling,aryl",
+        "--json",
+    )
     assert code == 0
     rows = {r["policy"]: r for r in json.loads(out)}
     assert list(rows) == ["aryl-sjf", "aryl-loaning", "aryl-scaling", "aryl"]
@@ -118,12 +153,12 @@ def test_compare_aryl_testbed_uses_loaned_servers(capsys) -> None:
     assert rows["aryl-sjf"]["loaning"]["loaned_gpu_s"] == 0.0
     assert rows["aryl-scaling"]["loaning"]["usage_loaned"] == 0.0
     assert rows["aryl-loaning"]["loaning"]["usage_loaned"] > 0.0
-    assert rows["aryl"]["loaning"]["usage_loaned"] > rows["aryl-loaning"]["loaning"][
-        "usage_loaned"]
+    assert rows["aryl"]["loaning"]["usage_loaned"] > rows["aryl-loaning"]["loaning"]["usage_loaned"]
     assert rows["aryl"]["solver_calls"] > 0 and rows["aryl"]["solver_p95_ms"] > 0
     # the same metrics in the table
-    code, out, _ = _run(capsys, "compare", "--scenario", "aryl-testbed", "--policies",
-                        "aryl-sjf,aryl")
+    code, out, _ = _run(
+        capsys, "compare", "--scenario", "aryl-testbed", "--policies", "aryl-sjf,aryl"
+    )
     assert code == 0 and "Capacity loaning" in out and "Usage both pools" in out
     assert "Rejected" not in out  # shown only when some run rejected jobs
 
@@ -142,24 +177,29 @@ HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 
 
 def test_malformed_row_names_row_and_field(capsys, tmp_path: Path) -> None:
-    path = _scenario(tmp_path, HEADER + "2017-10-01 00:00:00,10,1,10,vc\n"
-                                        "2017-10-01 00:00:05,ten,1,10,vc\n")
+    path = _scenario(
+        tmp_path, HEADER + "2017-10-01 00:00:00,10,1,10,vc\n2017-10-01 00:00:05,ten,1,10,vc\n"
+    )
     code, _, err = _run(capsys, "simulate", "--scenario", str(path), "--policy", "fifo")
     assert code == 2
     assert "row 2" in err and "duration" in err and "Traceback" not in err
 
 
 def test_impossible_request_names_row_and_field(capsys, tmp_path: Path) -> None:
-    path = _scenario(tmp_path, HEADER + "2017-10-01 00:00:00,10,1,10,vc\n"
-                                        "2017-10-01 00:00:05,10,16,160,vc\n")
+    path = _scenario(
+        tmp_path, HEADER + "2017-10-01 00:00:00,10,1,10,vc\n2017-10-01 00:00:05,10,16,160,vc\n"
+    )
     code, _, err = _run(capsys, "simulate", "--scenario", str(path), "--policy", "fifo")
     assert code == 2
     # one line, in the same "<file>, row <n>, field '<f>'" form as a parse error
     assert err.startswith(f"error: {tmp_path / 't.csv'}, row 2, field 'gpus': ")
     assert "16 GPUs" in err and err.count("\n") == 1 and "Traceback" not in err
     # the documented way out: drop such jobs
-    path = _scenario(tmp_path, HEADER + "2017-10-01 00:00:00,10,1,10,vc\n"
-                                        "2017-10-01 00:00:05,10,16,160,vc\n", ", max_gpus: 8")
+    path = _scenario(
+        tmp_path,
+        HEADER + "2017-10-01 00:00:00,10,1,10,vc\n2017-10-01 00:00:05,10,16,160,vc\n",
+        ", max_gpus: 8",
+    )
     code, out, _ = _run(capsys, "simulate", "--scenario", str(path), "--policy", "fifo", "--json")
     assert code == 0 and json.loads(out)["jobs"] == 1
 
@@ -185,8 +225,9 @@ def test_bad_scenario_field_is_named(capsys, tmp_path: Path) -> None:
 
 
 def test_console_script_runs_as_module() -> None:
-    out = subprocess.run([sys.executable, "-m", "gpuplan", "policies"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "policies"], capture_output=True, text=True, check=True
+    ).stdout
     for name in ("fifo", "fifo-backfill", "srtf", "srsf"):
         assert name in out
 

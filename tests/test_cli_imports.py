@@ -30,8 +30,9 @@ with contextlib.redirect_stdout(io.StringIO()):
 
 
 def _modules(code: str) -> set[str]:
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(code=code)], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(code=code)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("MODULES="))
     return set(json.loads(line.removeprefix("MODULES=")))
@@ -50,8 +51,7 @@ def test_light_commands_import_no_solver_backend(argv: list[str]) -> None:
 
 
 def test_make_policy_fifo_imports_no_solver_backend() -> None:
-    modules = _modules("from gpuplan.solver_core.registry import make_policy\n"
-                       "make_policy('fifo')")
+    modules = _modules("from gpuplan.solver_core.registry import make_policy\nmake_policy('fifo')")
     assert "gpuplan.solver_core.registry" in modules
     assert _heavy(modules) == []
 

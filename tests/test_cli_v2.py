@@ -43,33 +43,66 @@ def test_unknown_names_suggest_the_closest() -> None:
 
 def _scenario(tmp_path: Path, **workload: object) -> Path:
     path = tmp_path / "s.yaml"
-    jobs = [{"id": f"j{i}", "submit_time": 100.0 * i, "requested_gpus": 1, "duration": 50.0}
-            for i in range(5)]
-    path.write_text(yaml.safe_dump({
-        "name": "small", "cluster": {"nodes": 1, "gpus_per_node": 2},
-        "workload": {"source": "inline", "inline_jobs": jobs, **workload}}))
+    jobs = [
+        {"id": f"j{i}", "submit_time": 100.0 * i, "requested_gpus": 1, "duration": 50.0}
+        for i in range(5)
+    ]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "small",
+                "cluster": {"nodes": 1, "gpus_per_node": 2},
+                "workload": {"source": "inline", "inline_jobs": jobs, **workload},
+            }
+        )
+    )
     return path
 
 
 def test_no_silent_empties(tmp_path: Path) -> None:
     data = Path(__file__).resolve().parent.parent / "scenarios" / "data"
     late = tmp_path / "late.yaml"
-    late.write_text(yaml.safe_dump({
-        "name": "late", "cluster": {"nodes": 1, "gpus_per_node": 8},
-        "workload": {"source": "philly", "path": str(data / "philly_6c71a0_4days.csv"),
-                     "start_s": 1e8}}))  # a window past the trace's end
+    late.write_text(
+        yaml.safe_dump(
+            {
+                "name": "late",
+                "cluster": {"nodes": 1, "gpus_per_node": 8},
+                "workload": {
+                    "source": "philly",
+                    "path": str(data / "philly_6c71a0_4days.csv"),
+                    "start_s": 1e8,
+                },
+            }
+        )
+    )  # a window past the trace's end
     empty = _gpuplan("simulate", "--scenario", str(late), "--policy", "fifo")
     assert empty.returncode == 2 and "selects no jobs" in empty.stderr
-    short = _gpuplan("simulate", "--scenario", str(_scenario(tmp_path, max_jobs=50)),
-                     "--policy", "fifo", "--json")
+    short = _gpuplan(
+        "simulate",
+        "--scenario",
+        str(_scenario(tmp_path, max_jobs=50)),
+        "--policy",
+        "fifo",
+        "--json",
+    )
     assert short.returncode == 0, short.stderr
     assert "warning" in short.stderr and "asks for 50 jobs" in short.stderr
 
 
 def test_seeds_with_out_write_every_seed_and_the_mean(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = _gpuplan("compare", "--scenario", str(_scenario(tmp_path)), "--policies",
-                    "fifo,srtf", "--seeds", "0,1", "--out", str(out), "--json")
+    done = _gpuplan(
+        "compare",
+        "--scenario",
+        str(_scenario(tmp_path)),
+        "--policies",
+        "fifo,srtf",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     for seed in (0, 1):
         assert (out / f"seed-{seed}" / "fifo-jobs.csv").is_file()

@@ -37,14 +37,20 @@ def scripted(schedule: list[tuple[float, int]]) -> StagedPolicy:
 
 
 def job(profile: ThroughputProfile | None = None) -> JobSpec:
-    return JobSpec(id="a", submit_time=0, requested_gpus=1, total_iterations=100,
-                   elasticity=Elasticity(min_gpus=1, max_gpus=4),
-                   throughput=profile or ThroughputProfile.linear())
+    return JobSpec(
+        id="a",
+        submit_time=0,
+        requested_gpus=1,
+        total_iterations=100,
+        elasticity=Elasticity(min_gpus=1, max_gpus=4),
+        throughput=profile or ThroughputProfile.linear(),
+    )
 
 
 def finish(overheads: Overheads, schedule: list[tuple[float, int]], **kw: object) -> float:
-    result, _, _ = simulate(Cluster.uniform(1, 4), [job()], scripted(schedule),
-                            overheads=overheads, **kw)
+    result, _, _ = simulate(
+        Cluster.uniform(1, 4), [job()], scripted(schedule), overheads=overheads, **kw
+    )
     return result.jobs[0].finish_time  # type: ignore[return-value]
 
 
@@ -57,7 +63,8 @@ def test_concurrent_expansion_keeps_training_on_old_share() -> None:
     assert finish(es, GROW_AT_10) == pytest.approx(15 + 0.004 + 85 / 4)
     # stop-free without preparation time: 10 it, then 90 it at 4 it/s after 4 ms
     assert finish(Overheads(start_s=0, resize_mode="stop_free"), GROW_AT_10) == pytest.approx(
-        10 + 0.004 + 90 / 4)
+        10 + 0.004 + 90 / 4
+    )
     # checkpoint-restart: the job stops for 5 s at 10 and resumes on 4 GPUs
     restart = Overheads(start_s=0, resize_mode="checkpoint_restart", restart_s=5)
     assert finish(restart, GROW_AT_10) == pytest.approx(15 + 90 / 4)
@@ -83,8 +90,11 @@ def test_learning_mode_policies_see_only_measured_points() -> None:
             seen.append((view.now, dict(a.spec.throughput.points), a.spec.throughput.rate(4)))
 
     result, _, _ = simulate(
-        Cluster.uniform(1, 4), [job(true)], scripted([(0, 4)]),
-        overheads=Overheads(start_s=0), learning=LearningSpec(enabled=True, measure_s=10),
+        Cluster.uniform(1, 4),
+        [job(true)],
+        scripted([(0, 4)]),
+        overheads=Overheads(start_s=0),
+        learning=LearningSpec(enabled=True, measure_s=10),
         on_plan=spy,
     )
     # On arrival: only the one-GPU rate, believed to scale linearly (4 GPUs -> 4 it/s).
@@ -104,9 +114,17 @@ def test_fair_share_cap_until_measured() -> None:
     from gpuplan.solver_core.wrappers import FairShareUntilMeasured
 
     true = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.6, 8: 6.4})
-    jobs = [JobSpec(id=n, submit_time=0, requested_gpus=1, total_iterations=500,
-                    elasticity=Elasticity(min_gpus=1, max_gpus=8), throughput=true)
-            for n in ("a", "b")]
+    jobs = [
+        JobSpec(
+            id=n,
+            submit_time=0,
+            requested_gpus=1,
+            total_iterations=500,
+            elasticity=Elasticity(min_gpus=1, max_gpus=8),
+            throughput=true,
+        )
+        for n in ("a", "b")
+    ]
     firsts: dict[str, int] = {}
 
     def greedy(view: ClusterView, stats: list) -> dict[str, int]:
@@ -121,8 +139,14 @@ def test_fair_share_cap_until_measured() -> None:
     stage = FairShareUntilMeasured(greedy)
     policy = StagedPolicy("capped", stage, best_fit_placement)
     free = Overheads(start_s=0, resize_mode="stop_free", stop_free_s=0)
-    result, _, _ = simulate(Cluster.uniform(2, 4), jobs, policy, overheads=free,
-                            learning=LearningSpec(enabled=True, measure_s=5), on_plan=spy)
+    result, _, _ = simulate(
+        Cluster.uniform(2, 4),
+        jobs,
+        policy,
+        overheads=free,
+        learning=LearningSpec(enabled=True, measure_s=5),
+        on_plan=spy,
+    )
     # two active jobs on 8 GPUs: fair share 4 until 'a' has measured its curve at t=5;
     # 'b' starts only when 'a' is done and is then alone (fair share 8)
     assert firsts == {"a": 4, "b": 8}
@@ -140,8 +164,14 @@ def test_learning_policies_drop_to_the_measured_saturation_point(policy: str) ->
     from gpuplan.solver_core.registry import make_policy
 
     true = ThroughputProfile(points={1: 1.0, 2: 2.0, 4: 2.0})
-    spec = JobSpec(id="a", submit_time=0, requested_gpus=1, total_iterations=400,
-                   elasticity=Elasticity(min_gpus=1, max_gpus=4), throughput=true)
+    spec = JobSpec(
+        id="a",
+        submit_time=0,
+        requested_gpus=1,
+        total_iterations=400,
+        elasticity=Elasticity(min_gpus=1, max_gpus=4),
+        throughput=true,
+    )
     timeline: list[tuple[float, int]] = []
     measured: list[JobSpec] = []
 
@@ -152,16 +182,23 @@ def test_learning_policies_drop_to_the_measured_saturation_point(policy: str) ->
             if len(a.spec.throughput.points) > 1:
                 measured.append(a.spec)
 
-    simulate(Cluster.uniform(1, 4), [spec], make_policy(policy),
-             overheads=Overheads(start_s=0), learning=LearningSpec(enabled=True, measure_s=10),
-             on_plan=spy)
+    simulate(
+        Cluster.uniform(1, 4),
+        [spec],
+        make_policy(policy),
+        overheads=Overheads(start_s=0),
+        learning=LearningSpec(enabled=True, measure_s=10),
+        on_plan=spy,
+    )
     assert timeline[0] == (0.0, 4), timeline  # believed linear: 4 GPUs
     assert measured and measured[0].throughput.rate(4) == pytest.approx(2.0)
     after = [gpus for t, gpus in timeline if t >= 10.0]
     assert after and set(after) == {2}, timeline
     # a fresh policy on the measured belief decides the same
     from gpuplan.models import ClusterState, JobSnapshot
-    fresh = ClusterState(now=20.0, cluster=Cluster.uniform(1, 4),
-                         jobs=[JobSnapshot(spec=measured[0])])
+
+    fresh = ClusterState(
+        now=20.0, cluster=Cluster.uniform(1, 4), jobs=[JobSnapshot(spec=measured[0])]
+    )
     plan_gpus = make_policy(policy.removesuffix("-learning")).decide(fresh.to_view()).shares
     assert plan_gpus == {"a": 2}

@@ -47,8 +47,12 @@ HARNESS = DATA / "hook_harness.lua"
 HOOK = Path(comments.__file__).with_name("job_submit.lua")
 LUAS = ("lua5.1", "lua5.3", "lua5.4")
 SLURM_LUA_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so")
-HOSTILE = ("gpuplan:work=0x10", "gpuplan:duration=0x1p4", "gpuplan:9work=1e300",
-           "gpuplan:work=5;0work=1e300")
+HOSTILE = (
+    "gpuplan:work=0x10",
+    "gpuplan:duration=0x1p4",
+    "gpuplan:9work=1e300",
+    "gpuplan:work=5;0work=1e300",
+)
 """The issue's four comments: held by the old hook, refused by the controller, released."""
 
 
@@ -95,11 +99,22 @@ def _install_lua() -> None:
         return
     missing = [name for name in LUAS if shutil.which(name) is None]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "-o", "DPkg::Lock::Timeout=600", "update", "-qq"],
-                 ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq",
-                  "--no-install-recommends", *missing]):
-        subprocess.run(argv, env=env, capture_output=True, stdin=subprocess.DEVNULL,
-                       timeout=900, check=False)
+    for argv in (
+        ["apt-get", "-o", "DPkg::Lock::Timeout=600", "update", "-qq"],
+        [
+            "apt-get",
+            "-o",
+            "DPkg::Lock::Timeout=600",
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            *missing,
+        ],
+    ):
+        subprocess.run(
+            argv, env=env, capture_output=True, stdin=subprocess.DEVNULL, timeout=900, check=False
+        )
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +132,13 @@ def luas() -> dict[str, str]:
 def run_harness(lua: str, mode: str, lines: list[str], tmp_path: Path) -> list[str]:
     cases = tmp_path / f"{mode}.cases"
     cases.write_text("".join(line + "\n" for line in lines))
-    proc = subprocess.run([lua, str(HARNESS), str(HOOK), mode, str(cases)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [lua, str(HARNESS), str(HOOK), mode, str(cases)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
     assert len(out) == len(lines), proc.stderr
@@ -145,22 +165,28 @@ def test_corpus_covers_every_kind_of_comment() -> None:
 
 
 def test_the_python_parser_gives_every_verdict() -> None:
-    wrong = [(v, c[:80]) for v, c in corpus()
-             if python_line(c).startswith("OK") != (v == "ok")]
+    wrong = [(v, c[:80]) for v, c in corpus() if python_line(c).startswith("OK") != (v == "ok")]
     assert not wrong
 
 
 @pytest.mark.parametrize("lua", LUAS)
-def test_hook_and_controller_agree_on_every_comment(lua: str, luas: dict[str, str],
-                                                   tmp_path: Path) -> None:
+def test_hook_and_controller_agree_on_every_comment(
+    lua: str, luas: dict[str, str], tmp_path: Path
+) -> None:
     """Same verdict, same message, same values, under each Lua the hook may run in."""
     cases = corpus()
     got = run_harness(luas[lua], "parse", [_hex(c) for _, c in cases], tmp_path)
-    disagree = [(c[:80], g, python_line(c)) for (_, c), g in zip(cases, got, strict=True)
-                if g != python_line(c)]
+    disagree = [
+        (c[:80], g, python_line(c))
+        for (_, c), g in zip(cases, got, strict=True)
+        if g != python_line(c)
+    ]
     assert not disagree, disagree[:10]
-    wrong = [(v, c[:80], g) for (v, c), g in zip(cases, got, strict=True)
-             if g.startswith("OK") != (v == "ok")]
+    wrong = [
+        (v, c[:80], g)
+        for (v, c), g in zip(cases, got, strict=True)
+        if g.startswith("OK") != (v == "ok")
+    ]
     assert not wrong, wrong[:10]
 
 
@@ -168,10 +194,55 @@ def generated(count: int = 3000, seed: int = 23) -> list[str]:
     """Seeded random comments built from the grammar's own tokens and near misses: where two
     hand-written parsers most likely part ways."""
     rng = random.Random(seed)
-    tokens = ["gpuplan", ":", ",", ";", "=", "==", "work", "min", "max", "rate", "duration",
-              "ranks", "model", "id", "run", "wor", "0", "1", "9", "00", "999999", "1000000",
-              ".", "e", "E", "+", "-", "e308", "e-5", "x", "0x", "p", "inf", "nan", " ", "\t",
-              "\u00e9", "%", "%2C", "_", "~", "a", "Z", "1e15", "1e16", "315360000", "1e9"]
+    tokens = [
+        "gpuplan",
+        ":",
+        ",",
+        ";",
+        "=",
+        "==",
+        "work",
+        "min",
+        "max",
+        "rate",
+        "duration",
+        "ranks",
+        "model",
+        "id",
+        "run",
+        "wor",
+        "0",
+        "1",
+        "9",
+        "00",
+        "999999",
+        "1000000",
+        ".",
+        "e",
+        "E",
+        "+",
+        "-",
+        "e308",
+        "e-5",
+        "x",
+        "0x",
+        "p",
+        "inf",
+        "nan",
+        " ",
+        "\t",
+        "\u00e9",
+        "%",
+        "%2C",
+        "_",
+        "~",
+        "a",
+        "Z",
+        "1e15",
+        "1e16",
+        "315360000",
+        "1e9",
+    ]
     out = []
     for _ in range(count):
         body = "".join(rng.choice(tokens) for _ in range(rng.randint(0, 12)))
@@ -180,19 +251,27 @@ def generated(count: int = 3000, seed: int = 23) -> list[str]:
 
 
 @pytest.mark.parametrize("lua", LUAS)
-def test_hook_and_controller_agree_on_generated_comments(lua: str, luas: dict[str, str],
-                                                        tmp_path: Path) -> None:
+def test_hook_and_controller_agree_on_generated_comments(
+    lua: str, luas: dict[str, str], tmp_path: Path
+) -> None:
     cases = generated()
     assert sum(python_line(c).startswith("OK") for c in cases) >= 100  # not all refusals
     got = run_harness(luas[lua], "parse", [_hex(c) for c in cases], tmp_path)
-    disagree = [(c, g, python_line(c)) for c, g in zip(cases, got, strict=True)
-                if g != python_line(c)]
+    disagree = [
+        (c, g, python_line(c)) for c, g in zip(cases, got, strict=True) if g != python_line(c)
+    ]
     assert not disagree, disagree[:10]
 
 
 def test_parsed_values_are_typed_and_exact() -> None:
     assert parse_comment("gpuplan:min=1,max=8;work=5e4,rate=0.1,ranks,model=bert-large") == {
-        "min": 1, "max": 8, "work": 50000.0, "rate": 0.1, "ranks": 1, "model": "bert-large"}
+        "min": 1,
+        "max": 8,
+        "work": 50000.0,
+        "rate": 0.1,
+        "ranks": 1,
+        "model": "bert-large",
+    }
     assert parse_comment("gpuplan") == parse_comment("gpuplan:") == parse_comment("mine") == {}
     for hostile in HOSTILE:
         with pytest.raises(CommentError):
@@ -203,8 +282,9 @@ def test_lab_the_lua_slurm_links_is_one_the_corpus_runs_under(lab: SlurmLab) -> 
     """Debian 12's slurm-wlm links liblua5.1: the corpus must run under that version. (The lab
     fixture installs Slurm's packages where they are missing.)"""
     assert SLURM_LUA_PLUGIN.exists(), f"{SLURM_LUA_PLUGIN} missing after the lab's install"
-    ldd = subprocess.run(["ldd", str(SLURM_LUA_PLUGIN)], capture_output=True, text=True,
-                         timeout=60, check=False).stdout
+    ldd = subprocess.run(
+        ["ldd", str(SLURM_LUA_PLUGIN)], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
     linked = re.findall(r"liblua(5\.\d)", ldd)
     assert linked and f"lua{linked[0]}" in LUAS, ldd
 
@@ -212,43 +292,122 @@ def test_lab_the_lua_slurm_links_is_one_the_corpus_runs_under(lab: SlurmLab) -> 
 # ---------------------------------------------------------------------------------------- hook
 
 
-def _submission(comment: str = "", tpn: str = "", tpj: str = "", nodes: str = "",
-                ntpn: str = "", uid: str = "1000") -> str:
+def _submission(
+    comment: str = "",
+    tpn: str = "",
+    tpj: str = "",
+    nodes: str = "",
+    ntpn: str = "",
+    uid: str = "1000",
+) -> str:
     return "\t".join(_hex(x) for x in (comment, tpn, tpj, nodes, ntpn, uid))
 
 
 SUBMISSIONS = [
     # (submission, rc, tres_per_node, tres_per_job, min_nodes, admin_comment or message part)
-    (_submission(tpj="gres:gpu:4", nodes="2"), "0", "gres:gpu:2", "", "2",
-     "gpuplan:held;gpus=4;min=4;max=4;nodes=2;gpn=2"),
-    (_submission(tpj="gres:gpu:a100:12", nodes="3"), "0", "gres:gpu:a100:4", "", "3",
-     "gpuplan:held;gpus=12;min=12;max=12;nodes=3;gpn=4"),
-    (_submission(tpj="gres:gpu:16"), "0", "gres:gpu:8", "", "2",
-     "gpuplan:held;gpus=16;min=16;max=16;nodes=2;gpn=8"),
-    (_submission("gpuplan:min=1,max=8", tpj="gres:gpu:3"), "0", "gres:gpu:3", "", "1",
-     "gpuplan:held;gpus=3;min=1;max=8;nodes=1;gpn=3"),
-    (_submission("gpuplan:ranks,min=2,max=8", tpn="gres:gpu:2", nodes="2"), "0",
-     "gres:gpu:2", "", "2", "gpuplan:held;gpus=4;min=2;max=8;nodes=2;gpn=2;ranks=1"),
-    (_submission(tpj="gres:gpu:6", nodes="4"), "0", "", "gres:gpu:6", "4",
-     "gpuplan:held;gpus=6;min=6;max=6;nodes=4"),
-    (_submission("gpuplan:work=0x10", tpj="gres:gpu:4", nodes="2"), "-1", "", "gres:gpu:4",
-     "2", "gpuplan: work=0x10 must be a decimal number in (0, 1e+15]"),
-    (_submission("gpuplan:9work=1e300", tpj="gres:gpu:1"), "-1", "", "gres:gpu:1", "",
-     "gpuplan: key '9work' must be a letter followed by letters, digits or _"),
-    (_submission("gpuplan:max=2000", tpj="gres:gpu:1"), "-1", "", "gres:gpu:1", "",
-     "gpuplan: max=2000 must be a whole number in [1, 1024]"),
-    (_submission("gpuplan:run=x", tpj="gres:gpu:1"), "-1", "", "gres:gpu:1", "",
-     "reserved for gpuplan's own executor"),
-    (_submission("gpuplan:run=x", tpj="gres:gpu:1", uid="0"), "0", "gres:gpu:1", "", "1",
-     "gpuplan:held;gpus=1;min=1;max=1;nodes=1;gpn=1"),
-    (_submission(tpj="gres:gpu:99999999999999999999"), "-1", "", "gres:gpu:99999999999999999999",
-     "", "gpuplan: GPU request 100000000000000000000 must be in [1, 1024]"),
+    (
+        _submission(tpj="gres:gpu:4", nodes="2"),
+        "0",
+        "gres:gpu:2",
+        "",
+        "2",
+        "gpuplan:held;gpus=4;min=4;max=4;nodes=2;gpn=2",
+    ),
+    (
+        _submission(tpj="gres:gpu:a100:12", nodes="3"),
+        "0",
+        "gres:gpu:a100:4",
+        "",
+        "3",
+        "gpuplan:held;gpus=12;min=12;max=12;nodes=3;gpn=4",
+    ),
+    (
+        _submission(tpj="gres:gpu:16"),
+        "0",
+        "gres:gpu:8",
+        "",
+        "2",
+        "gpuplan:held;gpus=16;min=16;max=16;nodes=2;gpn=8",
+    ),
+    (
+        _submission("gpuplan:min=1,max=8", tpj="gres:gpu:3"),
+        "0",
+        "gres:gpu:3",
+        "",
+        "1",
+        "gpuplan:held;gpus=3;min=1;max=8;nodes=1;gpn=3",
+    ),
+    (
+        _submission("gpuplan:ranks,min=2,max=8", tpn="gres:gpu:2", nodes="2"),
+        "0",
+        "gres:gpu:2",
+        "",
+        "2",
+        "gpuplan:held;gpus=4;min=2;max=8;nodes=2;gpn=2;ranks=1",
+    ),
+    (
+        _submission(tpj="gres:gpu:6", nodes="4"),
+        "0",
+        "",
+        "gres:gpu:6",
+        "4",
+        "gpuplan:held;gpus=6;min=6;max=6;nodes=4",
+    ),
+    (
+        _submission("gpuplan:work=0x10", tpj="gres:gpu:4", nodes="2"),
+        "-1",
+        "",
+        "gres:gpu:4",
+        "2",
+        "gpuplan: work=0x10 must be a decimal number in (0, 1e+15]",
+    ),
+    (
+        _submission("gpuplan:9work=1e300", tpj="gres:gpu:1"),
+        "-1",
+        "",
+        "gres:gpu:1",
+        "",
+        "gpuplan: key '9work' must be a letter followed by letters, digits or _",
+    ),
+    (
+        _submission("gpuplan:max=2000", tpj="gres:gpu:1"),
+        "-1",
+        "",
+        "gres:gpu:1",
+        "",
+        "gpuplan: max=2000 must be a whole number in [1, 1024]",
+    ),
+    (
+        _submission("gpuplan:run=x", tpj="gres:gpu:1"),
+        "-1",
+        "",
+        "gres:gpu:1",
+        "",
+        "reserved for gpuplan's own executor",
+    ),
+    (
+        _submission("gpuplan:run=x", tpj="gres:gpu:1", uid="0"),
+        "0",
+        "gres:gpu:1",
+        "",
+        "1",
+        "gpuplan:held;gpus=1;min=1;max=1;nodes=1;gpn=1",
+    ),
+    (
+        _submission(tpj="gres:gpu:99999999999999999999"),
+        "-1",
+        "",
+        "gres:gpu:99999999999999999999",
+        "",
+        "gpuplan: GPU request 100000000000000000000 must be in [1, 1024]",
+    ),
 ]
 
 
 @pytest.mark.parametrize("lua", LUAS)
-def test_hook_submissions_use_integer_arithmetic_under_every_lua(lua: str, luas: dict[str, str],
-                                                                 tmp_path: Path) -> None:
+def test_hook_submissions_use_integer_arithmetic_under_every_lua(
+    lua: str, luas: dict[str, str], tmp_path: Path
+) -> None:
     """``-N 2 --gpus=4`` once became ``gres:gpu:2.0`` under Lua 5.3/5.4 (float division);
     refused submissions leave the job description untouched and tell the user why."""
     got = run_harness(luas[lua], "submit", [s[0] for s in SUBMISSIONS], tmp_path)
@@ -262,10 +421,18 @@ def test_hook_submissions_use_integer_arithmetic_under_every_lua(lua: str, luas:
 # ------------------------------------------------------------------------------ controller
 
 
-HELD = {"job_id": 41, "job_state": "PENDING", "priority": 0, "user_id": 1000,
-        "partition": "gpuplan", "tres_per_node": "gres:gpu:2", "node_count": 1,
-        "admin_comment": "gpuplan:held;gpus=2;min=1;max=4;nodes=1;gpn=2",
-        "comment": "gpuplan:min=1,max=4,work=60", "submit_time": 1_000_100}
+HELD = {
+    "job_id": 41,
+    "job_state": "PENDING",
+    "priority": 0,
+    "user_id": 1000,
+    "partition": "gpuplan",
+    "tres_per_node": "gres:gpu:2",
+    "node_count": 1,
+    "admin_comment": "gpuplan:held;gpus=2;min=1;max=4;nodes=1;gpn=2",
+    "comment": "gpuplan:min=1,max=4,work=60",
+    "submit_time": 1_000_100,
+}
 
 
 @pytest.mark.parametrize("comment", HOSTILE)
@@ -284,8 +451,9 @@ def test_a_refused_marker_is_unmanaged_readable_and_one_field() -> None:
     assert text.startswith("gpuplan:refused;gpus=2;min=1;max=4;nodes=1;gpn=2;why=")
     found = marker(text)
     assert found is not None and found[0] == REFUSED
-    assert found[1]["why"] == ("Slurm job 41: field 'comment': work=0x10 must be a decimal "
-                               "number in (0 1e+15] ?")
+    assert found[1]["why"] == (
+        "Slurm job 41: field 'comment': work=0x10 must be a decimal number in (0 1e+15] ?"
+    )
     assert refused_marker(text, "again").endswith(";gpn=2;why=again")  # one why=, the last
     assert not is_managed(SlurmJob.from_json({**HELD, "admin_comment": text}))
 
@@ -325,15 +493,34 @@ def test_lab_hook_refuses_the_hostile_comments_at_submit(lab: SlurmLab, gpuuser:
     before = _user_jobs(lab, uid)
     for comment in HOSTILE:
         for where in ([f"--partition={PARTITION}"], []):  # opt-in by partition or comment
-            proc = fx.as_user(gpuuser, ["sbatch", "--parsable", *where, "--gpus=1",
-                                        f"--comment={comment}", "--output=/dev/null",
-                                        "--wrap=true"], lab.env)
+            proc = fx.as_user(
+                gpuuser,
+                [
+                    "sbatch",
+                    "--parsable",
+                    *where,
+                    "--gpus=1",
+                    f"--comment={comment}",
+                    "--output=/dev/null",
+                    "--wrap=true",
+                ],
+                lab.env,
+            )
             assert proc.returncode != 0, (comment, proc.stdout)
             assert f"gpuplan: {_python_message(comment)}" in proc.stderr, (comment, proc.stderr)
     assert _user_jobs(lab, uid) == before  # none was created, so none can run
-    ok = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=1",
-                              "--comment=gpuplan:work=16,duration=16", "--output=/dev/null",
-                              "--wrap=true"], lab.env)
+    ok = fx.as_user(
+        gpuuser,
+        [
+            "sbatch",
+            "--parsable",
+            "--gpus=1",
+            "--comment=gpuplan:work=16,duration=16",
+            "--output=/dev/null",
+            "--wrap=true",
+        ],
+        lab.env,
+    )
     # work and duration together are allowed by the grammar (work wins in the controller)
     assert ok.returncode == 0 and "held for the GPU engine" in ok.stderr, ok.stderr
     lab.cli(timeout=30).cancel(int(ok.stdout.strip().split(";")[0]))
@@ -347,16 +534,27 @@ def _python_message(comment: str) -> str:
     raise AssertionError(f"{comment} parses")
 
 
-def test_lab_an_unreadable_job_stays_held_with_a_visible_reason(lab: SlurmLab, gpuuser: str,
-                                                                tmp_path: Path) -> None:
+def test_lab_an_unreadable_job_stays_held_with_a_visible_reason(
+    lab: SlurmLab, gpuuser: str, tmp_path: Path
+) -> None:
     """A held job whose comment the controller cannot read (here: an operator rewrote it, as
     an outdated hook would have let through) is kept held and marked ``refused`` with the
     reason, which its owner reads in ``scontrol show job``; the controller keeps serving
     others; the fail-open watchdog never releases it; nothing of it ever runs."""
     cli = lab.cli(timeout=30)
-    sub = fx.as_user(gpuuser, ["sbatch", "--parsable", f"--partition={PARTITION}", "--gpus=1",
-                               "--comment=gpuplan:work=5", "--output=/dev/null",
-                               "--wrap=true"], lab.env)
+    sub = fx.as_user(
+        gpuuser,
+        [
+            "sbatch",
+            "--parsable",
+            f"--partition={PARTITION}",
+            "--gpus=1",
+            "--comment=gpuplan:work=5",
+            "--output=/dev/null",
+            "--wrap=true",
+        ],
+        lab.env,
+    )
     assert sub.returncode == 0, sub.stderr
     bad = int(sub.stdout.strip().split(";")[0])
     cli.update_job(bad, Comment=HOSTILE[0])
@@ -364,20 +562,58 @@ def test_lab_an_unreadable_job_stays_held_with_a_visible_reason(lab: SlurmLab, g
     state.mkdir(mode=0o700)
     db, log = state / "controller.db", tmp_path / "controller.log"
     env = {**os.environ, **lab.env}
-    argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", "fifo",
-            "--interval", "0.5", "--state-db", str(db), "--partition", PARTITION]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan",
+        "slurm-controller",
+        "--policy",
+        "fifo",
+        "--interval",
+        "0.5",
+        "--state-db",
+        str(db),
+        "--partition",
+        PARTITION,
+    ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
-        _wait("the job marked refused", lambda: (cli.job(bad) or SlurmJob.from_json(
-            {"job_id": bad})).admin_comment.startswith("gpuplan:refused;"), log)
-        good = fx.as_user(gpuuser, ["sbatch", "--parsable", f"--partition={PARTITION}",
-                                    "--gpus=1", "--comment=gpuplan:duration=1",
-                                    "--output=/dev/null", "--wrap=true"], lab.env)
+        _wait(
+            "the job marked refused",
+            lambda: (cli.job(bad) or SlurmJob.from_json({"job_id": bad})).admin_comment.startswith(
+                "gpuplan:refused;"
+            ),
+            log,
+        )
+        good = fx.as_user(
+            gpuuser,
+            [
+                "sbatch",
+                "--parsable",
+                f"--partition={PARTITION}",
+                "--gpus=1",
+                "--comment=gpuplan:duration=1",
+                "--output=/dev/null",
+                "--wrap=true",
+            ],
+            lab.env,
+        )
         good_id = int(good.stdout.strip().split(";")[0])
-        _wait("another job scheduled and completed", lambda: (cli.job(good_id) or SlurmJob.
-              from_json({"job_id": good_id})).state == "COMPLETED", log)
+        _wait(
+            "another job scheduled and completed",
+            lambda: (
+                (cli.job(good_id) or SlurmJob.from_json({"job_id": good_id})).state == "COMPLETED"
+            ),
+            log,
+        )
         assert proc.poll() is None, "the controller exited"
     finally:
         proc.send_signal(signal.SIGTERM)

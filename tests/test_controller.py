@@ -64,19 +64,30 @@ def test_journal_schema_intents_and_outcomes(tmp_path: Path) -> None:
         assert journal.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         run = journal.begin_run("max-min")
         journal.add_job("slurm-7", 7, "fp7", 100.0, {"id": "slurm-7"}, "pending")
-        epoch, ids = journal.record_plan(run, 1.5, "max-min", "{}", [
-            ActionIntent("slurm-7", 7, "start", {}, {"node1": 2}, 0),
-            ActionIntent("slurm-8", 8, "resize", {"node2": 4}, {"node2": 2}, 3)])
+        epoch, ids = journal.record_plan(
+            run,
+            1.5,
+            "max-min",
+            "{}",
+            [
+                ActionIntent("slurm-7", 7, "start", {}, {"node1": 2}, 0),
+                ActionIntent("slurm-8", 8, "resize", {"node2": 4}, {"node2": 2}, 3),
+            ],
+        )
         assert epoch == 1 and len(ids) == 2
         assert [a.kind for a in journal.open_actions()] == ["start", "resize"]
         journal.settle(ids[:1], "applied")
         open_ = journal.open_actions()
         assert [(a.engine_id, a.restart_count, a.after) for a in open_] == [
-            ("slurm-8", 3, {"node2": 2})]
+            ("slurm-8", 3, {"node2": 2})
+        ]
         journal.update_jobs([JobUpdate("slurm-7", "running", 4.0, 2, {"node1": 2})])
         row = journal.job("slurm-7")
         assert row is not None and (row.state, row.done, row.placement) == (
-            "running", 4.0, {"node1": 2})
+            "running",
+            4.0,
+            {"node1": 2},
+        )
         with pytest.raises(ValueError):
             journal.settle(ids, "intended")
         with pytest.raises(ValueError):
@@ -97,9 +108,16 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path: Path) -> None:
         with pytest.raises(sqlite3.IntegrityError):
             # The second intent violates the schema: the plan row and the first intent must
             # not survive either (all or nothing).
-            journal.record_plan(run, 0.0, "fifo", "{}", [
-                ActionIntent("a", 1, "start", {}, {}, 0),
-                ActionIntent(None, 2, "start", {}, {}, 0)])  # type: ignore[arg-type]
+            journal.record_plan(
+                run,
+                0.0,
+                "fifo",
+                "{}",
+                [
+                    ActionIntent("a", 1, "start", {}, {}, 0),
+                    ActionIntent(None, 2, "start", {}, {}, 0),
+                ],
+            )  # type: ignore[arg-type]
         assert journal.plan_count() == 0 and journal.open_actions() == []
 
 
@@ -131,20 +149,34 @@ def test_reused_slurm_ids_do_not_inherit_old_rows(tmp_path: Path) -> None:
         assert len(journal.jobs()) == 1
         journal.add_job("slurm-3", 3, "new-job", 500.0, None, "pending")
         rows = journal.jobs()
-        assert sorted(rows) == sorted(["slurm-3", next(k for k in rows if k.startswith(
-            "slurm-3~"))])
+        assert sorted(rows) == sorted(
+            ["slurm-3", next(k for k in rows if k.startswith("slurm-3~"))]
+        )
         archived = next(r for k, r in rows.items() if k != "slurm-3")
         assert archived.fingerprint == "old-job" and archived.state == "gone"
         assert rows["slurm-3"].fingerprint == "new-job"
 
 
 V38_HELD = {
-    "job_id": 41, "name": "train.sh", "job_state": "PENDING", "state_reason": "JobHeldUser",
-    "priority": 0, "partition": "gpuplan", "admin_comment": "gpuplan:held;gpus=2;min=1;max=4",
-    "comment": "gpuplan:min=1,max=4,work=60,rate=0.5", "tres_per_node": "gres:gpu:2",
-    "tres_per_job": "", "node_count": 1, "restart_cnt": 0, "submit_time": 1_000_100,
-    "time_limit": None, "user_id": 1001, "user_name": "alice", "nodes": "",
-    "command": "/home/alice/train.sh", "current_working_directory": "/home/alice",
+    "job_id": 41,
+    "name": "train.sh",
+    "job_state": "PENDING",
+    "state_reason": "JobHeldUser",
+    "priority": 0,
+    "partition": "gpuplan",
+    "admin_comment": "gpuplan:held;gpus=2;min=1;max=4",
+    "comment": "gpuplan:min=1,max=4,work=60,rate=0.5",
+    "tres_per_node": "gres:gpu:2",
+    "tres_per_job": "",
+    "node_count": 1,
+    "restart_cnt": 0,
+    "submit_time": 1_000_100,
+    "time_limit": None,
+    "user_id": 1001,
+    "user_name": "alice",
+    "nodes": "",
+    "command": "/home/alice/train.sh",
+    "current_working_directory": "/home/alice",
     "standard_output": "/home/alice/out",
 }
 
@@ -155,7 +187,9 @@ def _cluster() -> Cluster:
 
 def test_markers_comments_and_management() -> None:
     assert marker("gpuplan:held;gpus=2;min=1;max=4") == (
-        "held", {"gpus": "2", "min": "1", "max": "4"})
+        "held",
+        {"gpus": "2", "min": "1", "max": "4"},
+    )
     assert marker("something else") is None
     assert with_marker_state("gpuplan:held;gpus=2", "failopen") == "gpuplan:failopen;gpus=2"
     assert comment_options("gpuplan:min=1,max=8;work=5") == {"min": 1, "max": 8, "work": 5.0}
@@ -174,17 +208,25 @@ def test_markers_comments_and_management() -> None:
 
 
 def test_spec_from_a_hook_marked_job() -> None:
-    spec = spec_from_slurm(SlurmJob.from_json(V38_HELD), origin=1_000_000, cluster=_cluster(),
-                           default_duration_s=3600)
+    spec = spec_from_slurm(
+        SlurmJob.from_json(V38_HELD), origin=1_000_000, cluster=_cluster(), default_duration_s=3600
+    )
     assert spec.id == engine_id(41) == "slurm-41"
     assert (spec.requested_gpus, spec.min_gpus, spec.max_gpus, spec.elastic) == (2, 1, 4, True)
     assert spec.work == 60.0 and spec.submit_time == 100.0 and spec.user == "alice"
     assert spec.throughput.rate(2) == pytest.approx(1.0)  # rate=0.5 per GPU
     assert spec.gpu_type is None and spec.checkpoint.on_signal
     # Rigid, typed, sized by its time limit (minutes) when the comment gives no work.
-    rigid = SlurmJob.from_json({**V38_HELD, "admin_comment": "gpuplan:held;gpus=8;min=8;max=8",
-                                "comment": "", "tres_per_node": "gres:gpu:a100:4",
-                                "node_count": 2, "time_limit": 30})
+    rigid = SlurmJob.from_json(
+        {
+            **V38_HELD,
+            "admin_comment": "gpuplan:held;gpus=8;min=8;max=8",
+            "comment": "",
+            "tres_per_node": "gres:gpu:a100:4",
+            "node_count": 2,
+            "time_limit": 30,
+        }
+    )
     spec = spec_from_slurm(rigid, origin=0, cluster=_cluster(), default_duration_s=3600)
     assert (spec.requested_gpus, spec.elastic, spec.gpu_type) == (8, False, "a100")
     assert spec.work == pytest.approx(1800 * spec.throughput.rate(8))
@@ -204,20 +246,25 @@ def test_failpoints_kill_the_process_at_the_nth_hit() -> None:
     points = Failpoints("cli.signal@2,intent")
     assert points.targets == {"cli.signal": 2, "intent": 1}
     points.hit("cli.release")  # not armed: nothing happens
-    code = ("from gpuplan.executors.control.controller import Failpoints\n"
-            "p = Failpoints('x@2')\np.hit('x')\nprint('first', flush=True)\np.hit('x')\n"
-            "print('never')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    code = (
+        "from gpuplan.executors.control.controller import Failpoints\n"
+        "p = Failpoints('x@2')\np.hit('x')\nprint('first', flush=True)\np.hit('x')\n"
+        "print('never')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == -signal.SIGKILL and proc.stdout == "first\n"
 
 
-def test_command_line_checks_before_touching_anything(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_line_checks_before_touching_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "j.db"
     assert command.main(["slurm-controller", "--state-db", str(db)]) == 2  # no --policy
-    assert command.main(["slurm-controller", "--policy", "no-such-policy", "--state-db",
-                         str(db)]) == 2
+    assert (
+        command.main(["slurm-controller", "--policy", "no-such-policy", "--state-db", str(db)]) == 2
+    )
     assert not db.exists()  # a bad policy is refused before the journal is created
     # A fresh heartbeat: the watchdog decides without asking Slurm (no cluster here at all).
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing-slurm.conf"))
@@ -227,18 +274,22 @@ def test_command_line_checks_before_touching_anything(tmp_path: Path,
     assert time.monotonic() - t0 < 5.0
 
 
-@pytest.mark.parametrize(("admin", "comment", "field"), [
-    ("gpuplan:held;gpus=2;min=1;max=1000000000", "gpuplan:work=60", "max"),
-    ("gpuplan:held;gpus=2;min=0;max=4", "gpuplan:work=60", "min"),
-    ("gpuplan:held;gpus=2;min=3;max=4", "gpuplan:work=60", "min"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=nan", "comment"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=1e400", "comment"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:duration=-5", "comment"),
-    ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=5,rate=inf", "comment"),
-    ("gpuplan:held;gpus=99;min=1;max=99", "gpuplan:work=5", "gpus"),
-])
-def test_hook_values_out_of_bounds_are_refused_by_the_controller(admin: str, comment: str,
-                                                                 field: str) -> None:
+@pytest.mark.parametrize(
+    ("admin", "comment", "field"),
+    [
+        ("gpuplan:held;gpus=2;min=1;max=1000000000", "gpuplan:work=60", "max"),
+        ("gpuplan:held;gpus=2;min=0;max=4", "gpuplan:work=60", "min"),
+        ("gpuplan:held;gpus=2;min=3;max=4", "gpuplan:work=60", "min"),
+        ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=nan", "comment"),
+        ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=1e400", "comment"),
+        ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:duration=-5", "comment"),
+        ("gpuplan:held;gpus=2;min=1;max=4", "gpuplan:work=5,rate=inf", "comment"),
+        ("gpuplan:held;gpus=99;min=1;max=99", "gpuplan:work=5", "gpus"),
+    ],
+)
+def test_hook_values_out_of_bounds_are_refused_by_the_controller(
+    admin: str, comment: str, field: str
+) -> None:
     """The controller re-checks every hook-supplied value against the partition it sees: a job
     whose marker was written by an outdated or bypassed hook cannot make it allocate for a
     billion GPUs or run for ever (bounds in docs/controller.md)."""
@@ -264,12 +315,13 @@ def test_an_empty_or_damaged_journal_is_refused_never_restarted(tmp_path: Path) 
     with Journal(damaged) as journal:
         run = journal.begin_run("fifo")
         for k in range(300):
-            journal.add_job(f"slurm-{k}", k, "fp", 1.0, {"id": f"slurm-{k}", "pad": "x" * 500},
-                            "pending")
+            journal.add_job(
+                f"slurm-{k}", k, "fp", 1.0, {"id": f"slurm-{k}", "pad": "x" * 500}, "pending"
+            )
         journal.end_run(run, "clean")
     data = bytearray(damaged.read_bytes())
     for offset in range(4096, len(data) - 4096, 8192):
-        data[offset:offset + 2048] = b"\xff" * 2048
+        data[offset : offset + 2048] = b"\xff" * 2048
     damaged.write_bytes(bytes(data))
     with pytest.raises(JournalError, match=r"damaged|not a usable journal"):
         Journal(damaged)
@@ -307,11 +359,21 @@ def test_journal_paths_are_escaped_and_files_private(tmp_path: Path) -> None:
         Journal(link)
 
 
-@pytest.mark.parametrize("bad", [["--stale-after", "nan"], ["--stale-after", "-1"],
-                                 ["--interval", "nan"], ["--interval", "0"], ["--watch", "inf"],
-                                 ["--max-stall", "1e300"], ["--seed", "-1"]])
-def test_bad_options_are_one_line_and_exit_2(bad: list[str], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--stale-after", "nan"],
+        ["--stale-after", "-1"],
+        ["--interval", "nan"],
+        ["--interval", "0"],
+        ["--watch", "inf"],
+        ["--max-stall", "1e300"],
+        ["--seed", "-1"],
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(
+    bad: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "j.db"
     with pytest.raises(SystemExit) as exit_:
         command.main(["slurm-controller", "--policy", "fifo", "--state-db", str(db), *bad])
@@ -332,10 +394,18 @@ class _ReleaseFailsOnce:
         self.marks = {41: "gpuplan:held;gpus=2;min=1;max=4", 42: "gpuplan:held;gpus=2;min=1;max=4"}
 
     def jobs(self, all_states: bool = True) -> list[SlurmJob]:
-        return [SlurmJob.from_json({**V38_HELD, "job_id": j, "priority": 0 if h else 1,
-                                    "state_reason": "JobHeldUser" if h else "None",
-                                    "admin_comment": self.marks[j]})
-                for j, h in self.held.items()]
+        return [
+            SlurmJob.from_json(
+                {
+                    **V38_HELD,
+                    "job_id": j,
+                    "priority": 0 if h else 1,
+                    "state_reason": "JobHeldUser" if h else "None",
+                    "admin_comment": self.marks[j],
+                }
+            )
+            for j, h in self.held.items()
+        ]
 
     def update_job(self, job_id: int, **fields: str) -> None:
         self.calls.append(("update", job_id, fields))
@@ -350,8 +420,7 @@ class _ReleaseFailsOnce:
         self.held[job_id] = False
 
 
-def test_fail_open_marks_only_released_jobs_and_continues_past_a_failure(tmp_path: Path
-                                                                         ) -> None:
+def test_fail_open_marks_only_released_jobs_and_continues_past_a_failure(tmp_path: Path) -> None:
     cli = _ReleaseFailsOnce()
     hb = tmp_path / "hb"  # missing: the controller is down
     assert fail_open_check(cli, hb, 5.0) == [42]  # type: ignore[arg-type]
@@ -364,7 +433,8 @@ def test_fail_open_marks_only_released_jobs_and_continues_past_a_failure(tmp_pat
     for job in (41, 42):
         kinds = [(k, "AdminComment" in f) for k, j, f in cli.calls if j == job]
         assert kinds.index(("update", True)) > max(
-            i for i, k in enumerate(kinds) if k == ("release", False))
+            i for i, k in enumerate(kinds) if k == ("release", False)
+        )
 
 
 # ---------------------------------------------------------------------------------------- lab
@@ -418,8 +488,11 @@ def _cancel_partition(lab: SlurmLab) -> None:
 
     def ours() -> list[int]:
         with contextlib.suppress(SlurmError):
-            return [job.job_id for job in cli.jobs(all_states=False)
-                    if PARTITION in job.partition.split(",") or job.name == "blocker"]
+            return [
+                job.job_id
+                for job in cli.jobs(all_states=False)
+                if PARTITION in job.partition.split(",") or job.name == "blocker"
+            ]
         return [-1]  # slurmctld did not answer: ask again
 
     for job_id in ours():
@@ -428,14 +501,33 @@ def _cancel_partition(lab: SlurmLab) -> None:
     _wait("the partition's jobs to be gone", lambda: not ours(), LAB_WAIT_S)
 
 
-def _submit(lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int, lo: int,
-            hi: int) -> int:
+def _submit(
+    lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int, lo: int, hi: int
+) -> int:
     """``sbatch`` as the user would: the hook marks, normalises and holds the job."""
-    argv = ["sbatch", "--parsable", f"--partition={PARTITION}", f"--gpus={gpus}",
-            f"--comment=gpuplan:min={lo},max={hi},work={work:g}", f"--job-name={name}",
-            f"--output={shared}/{name}.out", "--open-mode=append", str(shared / "run.sh"),
-            PYTHON, str(shared / "standin.py"), "--job-id", name, "--work", f"{work:g}",
-            "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "0.5"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--partition={PARTITION}",
+        f"--gpus={gpus}",
+        f"--comment=gpuplan:min={lo},max={hi},work={work:g}",
+        f"--job-name={name}",
+        f"--output={shared}/{name}.out",
+        "--open-mode=append",
+        str(shared / "run.sh"),
+        PYTHON,
+        str(shared / "standin.py"),
+        "--job-id",
+        name,
+        "--work",
+        f"{work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "0.5",
+    ]
     proc = fx.as_user(user, argv, lab.env)
     assert proc.returncode == 0, proc.stderr
     assert "held for the GPU engine" in proc.stderr
@@ -445,27 +537,51 @@ def _submit(lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus
 class Controller:
     """``gpuplan slurm-controller`` as a subprocess (what systemd would run)."""
 
-    def __init__(self, lab: SlurmLab, db: Path, log: Path, *, failpoint: str | None = None,
-                 args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        lab: SlurmLab,
+        db: Path,
+        log: Path,
+        *,
+        failpoint: str | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         env = {**os.environ, **lab.env, **(env or {})}
         env.pop("GPUPLAN_FAILPOINT", None)
         if failpoint:
             env["GPUPLAN_FAILPOINT"] = failpoint
-        argv = [sys.executable, "-m", "gpuplan", "slurm-controller",
-                *args, "--state-db", str(db), "--partition", PARTITION]
+        argv = [
+            sys.executable,
+            "-m",
+            "gpuplan",
+            "slurm-controller",
+            *args,
+            "--state-db",
+            str(db),
+            "--partition",
+            PARTITION,
+        ]
         self.failpoint = failpoint
         with open(log, "ab") as out:
             out.write(f"\n==== {' '.join(argv[2:])} failpoint={failpoint}\n".encode())
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def wait(self, timeout_s: float) -> int:
         try:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"controller (failpoint {self.failpoint}) still running after "
-                                 f"{timeout_s:g} s") from None
+            raise AssertionError(
+                f"controller (failpoint {self.failpoint}) still running after {timeout_s:g} s"
+            ) from None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -475,12 +591,18 @@ class Controller:
 def _controller_args(interval: float = 0.5) -> tuple[str, ...]:
     # without the restart gate: these tests crash the controller in the middle of the changes
     # max-min plans, which the gate could skip (tests/test_restart_gate.py tests the gate)
-    return ("--policy", "max-min", "--interval", f"{interval:g}", "--stop-timeout", "20",
-            "--no-restart-gate")
+    return (
+        "--policy",
+        "max-min",
+        "--interval",
+        f"{interval:g}",
+        "--stop-timeout",
+        "20",
+        "--no-restart-gate",
+    )
 
 
-def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | None = None
-          ) -> float:
+def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | None = None) -> float:
     t0 = time.monotonic()
     while not check():
         if time.monotonic() - t0 > timeout_s:
@@ -521,8 +643,9 @@ def _assert_tiles(shared: Path, name: str, work: float) -> list[dict[str, float 
 # ---------------------------------------------------------------------------------------- crashes
 
 
-def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, shared: Path,
-                                                    clean_partition: None) -> None:
+def test_controller_survives_sigkill_at_four_points(
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     """Six elastic/rigid jobs under max-min; the controller is SIGKILLed four times:
 
     1. right after the first checkpoint signal of a shrink (job exited, not requeued),
@@ -535,8 +658,7 @@ def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, sh
     way kept running through every controller crash (adopted, not restarted)."""
     t0 = time.monotonic()
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    first = [("A", 60.0, 2, 1, 4), ("B", 60.0, 2, 1, 4), ("C", 40.0, 4, 4, 4),
-             ("D", 40.0, 4, 4, 4)]
+    first = [("A", 60.0, 2, 1, 4), ("B", 60.0, 2, 1, 4), ("C", 40.0, 4, 4, 4), ("D", 40.0, 4, 4, 4)]
     late = [("E", 30.0, 2, 1, 4), ("F", 30.0, 2, 1, 4)]
     work = {name: w for name, w, *_ in first + late}
     ids = {name: _submit(lab, user, shared, name, w, g, lo, hi) for name, w, g, lo, hi in first}
@@ -546,19 +668,31 @@ def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, sh
 
     # Run 1: starts A-D (max-min: A, B grow to 4), then E, F arrive and A, B must shrink.
     run = Controller(lab, db, log, failpoint="cli.signal@1", args=args)
-    _wait("A-D running", lambda: all(j.state == "RUNNING" for j in _states(lab, ids).values())
-          and len(_states(lab, ids)) == 4, LAB_WAIT_S, log)
+    _wait(
+        "A-D running",
+        lambda: (
+            all(j.state == "RUNNING" for j in _states(lab, ids).values())
+            and len(_states(lab, ids)) == 4
+        ),
+        LAB_WAIT_S,
+        log,
+    )
     ids |= {name: _submit(lab, user, shared, name, w, g, lo, hi) for name, w, g, lo, hi in late}
     codes.append(run.wait(LAB_WAIT_S))
-    _wait("the signalled job to exit", lambda: any(
-        j.state == "COMPLETED" for j in _states(lab, ids).values()), LAB_WAIT_S, log)
+    _wait(
+        "the signalled job to exit",
+        lambda: any(j.state == "COMPLETED" for j in _states(lab, ids).values()),
+        LAB_WAIT_S,
+        log,
+    )
     # Killed after signalling one job: its stand-in checkpointed and exited, Slurm says
     # COMPLETED — indistinguishable from a finished job without the journal.
     with Journal(db, writer=False) as journal:
         assert {a.kind for a in journal.open_actions()} >= {"resize", "stop"}
     exited = [n for n, j in _states(lab, ids).items() if j.state == "COMPLETED"]
-    assert exited and all(_segments(shared, n)[-1]["reason"] == "signal:SIGUSR1"
-                          for n in exited), exited
+    assert exited and all(_segments(shared, n)[-1]["reason"] == "signal:SIGUSR1" for n in exited), (
+        exited
+    )
 
     # Run 2: dies during its own recovery, right after requeueing that job.
     codes.append(Controller(lab, db, log, failpoint="cli.requeue@1", args=args).wait(LAB_WAIT_S))
@@ -578,10 +712,16 @@ def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, sh
     try:
         # Slurm says COMPLETED also for a moment during every checkpoint-stop, so "done" is the
         # stand-in's completion marker, Slurm's state AND the engine's record, together.
-        _wait("all six jobs completed", lambda: all(
-            (shared / f"{n}.done").exists() for n in ids) and _journal_states(db, ids) == {
-            "completed"} and all(j.state == "COMPLETED" for j in _states(lab, ids).values()),
-            150, log)
+        _wait(
+            "all six jobs completed",
+            lambda: (
+                all((shared / f"{n}.done").exists() for n in ids)
+                and _journal_states(db, ids) == {"completed"}
+                and all(j.state == "COMPLETED" for j in _states(lab, ids).values())
+            ),
+            150,
+            log,
+        )
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0
@@ -610,29 +750,33 @@ def test_controller_survives_sigkill_at_four_points(lab: SlurmLab, user: str, sh
         # intent" when Slurm's restart count already shows the requeue, else the stop is
         # finished again (safe either way; which one depends on how fast slurmctld updates
         # the count on a loaded machine).
-        assert sum("requeued since the intent" in d or "stop finished" in d
-                   for d in details) >= 2, details
+        assert (
+            sum("requeued since the intent" in d or "stop finished" in d for d in details) >= 2
+        ), details
         # A resize was planned and interrupted (run 1). Since single-node shapes (issue 16) the
         # later runs restart A/B as stops + starts, so no later resize needs to be applied.
-        assert any(a.kind == "resize" and a.status in ("applied", "reconciled")
-                   for a in actions)
+        assert any(a.kind == "resize" and a.status in ("applied", "reconciled") for a in actions)
         rows = journal.jobs()
         assert {rows[engine_id(i)].state for i in ids.values()} == {"completed"}
-    print(f"\n[controller: 6 jobs, 4 SIGKILLs, {wall:.1f} s; segments per job "
-          f"{ {n: len(s) for n, s in segments.items()} }]")
+    print(
+        f"\n[controller: 6 jobs, 4 SIGKILLs, {wall:.1f} s; segments per job "
+        f"{ {n: len(s) for n, s in segments.items()} }]"
+    )
 
 
 def _plans_of_run(db: Path, run_id: int) -> int:
     with Journal(db, writer=False) as journal:
-        return int(journal.db.execute("SELECT COUNT(*) FROM plans WHERE run_id = ?",
-                                      (run_id,)).fetchone()[0])
+        return int(
+            journal.db.execute("SELECT COUNT(*) FROM plans WHERE run_id = ?", (run_id,)).fetchone()[
+                0
+            ]
+        )
 
 
 def _journal_states(db: Path, ids: dict[str, int]) -> set[str]:
     with Journal(db, writer=False) as journal:
         rows = journal.jobs()
-    return {rows[engine_id(i)].state if engine_id(i) in rows else "missing"
-            for i in ids.values()}
+    return {rows[engine_id(i)].state if engine_id(i) in rows else "missing" for i in ids.values()}
 
 
 # ---------------------------------------------------------------------------------------- fail-open
@@ -641,8 +785,9 @@ STALE_AFTER = 4.0
 WATCH = 0.5
 
 
-def test_fail_open_when_the_controller_dies(lab: SlurmLab, user: str, shared: Path,
-                                            clean_partition: None) -> None:
+def test_fail_open_when_the_controller_dies(
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     """Controller SIGKILLed -> its heartbeat ages -> the watchdog releases the hook-held jobs ->
     Slurm's own scheduler runs them. Documented bound (docs/controller.md): held jobs start
     within ``stale_after + watchdog period + Slurm's scheduling latency`` of the controller's
@@ -664,25 +809,50 @@ def test_fail_open_when_the_controller_dies(lab: SlurmLab, user: str, shared: Pa
     write_heartbeat(heartbeat, {"pid": 0, "test": "fresh"})
     beater = threading.Thread(target=beat, daemon=True)
     beater.start()
-    watchdog = Controller(lab, db, log, args=("--fail-open-check", "--watch", f"{WATCH:g}",
-                                              "--stale-after", f"{STALE_AFTER:g}",
-                                              "--log-level", "DEBUG"))
+    watchdog = Controller(
+        lab,
+        db,
+        log,
+        args=(
+            "--fail-open-check",
+            "--watch",
+            f"{WATCH:g}",
+            "--stale-after",
+            f"{STALE_AFTER:g}",
+            "--log-level",
+            "DEBUG",
+        ),
+    )
     try:
         ids = {"P": _submit(lab, user, shared, "P", 6.0, 2, 1, 2)}
         seen = log.read_text().count("controller alive")
-        _wait("two watchdog passes over a fresh heartbeat", lambda: log.read_text().count(
-            "controller alive") >= seen + 2, LAB_WAIT_S, log)
+        _wait(
+            "two watchdog passes over a fresh heartbeat",
+            lambda: log.read_text().count("controller alive") >= seen + 2,
+            LAB_WAIT_S,
+            log,
+        )
         assert _states(lab, ids)["P"].held
         ids |= {name: _submit(lab, user, shared, name, 6.0, 2, 1, 2) for name in ("Q", "R")}
         keep_fresh.set()
         beater.join()
         t_dead = time.time()
-        _wait("fail-open jobs to start", lambda: len(_states(lab, ids)) == 3 and all(
-            j.state in ("RUNNING", "COMPLETED") for j in _states(lab, ids).values()),
-            LAB_WAIT_S, log)
+        _wait(
+            "fail-open jobs to start",
+            lambda: (
+                len(_states(lab, ids)) == 3
+                and all(j.state in ("RUNNING", "COMPLETED") for j in _states(lab, ids).values())
+            ),
+            LAB_WAIT_S,
+            log,
+        )
         started = time.time() - t_dead
-        _wait("fail-open jobs to complete", lambda: all(
-            j.state == "COMPLETED" for j in _states(lab, ids).values()), LAB_WAIT_S, log)
+        _wait(
+            "fail-open jobs to complete",
+            lambda: all(j.state == "COMPLETED" for j in _states(lab, ids).values()),
+            LAB_WAIT_S,
+            log,
+        )
     finally:
         watchdog.kill(signal.SIGTERM)
     assert watchdog.wait(LAB_WAIT_S) == 0
@@ -694,48 +864,84 @@ def test_fail_open_when_the_controller_dies(lab: SlurmLab, user: str, shared: Pa
         _assert_tiles(shared, name, 6.0)
     with Journal(db, writer=False) as journal:  # the dead controller never saw them
         assert not {engine_id(i) for i in ids.values()} & set(journal.jobs())
-    print(f"\n[fail-open: jobs started {started:.1f} s after the controller died "
-          f"(stale-after {STALE_AFTER:g} s, watchdog every {WATCH:g} s)]")
+    print(
+        f"\n[fail-open: jobs started {started:.1f} s after the controller died "
+        f"(stale-after {STALE_AFTER:g} s, watchdog every {WATCH:g} s)]"
+    )
 
 
-def test_a_returning_controller_takes_back_failopen_jobs(lab: SlurmLab, user: str,
-                                                         shared: Path,
-                                                         clean_partition: None) -> None:
+def test_a_returning_controller_takes_back_failopen_jobs(
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     """Jobs released by fail-open that Slurm could not start yet (the GPUs are busy) are held
     again and scheduled by the controller when it comes back."""
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     cli = lab.cli(timeout=30)
-    blocker = cli.sbatch(None, options=["--job-name=blocker", "--partition=gpu", "--nodes=4",
-                                        "--gres=gpu:4", "--output=/dev/null",
-                                        "--wrap=sleep 300"])
+    blocker = cli.sbatch(
+        None,
+        options=[
+            "--job-name=blocker",
+            "--partition=gpu",
+            "--nodes=4",
+            "--gres=gpu:4",
+            "--output=/dev/null",
+            "--wrap=sleep 300",
+        ],
+    )
     try:
-        _wait("the blocker to hold every GPU", lambda: _state_of(lab, blocker) == "RUNNING",
-              LAB_WAIT_S)
+        _wait(
+            "the blocker to hold every GPU",
+            lambda: _state_of(lab, blocker) == "RUNNING",
+            LAB_WAIT_S,
+        )
         ids = {name: _submit(lab, user, shared, name, 4.0, 2, 1, 2) for name in ("S", "T")}
         # No heartbeat at all: a controller that never ran is as absent as a dead one.
         check = Controller(lab, db, log, args=("--fail-open-check", "--stale-after", "1"))
         assert check.wait(LAB_WAIT_S) == 0
         released = _states(lab, ids)
-        assert all(j.admin_comment.startswith("gpuplan:failopen;") and not j.held
-                   and j.state == "PENDING" for j in released.values()), released
+        assert all(
+            j.admin_comment.startswith("gpuplan:failopen;") and not j.held and j.state == "PENDING"
+            for j in released.values()
+        ), released
         run = Controller(lab, db, log, args=_controller_args())
         try:
-            _wait("the controller to take them back", lambda: all(
-                j.admin_comment.startswith("gpuplan:held;")
-                for j in _states(lab, ids).values()), LAB_WAIT_S, log)
+            _wait(
+                "the controller to take them back",
+                lambda: all(
+                    j.admin_comment.startswith("gpuplan:held;") for j in _states(lab, ids).values()
+                ),
+                LAB_WAIT_S,
+                log,
+            )
             # A job submitted now is planned at once (the engine owns the GPUs, Slurm makes it
             # wait for the blocker); its owner cancels it: a failure, not a completion.
             gone = _submit(lab, user, shared, "U", 4.0, 1, 1, 1)
-            _wait("the controller to release U", lambda: not (
-                lab.cli(timeout=30).job(gone) or _held_record()).held, LAB_WAIT_S, log)
+            _wait(
+                "the controller to release U",
+                lambda: not (lab.cli(timeout=30).job(gone) or _held_record()).held,
+                LAB_WAIT_S,
+                log,
+            )
             assert fx.as_user(user, ["scancel", str(gone)], lab.env).returncode == 0
-            _wait("U recorded as failed", lambda: _journal_states(db, {"U": gone}) == {
-                "failed"}, LAB_WAIT_S, log)
+            _wait(
+                "U recorded as failed",
+                lambda: _journal_states(db, {"U": gone}) == {"failed"},
+                LAB_WAIT_S,
+                log,
+            )
             cli.cancel(blocker)
-            _wait("taken-back jobs to complete", lambda: all(
-                j.state == "COMPLETED" for j in _states(lab, ids).values()), LAB_WAIT_S, log)
-            _wait("the journal to record them", lambda: _journal_states(db, ids) == {
-                "completed"}, LAB_WAIT_S, log)
+            _wait(
+                "taken-back jobs to complete",
+                lambda: all(j.state == "COMPLETED" for j in _states(lab, ids).values()),
+                LAB_WAIT_S,
+                log,
+            )
+            _wait(
+                "the journal to record them",
+                lambda: _journal_states(db, ids) == {"completed"},
+                LAB_WAIT_S,
+                log,
+            )
         finally:
             run.kill(signal.SIGTERM)
         assert run.wait(LAB_WAIT_S) == 0
@@ -745,8 +951,9 @@ def test_a_returning_controller_takes_back_failopen_jobs(lab: SlurmLab, user: st
     for name in ids:
         _assert_tiles(shared, name, 4.0)
     with Journal(db, writer=False) as journal:
-        starts = {a.engine_id for a in journal.actions() if a.kind == "start"
-                  and a.status == "applied"}
+        starts = {
+            a.engine_id for a in journal.actions() if a.kind == "start" and a.status == "applied"
+        }
         cancelled = journal.job(engine_id(gone))
     assert {engine_id(i) for i in ids.values()} <= starts  # placed by the engine's plan
     assert cancelled is not None and "cancelled" in cancelled.reason
@@ -757,9 +964,9 @@ def _held_record() -> SlurmJob:
     return SlurmJob.from_json({"job_id": 0, "job_state": "PENDING", "priority": 0})
 
 
-def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, user: str,
-                                                              shared: Path,
-                                                              clean_partition: None) -> None:
+def test_out_of_bounds_hook_values_never_stall_the_controller(
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     """``max=1000000000`` once made the controller build a billion allowed counts, die, and —
     its heartbeat written at start-up — keep every held job held under a restart loop.
 
@@ -768,9 +975,16 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
     ``refused`` (never released to Slurm's own scheduler: no queue bypass), and keeps
     scheduling the others, its heartbeat fresh throughout."""
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    greedy = ["sbatch", "--parsable", f"--partition={PARTITION}", "--gpus=2",
-              "--comment=gpuplan:min=1,max=1000000000,work=5", "--job-name=greedy",
-              "--output=/dev/null", "--wrap=true"]
+    greedy = [
+        "sbatch",
+        "--parsable",
+        f"--partition={PARTITION}",
+        "--gpus=2",
+        "--comment=gpuplan:min=1,max=1000000000,work=5",
+        "--job-name=greedy",
+        "--output=/dev/null",
+        "--wrap=true",
+    ]
     proc = fx.as_user(user, greedy, lab.env)
     assert proc.returncode != 0 and "max=1000000000" in proc.stderr, proc.stderr
     reserved = [*greedy[:4], "--comment=gpuplan:run=x,work=5", *greedy[5:]]
@@ -778,21 +992,37 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
     assert proc.returncode != 0 and "reserved" in proc.stderr, proc.stderr
 
     ids = {"X": _submit(lab, user, shared, "X", 4.0, 2, 1, 2)}
-    lab.cli(timeout=30).update_job(ids["X"],
-                                   AdminComment="gpuplan:held;gpus=2;min=1;max=1000000000")
+    lab.cli(timeout=30).update_job(
+        ids["X"], AdminComment="gpuplan:held;gpus=2;min=1;max=1000000000"
+    )
     ids["G"] = _submit(lab, user, shared, "G", 4.0, 2, 1, 2)
     heartbeat = Path(f"{db}.heartbeat")
     run = Controller(lab, db, log, args=_controller_args())
     try:
-        _wait("X marked refused", lambda: _states(lab, ids)["X"].admin_comment.startswith(
-            "gpuplan:refused;"), LAB_WAIT_S, log)
-        _wait("G completed", lambda: _states(lab, ids)["G"].state == "COMPLETED"
-              and _journal_states(db, {"G": ids["G"]}) == {"completed"}, LAB_WAIT_S, log)
+        _wait(
+            "X marked refused",
+            lambda: _states(lab, ids)["X"].admin_comment.startswith("gpuplan:refused;"),
+            LAB_WAIT_S,
+            log,
+        )
+        _wait(
+            "G completed",
+            lambda: (
+                _states(lab, ids)["G"].state == "COMPLETED"
+                and _journal_states(db, {"G": ids["G"]}) == {"completed"}
+            ),
+            LAB_WAIT_S,
+            log,
+        )
         x = _states(lab, ids)["X"]
         assert x.state == "PENDING" and x.held and "why=" in x.admin_comment, x
         assert run.proc.poll() is None, "the controller exited"
-        _wait("a heartbeat written after these cycles", lambda: heartbeat_age(heartbeat) < 5.0,
-              LAB_WAIT_S, log)
+        _wait(
+            "a heartbeat written after these cycles",
+            lambda: heartbeat_age(heartbeat) < 5.0,
+            LAB_WAIT_S,
+            log,
+        )
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0
@@ -805,8 +1035,9 @@ def test_out_of_bounds_hook_values_never_stall_the_controller(lab: SlurmLab, use
     lab.cli(timeout=30).cancel(ids["X"])
 
 
-def test_a_controller_that_never_completes_a_cycle_writes_no_heartbeat(lab: SlurmLab,
-                                                                       shared: Path) -> None:
+def test_a_controller_that_never_completes_a_cycle_writes_no_heartbeat(
+    lab: SlurmLab, shared: Path
+) -> None:
     """The heartbeat means "a cycle completed", not "the process started": a controller that
     passed its start-up checks but then cannot reach Slurm never looks alive to the watchdog.
     (A wrong slurm.conf no longer gets this far: the start-up check refuses it, exit 2 —
@@ -816,15 +1047,29 @@ def test_a_controller_that_never_completes_a_cycle_writes_no_heartbeat(lab: Slur
     heartbeat = Path(f"{db}.heartbeat")
     bindir = shared / "state" / "bin"
     bindir.mkdir()
-    (bindir / "squeue").write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm "
-                                   "controller (connect failure)' >&2\nexit 1\n")
+    (bindir / "squeue").write_text(
+        "#!/bin/sh\necho 'squeue: error: Unable to contact slurm "
+        "controller (connect failure)' >&2\nexit 1\n"
+    )
     (bindir / "squeue").chmod(0o755)
-    run = Controller(lab, db, log, args=_controller_args(),
-                     env={"PATH": f"{bindir}:{os.environ.get('PATH', os.defpath)}"})
+    run = Controller(
+        lab,
+        db,
+        log,
+        args=_controller_args(),
+        env={"PATH": f"{bindir}:{os.environ.get('PATH', os.defpath)}"},
+    )
     try:
-        _wait("the controller to try Slurm and fail twice", lambda: log.read_text().count(
-            "slurmctld unavailable") + log.read_text().count("cycle failed") >= 2,
-            LAB_WAIT_S, log)
+        _wait(
+            "the controller to try Slurm and fail twice",
+            lambda: (
+                log.read_text().count("slurmctld unavailable")
+                + log.read_text().count("cycle failed")
+                >= 2
+            ),
+            LAB_WAIT_S,
+            log,
+        )
         assert run.proc.poll() is None  # still alive, retrying with backoff
         assert not heartbeat.exists(), "heartbeat written without a completed cycle"
     finally:

@@ -122,18 +122,41 @@ def test_any_wake_consumes_every_source(tmp_path: Path) -> None:
 def test_arrival_check_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for bad in ("-1", "nan", "soon"):
         with pytest.raises(SystemExit) as exc:
-            command.main(["slurm-controller", "--policy", "fifo", "--state-db",
-                          str(tmp_path / "j.db"), "--arrival-check", bad])
+            command.main(
+                [
+                    "slurm-controller",
+                    "--policy",
+                    "fifo",
+                    "--state-db",
+                    str(tmp_path / "j.db"),
+                    "--arrival-check",
+                    bad,
+                ]
+            )
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert "--arrival-check" in err and "Traceback" not in err
 
 
 def test_a_submission_wakes_the_controller_long_before_its_next_poll(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None) -> None:
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "3600",
-                                         "--wake-file", "none", "--arrival-check", "0.25"))
+    run = Controller(
+        lab,
+        db,
+        log,
+        args=(
+            "--policy",
+            "fifo",
+            "--interval",
+            "3600",
+            "--wake-file",
+            "none",
+            "--arrival-check",
+            "0.25",
+        ),
+    )
     try:
         heartbeat = db.with_name(db.name + ".heartbeat")
         # The heartbeat is written once the first cycle (reconcile + first poll) is done.
@@ -141,8 +164,12 @@ def test_a_submission_wakes_the_controller_long_before_its_next_poll(
         ids = {"A": _submit(lab, user, shared, "A", 2.0, 1, 1, 1)}
         # The next poll is an hour away and no wake file is watched: A starting within the
         # bound (generous for a busy machine, far below the interval) proves the probe woke it.
-        _wait("A to start after its submission", lambda: _states(lab, ids)["A"].state in (
-            "RUNNING", "COMPLETING", "COMPLETED"), LAB_WAIT_S, log)
+        _wait(
+            "A to start after its submission",
+            lambda: _states(lab, ids)["A"].state in ("RUNNING", "COMPLETING", "COMPLETED"),
+            LAB_WAIT_S,
+            log,
+        )
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0

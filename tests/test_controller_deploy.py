@@ -33,11 +33,18 @@ from gpuplan.executors.slurm.lab_render import render_files
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _gpuplan(argv: list[str], env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuplan", *argv], capture_output=True,
-                          text=True, timeout=120, check=False, cwd="/",
-                          env={**os.environ, **(env or {})})
+def _gpuplan(
+    argv: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd="/",
+        env={**os.environ, **(env or {})},
+    )
 
 
 # ------------------------------------------------------------------------------ versions
@@ -51,15 +58,14 @@ def test_version_is_the_package_version_and_the_hooks() -> None:
     hook = (resources.files("gpuplan.executors.slurm") / "job_submit.lua").read_text()
     assert hook_version(hook) == __version__
     # The lab installs a rendered copy (site sizes rewritten): the version line survives.
-    config = LabConfig(root=Path("/nonexistent"), nodes=2, gpus_per_node=4,
-                       job_submit_lua=True)
+    config = LabConfig(root=Path("/nonexistent"), nodes=2, gpus_per_node=4, job_submit_lua=True)
     rendered = render_files(config, Path("/nonexistent"), "v2", Path("/nonexistent/wake"))
     assert hook_version(rendered["job_submit.lua"]) == __version__
 
 
 def test_hook_version_line_parsing() -> None:
     assert hook_version('local X = 1\nlocal GPUPLAN_HOOK_VERSION = "0.2.0"\n') == "0.2.0"
-    assert hook_version("-- local GPUPLAN_HOOK_VERSION = \"0.2.0\"\n") is None  # a comment
+    assert hook_version('-- local GPUPLAN_HOOK_VERSION = "0.2.0"\n') is None  # a comment
     assert hook_version("local MAX_ENGINE_GPUS = 16\n") is None  # an older hook
 
 
@@ -94,7 +100,8 @@ def receive(sock: socket.socket) -> tuple[str, int]:
 
 
 def test_sd_notify_sends_ready_watchdog_and_stopping(
-        notify_socket: tuple[socket.socket, str]) -> None:
+    notify_socket: tuple[socket.socket, str],
+) -> None:
     sock, path = notify_socket
     notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "4000000"})
     assert notifier.enabled and notifier.watchdog_s == 4.0
@@ -124,7 +131,8 @@ def test_sd_notify_abstract_socket_and_environment_rules() -> None:
 
 
 def test_sd_notify_never_waits_for_a_full_receiver(
-        notify_socket: tuple[socket.socket, str]) -> None:
+    notify_socket: tuple[socket.socket, str],
+) -> None:
     """Nobody reads: the queue fills (net.unix.max_dgram_qlen) and later messages are dropped
     at once instead of blocking the controller's heartbeat thread or signal handler."""
     _sock, path = notify_socket
@@ -133,8 +141,9 @@ def test_sd_notify_never_waits_for_a_full_receiver(
     assert sent[0] and not sent[-1]
 
 
-def test_sd_notify_to_a_missing_socket_never_raises(tmp_path: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_sd_notify_to_a_missing_socket_never_raises(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone")})
     assert not notifier.alive() and not notifier.alive()
     assert sum("sd_notify" in r.getMessage() for r in caplog.records) == 1  # warned once
@@ -160,66 +169,102 @@ def _unit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> configparser.C
 
 
 def test_the_controller_unit_is_hardened_and_runs_these_options(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    unit = _unit(["--policy", "afs-l", "--partition", "gpuplan", "--interval", "1.5",
-                  "--no-restart-gate"], capsys)
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    unit = _unit(
+        ["--policy", "afs-l", "--partition", "gpuplan", "--interval", "1.5", "--no-restart-gate"],
+        capsys,
+    )
     svc = unit["Service"]
     assert svc["Type"] == "notify" and int(svc["WatchdogSec"]) > 0
-    for key, value in {"ProtectSystem": "strict", "PrivateTmp": "yes",
-                       "NoNewPrivileges": "yes", "StateDirectory": "gpuplan",
-                       "StateDirectoryMode": "0700", "UMask": "0077",
-                       "CapabilityBoundingSet": "", "User": "gpuplan"}.items():
+    for key, value in {
+        "ProtectSystem": "strict",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "StateDirectory": "gpuplan",
+        "StateDirectoryMode": "0700",
+        "UMask": "0077",
+        "CapabilityBoundingSet": "",
+        "User": "gpuplan",
+    }.items():
         assert svc[key] == value, key
     assert "ReadWritePaths" not in svc  # the journal and heartbeat live in the StateDirectory
     words = svc["ExecStart"].split()
-    assert words[words.index("slurm-controller") + 1:] == [
-        "--policy", "afs-l", "--partition", "gpuplan", "--interval", "1.5",
-        "--no-restart-gate"]
+    assert words[words.index("slurm-controller") + 1 :] == [
+        "--policy",
+        "afs-l",
+        "--partition",
+        "gpuplan",
+        "--interval",
+        "1.5",
+        "--no-restart-gate",
+    ]
     assert Path(words[0]).is_absolute()
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 
 
 def test_a_heartbeat_elsewhere_is_the_only_extra_writable_path(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    unit = _unit(["--policy", "fifo", "--state-db", "/srv/gpuplan/ctl.db", "--heartbeat",
-                  "/shared/gpuplan/hb"], capsys)
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    unit = _unit(
+        [
+            "--policy",
+            "fifo",
+            "--state-db",
+            "/srv/gpuplan/ctl.db",
+            "--heartbeat",
+            "/shared/gpuplan/hb",
+        ],
+        capsys,
+    )
     svc = unit["Service"]
     assert "StateDirectory" not in svc
     assert svc["ReadWritePaths"].split() == ["/srv/gpuplan", "/shared/gpuplan"]
-    watchdog = _unit(["--fail-open-check", "--heartbeat", "/shared/gpuplan/hb"],
-                     capsys)["Service"]
+    watchdog = _unit(["--fail-open-check", "--heartbeat", "/shared/gpuplan/hb"], capsys)["Service"]
     assert watchdog["Type"] == "oneshot" and "ReadWritePaths" not in watchdog
     assert "--fail-open-check" in watchdog["ExecStart"].split()
     assert watchdog["ProtectSystem"] == "strict"
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--partition", "gpuplan"], "--policy is required"),
-    (["--policy", "fifo", "--state-db", "/var/lib/gp x/ctl.db"], "characters a unit file"),
-    (["--policy", "fifo", "--heartbeat", "/run/%i/hb"], "characters a unit file"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--partition", "gpuplan"], "--policy is required"),
+        (["--policy", "fifo", "--state-db", "/var/lib/gp x/ctl.db"], "characters a unit file"),
+        (["--policy", "fifo", "--heartbeat", "/run/%i/hb"], "characters a unit file"),
+    ],
+)
 def test_a_unit_that_cannot_be_written_is_one_line_exit_2(
-        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = _print_unit(argv, capsys)
     assert code == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
-def test_systemd_analyze_accepts_the_unit(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_systemd_analyze_accepts_the_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _err = _print_unit(["--policy", "fifo"], capsys)
     path = tmp_path / "gpuplan-controller.service"
     path.write_text(out)
     assert code == 0
-    check = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)],
-                           capture_output=True, text=True, timeout=120, check=False)
+    check = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     # Offline, verify may warn about the host (no running systemd, no gpuplan user); what
     # must not appear is a complaint about the unit's own keys or values.
-    complaints = [line for line in check.stderr.splitlines()
-                  if "gpuplan-controller.service" in line and ("Unknown" in line or
-                                                               "Failed to parse" in line or
-                                                               "bad" in line.lower())]
+    complaints = [
+        line
+        for line in check.stderr.splitlines()
+        if "gpuplan-controller.service" in line
+        and ("Unknown" in line or "Failed to parse" in line or "bad" in line.lower())
+    ]
     assert not complaints, check.stderr
 
 
@@ -232,16 +277,15 @@ def test_check_without_slurm_names_every_failing_check(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o770)
     state.chmod(0o770)
-    proc = _gpuplan(["slurm-controller", "--check", "--state-db", str(state / "ctl.db")],
-                    {"PATH": str(bin_dir)})
+    proc = _gpuplan(
+        ["slurm-controller", "--check", "--state-db", str(state / "ctl.db")], {"PATH": str(bin_dir)}
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"gpuplan {__version__}"
-    assert any(line.startswith("FAIL slurm") and "Slurm client not found" in line
-               for line in lines)
+    assert any(line.startswith("FAIL slurm") and "Slurm client not found" in line for line in lines)
     assert any(line.startswith("skip partition") for line in lines)
-    assert any(line.startswith("FAIL state-dir") and "writable by group" in line
-               for line in lines)
+    assert any(line.startswith("FAIL state-dir") and "writable by group" in line for line in lines)
     assert proc.stderr.strip() == "error: --check failed: slurm, state-dir"
     assert not (state / "ctl.db").exists() and "Traceback" not in proc.stderr
 

@@ -41,15 +41,25 @@ from gpuplan.models import Cluster, GpuplanError, Node, SolverStats
 
 XSS = "<img src=x onerror=alert(1)>"
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
-def _sj(job_id: int, name: str, state: str = "RUNNING", admin: str = "gpuplan:held;gpus=2"
-        ) -> SimpleNamespace:
+def _sj(
+    job_id: int, name: str, state: str = "RUNNING", admin: str = "gpuplan:held;gpus=2"
+) -> SimpleNamespace:
     """The fields of a Slurm record the publisher reads."""
-    return SimpleNamespace(job_id=job_id, name=name, state=state, admin_comment=admin,
-                           finished=False)
+    return SimpleNamespace(
+        job_id=job_id, name=name, state=state, admin_comment=admin, finished=False
+    )
 
 
 @pytest.fixture
@@ -61,8 +71,9 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 
 def _engine(cluster: Cluster, books: dict[str, dict[str, list[int]]]) -> SimpleNamespace:
-    running = {eid: SimpleNamespace(allocation=SimpleNamespace(placement=p))
-               for eid, p in books.items()}
+    running = {
+        eid: SimpleNamespace(allocation=SimpleNamespace(placement=p)) for eid, p in books.items()
+    }
     return SimpleNamespace(cluster=cluster, running=running)
 
 
@@ -70,30 +81,51 @@ def _fill(journal: Journal, run: int) -> list[int]:
     """Run ``run``'s journal: two running jobs, one queued, one refused; one plan with two
     actions, one of them settled."""
     for sid, state in ((1, "pending"), (2, "pending"), (3, "pending"), (4, "rejected")):
-        journal.add_job(f"slurm-{sid}", sid, f"fp{sid}", 10.0 + sid,
-                        {"id": f"slurm-{sid}", "user": "alice", "requested_gpus": sid},
-                        state, reason="refused, kept held: comment: bad key 'x'"
-                        if state == "rejected" else "")
-    journal.update_jobs([JobUpdate("slurm-1", "running", 1.0, 1, {"n0": 1}),
-                         JobUpdate("slurm-2", "running", 1.0, 3, {"n0": 1, "n1": 2}),
-                         JobUpdate("slurm-3", "pending", 0.0, reason="needs 3 GPUs, 2 free")])
-    _, ids = journal.record_plan(run, 1.0, "fifo", "{}", [
-        ActionIntent("slurm-1", 1, "start", {}, {"n0": 1}, 0),
-        ActionIntent("slurm-2", 2, "start", {}, {"n0": 1, "n1": 2}, 0)])
+        journal.add_job(
+            f"slurm-{sid}",
+            sid,
+            f"fp{sid}",
+            10.0 + sid,
+            {"id": f"slurm-{sid}", "user": "alice", "requested_gpus": sid},
+            state,
+            reason="refused, kept held: comment: bad key 'x'" if state == "rejected" else "",
+        )
+    journal.update_jobs(
+        [
+            JobUpdate("slurm-1", "running", 1.0, 1, {"n0": 1}),
+            JobUpdate("slurm-2", "running", 1.0, 3, {"n0": 1, "n1": 2}),
+            JobUpdate("slurm-3", "pending", 0.0, reason="needs 3 GPUs, 2 free"),
+        ]
+    )
+    _, ids = journal.record_plan(
+        run,
+        1.0,
+        "fifo",
+        "{}",
+        [
+            ActionIntent("slurm-1", 1, "start", {}, {"n0": 1}, 0),
+            ActionIntent("slurm-2", 2, "start", {}, {"n0": 1, "n1": 2}, 0),
+        ],
+    )
     journal.settle(ids[:1], "applied")
     return ids
 
 
 def _publisher(journal: Journal, run: int) -> LivePublisher:
-    return LivePublisher(journal.db, run, "fifo", journal.path,
-                         journal.path.with_name("ctl.db.heartbeat"), 600.0)
+    return LivePublisher(
+        journal.db, run, "fifo", journal.path, journal.path.with_name("ctl.db.heartbeat"), 600.0
+    )
 
 
 def _publish(pub: LivePublisher, times: CycleTimes, gate: dict | None = None) -> LiveSnapshot:
     cluster = Cluster(nodes=[Node(name="n0", gpus=4), Node(name="n1", gpus=4)])
     engine = _engine(cluster, {"slurm-1": {"n0": [3]}, "slurm-2": {"n0": [0], "n1": [1, 2]}})
-    slurm = {1: _sj(1, "a"), 2: _sj(2, XSS), 3: _sj(3, "q", "PENDING"),
-             4: _sj(4, "bad", "PENDING", "gpuplan:refused;gpus=4;why=bad")}
+    slurm = {
+        1: _sj(1, "a"),
+        2: _sj(2, XSS),
+        3: _sj(3, "q", "PENDING"),
+        4: _sj(4, "bad", "PENDING", "gpuplan:refused;gpus=4;why=bad"),
+    }
     pub.take_cycles(times)
     return pub.publish(engine=engine, slurm_jobs=slurm, failopen_jobs=0, tick=None, gate=gate)
 
@@ -107,15 +139,23 @@ def test_the_snapshot_holds_the_journals_figures(journal: Journal) -> None:
     pub = LivePublisher(journal.db, run, "fifo", journal.path, journal.path, 600.0)
     ids = _fill(journal, run)
     times = CycleTimes()
-    times.add(0.02, None, None, None, 3)           # a quiet poll
-    times.add(0.03, 0.2, 1.5, 0.01, 3)             # a decision with a plan carried out
-    times.add(None, 0.004, None, 0.01, 3)          # a timer's decision, no action
-    pub.saw_plan(SimpleNamespace(stats=[
-        SolverStats(stage="shares", backend="cp-sat", status="optimal"),
-        SolverStats(stage="placement", backend="heuristic", status="feasible",
-                    fell_back=True)]))
-    gate = {"changes": {"resize": {"proposed": 3, "done": 1, "skipped": 2}},
-            "costs": {"resize": {"samples": 4, "median_s": 7.5}}}
+    times.add(0.02, None, None, None, 3)  # a quiet poll
+    times.add(0.03, 0.2, 1.5, 0.01, 3)  # a decision with a plan carried out
+    times.add(None, 0.004, None, 0.01, 3)  # a timer's decision, no action
+    pub.saw_plan(
+        SimpleNamespace(
+            stats=[
+                SolverStats(stage="shares", backend="cp-sat", status="optimal"),
+                SolverStats(
+                    stage="placement", backend="heuristic", status="feasible", fell_back=True
+                ),
+            ]
+        )
+    )
+    gate = {
+        "changes": {"resize": {"proposed": 3, "done": 1, "skipped": 2}},
+        "costs": {"resize": {"samples": 4, "median_s": 7.5}},
+    }
     snap = _publish(pub, times, gate)
     jobs = {j.engine_id: j for j in snap.jobs}
     assert (snap.running, snap.queue, snap.held_refused) == (2, 1, 1)
@@ -132,15 +172,16 @@ def test_the_snapshot_holds_the_journals_figures(journal: Journal) -> None:
     assert snap.actions_open == 2  # this run's second start + the earlier run's resize
     assert [a.id for a in snap.recent] == ids
     assert dict(((b, s), n) for b, s, n in snap.solver_calls) == {
-        ("cp-sat", "optimal"): 1, ("heuristic", "feasible"): 1}
+        ("cp-sat", "optimal"): 1,
+        ("heuristic", "feasible"): 1,
+    }
     assert snap.solver_fallbacks == 1
     assert ("resize", "skipped", 2) in snap.gate_changes
     assert snap.change_costs == (("resize", 4, 7.5),)
     hist = dict(snap.histograms)
     assert (hist["poll_s"].count, hist["decide_s"].count, hist["apply_s"].count) == (2, 2, 1)
     assert hist["decide_s"].total == pytest.approx(0.204)
-    assert dict(hist["decide_s"].buckets)[0.005] == 1 and dict(hist["decide_s"].buckets)[
-        0.25] == 2
+    assert dict(hist["decide_s"].buckets)[0.005] == 1 and dict(hist["decide_s"].buckets)[0.25] == 2
     assert snap.journal_bytes > 0
     # later: outcomes of open intents and new rows are counted once each
     journal.settle([ids[1]], "failed", "scontrol said no")
@@ -148,7 +189,10 @@ def test_the_snapshot_holds_the_journals_figures(journal: Journal) -> None:
     times.add(0.01, None, None, None, 3)
     snap2 = _publish(pub, times, gate)
     assert dict(((k, s), n) for k, s, n in snap2.actions) == {
-        ("start", "applied"): 1, ("start", "failed"): 1, ("resize", "reconciled"): 1}
+        ("start", "applied"): 1,
+        ("start", "failed"): 1,
+        ("resize", "reconciled"): 1,
+    }
     assert snap2.actions_open == 0 and snap2.decisions == 2
     assert [a.status for a in snap2.recent] == ["applied", "failed"]
     assert dict(snap2.histograms)["poll_s"].count == 3
@@ -158,30 +202,38 @@ def test_the_snapshot_holds_the_journals_figures(journal: Journal) -> None:
 
 def test_free_text_is_bounded_and_printable(journal: Journal) -> None:
     run = journal.begin_run("fifo")
-    journal.add_job("slurm-5", 5, "fp", 1.0, {"user": "u\x1b[31m"}, "pending",
-                    reason="x" * 5000 + "\n")
+    journal.add_job(
+        "slurm-5", 5, "fp", 1.0, {"user": "u\x1b[31m"}, "pending", reason="x" * 5000 + "\n"
+    )
     pub = _publisher(journal, run)
     pub.take_cycles(CycleTimes())
-    snap = pub.publish(engine=None, slurm_jobs={5: _sj(5, "n\r\n" * 400, "PENDING")},
-                       failopen_jobs=0, tick=None, gate=None)
+    snap = pub.publish(
+        engine=None,
+        slurm_jobs={5: _sj(5, "n\r\n" * 400, "PENDING")},
+        failopen_jobs=0,
+        tick=None,
+        gate=None,
+    )
     (job,) = snap.jobs
     assert len(job.reason) == MAX_TEXT and len(job.name) == MAX_TEXT
     assert job.name.isprintable() and job.user == "u [31m"
 
 
-def _families(snap: LiveSnapshot | None, age: float = 1.5, stall_now: float = 100.0
-              ) -> dict[str, object]:
-    registry = make_registry(lambda: snap, heartbeat=lambda _p: age,
-                             monotonic=lambda: stall_now)
+def _families(
+    snap: LiveSnapshot | None, age: float = 1.5, stall_now: float = 100.0
+) -> dict[str, object]:
+    registry = make_registry(lambda: snap, heartbeat=lambda _p: age, monotonic=lambda: stall_now)
     text = exposition(registry).decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
 def _value(families: dict, name: str, sample: str | None = None, **labels: str) -> float:
     family = families[name]
-    found = [s.value for s in family.samples  # type: ignore[attr-defined]
-             if s.name == (sample or name) and all(s.labels.get(k) == v
-                                                  for k, v in labels.items())]
+    found = [
+        s.value
+        for s in family.samples  # type: ignore[attr-defined]
+        if s.name == (sample or name) and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(found) == 1, (name, sample, labels, family.samples)  # type: ignore[attr-defined]
     return found[0]
 
@@ -192,13 +244,20 @@ def test_the_exposition_parses_with_types_and_values(journal: Journal) -> None:
     _fill(journal, run)
     times = CycleTimes()
     times.add(0.02, 0.3, 2.0, 0.01, 3)
-    pub.saw_plan(SimpleNamespace(stats=[SolverStats(stage="s", backend="cp-sat",
-                                                    status="optimal")]))
-    snap = _publish(pub, times, {"changes": {"migrate": {"proposed": 1, "done": 1,
-                                                         "skipped": 0}},
-                                 "costs": {"migrate": {"samples": 2, "median_s": 3.25}}})
-    snap = LiveSnapshot(**{**{k: getattr(snap, k) for k in snap.__dataclass_fields__},
-                           "loop_tick": 90.0})
+    pub.saw_plan(
+        SimpleNamespace(stats=[SolverStats(stage="s", backend="cp-sat", status="optimal")])
+    )
+    snap = _publish(
+        pub,
+        times,
+        {
+            "changes": {"migrate": {"proposed": 1, "done": 1, "skipped": 0}},
+            "costs": {"migrate": {"samples": 2, "median_s": 3.25}},
+        },
+    )
+    snap = LiveSnapshot(
+        **{**{k: getattr(snap, k) for k in snap.__dataclass_fields__}, "loop_tick": 90.0}
+    )
     fam = _families(snap)
     types = {name: f.type for name, f in fam.items()}  # type: ignore[attr-defined]
     assert types["gpuplan_queue_jobs"] == "gauge" and types["gpuplan_decisions"] == "counter"
@@ -207,30 +266,53 @@ def test_the_exposition_parses_with_types_and_values(journal: Journal) -> None:
     assert _value(fam, "gpuplan_up") == 1
     assert _value(fam, "gpuplan_running_jobs") == 2 and _value(fam, "gpuplan_queue_jobs") == 1
     assert _value(fam, "gpuplan_refused_held_jobs") == 1
-    assert (_value(fam, "gpuplan_gpus"), _value(fam, "gpuplan_gpus_allocated"),
-            _value(fam, "gpuplan_gpus_idle")) == (8, 4, 4)
+    assert (
+        _value(fam, "gpuplan_gpus"),
+        _value(fam, "gpuplan_gpus_allocated"),
+        _value(fam, "gpuplan_gpus_idle"),
+    ) == (8, 4, 4)
     assert _value(fam, "gpuplan_decisions", "gpuplan_decisions_total") == 1
     assert _value(fam, "gpuplan_plans", "gpuplan_plans_total") == 1
-    assert _value(fam, "gpuplan_actions", "gpuplan_actions_total", kind="start",
-                  status="applied") == 1
+    assert (
+        _value(fam, "gpuplan_actions", "gpuplan_actions_total", kind="start", status="applied") == 1
+    )
     assert _value(fam, "gpuplan_actions_open") == 1
     assert _value(fam, "gpuplan_decision_seconds", "gpuplan_decision_seconds_count") == 1
     assert _value(fam, "gpuplan_decision_seconds", "gpuplan_decision_seconds_sum") == 0.3
-    assert _value(fam, "gpuplan_decision_seconds", "gpuplan_decision_seconds_bucket",
-                  le="0.25") == 0
-    assert _value(fam, "gpuplan_decision_seconds", "gpuplan_decision_seconds_bucket",
-                  le="0.5") == 1
-    assert _value(fam, "gpuplan_apply_seconds", "gpuplan_apply_seconds_bucket",
-                  le="+Inf") == 1
+    assert (
+        _value(fam, "gpuplan_decision_seconds", "gpuplan_decision_seconds_bucket", le="0.25") == 0
+    )
+    assert _value(fam, "gpuplan_decision_seconds", "gpuplan_decision_seconds_bucket", le="0.5") == 1
+    assert _value(fam, "gpuplan_apply_seconds", "gpuplan_apply_seconds_bucket", le="+Inf") == 1
     assert len(fam["gpuplan_poll_seconds"].samples) == len(LATENCY_BUCKETS) + 3  # type: ignore
-    assert _value(fam, "gpuplan_solver_calls", "gpuplan_solver_calls_total", backend="cp-sat",
-                  status="optimal") == 1
+    assert (
+        _value(
+            fam,
+            "gpuplan_solver_calls",
+            "gpuplan_solver_calls_total",
+            backend="cp-sat",
+            status="optimal",
+        )
+        == 1
+    )
     assert _value(fam, "gpuplan_solver_fallbacks", "gpuplan_solver_fallbacks_total") == 0
-    assert _value(fam, "gpuplan_restart_gate_changes", "gpuplan_restart_gate_changes_total",
-                  kind="migrate", outcome="carried_out") == 1
+    assert (
+        _value(
+            fam,
+            "gpuplan_restart_gate_changes",
+            "gpuplan_restart_gate_changes_total",
+            kind="migrate",
+            outcome="carried_out",
+        )
+        == 1
+    )
     assert _value(fam, "gpuplan_change_cost_seconds", kind="migrate") == 3.25
-    assert _value(fam, "gpuplan_change_cost_samples", "gpuplan_change_cost_samples_total",
-                  kind="migrate") == 2
+    assert (
+        _value(
+            fam, "gpuplan_change_cost_samples", "gpuplan_change_cost_samples_total", kind="migrate"
+        )
+        == 2
+    )
     assert _value(fam, "gpuplan_journal_bytes") == snap.journal_bytes > 0
     assert _value(fam, "gpuplan_heartbeat_age_seconds") == 1.5
     assert _value(fam, "gpuplan_loop_stall_seconds") == 10.0
@@ -244,11 +326,27 @@ def test_the_exposition_parses_with_types_and_values(journal: Journal) -> None:
 
 def test_hosts_the_endpoint_answers() -> None:
     names = frozenset({"localhost", "ctl.example.org"})
-    for ok in ("127.0.0.1", "127.0.0.1:9464", "[::1]:9464", "[::1]", "localhost:80",
-               "CTL.example.org.", "10.1.2.3"):
+    for ok in (
+        "127.0.0.1",
+        "127.0.0.1:9464",
+        "[::1]:9464",
+        "[::1]",
+        "localhost:80",
+        "CTL.example.org.",
+        "10.1.2.3",
+    ):
         assert host_allowed(ok, names), ok
-    for bad in (None, "", "evil.example.com", "evil.example.com:9464", "127.0.0.1:x",
-                "[::1", "[zz]", "[::1]x", "localhost.evil.example.com"):
+    for bad in (
+        None,
+        "",
+        "evil.example.com",
+        "evil.example.com:9464",
+        "127.0.0.1:x",
+        "[::1",
+        "[zz]",
+        "[::1]x",
+        "localhost.evil.example.com",
+    ):
         assert not host_allowed(bad, names), bad
 
 
@@ -266,8 +364,9 @@ def served(journal: Journal) -> Iterator[tuple[LiveHttpServer, LiveSnapshot]]:
         server.stop()
 
 
-def _get(server: LiveHttpServer, path: str, method: str = "GET", host: str = "127.0.0.1"
-         ) -> tuple[int, dict[str, str], bytes]:
+def _get(
+    server: LiveHttpServer, path: str, method: str = "GET", host: str = "127.0.0.1"
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     try:
         conn.putrequest(method, path, skip_host=True)
@@ -314,18 +413,31 @@ def test_the_endpoint_serves_three_paths_get_only(served) -> None:
 
 def test_a_port_in_use_is_one_line(served) -> None:
     server, _ = served
-    with pytest.raises(GpuplanError, match=rf"^--http: cannot listen on 127.0.0.1:"
-                                           rf"{server.port}: "):
+    with pytest.raises(
+        GpuplanError,
+        match=rf"^--http: cannot listen on 127.0.0.1:"
+        rf"{server.port}: ",
+    ):
         LiveHttpServer("127.0.0.1", server.port, lambda: None)
 
 
 def test_chromium_renders_the_page_and_escapes_job_names(served, tmp_path: Path) -> None:
     assert CHROMIUM.exists(), "Debian's chromium is missing: `make test` installs it"
     server, _ = served
-    done = subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                           "--virtual-time-budget=10000", "--dump-dom",
-                           f"http://127.0.0.1:{server.port}/"],
-                          capture_output=True, text=True, timeout=180, check=True)
+    done = subprocess.run(
+        [
+            str(CHROMIUM),
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            f"http://127.0.0.1:{server.port}/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
     dom = done.stdout
     assert 'data-job="slurm-2"' in dom  # the GPU map and the running table were rendered
     assert dom.count('class="gpu job"') == 4 and dom.count('class="gpu free"') == 4
@@ -335,11 +447,20 @@ def test_chromium_renders_the_page_and_escapes_job_names(served, tmp_path: Path)
     assert "loading" not in dom
 
 
-@pytest.mark.parametrize("bad", [["--http", "65536"], ["--http", "-1"], ["--http", "http"],
-                                 ["--http", "\u0661"], ["--http-bind", "localhost"],
-                                 ["--http-bind", "0.0.0.0; rm"]])
-def test_bad_http_options_are_one_line_and_exit_2(bad: list[str], tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--http", "65536"],
+        ["--http", "-1"],
+        ["--http", "http"],
+        ["--http", "\u0661"],
+        ["--http-bind", "localhost"],
+        ["--http-bind", "0.0.0.0; rm"],
+    ],
+)
+def test_bad_http_options_are_one_line_and_exit_2(
+    bad: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "j.db"
     with pytest.raises(SystemExit) as exit_:
         command.main(["slurm-controller", "--policy", "fifo", "--state-db", str(db), *bad])
@@ -350,7 +471,8 @@ def test_bad_http_options_are_one_line_and_exit_2(bad: list[str], tmp_path: Path
 
 
 def test_a_busy_port_refuses_the_start_before_anything_is_created(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A port in use is found at start-up, before the journal exists (one line, exit 2)."""
     state = tmp_path / "state"
     with socket.socket() as busy:
@@ -366,8 +488,18 @@ def test_a_busy_port_refuses_the_start_before_anything_is_created(
 
 
 def test_the_unit_carries_the_http_options(capsys: pytest.CaptureFixture[str]) -> None:
-    code = command.main(["slurm-controller", "--print-systemd-unit", "--policy", "fifo",
-                         "--http", "9464", "--http-bind", "::1"])
+    code = command.main(
+        [
+            "slurm-controller",
+            "--print-systemd-unit",
+            "--policy",
+            "fifo",
+            "--http",
+            "9464",
+            "--http-bind",
+            "::1",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     (exec_start,) = re.findall(r"(?m)^ExecStart=(.*)$", out)
@@ -376,7 +508,8 @@ def test_the_unit_carries_the_http_options(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_a_failing_snapshot_never_fails_the_cycle_and_warns_once(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     class Broken:
         calls = 0
 

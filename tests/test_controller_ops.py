@@ -64,17 +64,34 @@ from .test_controller_deploy import receive
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _gpuplan(lab: SlurmLab, argv: list[str], cwd: str = "/"
-             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuplan", *argv], capture_output=True,
-                          text=True, timeout=300, check=False, cwd=cwd,
-                          env={**os.environ, **lab.env})
+def _gpuplan(lab: SlurmLab, argv: list[str], cwd: str = "/") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=cwd,
+        env={**os.environ, **lab.env},
+    )
 
 
 def _check(lab: SlurmLab, db: Path, *extra: str) -> tuple[int, dict[str, str], str]:
     """``gpuplan slurm-controller --check``: exit code, check name -> its line, stderr."""
-    proc = _gpuplan(lab, ["slurm-controller", "--check", "--partition", PARTITION,
-                          "--state-db", str(db), "--connect-timeout", "60", *extra])
+    proc = _gpuplan(
+        lab,
+        [
+            "slurm-controller",
+            "--check",
+            "--partition",
+            PARTITION,
+            "--state-db",
+            str(db),
+            "--connect-timeout",
+            "60",
+            *extra,
+        ],
+    )
     lines = {}
     for line in proc.stdout.splitlines()[1:]:
         word, name, *_ = line.split()
@@ -129,8 +146,12 @@ def _collect(sock: socket.socket, messages: list[tuple[str, int]]) -> None:
 
 
 def test_the_walkthrough_from_install_to_running(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None,
-        notify_socket: tuple[socket.socket, str]) -> None:
+    lab: SlurmLab,
+    user: str,
+    shared: Path,
+    clean_partition: None,
+    notify_socket: tuple[socket.socket, str],
+) -> None:
     # 1. The release (and the hook of the same release, installed in the lab's etc/).
     version = _gpuplan(lab, ["--version"])
     assert version.returncode == 0 and version.stdout.strip() == f"gpuplan {__version__}"
@@ -147,13 +168,24 @@ def test_the_walkthrough_from_install_to_running(
     assert lines["port"].startswith("skip ") or lines["port"].startswith("ok ")
     assert list(state.iterdir()) == []
     # 4. The unit for these options (what the operator installs; systemd is not in the lab).
-    unit = _gpuplan(lab, ["slurm-controller", "--print-systemd-unit", "--policy", "fifo",
-                          "--partition", PARTITION, "--state-db", str(db)])
+    unit = _gpuplan(
+        lab,
+        [
+            "slurm-controller",
+            "--print-systemd-unit",
+            "--policy",
+            "fifo",
+            "--partition",
+            PARTITION,
+            "--state-db",
+            str(db),
+        ],
+    )
     assert unit.returncode == 0 and "Type=notify" in unit.stdout, unit.stderr
     exec_start = re.search(r"(?m)^ExecStart=(.*)$", unit.stdout)
     assert exec_start is not None
     argv = exec_start.group(1).split()
-    options = argv[argv.index("slurm-controller") + 1:]
+    options = argv[argv.index("slurm-controller") + 1 :]
     assert options == ["--policy", "fifo", "--partition", PARTITION, "--state-db", str(db)]
     # 5. Start it as systemd would run that unit (Type=notify, WatchdogSec). Like systemd,
     # the test reads every message as it comes (a full queue would drop them).
@@ -164,34 +196,57 @@ def test_the_walkthrough_from_install_to_running(
     log = shared / "controller.log"
     # Step 8 (metrics and the live page) on the same start: --http (port 0: the lab picks a
     # free one and the controller logs it, as an operator's fixed port would be).
-    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5",
-                                         "--http", "0"),
-                     env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"})
+    run = Controller(
+        lab,
+        db,
+        log,
+        args=("--policy", "fifo", "--interval", "0.5", "--http", "0"),
+        env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"},
+    )
     try:
         _wait("READY=1", lambda: bool(messages), LAB_WAIT_S, log)
         message, pid = messages[0]
         assert pid == run.proc.pid and message.startswith("READY=1\nSTATUS="), message
         # ready means a completed cycle: the heartbeat is there, the journal is current
         assert Path(f"{db}.heartbeat").exists() and _schema(db) == SCHEMA_VERSION
-        _wait("a WATCHDOG=1 ping", lambda: ("WATCHDOG=1", run.proc.pid) in messages,
-              LAB_WAIT_S, log)
+        _wait(
+            "a WATCHDOG=1 ping", lambda: ("WATCHDOG=1", run.proc.pid) in messages, LAB_WAIT_S, log
+        )
         ports = re.findall(r"live page on http://127\.0\.0\.1:(\d+)/", log.read_text())
         assert ports, log.read_text()[-2000:]
         port = int(ports[0])
         # 6. A user's job runs under it.
         ids = {"W": _submit(lab, user, shared, "W", 4.0, 2, 1, 2)}
-        _wait("W to complete", lambda: _states(lab, ids)["W"].state == "COMPLETED" and
-              _journal_rows(db).get(engine_id(ids["W"])) == "completed", LAB_WAIT_S, log)
+        _wait(
+            "W to complete",
+            lambda: (
+                _states(lab, ids)["W"].state == "COMPLETED"
+                and _journal_rows(db).get(engine_id(ids["W"])) == "completed"
+            ),
+            LAB_WAIT_S,
+            log,
+        )
         # --check beside the running controller: still passes (it takes no lock), and the
         # port line says the port is this controller's.
         code, lines, err = _check(lab, db, "--http", str(port))
         assert code == 0 and "(current)" in lines["journal"], (lines, err)
         assert lines["port"].startswith("ok "), lines["port"]
         # 8. curl /metrics: up, W's start applied and W no longer running; the page is served.
-        _wait("/metrics to show W's start and end", lambda: (
-            lambda m: m[("gpuplan_up", ())] == 1 and m[("gpuplan_running_jobs", ())] == 0
-            and m.get(("gpuplan_actions_total", (("kind", "start"), ("status", "applied"))),
-                      0) >= 1)(_metric_values(port)), LAB_WAIT_S, log)
+        _wait(
+            "/metrics to show W's start and end",
+            lambda: (
+                lambda m: (
+                    m[("gpuplan_up", ())] == 1
+                    and m[("gpuplan_running_jobs", ())] == 0
+                    and m.get(
+                        ("gpuplan_actions_total", (("kind", "start"), ("status", "applied"))), 0
+                    )
+                    >= 1
+                )
+            )(_metric_values(port)),
+            LAB_WAIT_S,
+            log,
+        )
         code, _, page = _scrape(port, "/")
         assert code == 200 and b"<title>" in page
     finally:
@@ -208,8 +263,7 @@ def test_check_names_each_broken_piece(lab: SlurmLab, shared: Path) -> None:
     # A state directory others can read.
     state.chmod(0o750)
     code, lines, err = _check(lab, db)
-    assert code == 2 and lines["state-dir"].startswith("FAIL") and "mode 750" in lines[
-        "state-dir"]
+    assert code == 2 and lines["state-dir"].startswith("FAIL") and "mode 750" in lines["state-dir"]
     assert err.strip() == "error: --check failed: state-dir"
     state.chmod(0o700)
     # A partition typo.
@@ -219,8 +273,11 @@ def test_check_names_each_broken_piece(lab: SlurmLab, shared: Path) -> None:
     # The hook of another release, and a hook from before the version line.
     installed = (lab.conf_path.parent / "job_submit.lua").read_text()
     other = shared / "other-hook.lua"
-    other.write_text(installed.replace(f'GPUPLAN_HOOK_VERSION = "{__version__}"',
-                                       'GPUPLAN_HOOK_VERSION = "0.0.9"'))
+    other.write_text(
+        installed.replace(
+            f'GPUPLAN_HOOK_VERSION = "{__version__}"', 'GPUPLAN_HOOK_VERSION = "0.0.9"'
+        )
+    )
     code, lines, err = _check(lab, db, "--hook-file", str(other))
     assert code == 2 and "gpuplan 0.0.9's hook" in lines["hook"], lines
     assert err.strip() == "error: --check failed: hook"
@@ -234,16 +291,23 @@ def test_check_names_each_broken_piece(lab: SlurmLab, shared: Path) -> None:
 
 
 def test_a_fresh_journal_adopts_only_pending_and_running_jobs(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None) -> None:
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     log = shared / "controller.log"
     first_db = shared / "state" / "first.db"
     run = Controller(lab, first_db, log, args=("--policy", "fifo", "--interval", "0.5"))
     try:
         ids = {n: _submit(lab, user, shared, n, 2.0, 1, 1, 1) for n in ("F1", "F2")}
         ids["R"] = _submit(lab, user, shared, "R", 3600.0, 1, 1, 1)
-        _wait("F1, F2 done and R running", lambda: _states(lab, ids)["R"].state == "RUNNING"
-              and all(_states(lab, ids)[n].state == "COMPLETED" for n in ("F1", "F2")),
-              LAB_WAIT_S, log)
+        _wait(
+            "F1, F2 done and R running",
+            lambda: (
+                _states(lab, ids)["R"].state == "RUNNING"
+                and all(_states(lab, ids)[n].state == "COMPLETED" for n in ("F1", "F2"))
+            ),
+            LAB_WAIT_S,
+            log,
+        )
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0
@@ -252,8 +316,12 @@ def test_a_fresh_journal_adopts_only_pending_and_running_jobs(
     fresh = shared / "state" / "fresh.db"
     run = Controller(lab, fresh, log, args=("--policy", "fifo", "--interval", "0.5"))
     try:
-        _wait("P to complete under the fresh journal", lambda: fresh.exists() and
-              _journal_rows(fresh).get(engine_id(ids["P"])) == "completed", LAB_WAIT_S, log)
+        _wait(
+            "P to complete under the fresh journal",
+            lambda: fresh.exists() and _journal_rows(fresh).get(engine_id(ids["P"])) == "completed",
+            LAB_WAIT_S,
+            log,
+        )
         rows = _journal_rows(fresh)
     finally:
         run.kill(signal.SIGTERM)
@@ -271,14 +339,32 @@ XSS = "<img src=x onerror=alert(1)>"
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-def _submit_named(lab: SlurmLab, user: str, shared: Path, key: str, name: str, work: float,
-                  gpus: int) -> int:
+def _submit_named(
+    lab: SlurmLab, user: str, shared: Path, key: str, name: str, work: float, gpus: int
+) -> int:
     """A rigid job whose Slurm name (free text, the user's) differs from its files' key."""
-    argv = ["sbatch", "--parsable", f"--partition={PARTITION}", f"--gpus={gpus}",
-            f"--comment=gpuplan:min={gpus},max={gpus},work={work:g}", f"--job-name={name}",
-            f"--output={shared}/{key}.out", str(shared / "run.sh"), "/usr/bin/python3",
-            str(shared / "standin.py"), "--job-id", key, "--work", f"{work:g}",
-            "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "0.5"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--partition={PARTITION}",
+        f"--gpus={gpus}",
+        f"--comment=gpuplan:min={gpus},max={gpus},work={work:g}",
+        f"--job-name={name}",
+        f"--output={shared}/{key}.out",
+        str(shared / "run.sh"),
+        "/usr/bin/python3",
+        str(shared / "standin.py"),
+        "--job-id",
+        key,
+        "--work",
+        f"{work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "0.5",
+    ]
     proc = fx.as_user(user, argv, lab.env)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().split(";")[0])
@@ -297,8 +383,11 @@ def _scrape(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
 def _metric_values(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     code, _, body = _scrape(port, "/metrics")
     assert code == 200
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(body.decode())
+        for s in f.samples
+    }
 
 
 def _journal_figures(db: Path) -> dict[str, float]:
@@ -306,24 +395,33 @@ def _journal_figures(db: Path) -> dict[str, float]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         (run,) = conn.execute("SELECT MAX(run_id) FROM runs").fetchone()
-        jobs = conn.execute("SELECT COUNT(*), COALESCE(SUM(gpus), 0) FROM jobs WHERE "
-                            "state = 'running'").fetchone()
-        text = conn.execute("SELECT value FROM meta WHERE key = ?",
-                            (f"cycle_times:{run}",)).fetchone()
+        jobs = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(gpus), 0) FROM jobs WHERE state = 'running'"
+        ).fetchone()
+        text = conn.execute(
+            "SELECT value FROM meta WHERE key = ?", (f"cycle_times:{run}",)
+        ).fetchone()
         decisions = 0
         if text is not None:
             doc = json.loads(text[0])
             column = doc["columns"].index("decide_s")
             decisions = sum(row[column] is not None for row in doc["rows"])
         return {
-            "running": jobs[0], "gpus": jobs[1],
-            "queue": conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'")
-            .fetchone()[0],
-            "plans": conn.execute("SELECT COUNT(*) FROM plans WHERE run_id = ?", (run,))
-            .fetchone()[0],
-            "starts": conn.execute("SELECT COUNT(*) FROM actions WHERE run_id = ? AND kind = "
-                                   "'start' AND status = 'applied'", (run,)).fetchone()[0],
-            "decisions": decisions, "run": run,
+            "running": jobs[0],
+            "gpus": jobs[1],
+            "queue": conn.execute("SELECT COUNT(*) FROM jobs WHERE state = 'pending'").fetchone()[
+                0
+            ],
+            "plans": conn.execute("SELECT COUNT(*) FROM plans WHERE run_id = ?", (run,)).fetchone()[
+                0
+            ],
+            "starts": conn.execute(
+                "SELECT COUNT(*) FROM actions WHERE run_id = ? AND kind = "
+                "'start' AND status = 'applied'",
+                (run,),
+            ).fetchone()[0],
+            "decisions": decisions,
+            "run": run,
         }
     finally:
         conn.close()
@@ -332,15 +430,20 @@ def _journal_figures(db: Path) -> dict[str, float]:
 def _metric_figures(port: int) -> dict[str, float]:
     m = _metric_values(port)
     run = next(dict(labels)["run"] for (name, labels) in m if name == "gpuplan_controller_info")
-    return {"running": m[("gpuplan_running_jobs", ())], "gpus": m[("gpuplan_gpus_allocated", ())],
-            "queue": m[("gpuplan_queue_jobs", ())], "plans": m[("gpuplan_plans_total", ())],
-            "starts": m.get(("gpuplan_actions_total", (("kind", "start"),
-                                                       ("status", "applied"))), 0.0),
-            "decisions": m[("gpuplan_decisions_total", ())], "run": int(run)}
+    return {
+        "running": m[("gpuplan_running_jobs", ())],
+        "gpus": m[("gpuplan_gpus_allocated", ())],
+        "queue": m[("gpuplan_queue_jobs", ())],
+        "plans": m[("gpuplan_plans_total", ())],
+        "starts": m.get(("gpuplan_actions_total", (("kind", "start"), ("status", "applied"))), 0.0),
+        "decisions": m[("gpuplan_decisions_total", ())],
+        "run": int(run),
+    }
 
 
 def test_metrics_and_the_live_page_show_what_the_journal_holds(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None, tmp_path: Path) -> None:
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None, tmp_path: Path
+) -> None:
     """``--http``: ``/metrics`` agrees with the journal (running jobs, GPUs allocated, the
     queue, plans, starts, decisions), and the live page, opened in headless Chromium, shows a
     running job on the GPU map, the waiting job and a refused job with its reason in the
@@ -354,19 +457,28 @@ def test_metrics_and_the_live_page_show_what_the_journal_holds(
     ids["Q"] = _submit_named(lab, user, shared, "Q", "waits", 10.0, 2)
     ids["R"] = _submit_named(lab, user, shared, "R", "refused", 10.0, 1)
     lab.cli(timeout=30).update_job(ids["R"], AdminComment="gpuplan:held;gpus=1;min=1;max=99")
-    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5",
-                                         "--http", "0"))
+    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5", "--http", "0"))
     try:
+
         def port_logged() -> list[str]:
             return re.findall(r"live page on http://127\.0\.0\.1:(\d+)/", log.read_text())
 
         _wait("the HTTP port in the log", lambda: bool(port_logged()), LAB_WAIT_S, log)
         port = int(port_logged()[0])
         eids = {k: engine_id(v) for k, v in ids.items()}
-        _wait("4 jobs running, Q queued, R refused", lambda: (
-            _journal_rows(db) if db.exists() else {}) == {
-                **{eids[k]: "running" for k in ("XSS", "F1", "F2", "F3")},
-                eids["Q"]: "pending", eids["R"]: "rejected"}, LAB_WAIT_S, log)
+        _wait(
+            "4 jobs running, Q queued, R refused",
+            lambda: (
+                (_journal_rows(db) if db.exists() else {})
+                == {
+                    **{eids[k]: "running" for k in ("XSS", "F1", "F2", "F3")},
+                    eids["Q"]: "pending",
+                    eids["R"]: "rejected",
+                }
+            ),
+            LAB_WAIT_S,
+            log,
+        )
         # The snapshot follows the journal after each cycle (and the cycle-time ring is
         # journaled every 10 s): poll until they agree, then compare every figure.
         figures: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
@@ -398,11 +510,24 @@ def test_metrics_and_the_live_page_show_what_the_journal_holds(
         # The page in headless Chromium (its script fetches /state.json and renders it).
         assert CHROMIUM.exists(), "Debian's chromium is missing: `make test` installs it"
         done = subprocess.run(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update",
-             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
-             "--dump-dom", f"http://127.0.0.1:{port}/"],
-            capture_output=True, text=True, timeout=300, check=True)
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                f"http://127.0.0.1:{port}/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
         dom = done.stdout
         with Journal(db, writer=False) as reader:
             rows = {eid: reader.job(eid) for eid in eids.values()}
@@ -428,7 +553,8 @@ def test_metrics_and_the_live_page_show_what_the_journal_holds(
 
 # ------------------------------------------------------------------------ reasons
 def test_reasons_reach_the_journal_the_log_status_explain_and_the_admin_comment(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None) -> None:
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     """Issue 25 items 1-2 on the lab: four 3-GPU jobs take a GPU short of every node, so a
     4-GPU job (single-node: it starts no ranks) waits; its reason is journaled, shown in its
     admin comment, by ``gpuplan status`` and ``gpuplan explain``; each start is logged at
@@ -438,9 +564,15 @@ def test_reasons_reach_the_journal_the_log_status_explain_and_the_admin_comment(
     run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5"))
     try:
         ids = {f"R{i}": _submit(lab, user, shared, f"R{i}", 3600.0, 3, 3, 3) for i in range(4)}
-        _wait("R0..R3 running", lambda: all(
-            s.state == "RUNNING" for s in _states(lab, ids).values()) and len(
-            _states(lab, ids)) == 4, LAB_WAIT_S, log)
+        _wait(
+            "R0..R3 running",
+            lambda: (
+                all(s.state == "RUNNING" for s in _states(lab, ids).values())
+                and len(_states(lab, ids)) == 4
+            ),
+            LAB_WAIT_S,
+            log,
+        )
         ids["B"] = _submit(lab, user, shared, "B", 60.0, 4, 4, 4)
         big = engine_id(ids["B"])
         want = "needs 4 GPUs on one node, at most 1 free on any node"
@@ -449,10 +581,15 @@ def test_reasons_reach_the_journal_the_log_status_explain_and_the_admin_comment(
             with Journal(db, writer=False) as journal:
                 row = journal.job(big)
                 return row.waiting if row is not None else ""
+
         _wait("B's reason in the journal", lambda: want in waiting(), LAB_WAIT_S, log)
         shown = "wait=needs 4 GPUs on one node at most 1 free on any node"  # no ',' in it
-        _wait("B's reason in its admin comment", lambda: shown in (
-            _states(lab, ids)["B"].admin_comment), LAB_WAIT_S, log)
+        _wait(
+            "B's reason in its admin comment",
+            lambda: shown in (_states(lab, ids)["B"].admin_comment),
+            LAB_WAIT_S,
+            log,
+        )
         comment = _states(lab, ids)["B"].admin_comment
         assert comment.startswith("gpuplan:held;gpus=4;min=4;max=4"), comment
         status = _gpuplan(lab, ["status", "--journal", str(db)])
@@ -472,8 +609,9 @@ def test_reasons_reach_the_journal_the_log_status_explain_and_the_admin_comment(
         first = engine_id(ids["R0"])
         explain = _gpuplan(lab, ["explain", first, "--journal", str(db)])
         assert explain.returncode == 0, explain.stderr
-        assert re.search(r"start .*\[applied\] start: rank \d+ in fifo's order",
-                         " ".join(explain.stdout.split())), explain.stdout
+        assert re.search(
+            r"start .*\[applied\] start: rank \d+ in fifo's order", " ".join(explain.stdout.split())
+        ), explain.stdout
         unknown = _gpuplan(lab, ["explain", "slurm-999999", "--journal", str(db)])
         assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
         text = log.read_text(errors="replace")
@@ -493,12 +631,30 @@ def _previous_release() -> str:
     commit, so its parent is main before the merge, not a commit inside the branch."""
     try:
         bump = subprocess.run(
-            ["git", "-C", str(ROOT), "log", "-1", "--first-parent", "--format=%H",
-             "-G^SCHEMA_VERSION = ", "--", "executors/control/journal_schema.py"],
-            capture_output=True, text=True, timeout=120, check=True).stdout.strip()
-        parent = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", bump + "^"],
-                                capture_output=True, text=True, timeout=120,
-                                check=True).stdout.strip()
+            [
+                "git",
+                "-C",
+                str(ROOT),
+                "log",
+                "-1",
+                "--first-parent",
+                "--format=%H",
+                "-G^SCHEMA_VERSION = ",
+                "--",
+                "executors/control/journal_schema.py",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.strip()
+        parent = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", bump + "^"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError) as err:
         pytest.skip(f"no git history to take the previous release from: {err}")
     if not bump or not parent:
@@ -509,8 +665,12 @@ def _previous_release() -> str:
 def _stage_release(commit: str, into: Path) -> Path:
     """The release at ``commit`` as an importable ``gpuplan`` package (the layout
     pyproject's package-dir gives an install): ``into/gpuplan/{models,executors,...}``."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit],
-                             capture_output=True, timeout=300, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    ).stdout
     src = into / "src"
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(src, filter="data")
@@ -523,33 +683,62 @@ def _stage_release(commit: str, into: Path) -> Path:
 
 
 def test_upgrade_from_the_previous_release_loses_stops_and_repeats_nothing(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None,
-        tmp_path: Path) -> None:
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None, tmp_path: Path
+) -> None:
     commit = _previous_release()
     site = _stage_release(commit, tmp_path)
-    found = re.search(r"(?m)^SCHEMA_VERSION = (\d+)$", (
-        site / "gpuplan" / "executors" / "control" / "journal_schema.py").read_text())
+    found = re.search(
+        r"(?m)^SCHEMA_VERSION = (\d+)$",
+        (site / "gpuplan" / "executors" / "control" / "journal_schema.py").read_text(),
+    )
     assert found is not None
     old_schema = int(found.group(1))
     assert old_schema < SCHEMA_VERSION
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     env = {**os.environ, **lab.env, "PYTHONPATH": str(site)}
-    argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", "fifo",
-            "--interval", "0.5", "--partition", PARTITION, "--state-db", str(db)]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan",
+        "slurm-controller",
+        "--policy",
+        "fifo",
+        "--interval",
+        "0.5",
+        "--partition",
+        PARTITION,
+        "--state-db",
+        str(db),
+    ]
     with open(log, "ab") as out:
         out.write(f"\n==== previous release {commit}\n".encode())
-        old = subprocess.Popen(argv, env=env, cwd=site, stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+        old = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=site,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     # Four long rigid jobs fill the 16 GPUs; two more wait, held, behind them.
     work = {f"R{i}": 360.0 for i in range(1, 5)} | {"H1": 16.0, "H2": 16.0}
     try:
         ids = {n: _submit(lab, user, shared, n, w, 4, 4, 4) for n, w in work.items()}
-        _wait("R1-R4 running under the previous release", lambda: all(
-            _states(lab, ids)[n].state == "RUNNING" for n in ("R1", "R2", "R3", "R4")),
-            LAB_WAIT_S, log)
-        _wait("the old journal to record them", lambda: {
-            _journal_rows(db).get(engine_id(ids[n])) for n in ids} == {"running", "pending"},
-            LAB_WAIT_S, log)
+        _wait(
+            "R1-R4 running under the previous release",
+            lambda: all(_states(lab, ids)[n].state == "RUNNING" for n in ("R1", "R2", "R3", "R4")),
+            LAB_WAIT_S,
+            log,
+        )
+        _wait(
+            "the old journal to record them",
+            lambda: (
+                {_journal_rows(db).get(engine_id(ids[n])) for n in ids} == {"running", "pending"}
+            ),
+            LAB_WAIT_S,
+            log,
+        )
     finally:
         old.send_signal(signal.SIGTERM)
     assert old.wait(LAB_WAIT_S) == 0
@@ -561,11 +750,16 @@ def test_upgrade_from_the_previous_release_loses_stops_and_repeats_nothing(
     new = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "0.5"))
     try:
         _wait("the journal migrated", lambda: _schema(db) == SCHEMA_VERSION, LAB_WAIT_S, log)
-        _wait("all six jobs completed", lambda: all(
-            (shared / f"{n}.done").exists() for n in ids) and all(
-            j.state == "COMPLETED" for j in _states(lab, ids).values()) and set(
-            _journal_rows(db)[engine_id(i)] for i in ids.values()) == {"completed"},
-            LAB_WAIT_S + 400, log)
+        _wait(
+            "all six jobs completed",
+            lambda: (
+                all((shared / f"{n}.done").exists() for n in ids)
+                and all(j.state == "COMPLETED" for j in _states(lab, ids).values())
+                and set(_journal_rows(db)[engine_id(i)] for i in ids.values()) == {"completed"}
+            ),
+            LAB_WAIT_S + 400,
+            log,
+        )
     finally:
         new.kill(signal.SIGTERM)
     assert new.wait(LAB_WAIT_S) == 0

@@ -80,20 +80,28 @@ def _assert_clean_start(db: Path) -> None:
 # ------------------------------------------------------------------------ atomic creation
 
 
-@pytest.mark.parametrize("point", ["journal.tmp", "journal.schema", "journal.synced",
-                                   "journal.renamed"])
+@pytest.mark.parametrize(
+    "point", ["journal.tmp", "journal.schema", "journal.synced", "journal.renamed"]
+)
 def test_first_start_killed_at_each_creation_step_recovers(tmp_path: Path, point: str) -> None:
     """A real SIGKILL (failpoint) at every step of the creation: the real path is either absent
     or a complete journal, never an empty or schema-0 file, and the next start works."""
     db = tmp_path / "state" / "ctl.db"
-    code = ("import os, sys\n"
-            "from gpuplan.executors.control.failpoints import Failpoints\n"
-            "from gpuplan.executors.control.journal import Journal\n"
-            "Journal(sys.argv[1], failpoints=Failpoints(os.environ['GPUPLAN_FAILPOINT']))"
-            ".close()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True,
-                          env={**os.environ, "GPUPLAN_FAILPOINT": point}, timeout=120,
-                          check=False)
+    code = (
+        "import os, sys\n"
+        "from gpuplan.executors.control.failpoints import Failpoints\n"
+        "from gpuplan.executors.control.journal import Journal\n"
+        "Journal(sys.argv[1], failpoints=Failpoints(os.environ['GPUPLAN_FAILPOINT']))"
+        ".close()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GPUPLAN_FAILPOINT": point},
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     if point == "journal.renamed":
         assert db.exists()  # complete: renamed only after its schema was durable
@@ -155,8 +163,9 @@ def test_first_start_killed_at_60_random_moments_always_recovers(tmp_path: Path)
 def test_leftover_temporary_journals_are_removed_only_when_ours(tmp_path: Path) -> None:
     db = tmp_path / "state" / "ctl.db"
     db.parent.mkdir(mode=0o700)
-    ours = [db.with_name(f".ctl.db{TEMP_MARK}{'a' * 16}{suffix}") for suffix in ("", "-wal",
-                                                                                 "-shm")]
+    ours = [
+        db.with_name(f".ctl.db{TEMP_MARK}{'a' * 16}{suffix}") for suffix in ("", "-wal", "-shm")
+    ]
     for path in ours:
         path.write_bytes(b"x")
     unrelated = db.with_name(".ctl.db.other")
@@ -178,8 +187,9 @@ def test_leftover_temporary_journals_are_removed_only_when_ours(tmp_path: Path) 
 # ------------------------------------------------------------------------ private state paths
 
 
-def _refused(argv_tail: list[str], root: Path, capsys: pytest.CaptureFixture[str],
-             match: str) -> None:
+def _refused(
+    argv_tail: list[str], root: Path, capsys: pytest.CaptureFixture[str], match: str
+) -> None:
     before = _tree(root)
     code = command.main(["slurm-controller", "--policy", "fifo", *argv_tail])
     err = capsys.readouterr().err.strip().splitlines()
@@ -188,37 +198,48 @@ def _refused(argv_tail: list[str], root: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_state_db_in_a_shared_or_foreign_directory_is_refused(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sticky = tmp_path / "tmp"
     sticky.mkdir()
     sticky.chmod(0o1777)  # like /tmp
-    _refused(["--state-db", str(sticky / "ctl.db")], tmp_path, capsys,
-             "writable by group or others")
-    _refused(["--state-db", str(sticky / "ctl.db"), "--heartbeat", str(tmp_path / "hb")],
-             tmp_path, capsys, "writable by group or others")
+    _refused(
+        ["--state-db", str(sticky / "ctl.db")], tmp_path, capsys, "writable by group or others"
+    )
+    _refused(
+        ["--state-db", str(sticky / "ctl.db"), "--heartbeat", str(tmp_path / "hb")],
+        tmp_path,
+        capsys,
+        "writable by group or others",
+    )
     group = tmp_path / "group"
     group.mkdir()
     group.chmod(0o770)
-    _refused(["--state-db", str(group / "ctl.db")], tmp_path, capsys,
-             "writable by group or others")
+    _refused(["--state-db", str(group / "ctl.db")], tmp_path, capsys, "writable by group or others")
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    _refused(["--state-db", str(private / "ctl.db"), "--heartbeat",
-              str(sticky / "hb")], tmp_path, capsys, "heartbeat directory")
+    _refused(
+        ["--state-db", str(private / "ctl.db"), "--heartbeat", str(sticky / "hb")],
+        tmp_path,
+        capsys,
+        "heartbeat directory",
+    )
     if os.geteuid() == 0:
         theirs = tmp_path / "theirs"
         theirs.mkdir(mode=0o700)
         os.chown(theirs, NOBODY, NOBODY)
-        _refused(["--state-db", str(theirs / "ctl.db")], tmp_path, capsys,
-                 f"belongs to uid {NOBODY}")
+        _refused(
+            ["--state-db", str(theirs / "ctl.db")], tmp_path, capsys, f"belongs to uid {NOBODY}"
+        )
         link = tmp_path / "link-dir"
         link.symlink_to(private)
         os.lchown(link, NOBODY, NOBODY)
         _refused(["--state-db", str(link / "ctl.db")], tmp_path, capsys, "symlink owned by")
 
 
-def test_a_planted_journal_or_lock_is_refused(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_planted_journal_or_lock_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     db = state / "ctl.db"
@@ -270,7 +291,8 @@ def test_a_planted_journal_or_lock_is_refused(tmp_path: Path,
 
 
 def test_a_bad_heartbeat_is_stale_and_never_kills_the_reader(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     hb = tmp_path / "hb"
     real = tmp_path / "real-hb"
     write_heartbeat(real, {"pid": 1})
@@ -284,10 +306,11 @@ def test_a_bad_heartbeat_is_stale_and_never_kills_the_reader(
     case("symlink to a fresh heartbeat", lambda: hb.symlink_to(real))
     case("a FIFO (open must not block)", lambda: os.mkfifo(hb, 0o600))
     case("a directory", lambda: hb.mkdir())
-    case("a huge file", lambda: hb.write_bytes(b'{"time": 1, "pad": "' + b"x" * 10_000_000
-                                                + b'"}'))
-    case("just over the bound", lambda: hb.write_bytes(
-        b'{"time": 1e12, "p": "' + b"x" * HEARTBEAT_MAX_BYTES + b'"}'))
+    case("a huge file", lambda: hb.write_bytes(b'{"time": 1, "pad": "' + b"x" * 10_000_000 + b'"}'))
+    case(
+        "just over the bound",
+        lambda: hb.write_bytes(b'{"time": 1e12, "p": "' + b"x" * HEARTBEAT_MAX_BYTES + b'"}'),
+    )
     case("world-writable", lambda: (hb.write_text(real.read_text()), hb.chmod(0o666)))
     case("not JSON", lambda: hb.write_bytes(b"\xff\xfe garbage"))
     case("a JSON list", lambda: hb.write_text("[1, 2]"))
@@ -316,18 +339,27 @@ def test_a_bad_heartbeat_is_stale_and_never_kills_the_reader(
 # ------------------------------------------------------------------------ fail fast: no Slurm
 
 
-def _cli(args: list[str], env: dict[str, str], timeout_s: float = 300.0
-         ) -> subprocess.CompletedProcess[str]:
+def _cli(
+    args: list[str], env: dict[str, str], timeout_s: float = 300.0
+) -> subprocess.CompletedProcess[str]:
     """``gpuplan slurm-controller`` as an operator would run it (a real process)."""
-    return subprocess.run([sys.executable, "-m", "gpuplan", "slurm-controller", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout_s,
-                          check=False, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan", "slurm-controller", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _assert_one_line_exit_2(proc: subprocess.CompletedProcess[str], match: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and match in lines[0], (
-        proc.returncode, proc.stderr[-2000:])
+        proc.returncode,
+        proc.stderr[-2000:],
+    )
 
 
 def test_no_slurm_client_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
@@ -363,32 +395,46 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_an_unreachable_slurmctld_fails_after_the_connect_timeout(lab: SlurmLab,
-                                                                   private_dir: Path) -> None:
+def test_an_unreachable_slurmctld_fails_after_the_connect_timeout(
+    lab: SlurmLab, private_dir: Path
+) -> None:
     """The lab's real client configuration pointed at a port where no slurmctld listens: the
     controller waits --connect-timeout, then exits 2 in one line, creating nothing."""
     text = lab.conf_path.read_text()
     port = _closed_port()
     conf = private_dir / "slurm.conf"
-    lines = [f"SlurmctldPort={port}" if line.startswith("SlurmctldPort=") else line
-             for line in text.splitlines()]
+    lines = [
+        f"SlurmctldPort={port}" if line.startswith("SlurmctldPort=") else line
+        for line in text.splitlines()
+    ]
     assert any(line == f"SlurmctldPort={port}" for line in lines)
     conf.write_text("\n".join(lines) + "\n")
     state = private_dir / "state"
     env = {**os.environ, **lab.env, "SLURM_CONF": str(conf)}
-    proc = _cli(["--policy", "fifo", "--state-db", str(state / "ctl.db"), "--connect-timeout",
-                 "3"], env)
+    proc = _cli(
+        ["--policy", "fifo", "--state-db", str(state / "ctl.db"), "--connect-timeout", "3"], env
+    )
     _assert_one_line_exit_2(proc, "slurmctld unreachable")
     assert "--connect-timeout" in proc.stderr
     assert not state.exists()
 
 
-def test_an_unknown_partition_is_one_line_and_creates_nothing(lab: SlurmLab,
-                                                              private_dir: Path) -> None:
+def test_an_unknown_partition_is_one_line_and_creates_nothing(
+    lab: SlurmLab, private_dir: Path
+) -> None:
     state = private_dir / "state"
     env = {**os.environ, **lab.env}
-    proc = _cli(["--policy", "fifo", "--state-db", str(state / "ctl.db"), "--partition",
-                 "gpuplan,no-such-partition"], env)
+    proc = _cli(
+        [
+            "--policy",
+            "fifo",
+            "--state-db",
+            str(state / "ctl.db"),
+            "--partition",
+            "gpuplan,no-such-partition",
+        ],
+        env,
+    )
     _assert_one_line_exit_2(proc, "unknown partition 'no-such-partition'")
     assert "gpuplan" in proc.stderr  # names the partitions slurmctld has
     assert not state.exists()
@@ -402,12 +448,25 @@ def test_the_watchdog_survives_a_dev_zero_heartbeat(lab: SlurmLab, private_dir: 
     hb.symlink_to("/dev/zero")
     log = private_dir / "watchdog.log"
     env = {**os.environ, **lab.env}
-    argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--fail-open-check",
-            "--watch", "0.5", "--heartbeat", str(hb), "--state-db",
-            str(private_dir / "ctl.db"), "--partition", "no-jobs-here"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan",
+        "slurm-controller",
+        "--fail-open-check",
+        "--watch",
+        "0.5",
+        "--heartbeat",
+        str(hb),
+        "--state-db",
+        str(private_dir / "ctl.db"),
+        "--partition",
+        "no-jobs-here",
+    ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     try:
         deadline = time.monotonic() + 300
         while log.read_text().count("treated as stale") < 3:
@@ -431,25 +490,47 @@ def test_library_check_setup_lists_partitions(lab: SlurmLab) -> None:
 
 
 def test_the_controllers_first_start_killed_while_creating_its_journal(
-        lab: SlurmLab, private_dir: Path) -> None:
+    lab: SlurmLab, private_dir: Path
+) -> None:
     """The real ``gpuplan slurm-controller`` on the lab, SIGKILLed (failpoint) after its new
     journal's schema was written but before the rename: the next start creates the journal,
     completes a cycle (its heartbeat appears) and leaves no temporary file."""
     db = private_dir / "state" / "ctl.db"
     log = private_dir / "controller.log"
-    argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", "fifo",
-            "--state-db", str(db), "--partition", "gpuplan", "--interval", "0.5",
-            "--wake-file", "none"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan",
+        "slurm-controller",
+        "--policy",
+        "fifo",
+        "--state-db",
+        str(db),
+        "--partition",
+        "gpuplan",
+        "--interval",
+        "0.5",
+        "--wake-file",
+        "none",
+    ]
     env = {**os.environ, **lab.env, "GPUPLAN_FAILPOINT": "journal.schema"}
     with open(log, "ab") as out:
-        first = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=300, check=False)
+        first = subprocess.run(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
     assert first.returncode == -signal.SIGKILL, log.read_text()[-2000:]
     assert not db.exists() and _leftovers(db)
     env.pop("GPUPLAN_FAILPOINT")
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     try:
         deadline = time.monotonic() + 300
         while heartbeat_age(Path(f"{db}.heartbeat")) > 60.0:

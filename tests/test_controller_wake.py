@@ -46,31 +46,51 @@ def test_shipped_epilog_rewrites_its_wake_file_and_always_exits_zero(tmp_path: P
     wake = tmp_path / "wake"
     script = tmp_path / "epilog_wake.sh"
     script.write_text(epilog_script(wake))
-    ran = subprocess.run(["sh", str(script)], env={"SLURM_JOB_ID": "4242", "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        ["sh", str(script)],
+        env={"SLURM_JOB_ID": "4242", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ran.returncode == 0 and wake.read_text() == "4242\n"
     # A missing directory (hook installed, controller host not set up yet) must not fail jobs.
     script.write_text(epilog_script(tmp_path / "absent" / "wake"))
-    ran = subprocess.run(["sh", str(script)], env={"PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        ["sh", str(script)],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ran.returncode == 0 and ran.stderr == ""
 
 
 def test_a_job_end_wakes_the_controller_long_before_its_next_poll(
-        lab: SlurmLab, user: str, shared: Path, clean_partition: None) -> None:
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None
+) -> None:
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     # FIFO without backfill: B needs all 16 GPUs, so it can only start once A has ended.
-    ids = {"A": _submit(lab, user, shared, "A", 4.0, 4, 4, 4),
-           "B": _submit(lab, user, shared, "B", 16.0, 16, 16, 16)}
-    run = Controller(lab, db, log, args=("--policy", "fifo", "--interval", "3600",
-                                         "--wake-file", str(lab.wake_file)))
+    ids = {
+        "A": _submit(lab, user, shared, "A", 4.0, 4, 4, 4),
+        "B": _submit(lab, user, shared, "B", 16.0, 16, 16, 16),
+    }
+    run = Controller(
+        lab,
+        db,
+        log,
+        args=("--policy", "fifo", "--interval", "3600", "--wake-file", str(lab.wake_file)),
+    )
     try:
-        _wait("A to complete", lambda: _states(lab, ids)["A"].state == "COMPLETED",
-              LAB_WAIT_S, log)
+        _wait("A to complete", lambda: _states(lab, ids)["A"].state == "COMPLETED", LAB_WAIT_S, log)
         # Without a wake-up the next poll is an hour away: B starting within the bound
         # (generous for a busy machine, far below the interval) proves the epilog woke it.
-        _wait("B to start after A's end", lambda: _states(lab, ids)["B"].state in (
-            "RUNNING", "COMPLETING", "COMPLETED"), LAB_WAIT_S, log)
+        _wait(
+            "B to start after A's end",
+            lambda: _states(lab, ids)["B"].state in ("RUNNING", "COMPLETING", "COMPLETED"),
+            LAB_WAIT_S,
+            log,
+        )
     finally:
         run.kill(signal.SIGTERM)
     assert run.wait(LAB_WAIT_S) == 0

@@ -57,16 +57,33 @@ class Driver:
         raise AssertionError(f"epoch incomplete: {self.leader.committed} committed")
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["join", "leave", "fail", "step", "handover",
-                                          "restart"]),
-                         st.integers(0, 50), st.integers(1, 40)), max_size=60)
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["join", "leave", "fail", "step", "handover", "restart"]),
+        st.integers(0, 50),
+        st.integers(1, 40),
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(n=st.integers(1, 300), psize=st.integers(1, 64), seed=st.integers(0, 2**32),
-       max_shard=st.one_of(st.none(), st.integers(1, 20)), ops=OPS, epochs=st.integers(1, 2))
-def test_exactly_once_per_epoch(n: int, psize: int, seed: int, max_shard: int | None,
-                                ops: list[tuple[str, int, int]], epochs: int) -> None:
+@given(
+    n=st.integers(1, 300),
+    psize=st.integers(1, 64),
+    seed=st.integers(0, 2**32),
+    max_shard=st.one_of(st.none(), st.integers(1, 20)),
+    ops=OPS,
+    epochs=st.integers(1, 2),
+)
+def test_exactly_once_per_epoch(
+    n: int,
+    psize: int,
+    seed: int,
+    max_shard: int | None,
+    ops: list[tuple[str, int, int]],
+    epochs: int,
+) -> None:
     leader = DataLeader(n, psize, seed, max_shard=max_shard)
     drv = Driver(leader)
     for epoch in range(epochs):

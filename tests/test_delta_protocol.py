@@ -51,8 +51,7 @@ def _scan_fullest(counts: dict[str, int]) -> str | None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 11), st.integers(-1, 8)), max_size=60),
-       st.integers(0, 9))
+@given(st.lists(st.tuples(st.integers(0, 11), st.integers(-1, 8)), max_size=60), st.integers(0, 9))
 def test_free_index_matches_a_scan(ops: list[tuple[int, int]], need: int) -> None:
     index = FreeIndex()
     counts: dict[str, int] = {}
@@ -107,8 +106,10 @@ def _mixed_cluster() -> Cluster:
 
 def _failures(cluster: Cluster) -> list[NodeFailure]:
     names = [n.name for n in cluster.nodes]
-    return [NodeFailure(time=3600.0 * (k + 1), node=names[k % len(names)],
-                        recover_after=1800.0) for k in range(4)]
+    return [
+        NodeFailure(time=3600.0 * (k + 1), node=names[k % len(names)], recover_after=1800.0)
+        for k in range(4)
+    ]
 
 
 @pytest.mark.parametrize("policy", DELTA_POLICIES)
@@ -148,7 +149,8 @@ def test_engine_index_equals_a_rebuild_after_every_event(policy: str) -> None:
         engine.handle(*batch)
         engine.ledger.index.check(engine.free)
         assert engine.ledger.index.total == engine.capacity - sum(
-            j.gpus for j in engine.running.values())
+            j.gpus for j in engine.running.values()
+        )
         steps += 1
     assert steps > 50 and len(engine.records) == len(jobs)
 
@@ -168,11 +170,20 @@ def test_a_replaced_placement_or_allocation_stage_drops_the_fast_path() -> None:
 
 # --------------------------------------------------------------------------- SRTF keys
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 1.2), st.floats(0.0, 5.0), st.floats(0.0, 4000.0),
-                          st.floats(0.0, 4000.0)), min_size=1, max_size=12),
-       st.floats(0.0, 8000.0), st.booleans())
-def test_running_keys_equal_the_key_function(states: list[tuple[float, float, float, float]],
-                                             now: float, service: bool) -> None:
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 1.2), st.floats(0.0, 5.0), st.floats(0.0, 4000.0), st.floats(0.0, 4000.0)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.floats(0.0, 8000.0),
+    st.booleans(),
+)
+def test_running_keys_equal_the_key_function(
+    states: list[tuple[float, float, float, float]], now: float, service: bool
+) -> None:
     """The cached batch keys are the very floats of remaining_time/remaining_service."""
     from gpuplan.models import ActiveJob
     from gpuplan.solver_core.policies.shortest_first import (
@@ -185,21 +196,34 @@ def test_running_keys_equal_the_key_function(states: list[tuple[float, float, fl
     running = {}
     for spec, (frac, rate_x, anchor, resume) in zip(specs, states, strict=True):
         total = spec.total_iterations or spec.work
-        job = ActiveJob(spec=spec, done=frac * total, rate=rate_x * spec.throughput.rate(1),
-                        anchor_time=anchor, resume_time=resume)
+        job = ActiveJob(
+            spec=spec,
+            done=frac * total,
+            rate=rate_x * spec.throughput.rate(1),
+            anchor_time=anchor,
+            resume_time=resume,
+        )
         running[spec.id] = job
     keys = RunningKeys(service)
     key = remaining_service if service else remaining_time
     want = sorted((key(j, now), j.spec.submit_time, i) for i, j in running.items())
     assert keys(running, now) == want
     assert keys(running, now + 1.0) == sorted(
-        (key(j, now + 1.0), j.spec.submit_time, i) for i, j in running.items())
+        (key(j, now + 1.0), j.spec.submit_time, i) for i, j in running.items()
+    )
 
 
 # --------------------------------------------------------------------------- running order
-_OPS = st.lists(st.tuples(st.sampled_from(["start", "stop", "slow", "settle", "wait"]),
-                          st.integers(0, 19), st.sampled_from([0.0, 0.0, 30.0]),
-                          st.floats(0.0, 900.0)), min_size=1, max_size=40)
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["start", "stop", "slow", "settle", "wait"]),
+        st.integers(0, 19),
+        st.sampled_from([0.0, 0.0, 30.0]),
+        st.floats(0.0, 900.0),
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 def _near_tie(keys: list[float]) -> bool:
@@ -209,8 +233,9 @@ def _near_tie(keys: list[float]) -> bool:
 
 @settings(max_examples=100, deadline=None)
 @given(_OPS, st.integers(8, 48), st.sampled_from(["srtf", "srsf", "sjf"]))
-def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, float, float]],
-                                                      capacity: int, kind: str) -> None:
+def test_incremental_running_order_equals_a_full_sort(
+    ops: list[tuple[str, int, float, float]], capacity: int, kind: str
+) -> None:
     """After any sequence of starts (with or without a pause), stops, rate changes, settles
     and waits, :class:`RunningOrder` ranks the running jobs as a full sort of the exact keys
     does, a job at full rate past its pause is kept sorted (not re-keyed per event),
@@ -263,14 +288,18 @@ def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, 
         assert order.sync(running, now)
         assert by_changes.sync(running, now, ChangeSet(1, seq, frozenset(wrote)))
         assert by_changes.groups == {m: g for m, g in order.groups.items() if g[0]} | {
-            m: g for m, g in by_changes.groups.items() if not g[0]}
+            m: g for m, g in by_changes.groups.items() if not g[0]
+        }
         assert by_changes.late_entries(running, now) == order.late_entries(running, now)
         for m, (_, needs) in order.groups.items():
             assert order.totals[m] == sum(needs) == by_changes.totals.get(m, 0)
         late, _ = order.late_entries(running, now)
         exact = {j: key(a, now) for j, a in running.items()}
-        regular = [(c if m == 0 else (c - now) * m, s, j)
-                   for m, (entries, _) in order.groups.items() for c, s, j in entries]
+        regular = [
+            (c if m == 0 else (c - now) * m, s, j)
+            for m, (entries, _) in order.groups.items()
+            for c, s, j in entries
+        ]
         assert sorted(j for *_, j in regular + late) == sorted(running)
         for k, _, j in regular:
             assert abs(k - exact[j]) <= 1e-6 * max(1.0, exact[j])
@@ -279,20 +308,28 @@ def test_incremental_running_order_equals_a_full_sort(ops: list[tuple[str, int, 
             for a, b in itertools.pairwise(ids):
                 assert exact[a] <= exact[b] + 1e-6 * max(1.0, exact[b])
             if ids:  # a group whose last job left stays, empty
-                assert m == (0 if kind == "sjf" else 1 if kind == "srtf"
-                             else running[ids[0]].gpus)
+                assert m == (0 if kind == "sjf" else 1 if kind == "srtf" else running[ids[0]].gpus)
         late_ids = {j for *_, j in late}
         for j, a in running.items():  # regular whenever the slope is known
             full_rate = a.rate == a.spec.throughput.rate(a.spec.requested_gpus)
             if kind == "sjf" or (full_rate and now > max(a.anchor_time, a.resume_time)):
                 assert j not in late_ids
-        pending = {j: a for j, a in jobs.items() if j not in running
-                   and remaining_time(a, now) > 0.0}
-        view = ClusterView(now, None, {}, {}, running, pending,  # type: ignore[arg-type]
-                           capacity=capacity)
+        pending = {
+            j: a for j, a in jobs.items() if j not in running and remaining_time(a, now) > 0.0
+        }
+        view = ClusterView(
+            now,
+            None,
+            {},
+            {},
+            running,
+            pending,  # type: ignore[arg-type]
+            capacity=capacity,
+        )
         starts, preempts = changes_by_rank(view, queue.pending_entries(view), order)
         shares = rigid_by_rank(view, queue)
-        if kind == "sjf" or not _near_tie(list(exact.values()) + [
-                key(a, now) for a in pending.values()]):
+        if kind == "sjf" or not _near_tie(
+            list(exact.values()) + [key(a, now) for a in pending.values()]
+        ):
             assert sorted(starts) == sorted((j, n) for j, n in shares.items() if j in pending)
             assert sorted(preempts) == sorted(j for j in running if j not in shares)

@@ -38,12 +38,14 @@ def test_there_are_links_to_check() -> None:
     assert len(_links()) > 20
 
 
-@pytest.mark.parametrize(("doc", "target"), _links(),
-                         ids=lambda v: v if isinstance(v, str) else v.name)
+@pytest.mark.parametrize(
+    ("doc", "target"), _links(), ids=lambda v: v if isinstance(v, str) else v.name
+)
 def test_relative_link_resolves(doc: Path, target: str) -> None:
     file_part, _, anchor = target.partition("#")
     dest = (doc.parent / file_part).resolve() if file_part else doc
     assert dest.exists(), f"{doc.relative_to(ROOT)}: {target} -> missing {dest}"
     if anchor and dest.suffix == ".md":
-        assert anchor in _anchors(dest), f"{doc.relative_to(ROOT)}: no heading #{anchor} in " \
-                                         f"{dest.relative_to(ROOT)}"
+        assert anchor in _anchors(dest), (
+            f"{doc.relative_to(ROOT)}: no heading #{anchor} in {dest.relative_to(ROOT)}"
+        )

@@ -41,9 +41,14 @@ class _Base:
 
 
 def _spec(job_id: str, req: int, t: float, elastic: bool = True, hi: int = 8) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=t, requested_gpus=req, total_iterations=1e5,
-                   throughput={"points": CONCAVE},
-                   elasticity=Elasticity(min_gpus=1, max_gpus=hi) if elastic else None)
+    return JobSpec(
+        id=job_id,
+        submit_time=t,
+        requested_gpus=req,
+        total_iterations=1e5,
+        throughput={"points": CONCAVE},
+        elasticity=Elasticity(min_gpus=1, max_gpus=hi) if elastic else None,
+    )
 
 
 def _view(running: dict[str, int], waiting: int) -> ClusterView:
@@ -54,8 +59,9 @@ def _view(running: dict[str, int], waiting: int) -> ClusterView:
         placement: dict[str, list[int]] = {}
         for k in range(used, used + gpus):
             placement.setdefault(f"node{k // 8:03d}", []).append(k % 8)
-        job.set_allocation(JobAllocation(job_id=job_id, placement={
-            n: tuple(g) for n, g in placement.items()}))
+        job.set_allocation(
+            JobAllocation(job_id=job_id, placement={n: tuple(g) for n, g in placement.items()})
+        )
         used += gpus
         run[job_id] = job
     for k in range(waiting):
@@ -100,8 +106,11 @@ def test_compaction_gain_matches_brute_force() -> None:
         for ra, rb in itertools.product(range(7), range(5)):
             if ra + rb + min(2, qq) != qq:
                 continue
-            g = norm(elastic_new, qq) - (norm(donors["a"][0], 8) - norm(donors["a"][0], 8 - ra)) \
+            g = (
+                norm(elastic_new, qq)
+                - (norm(donors["a"][0], 8) - norm(donors["a"][0], 8 - ra))
                 - (norm(donors["b"][0], 6) - norm(donors["b"][0], 6 - rb))
+            )
             best = max(best, g)
     assert gain == pytest.approx(best)
     assert used == 2 and sum(taken.values()) == q - 2
@@ -121,29 +130,57 @@ def test_edl_elastic_uniform_shares_and_scale_out() -> None:
     """§6.3: 16 jobs arriving 30 s apart on 4 x 8 GPUs; the first four each scale out to a
     whole machine; with all 16 present every job holds 2 GPUs (the digest's check)."""
     cluster = Cluster.uniform(4, 8, "v100")
-    jobs = [JobSpec(id=f"j{i:02d}", submit_time=30.0 * i, requested_gpus=4,
-                    total_iterations=1e9, throughput={"points": CONCAVE},
-                    elasticity=Elasticity(min_gpus=1, max_gpus=8)) for i in range(16)]
+    jobs = [
+        JobSpec(
+            id=f"j{i:02d}",
+            submit_time=30.0 * i,
+            requested_gpus=4,
+            total_iterations=1e9,
+            throughput={"points": CONCAVE},
+            elasticity=Elasticity(min_gpus=1, max_gpus=8),
+        )
+        for i in range(16)
+    ]
     seen: dict[float, dict[str, int]] = {}
 
     def hook(view: ClusterView, plan: Any) -> None:
         seen[view.now] = {j: a.gpus for j, a in plan.allocations.items()}
 
-    simulate(cluster, jobs, make_policy("edl-elastic"), on_plan=hook, horizon_s=600,
-             sample_interval_s=None)
+    simulate(
+        cluster,
+        jobs,
+        make_policy("edl-elastic"),
+        on_plan=hook,
+        horizon_s=600,
+        sample_interval_s=None,
+    )
     assert seen[90.0] == {f"j{i:02d}": 8 for i in range(4)}
     assert seen[450.0] == {f"j{i:02d}": 2 for i in range(16)}
     static: dict[float, dict[str, int]] = {}
-    simulate(cluster, jobs, make_policy("fifo"), horizon_s=600, sample_interval_s=None,
-             on_plan=lambda v, p: static.__setitem__(v.now, {j: a.gpus for j, a in
-                                                               p.allocations.items()}))
+    simulate(
+        cluster,
+        jobs,
+        make_policy("fifo"),
+        horizon_s=600,
+        sample_interval_s=None,
+        on_plan=lambda v, p: static.__setitem__(
+            v.now, {j: a.gpus for j, a in p.allocations.items()}
+        ),
+    )
     assert len(static[450.0]) == 8
 
 
 def test_machine_counts_stop_at_the_useful_size() -> None:
-    flat = ActiveJob(spec=JobSpec(id="f", submit_time=0, requested_gpus=2, total_iterations=1,
-                                  throughput={"points": {1: 1.0, 2: 1.8, 4: 1.8}},
-                                  elasticity=Elasticity(min_gpus=1, max_gpus=8)))
+    flat = ActiveJob(
+        spec=JobSpec(
+            id="f",
+            submit_time=0,
+            requested_gpus=2,
+            total_iterations=1,
+            throughput={"points": {1: 1.0, 2: 1.8, 4: 1.8}},
+            elasticity=Elasticity(min_gpus=1, max_gpus=8),
+        )
+    )
     good = ActiveJob(spec=_spec("g", 2, 1.0))
     assert machine_counts([flat, good], 8) == {"f": 2, "g": 6}
 
@@ -156,6 +193,8 @@ def test_elastic_tiresias_runs_a_trace_and_beats_tiresias_on_mean_jct() -> None:
     elastic = run(prepared, "elastic-tiresias")
     for r in (rigid, elastic):
         assert all(j.finish_time is not None for j in r.jobs)
-    mean = [sum(j.finish_time - j.submit_time for j in r.jobs) / len(r.jobs)  # type: ignore[operator]
-            for r in (rigid, elastic)]
+    mean = [
+        sum(j.finish_time - j.submit_time for j in r.jobs) / len(r.jobs)  # type: ignore[operator]
+        for r in (rigid, elastic)
+    ]
     assert mean[1] < mean[0]

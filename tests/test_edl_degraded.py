@@ -22,25 +22,43 @@ def _jobs() -> list[JobSpec]:
     GPUs, ``b`` arrives at t=100 so both hold 4 (``a`` shrinks), ``b`` ends at 200 and ``a``
     grows back to 8. Two resizes of ``a``."""
     elastic = Elasticity(min_gpus=1, max_gpus=8)
-    return [JobSpec(id="a", submit_time=0.0, requested_gpus=4, total_iterations=1600.0,
-                    throughput={"points": LINEAR}, elasticity=elastic),
-            JobSpec(id="b", submit_time=100.0, requested_gpus=4, total_iterations=400.0,
-                    throughput={"points": LINEAR}, elasticity=elastic)]
+    return [
+        JobSpec(
+            id="a",
+            submit_time=0.0,
+            requested_gpus=4,
+            total_iterations=1600.0,
+            throughput={"points": LINEAR},
+            elasticity=elastic,
+        ),
+        JobSpec(
+            id="b",
+            submit_time=100.0,
+            requested_gpus=4,
+            total_iterations=400.0,
+            throughput={"points": LINEAR},
+            elasticity=elastic,
+        ),
+    ]
 
 
 def _run(policy: str, mode: str, caplog: pytest.LogCaptureFixture) -> tuple[dict, int, list]:
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=ENGINE_LOG):
-        result, _engine, _ex = simulate(Cluster.uniform(1, 8, "v100"), _jobs(),
-                                        make_policy(policy),
-                                        overheads=Overheads(resize_mode=mode, restart_s=30.0),
-                                        sample_interval_s=None)
+        result, _engine, _ex = simulate(
+            Cluster.uniform(1, 8, "v100"),
+            _jobs(),
+            make_policy(policy),
+            overheads=Overheads(resize_mode=mode, restart_s=30.0),
+            sample_interval_s=None,
+        )
     warnings = [r.getMessage() for r in caplog.records if r.name == ENGINE_LOG]
     return {j.job_id: j for j in result.jobs}, result.degraded_resizes, warnings
 
 
 def test_edl_on_a_restart_executor_warns_once_counts_and_pays(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     jobs, degraded, warnings = _run("edl-elastic", "checkpoint_restart", caplog)
     assert len(warnings) == 1
     assert "edl-elastic" in warnings[0] and "SimulatedCluster" in warnings[0]
@@ -64,15 +82,24 @@ def test_elastic_tiresias_is_counted_and_summarised(caplog: pytest.LogCaptureFix
     _jobs_by_id, degraded, warnings = _run("elastic-tiresias", "checkpoint_restart", caplog)
     assert len(warnings) == 1 and "elastic-tiresias" in warnings[0]
     assert degraded >= 1
-    result, _e, _x = simulate(Cluster.uniform(1, 8, "v100"), _jobs(),
-                              make_policy("elastic-tiresias"), sample_interval_s=None)
+    result, _e, _x = simulate(
+        Cluster.uniform(1, 8, "v100"),
+        _jobs(),
+        make_policy("elastic-tiresias"),
+        sample_interval_s=None,
+    )
     summary = summarize(result)
-    assert summary.degraded_resizes == result.degraded_resizes == sum(
-        j.resizes for j in result.jobs) >= 1
+    assert (
+        summary.degraded_resizes
+        == result.degraded_resizes
+        == sum(j.resizes for j in result.jobs)
+        >= 1
+    )
 
 
 @pytest.mark.parametrize("policy", ["fifo", "sidecar", "tiresias-l"])
 def test_policies_not_wanting_in_place_never_warn(
-        policy: str, caplog: pytest.LogCaptureFixture) -> None:
+    policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
     _jobs_by_id, degraded, warnings = _run(policy, "checkpoint_restart", caplog)
     assert warnings == [] and degraded == 0

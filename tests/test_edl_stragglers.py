@@ -32,15 +32,18 @@ def test_detector_flags_only_after_window_consecutive_slow_batches() -> None:
     det2.observe({**normal, "slow": 1.1})  # one normal batch resets the count
     assert det2.observe({**normal, "slow": 1.3}) == set()
     # 1.15x the median is not a straggler under the 1.2 rule
-    assert batches_to_detect({"a": 1.0, "b": 1.0, "c": 1 / 1.15}, 1.2, 10, 0.0, 0) == (10_000,
-                                                                                     set())
+    assert batches_to_detect({"a": 1.0, "b": 1.0, "c": 1 / 1.15}, 1.2, 10, 0.0, 0) == (
+        10_000,
+        set(),
+    )
 
 
 def _run(mitigate: bool) -> tuple[StragglerCluster, float]:
     cluster = Cluster.uniform(2, 8, "v100")
     job = _job()
-    ex = StragglerCluster(cluster, [job], [Straggler("node001", 3, 0.75)], mitigate=mitigate,
-                          removal_s=2.0, seed=1)
+    ex = StragglerCluster(
+        cluster, [job], [Straggler("node001", 3, 0.75)], mitigate=mitigate, removal_s=2.0, seed=1
+    )
     engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
     engine.run()
     (rec,) = engine.result().jobs
@@ -71,27 +74,40 @@ def test_straggler_removed_and_job_speeds_up_like_the_paper() -> None:
 def _transient(overheads: Overheads, policy: str, horizon: float = 3600.0) -> float:
     """Work done by a 4-GPU ResNet50-like job with one extra GPU lent for 4 minutes and taken
     back, every 5 minutes (003 §6.2, Fig. 14b)."""
-    cluster = Cluster(nodes=[Node(name="persist", gpus=4),
-                             Node(name="idle", gpus=1, pool="inference")])
+    cluster = Cluster(
+        nodes=[Node(name="persist", gpus=4), Node(name="idle", gpus=1, pool="inference")]
+    )
     curve = {1: 1.0, 2: 1.95, 4: 3.8, 5: 4.5}  # S(5)/S(4) = 1.18 (digest §2.6 check)
-    job = JobSpec(id="r50", submit_time=0.0, requested_gpus=4, total_iterations=1e6,
-                  elasticity=Elasticity(min_gpus=4, max_gpus=5),
-                  throughput={"points": curve})
+    job = JobSpec(
+        id="r50",
+        submit_time=0.0,
+        requested_gpus=4,
+        total_iterations=1e6,
+        elasticity=Elasticity(min_gpus=4, max_gpus=5),
+        throughput={"points": curve},
+    )
     events = []
     for k in range(int(horizon // 300)):
         events.append(CapacityChange(time=k * 300 + 30.0, change="loan", nodes=("idle",)))
         events.append(CapacityChange(time=k * 300 + 270.0, change="reclaim", nodes=("idle",)))
-    _, engine, _ = simulate(cluster, [job], make_policy(policy), overheads=overheads,
-                                  events=events, horizon_s=horizon, sample_interval_s=None)
+    _, engine, _ = simulate(
+        cluster,
+        [job],
+        make_policy(policy),
+        overheads=overheads,
+        events=events,
+        horizon_s=horizon,
+        sample_interval_s=None,
+    )
     return engine.running["r50"].done_at(horizon) if "r50" in engine.running else 1e6
 
 
 def test_transient_gpus_edl_near_ideal_stop_resume_worse_than_not_using_them() -> None:
     baseline = _transient(Overheads(), "tiresias-l")
     ideal = _transient(Overheads(resize_mode="stop_free", stop_free_s=0.0), "elastic-tiresias")
-    edl = _transient(Overheads(resize_mode="stop_free", stop_free_s=0.8, resize_down_s=0.0),
-                     "elastic-tiresias")
-    sr = _transient(Overheads(resize_mode="checkpoint_restart", restart_s=50.0),
-                    "elastic-tiresias")
+    edl = _transient(
+        Overheads(resize_mode="stop_free", stop_free_s=0.8, resize_down_s=0.0), "elastic-tiresias"
+    )
+    sr = _transient(Overheads(resize_mode="checkpoint_restart", restart_s=50.0), "elastic-tiresias")
     assert ideal > edl > baseline > sr
     assert edl / ideal >= 0.97

@@ -46,10 +46,10 @@ class _SwapIndices(PolicyBase):
 def test_index_only_migrations_are_relabelled_when_the_executor_cannot_pin(pin_gpus: bool) -> None:
     cluster = Cluster.uniform(1, 4)
     linear = ThroughputProfile.linear(1.0)
-    jobs = [JobSpec(id="a", submit_time=0, requested_gpus=2, total_iterations=200,
-                    throughput=linear),
-            JobSpec(id="b", submit_time=10, requested_gpus=2, total_iterations=100,
-                    throughput=linear)]
+    jobs = [
+        JobSpec(id="a", submit_time=0, requested_gpus=2, total_iterations=200, throughput=linear),
+        JobSpec(id="b", submit_time=10, requested_gpus=2, total_iterations=100, throughput=linear),
+    ]
     overheads = Overheads(start_s=0, restart_s=0, migrate_s=30.0, stop_free_s=0)
     executor = SimulatedCluster(cluster, jobs, overheads)
     executor.capabilities = dataclasses.replace(executor.capabilities, pin_gpus=pin_gpus)
@@ -81,19 +81,30 @@ class _GrowWhenAlone(PolicyBase):
         return Decision(shares={j: p.gpus for j, p in placements.items()}, placements=placements)
 
 
-@pytest.mark.parametrize(("restart_s", "grows", "finish"), [
-    (30.0, 1, 5.0 + 30.0 + 190.0 / 4),  # 30 + 47.5 s < 95 s at 2 GPUs: the grow pays
-    (60.0, 0, 100.0),                    # 60 + 47.5 s >= 95 s: dropped, a keeps 2 GPUs
-])
+@pytest.mark.parametrize(
+    ("restart_s", "grows", "finish"),
+    [
+        (30.0, 1, 5.0 + 30.0 + 190.0 / 4),  # 30 + 47.5 s < 95 s at 2 GPUs: the grow pays
+        (60.0, 0, 100.0),  # 60 + 47.5 s >= 95 s: dropped, a keeps 2 GPUs
+    ],
+)
 def test_a_grow_that_cannot_pay_for_its_restart_is_not_carried_out(
-        restart_s: float, grows: int, finish: float) -> None:
+    restart_s: float, grows: int, finish: float
+) -> None:
     cluster = Cluster.uniform(1, 4)
     linear = ThroughputProfile.linear(1.0)
     elastic = Elasticity(min_gpus=1, max_gpus=4)
-    jobs = [JobSpec(id="a", submit_time=0, requested_gpus=2, total_iterations=200,
-                    throughput=linear, elasticity=elastic),
-            JobSpec(id="b", submit_time=0, requested_gpus=2, total_iterations=10,
-                    throughput=linear)]
+    jobs = [
+        JobSpec(
+            id="a",
+            submit_time=0,
+            requested_gpus=2,
+            total_iterations=200,
+            throughput=linear,
+            elasticity=elastic,
+        ),
+        JobSpec(id="b", submit_time=0, requested_gpus=2, total_iterations=10, throughput=linear),
+    ]
     overheads = Overheads(start_s=0, resize_mode="checkpoint_restart", restart_s=restart_s)
     executor = SimulatedCluster(cluster, jobs, overheads)
     assert executor.capabilities.resize == "restart"

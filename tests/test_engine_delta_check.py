@@ -61,8 +61,10 @@ class _Overlapping:
 
 
 def _broken_run() -> None:
-    jobs = [JobSpec(id=f"j{i}", submit_time=float(i), requested_gpus=8, duration=100.0)
-            for i in range(2)]
+    jobs = [
+        JobSpec(id=f"j{i}", submit_time=float(i), requested_gpus=8, duration=100.0)
+        for i in range(2)
+    ]
     simulate(Cluster.uniform(2, 8), jobs, _Overlapping(make_policy("fifo")))  # type: ignore[arg-type]
 
 
@@ -80,5 +82,6 @@ def test_only_the_simulator_skips_the_re_check(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(SimulatedCluster, "trusts_built_plans", False)
     with pytest.raises(PlanRefused, match="over-committed"):
         _broken_run()
-    assert not any(cls.trusts_built_plans
-                   for cls in (SlurmExecutor, SshExecutor, ControllerExecutor))
+    assert not any(
+        cls.trusts_built_plans for cls in (SlurmExecutor, SshExecutor, ControllerExecutor)
+    )

@@ -27,8 +27,9 @@ from gpuplan.models import (
 from gpuplan.solver_core.registry import make_policy
 from tests.conftest import NO_OVERHEADS, rigid
 
-CLUSTER = Cluster(nodes=[Node(name="t0", gpus=2, pool="training"),
-                         Node(name="i0", gpus=2, pool="inference")])
+CLUSTER = Cluster(
+    nodes=[Node(name="t0", gpus=2, pool="training"), Node(name="i0", gpus=2, pool="inference")]
+)
 EVENTS = [LoanOffer(time=1, count=1), ReclaimRequest(time=20, count=1)]
 
 
@@ -53,8 +54,9 @@ class Watching(SimulatedCluster):
 
 def _run(refuse: bool) -> tuple[Engine, Watching]:
     elastic = rigid("e", 2, 4, 100, elasticity=Elasticity(min_gpus=2, max_gpus=4))
-    executor = Watching(CLUSTER, [elastic], events=EVENTS, overheads=NO_OVERHEADS,
-                        refuse_resizes=refuse)
+    executor = Watching(
+        CLUSTER, [elastic], events=EVENTS, overheads=NO_OVERHEADS, refuse_resizes=refuse
+    )
     engine = Engine(CLUSTER, make_policy("fifo-backfill"), executor)
     engine.run()
     return engine, executor

@@ -36,32 +36,56 @@ def tree() -> ast.Module:
 
 def test_the_template_parses_and_uses_only_protocol_names() -> None:
     module = tree()
-    strings = {n.value for n in ast.walk(module)
-               if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    env_like = {s for s in strings
-                if s.isidentifier() and s.isupper() and ("CUDA" in s or s.startswith("GPUPLAN"))}
+    strings = {
+        n.value
+        for n in ast.walk(module)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    env_like = {
+        s
+        for s in strings
+        if s.isidentifier() and s.isupper() and ("CUDA" in s or s.startswith("GPUPLAN"))
+    }
     assert env_like == PROTOCOL_ENV, env_like
     # The stand-in's files, by suffix.
     for suffix in (".ckpt", ".progress", ".log", ".done"):
         assert any(s.endswith(suffix) for s in strings), suffix
     # Same signals as the stand-in: stop set and resize signal.
-    assigns = {t.id: n.value for n in module.body if isinstance(n, ast.Assign)
-               for t in n.targets if isinstance(t, ast.Name)}
+    assigns = {
+        t.id: n.value
+        for n in module.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     stop = [f"{a.value.id}.{a.attr}" for a in assigns["STOP_SIGNALS"].elts]  # type: ignore[attr-defined]
     assert stop == [f"signal.{s.name}" for s in standin.STOP_SIGNALS]
     resize = assigns["RESIZE_SIGNAL"]
     assert isinstance(resize, ast.Attribute) and resize.attr == standin.RESIZE_SIGNAL.name
     # The progress report carries every field the stand-in's does.
-    progress = next(n for n in ast.walk(module)
-                    if isinstance(n, ast.FunctionDef) and n.name == "progress")
-    keys = {k.value for d in ast.walk(progress) if isinstance(d, ast.Dict)
-            for k in d.keys if isinstance(k, ast.Constant)}
+    progress = next(
+        n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == "progress"
+    )
+    keys = {
+        k.value
+        for d in ast.walk(progress)
+        if isinstance(d, ast.Dict)
+        for k in d.keys
+        if isinstance(k, ast.Constant)
+    }
     assert keys >= STANDIN_PROGRESS, STANDIN_PROGRESS - keys
     # The stop handler exists before torch is imported (a signal during import is not lost).
-    handler = next(n.lineno for n in module.body if isinstance(n, ast.Assign)
-                   and any(isinstance(t, ast.Name) and t.id == "SIGNALS" for t in n.targets))
-    torch_import = next(n.lineno for n in module.body if isinstance(n, ast.Import)
-                        and any(a.name == "torch" for a in n.names))
+    handler = next(
+        n.lineno
+        for n in module.body
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "SIGNALS" for t in n.targets)
+    )
+    torch_import = next(
+        n.lineno
+        for n in module.body
+        if isinstance(n, ast.Import) and any(a.name == "torch" for a in n.names)
+    )
     assert handler < torch_import
 
 
@@ -70,9 +94,24 @@ def test_template_refuses_bad_usage_in_one_line(tmp_path: Path) -> None:
     if importlib.util.find_spec("torch") is None:
         pytest.skip("PyTorch is not installed (not a gpuplan dependency)")
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    out = subprocess.run([sys.executable, str(SCRIPT), "--job-id", "j", "--state-dir",
-                          str(tmp_path), "--steps", "3", "--device", "cpu"],
-                         env=env, capture_output=True, text=True, timeout=POLL_BOUND_S)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--job-id",
+            "j",
+            "--state-dir",
+            str(tmp_path),
+            "--steps",
+            "3",
+            "--device",
+            "cpu",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=POLL_BOUND_S,
+    )
     assert out.returncode == 2
     assert out.stderr.strip() == "pytorch_train: error: CUDA_VISIBLE_DEVICES is not set"
 
@@ -80,10 +119,32 @@ def test_template_refuses_bad_usage_in_one_line(tmp_path: Path) -> None:
 def _start(state: Path, job: str, steps: int, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}
     return subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--job-id", job, "--state-dir", str(state), "--steps",
-         str(steps), "--device", "cpu", "--batch-size", "4", "--image-size", "32",
-         "--progress-interval", "0.05", "--seed", "7", *extra],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--job-id",
+            job,
+            "--state-dir",
+            str(state),
+            "--steps",
+            str(steps),
+            "--device",
+            "cpu",
+            "--batch-size",
+            "4",
+            "--image-size",
+            "32",
+            "--progress-interval",
+            "0.05",
+            "--seed",
+            "7",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _json(path: Path) -> Any:
@@ -125,13 +186,17 @@ def test_template_stops_checkpoints_and_resumes_exactly_on_cpu(tmp_path: Path) -
     assert first[0]["end"] == ckpt["done"] and first[0]["gpus"] == 2
 
     again = _start(stopped, "job", steps)
-    report = _wait("resumed", lambda: (lambda p: p if p["pid"] == again.pid else None)(
-        _json(stopped / "job.progress")))
+    report = _wait(
+        "resumed",
+        lambda: (lambda p: p if p["pid"] == again.pid else None)(_json(stopped / "job.progress")),
+    )
     assert report["resumed_from"] == ckpt["done"] and report["resumed_loss"] == ckpt["loss"]
     assert again.wait(timeout=POLL_BOUND_S) == 0
     log = [json.loads(line) for line in (stopped / "job.log").read_text().splitlines()]
-    assert [(s["start"], s["end"]) for s in log] == [(0.0, ckpt["done"]),
-                                                     (ckpt["done"], float(steps))]
+    assert [(s["start"], s["end"]) for s in log] == [
+        (0.0, ckpt["done"]),
+        (ckpt["done"], float(steps)),
+    ]
     # The same computation as the uninterrupted run: same final loss, bit for bit on the CPU.
     assert log[-1]["loss"] == ref_log[-1]["loss"]
     assert _json(stopped / "job.ckpt") == _json(straight / "job.ckpt")

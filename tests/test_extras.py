@@ -26,8 +26,15 @@ from gpuplan.models.extras import EXTRAS, MissingExtra
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OPTIONAL = ("asyncssh", "dask", "distributed", "dask_jobqueue", "sklearn", "matplotlib",
-            "prometheus_client")
+OPTIONAL = (
+    "asyncssh",
+    "dask",
+    "distributed",
+    "dask_jobqueue",
+    "sklearn",
+    "matplotlib",
+    "prometheus_client",
+)
 """The import names of every optional package (and dask itself, the sweep extra's base)."""
 
 SITECUSTOMIZE = '''\
@@ -60,8 +67,7 @@ def blocked_env(tmp_path: Path):
 
     def env(*names: str) -> dict[str, str]:
         out = {k: v for k, v in os.environ.items() if k != "GPUPLAN_DEBUG"}
-        out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site),
-                                                          os.environ.get("PYTHONPATH")]))
+        out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
         out["GPUPLAN_TEST_BLOCK"] = ",".join(names or OPTIONAL)
         return out
 
@@ -69,8 +75,14 @@ def blocked_env(tmp_path: Path):
 
 
 def _gpuplan(env: dict[str, str], cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuplan", *argv], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan", *argv],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def _line(extra: str, what: str) -> str:
@@ -80,12 +92,23 @@ def _line(extra: str, what: str) -> str:
 def test_blocker_blocks(blocked_env, tmp_path: Path) -> None:
     probe = "import importlib, sys; importlib.import_module(sys.argv[1])"
     for name in OPTIONAL:
-        done = subprocess.run([sys.executable, "-c", probe, name], env=blocked_env(),
-                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, name],
+            env=blocked_env(),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 1 and "blocked by the test" in done.stderr, name
     # the core stays importable under the blocker
-    subprocess.run([sys.executable, "-c", probe, "numpy"], env=blocked_env(), cwd=tmp_path,
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", probe, "numpy"],
+        env=blocked_env(),
+        cwd=tmp_path,
+        check=True,
+        timeout=300,
+    )
 
 
 def test_pyproject_extras_match_the_module_map() -> None:
@@ -95,17 +118,22 @@ def test_pyproject_extras_match_the_module_map() -> None:
     all_names = re.fullmatch(r"gpuplan\[(.*)\]", extras["all"][0])
     assert len(extras["all"]) == 1 and all_names is not None
     assert set(all_names.group(1).split(",")) == set(EXTRAS)
-    import_name = {"asyncssh": "asyncssh", "dask": "distributed", "dask-jobqueue": "dask_jobqueue",
-                   "scikit-learn": "sklearn", "matplotlib": "matplotlib",
-                   "prometheus-client": "prometheus_client", "nvidia-ml-py": "pynvml"}
+    import_name = {
+        "asyncssh": "asyncssh",
+        "dask": "distributed",
+        "dask-jobqueue": "dask_jobqueue",
+        "scikit-learn": "sklearn",
+        "matplotlib": "matplotlib",
+        "prometheus-client": "prometheus_client",
+        "nvidia-ml-py": "pynvml",
+    }
     for extra, requirements in extras.items():
         if extra in ("all", "test"):
             continue
         dists = [re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0] for r in requirements]
         assert sorted(import_name[d] for d in dists) == sorted(EXTRAS[extra]), extra
     core = {re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0] for r in project["dependencies"]}
-    assert core == {"ortools", "pulp", "networkx", "numpy", "scipy", "pydantic", "pyyaml",
-                    "rich"}
+    assert core == {"ortools", "pulp", "networkx", "numpy", "scipy", "pydantic", "pyyaml", "rich"}
 
 
 def test_missing_extra_is_one_import_error() -> None:
@@ -115,10 +143,14 @@ def test_missing_extra_is_one_import_error() -> None:
 
 
 def _state_file(tmp_path: Path) -> Path:
-    state = ClusterState(now=0, cluster=Cluster.uniform(2, 4), jobs=[
-        JobSnapshot(spec=JobSpec(id="a", submit_time=0, requested_gpus=4, duration=3600)),
-        JobSnapshot(spec=JobSpec(id="b", submit_time=0, requested_gpus=2, duration=600)),
-    ])
+    state = ClusterState(
+        now=0,
+        cluster=Cluster.uniform(2, 4),
+        jobs=[
+            JobSnapshot(spec=JobSpec(id="a", submit_time=0, requested_gpus=4, duration=3600)),
+            JobSnapshot(spec=JobSpec(id="b", submit_time=0, requested_gpus=2, duration=600)),
+        ],
+    )
     path = tmp_path / "state.json"
     path.write_text(state.model_dump_json())
     return path
@@ -133,8 +165,16 @@ def test_core_commands_run_without_any_extra(blocked_env, tmp_path: Path) -> Non
         "simulate": ["simulate", "--scenario", "philly-default", "--policy", "srtf", "--json"],
         "compare": ["compare", "--scenario", "philly-default", "--policies", "fifo,srsf"],
         "plan": ["plan", "--state", str(_state_file(tmp_path)), "--policy", "srtf"],
-        "solve": ["solve", "mckp", "--generate", "--size", "4", "--solvers",
-                  "cp-sat,pulp-cbc,greedy", "--json"],
+        "solve": [
+            "solve",
+            "mckp",
+            "--generate",
+            "--size",
+            "4",
+            "--solvers",
+            "cp-sat,pulp-cbc,greedy",
+            "--json",
+        ],
         "solve-list": ["solve", "--list"],
         "controller": ["slurm-controller", "--help"],
     }
@@ -155,26 +195,73 @@ def test_core_commands_run_without_any_extra(blocked_env, tmp_path: Path) -> Non
 SWEEP = "scenarios: [philly-default]\npolicies: [fifo]\nseeds: [0]\n"
 
 
-@pytest.mark.parametrize(("blocked", "argv", "extra", "what"), [
-    (("matplotlib",), ["simulate", "--scenario", "philly-default", "--policy", "fifo",
-                       "--out", "{out}"], "plots", "gpuplan simulate --out"),
-    (("matplotlib",), ["compare", "--scenario", "philly-default", "--policies", "fifo,srtf",
-                       "--out", "{out}"], "plots", "gpuplan compare --out"),
-    (("matplotlib",), ["solve", "mckp", "--generate", "--size", "4", "--out", "{out}"],
-     "plots", "gpuplan solve --out"),
-    (("distributed",), ["sweep", "{sweep}", "--out", "{out}", "--workers", "2"],
-     "sweep", "gpuplan sweep"),
-    (("dask_jobqueue",), ["sweep", "{sweep}", "--out", "{out}", "--slurm", "gpuplan"],
-     "sweep", "gpuplan sweep"),
-    (("matplotlib",), ["sweep", "{sweep}", "--out", "{out}", "--workers", "1"],
-     "sweep", "gpuplan sweep"),
-    (("prometheus_client",), ["slurm-controller", "--policy", "fifo", "--http", "0",
-                              "--state-db", "{out}/ctl.db"],
-     "slurm", "gpuplan slurm-controller --http"),
-], ids=["simulate", "compare", "solve", "sweep-dask", "sweep-slurm", "sweep-report",
-        "controller-http"])
-def test_command_names_its_missing_extra(blocked_env, tmp_path: Path, blocked: tuple[str, ...],
-                                         argv: list[str], extra: str, what: str) -> None:
+@pytest.mark.parametrize(
+    ("blocked", "argv", "extra", "what"),
+    [
+        (
+            ("matplotlib",),
+            ["simulate", "--scenario", "philly-default", "--policy", "fifo", "--out", "{out}"],
+            "plots",
+            "gpuplan simulate --out",
+        ),
+        (
+            ("matplotlib",),
+            [
+                "compare",
+                "--scenario",
+                "philly-default",
+                "--policies",
+                "fifo,srtf",
+                "--out",
+                "{out}",
+            ],
+            "plots",
+            "gpuplan compare --out",
+        ),
+        (
+            ("matplotlib",),
+            ["solve", "mckp", "--generate", "--size", "4", "--out", "{out}"],
+            "plots",
+            "gpuplan solve --out",
+        ),
+        (
+            ("distributed",),
+            ["sweep", "{sweep}", "--out", "{out}", "--workers", "2"],
+            "sweep",
+            "gpuplan sweep",
+        ),
+        (
+            ("dask_jobqueue",),
+            ["sweep", "{sweep}", "--out", "{out}", "--slurm", "gpuplan"],
+            "sweep",
+            "gpuplan sweep",
+        ),
+        (
+            ("matplotlib",),
+            ["sweep", "{sweep}", "--out", "{out}", "--workers", "1"],
+            "sweep",
+            "gpuplan sweep",
+        ),
+        (
+            ("prometheus_client",),
+            ["slurm-controller", "--policy", "fifo", "--http", "0", "--state-db", "{out}/ctl.db"],
+            "slurm",
+            "gpuplan slurm-controller --http",
+        ),
+    ],
+    ids=[
+        "simulate",
+        "compare",
+        "solve",
+        "sweep-dask",
+        "sweep-slurm",
+        "sweep-report",
+        "controller-http",
+    ],
+)
+def test_command_names_its_missing_extra(
+    blocked_env, tmp_path: Path, blocked: tuple[str, ...], argv: list[str], extra: str, what: str
+) -> None:
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP)
     out = tmp_path / "out"
@@ -206,20 +293,35 @@ def test_every_module_imports_or_names_its_extra(blocked_env, tmp_path: Path) ->
     """Every module of the package imports in a core install, or fails with MissingExtra
     (any other ImportError fails the probe): an optional import added at the top of a core
     module shows up here."""
-    done = subprocess.run([sys.executable, "-c", PROBE], env=blocked_env(), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=blocked_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout)
     assert seen["count"] > 100  # the walk found the package
     failed = seen["failed"]
-    assert failed["gpuplan.plots"] == _line("plots", "gpuplan.plots")[len("error: "):]
+    assert failed["gpuplan.plots"] == _line("plots", "gpuplan.plots")[len("error: ") :]
     # the SSH executor (asyncssh) and OJPP's predictor (scikit-learn) name theirs, wherever
     # the layout puts them
-    named = {m.group(1) for text in failed.values()
-             for m in [re.search(r"pip install 'gpuplan\[(\w+)\]'$", text)]}
+    named = {
+        m.group(1)
+        for text in failed.values()
+        for m in [re.search(r"pip install 'gpuplan\[(\w+)\]'$", text)]
+    }
     assert named == {"plots", "ssh", "ml", "slurm"}  # slurm: the controller's --http
     assert any(".ssh." in name for name in failed)
     # the CLI and everything a core command runs import without any extra
-    for core in ("gpuplan.cli", "gpuplan.api", "gpuplan.sweep", "gpuplan.solve",
-                 "gpuplan.solver_core.registry", "gpuplan.executors.control.controller"):
+    for core in (
+        "gpuplan.cli",
+        "gpuplan.api",
+        "gpuplan.sweep",
+        "gpuplan.solve",
+        "gpuplan.solver_core.registry",
+        "gpuplan.executors.control.controller",
+    ):
         assert core not in failed

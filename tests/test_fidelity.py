@@ -58,13 +58,19 @@ def _makespan(result: RunResult) -> float:
 
 
 # ----------------------------------------------------------------- loaders keep durations
-def _assert_jct_is_duration(workload: dict[str, Any], nodes: int, gpus: int = 8,
-                            expected: dict[str, float] | None = None,
-                            gpu_type: str = "v100") -> int:
+def _assert_jct_is_duration(
+    workload: dict[str, Any],
+    nodes: int,
+    gpus: int = 8,
+    expected: dict[str, float] | None = None,
+    gpu_type: str = "v100",
+) -> int:
     """Replay ``workload`` rigid, no overheads, on ``nodes`` x ``gpus``; JCT == duration."""
-    spec = {"cluster": {"nodes": nodes, "gpus_per_node": gpus, "gpu_type": gpu_type},
-            "workload": workload,
-            "overheads": ZERO}
+    spec = {
+        "cluster": {"nodes": nodes, "gpus_per_node": gpus, "gpu_type": gpu_type},
+        "workload": workload,
+        "overheads": ZERO,
+    }
     prepared = prepare(ScenarioSpec.model_validate({"name": "replay", **spec}))
     result = run(prepared, "fifo-backfill")
     want = expected or {j.id: j.duration for j in prepared.jobs}
@@ -76,8 +82,10 @@ def _assert_jct_is_duration(workload: dict[str, Any], nodes: int, gpus: int = 8,
 
 @needs_traces
 def test_philly_rigid_jct_equals_trace_duration() -> None:
-    n = _assert_jct_is_duration({"source": "philly", "path": "philly_pollux/philly.csv",
-                                 "vc": "2869ce", "max_jobs": 150}, nodes=64)
+    n = _assert_jct_is_duration(
+        {"source": "philly", "path": "philly_pollux/philly.csv", "vc": "2869ce", "max_jobs": 150},
+        nodes=64,
+    )
     assert n == 150
 
 
@@ -85,8 +93,10 @@ def test_philly_rigid_jct_equals_trace_duration() -> None:
 @pytest.mark.parametrize("source", ["itp", "itp_augmented"])
 def test_itp_rigid_jct_equals_trace_duration(source: str) -> None:
     # augmented rows carry num_iteration of a model we have no profile for: the duration wins
-    n = _assert_jct_is_duration({"source": source, "path": "elasticflow_itp/augmented/"
-                                 "cluster10.csv", "max_jobs": 120}, nodes=128)
+    n = _assert_jct_is_duration(
+        {"source": source, "path": "elasticflow_itp/augmented/cluster10.csv", "max_jobs": 120},
+        nodes=128,
+    )
     assert n == 120
 
 
@@ -97,8 +107,9 @@ def test_tiresias_rigid_jct_equals_trace_duration() -> None:
     rows = load_tiresias(TRACES / "tiresias" / "60_job.csv")  # type: ignore[operator]
     durations = {r.id: r.duration for r in rows}
     assert durations["tiresias-0"] == 164 and rows[0].iterations == 606  # the issue's job 0
-    n = _assert_jct_is_duration({"source": "tiresias", "path": "tiresias/60_job.csv"},
-                                nodes=64, expected=durations)  # type: ignore[arg-type]
+    n = _assert_jct_is_duration(
+        {"source": "tiresias", "path": "tiresias/60_job.csv"}, nodes=64, expected=durations
+    )  # type: ignore[arg-type]
     assert n == 60
 
 
@@ -110,10 +121,15 @@ def test_gavel_rigid_jct_equals_steps_over_v100_rate() -> None:
     root: Path = TRACES / "gavel"  # type: ignore[operator]
     table = gavel_profiles(root / "simulation_throughputs.json")
     rows = load_gavel_trace(root / "physical_cluster" / "artifact_evaluation.trace")
-    want = {r.id: r.iterations / table[(r.model, "v100")].rate(r.gpus)  # type: ignore[operator,index]
-            for r in rows}
-    n = _assert_jct_is_duration({"source": "gavel", "path": "gavel/physical_cluster/"
-                                 "artifact_evaluation.trace"}, nodes=16, expected=want)
+    want = {
+        r.id: r.iterations / table[(r.model, "v100")].rate(r.gpus)  # type: ignore[operator,index]
+        for r in rows
+    }
+    n = _assert_jct_is_duration(
+        {"source": "gavel", "path": "gavel/physical_cluster/artifact_evaluation.trace"},
+        nodes=16,
+        expected=want,
+    )
     assert n == 15
 
 
@@ -124,19 +140,35 @@ def test_pollux_rigid_jct_equals_steps_times_step_time() -> None:
 
     root: Path = TRACES / "pollux"  # type: ignore[operator]
     rows = load_pollux_workload(root / "workloads" / "workload-1.csv")[:40]
-    want = {r.id: pollux_steps(root / "profiles" / r.model, r.batch_size)  # type: ignore[operator,arg-type]
-            * pollux_step_time(root / "profiles" / r.model, r.batch_size,  # type: ignore[operator,arg-type]
-                               r.gpus, math.ceil(r.gpus / 4))
-            for r in rows}
-    n = _assert_jct_is_duration({"source": "pollux", "path": "pollux/workloads/workload-1.csv",
-                                 "max_jobs": 40}, nodes=400, gpus=4, expected=want,
-                                gpu_type="t4")  # Pollux profiled T4s
+    want = {
+        r.id: pollux_steps(root / "profiles" / r.model, r.batch_size)  # type: ignore[operator,arg-type]
+        * pollux_step_time(
+            root / "profiles" / r.model,
+            r.batch_size,  # type: ignore[operator,arg-type]
+            r.gpus,
+            math.ceil(r.gpus / 4),
+        )
+        for r in rows
+    }
+    n = _assert_jct_is_duration(
+        {"source": "pollux", "path": "pollux/workloads/workload-1.csv", "max_jobs": 40},
+        nodes=400,
+        gpus=4,
+        expected=want,
+        gpu_type="t4",
+    )  # Pollux profiled T4s
     assert n == 40
 
 
 def test_iterations_without_profile_or_duration_is_an_error_naming_the_row() -> None:
-    row = TraceJob(id="j", submit_time=0, gpus=2, iterations=500.0, model="vgg19",
-                   source="/x/60_job.csv, row 7")
+    row = TraceJob(
+        id="j",
+        submit_time=0,
+        gpus=2,
+        iterations=500.0,
+        model="vgg19",
+        source="/x/60_job.csv, row 7",
+    )
     with pytest.raises(InputError) as err:
         map_rigid([row])
     assert str(err.value).startswith("/x/60_job.csv, row 7, field 'iterations':")
@@ -151,25 +183,40 @@ def test_iterations_without_profile_or_duration_is_an_error_naming_the_row() -> 
 
 # ----------------------------------------------------------------- differential: Tiresias
 @needs_traces
-@pytest.mark.parametrize("policy", ["fifo", "fifo-backfill", "srtf", "srsf", "sjf", "tiresias-l",
-                                    "dlas"])
+@pytest.mark.parametrize(
+    "policy", ["fifo", "fifo-backfill", "srtf", "srsf", "sjf", "tiresias-l", "dlas"]
+)
 def test_tiresias_60_jobs_on_16x4_every_policy_matches_upstream(policy: str) -> None:
     """Upstream Tiresias simulator, 60_job.csv on n16g4: 178.417 s average JCT for every
     scheme (64 GPUs: no job ever waits)."""
-    spec = {"cluster": {"nodes": 16, "gpus_per_node": 4},
-            "workload": {"source": "tiresias", "path": "tiresias/60_job.csv"},
-            "overheads": ZERO,
-            "policies": {"dlas": {"base": "tiresias-l", "service": "time",
-                                  "thresholds": [3250, 7200, 18000], "promote_knob": None}}}
+    spec = {
+        "cluster": {"nodes": 16, "gpus_per_node": 4},
+        "workload": {"source": "tiresias", "path": "tiresias/60_job.csv"},
+        "overheads": ZERO,
+        "policies": {
+            "dlas": {
+                "base": "tiresias-l",
+                "service": "time",
+                "thresholds": [3250, 7200, 18000],
+                "promote_knob": None,
+            }
+        },
+    }
     assert _avg_jct(_run(spec, policy)) == pytest.approx(178.417, abs=5e-4)
 
 
 # ----------------------------------------------------------------- differential: Pollux
 def _pollux(mapping: str) -> dict[str, Any]:
-    return {"cluster": {"nodes": 16, "gpus_per_node": 4, "gpu_type": "t4"},
-            "workload": {"source": "pollux", "path": "pollux/workloads/workload-1.csv",
-                         "mapping": mapping},
-            "overheads": POLLUX_OVERHEADS, "policies": {"pollux-tiresias": POLLUX_TIRESIAS}}
+    return {
+        "cluster": {"nodes": 16, "gpus_per_node": 4, "gpu_type": "t4"},
+        "workload": {
+            "source": "pollux",
+            "path": "pollux/workloads/workload-1.csv",
+            "mapping": mapping,
+        },
+        "overheads": POLLUX_OVERHEADS,
+        "policies": {"pollux-tiresias": POLLUX_TIRESIAS},
+    }
 
 
 @needs_traces
@@ -245,19 +292,27 @@ def _change_times(path: Path, policy: str) -> tuple[float, list[float]]:
         if plan.actions:
             times.append(plan.time)
 
-    simulate(prepared.cluster, prepared.jobs, prepared.make_policy(policy),
-             overheads=prepared.spec.overheads, events=prepared.events,
-             round_interval_s=engine.round_interval_s,
-             decide_only_at_rounds=engine.decide_only_at_rounds,
-             sample_interval_s=None, on_plan=hook)
+    simulate(
+        prepared.cluster,
+        prepared.jobs,
+        prepared.make_policy(policy),
+        overheads=prepared.spec.overheads,
+        events=prepared.events,
+        round_interval_s=engine.round_interval_s,
+        decide_only_at_rounds=engine.decide_only_at_rounds,
+        sample_interval_s=None,
+        on_plan=hook,
+    )
     return min(j.submit_time for j in prepared.jobs), times
 
 
 @needs_traces
-@pytest.mark.parametrize(("mapping", "policy"), [("rigid", "pollux-tiresias"),
-                                                 ("elastic", "optimus")])
+@pytest.mark.parametrize(
+    ("mapping", "policy"), [("rigid", "pollux-tiresias"), ("elastic", "optimus")]
+)
 def test_pollux_60s_rounds_change_allocations_only_at_round_boundaries(
-        tmp_path: Path, mapping: str, policy: str) -> None:
+    tmp_path: Path, mapping: str, policy: str
+) -> None:
     """``engine: {round_interval_s: 60, decide_only_at_rounds: true}`` in a scenario file:
     every start, resize and preemption happens at a multiple of 60 s after the first event
     (the first submission), as in Pollux; the same file without it changes allocations at
@@ -286,8 +341,12 @@ def test_pollux_workload1_with_60s_rounds_numbers() -> None:
 
 
 # ----------------------------------------------------------------- differential: Gavel
-GAVEL_CLUSTER = {"nodes": [{"name": "v0", "gpus": 2, "gpu_type": "v100"},
-                           {"name": "k0", "gpus": 4, "gpu_type": "k80"}]}
+GAVEL_CLUSTER = {
+    "nodes": [
+        {"name": "v0", "gpus": 2, "gpu_type": "v100"},
+        {"name": "k0", "gpus": 4, "gpu_type": "k80"},
+    ]
+}
 
 
 @needs_traces
@@ -296,10 +355,17 @@ def test_gavel_artifact_fifo_pinned() -> None:
     makespan cannot be reached with simulation_throughputs.json, where ResNet-18 (bs 128) alone
     needs 19,944 s on a K80 and our best-fit placement (like Gavel's seeded random choice in
     our port) puts it there; see docs/results/fidelity.md, "Gavel"."""
-    result = _run({"cluster": GAVEL_CLUSTER, "overheads": ZERO,
-                   "workload": {"source": "gavel",
-                                "path": "gavel/physical_cluster/artifact_evaluation.trace"}},
-                  "fifo")
+    result = _run(
+        {
+            "cluster": GAVEL_CLUSTER,
+            "overheads": ZERO,
+            "workload": {
+                "source": "gavel",
+                "path": "gavel/physical_cluster/artifact_evaluation.trace",
+            },
+        },
+        "fifo",
+    )
     assert _avg_jct(result) == pytest.approx(5444.76, rel=1e-3)
     assert _makespan(result) == pytest.approx(19944.3, rel=1e-3)
 
@@ -319,8 +385,10 @@ def test_gavel_fifo_reference_port_average_jct_within_10_percent() -> None:
     def rate_of(model: str) -> Any:
         return lambda worker, k: table[(model, worker)].rate(k)
 
-    jobs = [GavelJob(i, r.submit_time, r.iterations, r.gpus, rate_of(r.model))  # type: ignore[arg-type]
-            for i, r in enumerate(rows)]
+    jobs = [
+        GavelJob(i, r.submit_time, r.iterations, r.gpus, rate_of(r.model))  # type: ignore[arg-type]
+        for i, r in enumerate(rows)
+    ]
     out = simulate_fifo(jobs, {"v100": 2, "k80": 4}, seed=0, round_s=360.0)
     avg = sum(f - rows[i].submit_time for i, (_, _, f) in out.items()) / len(out)
     assert avg == pytest.approx(6517.2, rel=0.10)

@@ -81,7 +81,8 @@ def _digest(result) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_a_pollux_workload_is_bit_identical_with_and_without_the_cache(
-        cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     need_traces("pollux", "workloads", "workload-1.csv")
     path = tmp_path / "pollux1.scenario.yaml"
     path.write_text(SCENARIO)
@@ -114,7 +115,8 @@ def test_cached_app_equals_the_fitted_one_exactly(cache_home: Path, model: Path)
 
 
 def test_a_hit_skips_the_fit_and_an_edited_table_misses(
-        cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _app(model)
     fits = _Fits(monkeypatch)
     _app(model)
@@ -128,7 +130,8 @@ def test_a_hit_skips_the_fit_and_an_edited_table_misses(
 
 
 def test_a_corrupt_or_foreign_file_is_ignored_and_rewritten(
-        cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reference = _app(model)
     (entry,) = _files(cache_home)
     good = entry.read_text()
@@ -155,7 +158,8 @@ def test_a_corrupt_or_foreign_file_is_ignored_and_rewritten(
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to give a file to another user")
 def test_a_file_owned_by_another_user_is_not_read(
-        cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _app(model)
     (entry,) = _files(cache_home)
     os.chown(entry, 65534, 65534)
@@ -166,7 +170,8 @@ def test_a_file_owned_by_another_user_is_not_read(
 
 
 def test_an_untrusted_folder_is_neither_read_nor_written(
-        cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_home: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reference = _app(model)
     os.chmod(cache_home, 0o777)  # anyone could have planted a file there
     before = {p: p.read_text() for p in _files(cache_home)}
@@ -182,7 +187,8 @@ def test_an_untrusted_folder_is_neither_read_nor_written(
 
 
 def test_the_folder_is_created_private_and_xdg_must_be_absolute(
-        tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(fit_cache.ENV_OFF, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored, as XDG says

@@ -37,25 +37,30 @@ def _mixed_nodes(one_gpu_v100: bool = False) -> list[Node]:
     return v100 + [Node(name=f"k{i}", gpus=1, gpu_type="k80") for i in range(4)]
 
 
-def _gavel_spec(nodes: list[Node], trace: str = ARTIFACT, mapping: str = "rigid"
-                ) -> ScenarioSpec:
+def _gavel_spec(nodes: list[Node], trace: str = ARTIFACT, mapping: str = "rigid") -> ScenarioSpec:
     path = need_traces(*trace.split("/"))  # the one way tests find the shared traces
-    return ScenarioSpec.model_validate({
-        "name": "gavel-mixed",
-        "cluster": {"nodes": [n.model_dump() for n in nodes]},
-        "workload": {"source": "gavel", "path": str(path), "mapping": mapping},
-    })
+    return ScenarioSpec.model_validate(
+        {
+            "name": "gavel-mixed",
+            "cluster": {"nodes": [n.model_dump() for n in nodes]},
+            "workload": {"source": "gavel", "path": str(path), "mapping": mapping},
+        }
+    )
 
 
 # ------------------------------------------------------------------ per-type profiles
-@pytest.mark.parametrize(("job_type", "k80_ratio"), [
-    ("ResNet-18 (batch size 16)", 0.1482),
-    ("ResNet-50 (batch size 64)", None),
-    ("Transformer (batch size 128)", None),
-    ("LM (batch size 40)", None),
-])
-def test_gavel_profiles_carry_the_measured_type_speeds(job_type: str,
-                                                       k80_ratio: float | None) -> None:
+@pytest.mark.parametrize(
+    ("job_type", "k80_ratio"),
+    [
+        ("ResNet-18 (batch size 16)", 0.1482),
+        ("ResNet-50 (batch size 64)", None),
+        ("Transformer (batch size 128)", None),
+        ("LM (batch size 40)", None),
+    ],
+)
+def test_gavel_profiles_carry_the_measured_type_speeds(
+    job_type: str, k80_ratio: float | None
+) -> None:
     gavel_json = need_traces(*GAVEL_JSON)
     raw = json.loads(gavel_json.read_text())
     profiles = gavel_profiles(gavel_json)
@@ -71,7 +76,8 @@ def test_gavel_profiles_carry_the_measured_type_speeds(job_type: str,
         assert v100.type_speed["k80"] == pytest.approx(k80_ratio, abs=1e-4)
     # the K80 profile sees V100 as the inverse ratio
     assert profiles[(job_type, "k80")].type_speed["v100"] == pytest.approx(
-        1.0 / v100.type_speed["k80"])
+        1.0 / v100.type_speed["k80"]
+    )
 
 
 def test_type_speed_falls_back_to_relative_speed_and_rejects_zero() -> None:
@@ -83,8 +89,14 @@ def test_type_speed_falls_back_to_relative_speed_and_rejects_zero() -> None:
 
 def test_free_by_type_counts_free_gpus_of_each_type() -> None:
     cluster = Cluster(nodes=_mixed_nodes())
-    view = ClusterView(0.0, cluster, dict(cluster.node_by_name),
-                       {"v0": [1], "k0": [0], "k1": [], "k2": [0], "k3": [0]}, {}, {})
+    view = ClusterView(
+        0.0,
+        cluster,
+        dict(cluster.node_by_name),
+        {"v0": [1], "k0": [0], "k1": [], "k2": [0], "k3": [0]},
+        {},
+        {},
+    )
     assert view.free_by_type() == {"v100": 1, "k80": 3}
 
 
@@ -96,8 +108,9 @@ def test_gavel_artifact_rigid_2gpu_job_does_not_span_types() -> None:
     spans: list[str] = []
 
     def check(view: ClusterView, plan: AllocationPlan) -> None:
-        spans.extend(j for j, a in plan.allocations.items()
-                     if spans_types(prepared.cluster, a.placement))
+        spans.extend(
+            j for j, a in plan.allocations.items() if spans_types(prepared.cluster, a.placement)
+        )
 
     result, _, _ = simulate(prepared.cluster, prepared.jobs, make_policy("fifo"), on_plan=check)
     assert spans == []
@@ -110,8 +123,11 @@ def test_gavel_artifact_rigid_2gpu_job_does_not_span_types() -> None:
 
 @pytest.mark.parametrize("policy", ["fifo", "srtf", "afs-l", "srtf-packed", "max-min-perf"])
 def test_no_job_spans_gpu_types_on_a_mixed_cluster(policy: str) -> None:
-    nodes = [Node(name=f"{t[0]}{i}", gpus=1, gpu_type=t)
-             for t, n in (("v100", 3), ("p100", 2), ("k80", 3)) for i in range(n)]
+    nodes = [
+        Node(name=f"{t[0]}{i}", gpus=1, gpu_type=t)
+        for t, n in (("v100", 3), ("p100", 2), ("k80", 3))
+        for i in range(n)
+    ]
     prepared = prepare(_gavel_spec(nodes, "gavel/physical_cluster/small_test.trace", "elastic"))
     cluster = prepared.cluster
     seen: list[int] = []
@@ -130,13 +146,17 @@ def test_no_job_spans_gpu_types_on_a_mixed_cluster(policy: str) -> None:
 
 
 def test_heterogeneous_job_may_still_span_types() -> None:
-    cluster = Cluster(nodes=[Node(name="v0", gpus=1, gpu_type="v100"),
-                             Node(name="k0", gpus=1, gpu_type="k80")])
-    jobs = [JobSpec(id="j", submit_time=0.0, requested_gpus=2, duration=100.0,
-                    heterogeneous=True)]
+    cluster = Cluster(
+        nodes=[Node(name="v0", gpus=1, gpu_type="v100"), Node(name="k0", gpus=1, gpu_type="k80")]
+    )
+    jobs = [JobSpec(id="j", submit_time=0.0, requested_gpus=2, duration=100.0, heterogeneous=True)]
     placed: list[dict] = []
-    simulate(cluster, jobs, make_policy("fifo"),
-             on_plan=lambda v, p: placed.extend(a.placement for a in p.allocations.values()))
+    simulate(
+        cluster,
+        jobs,
+        make_policy("fifo"),
+        on_plan=lambda v, p: placed.extend(a.placement for a in p.allocations.values()),
+    )
     assert placed and spans_types(cluster, placed[0])
 
 
@@ -156,8 +176,10 @@ def test_maxmin_lp_matches_the_hand_computed_optimum() -> None:
     assert alloc.x["b"]["v100"] == pytest.approx(5 / 12, abs=1e-6)
     assert alloc.x["a"]["k80"] == pytest.approx(5 / 12, abs=1e-6)
     # brute force over a grid of a's V100 share (every job fills its row with K80)
-    best = max(min((0.5 + 0.5 * a) / (2 / 3), (0.1 + 0.9 * (1 - a)) / 0.4)
-               for a in (i / 1200 for i in range(1201)))
+    best = max(
+        min((0.5 + 0.5 * a) / (2 / 3), (0.1 + 0.9 * (1 - a)) / 0.4)
+        for a in (i / 1200 for i in range(1201))
+    )
     assert alloc.z == pytest.approx(best, abs=1e-3) and alloc.z >= best - 1e-9
 
 
@@ -169,19 +191,31 @@ def test_maxmin_lp_priority_weights_and_capacity() -> None:
     assert norm_a >= 2 * alloc.z - 1e-6 and norm_b >= alloc.z - 1e-6
     assert norm_a == pytest.approx(2 * norm_b, rel=1e-5)
     # a 2-GPU job cannot use the 1-GPU V100 type at all
-    two = solve_allocation({"a": {"k80": 0.5}, "b": RATES["b"]}, {"a": 2, "b": 1},
-                           {"v100": 1, "k80": 2})
+    two = solve_allocation(
+        {"a": {"k80": 0.5}, "b": RATES["b"]}, {"a": 2, "b": 1}, {"v100": 1, "k80": 2}
+    )
     for t in ("v100", "k80"):
         assert 2 * two.x["a"][t] + two.x["b"][t] <= {"v100": 1, "k80": 2}[t] + 1e-9
 
 
 def test_rounds_attain_the_lp_time_fractions() -> None:
-    cluster = Cluster(nodes=[Node(name="v0", gpus=1, gpu_type="v100"),
-                             Node(name="k0", gpus=1, gpu_type="k80"),
-                             Node(name="k1", gpus=1, gpu_type="k80")])
-    jobs = [JobSpec(id=j, submit_time=0.0, requested_gpus=1, total_iterations=1e7,
-                    throughput=ThroughputProfile(points={1: 1.0}, type_speed={"k80": k}))
-            for j, k in (("a", 0.5), ("b", 0.1))]
+    cluster = Cluster(
+        nodes=[
+            Node(name="v0", gpus=1, gpu_type="v100"),
+            Node(name="k0", gpus=1, gpu_type="k80"),
+            Node(name="k1", gpus=1, gpu_type="k80"),
+        ]
+    )
+    jobs = [
+        JobSpec(
+            id=j,
+            submit_time=0.0,
+            requested_gpus=1,
+            total_iterations=1e7,
+            throughput=ThroughputProfile(points={1: 1.0}, type_speed={"k80": k}),
+        )
+        for j, k in (("a", 0.5), ("b", 0.1))
+    ]
     policy = max_min_perf(round_s=100.0)
     on_type: dict[str, dict[str, int]] = {"a": {}, "b": {}}
 
@@ -204,8 +238,9 @@ def _rack_view(racks: dict[str, str]) -> ClusterView:
     job = JobSpec(id="big", submit_time=0.0, requested_gpus=8, duration=10.0)
     from gpuplan.models import ActiveJob
 
-    return ClusterView(0.0, cluster, dict(cluster.node_by_name), free, {},
-                       {"big": ActiveJob(spec=job)})
+    return ClusterView(
+        0.0, cluster, dict(cluster.node_by_name), free, {}, {"big": ActiveJob(spec=job)}
+    )
 
 
 def test_best_fit_keeps_a_multi_node_job_in_one_rack() -> None:
@@ -224,11 +259,17 @@ def test_best_fit_keeps_a_multi_node_job_in_one_rack() -> None:
 
 def test_a_job_larger_than_every_type_may_span_rather_than_starve() -> None:
     cluster = Cluster(nodes=_mixed_nodes())  # 2 V100 + 4 K80
-    jobs = [JobSpec(id="five", submit_time=0.0, requested_gpus=5, duration=100.0),
-            JobSpec(id="two", submit_time=0.0, requested_gpus=2, duration=100.0)]
+    jobs = [
+        JobSpec(id="five", submit_time=0.0, requested_gpus=5, duration=100.0),
+        JobSpec(id="two", submit_time=0.0, requested_gpus=2, duration=100.0),
+    ]
     placed: dict[str, dict] = {}
     for policy in ("fifo", "srtf"):
-        result, _, _ = simulate(cluster, jobs, make_policy(policy), on_plan=lambda v, p: placed
-                                .update({j: a.placement for j, a in p.allocations.items()}))
+        result, _, _ = simulate(
+            cluster,
+            jobs,
+            make_policy(policy),
+            on_plan=lambda v, p: placed.update({j: a.placement for j, a in p.allocations.items()}),
+        )
         assert all(j.finish_time is not None for j in result.jobs)
         assert spans_types(cluster, placed["five"]) and not spans_types(cluster, placed["two"])

@@ -34,26 +34,35 @@ SCENARIO: dict[str, Any] = {
     "name": "hostile",
     "seed": 1,
     "cluster": {"nodes": 2, "gpus_per_node": 4},
-    "workload": {"source": "inline", "inline_jobs": [
-        {"id": "a", "submit_time": 0, "requested_gpus": 2, "duration": 100},
-        {"id": "b", "submit_time": 5, "requested_gpus": 4, "duration": 50},
-    ]},
+    "workload": {
+        "source": "inline",
+        "inline_jobs": [
+            {"id": "a", "submit_time": 0, "requested_gpus": 2, "duration": 100},
+            {"id": "b", "submit_time": 5, "requested_gpus": 4, "duration": 50},
+        ],
+    },
 }
 
 STATE: dict[str, Any] = {
     "now": 100.0,
     "cluster": {"nodes": [{"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4}]},
     "jobs": [
-        {"spec": {"id": "a", "submit_time": 0, "requested_gpus": 2, "duration": 100},
-         "done_iterations": 10.0, "allocation": {"job_id": "a", "placement": {"n1": [0, 1]}}},
+        {
+            "spec": {"id": "a", "submit_time": 0, "requested_gpus": 2, "duration": 100},
+            "done_iterations": 10.0,
+            "allocation": {"job_id": "a", "placement": {"n1": [0, 1]}},
+        },
         {"spec": {"id": "b", "submit_time": 50, "requested_gpus": 4, "duration": 300}},
     ],
 }
 
-MCKP: dict[str, Any] = {"capacity": 4, "groups": [
-    {"id": "g0", "items": [{"weight": 2, "value": 5.0}, {"weight": 4, "value": 8.0}]},
-    {"id": "g1", "items": [{"weight": 2, "value": 3.0}]},
-]}
+MCKP: dict[str, Any] = {
+    "capacity": 4,
+    "groups": [
+        {"id": "g0", "items": [{"weight": 2, "value": 5.0}, {"weight": 4, "value": 8.0}]},
+        {"id": "g1", "items": [{"weight": 2, "value": 3.0}]},
+    ],
+}
 
 
 @contextlib.contextmanager
@@ -91,16 +100,19 @@ def _write(path: Path, data: Any) -> Path:
 
 
 # ----------------------------------------------------------------------- 1. the one reader
-@pytest.mark.parametrize("argv", [
-    ["simulate", "--scenario", "{d}", "--policy", "fifo"],
-    ["compare", "--scenario", "{d}", "--policies", "fifo"],
-    ["plan", "--state", "{d}", "--policy", "fifo"],
-    ["solve", "mckp", "--instance", "{d}"],
-    ["sweep", "{d}", "--out", "{d}-out"],
-])
-def test_a_directory_as_an_input_file_is_refused(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str],
-                                                 argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--scenario", "{d}", "--policy", "fifo"],
+        ["compare", "--scenario", "{d}", "--policies", "fifo"],
+        ["plan", "--state", "{d}", "--policy", "fifo"],
+        ["solve", "mckp", "--instance", "{d}"],
+        ["sweep", "{d}", "--out", "{d}-out"],
+    ],
+)
+def test_a_directory_as_an_input_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
     folder = tmp_path / "adir.yaml"
     folder.mkdir()
     line = _refused(capsys, [a.format(d=folder) for a in argv], str(folder))
@@ -121,37 +133,54 @@ def _secondary(tmp_path: Path, kind: str, target: str) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["loaning.qps", "philly", "aryl_testbed", "gavel"])
-def test_dev_zero_as_a_secondary_path_is_refused_at_once(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str],
-                                                         kind: str) -> None:
+def test_dev_zero_as_a_secondary_path_is_refused_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
     """It used to be read until MemoryError at 4-5 GB: only top-level files had the reader."""
     scenario = _secondary(tmp_path, kind, "/dev/zero")
-    line = _refused(capsys, ["simulate", "--scenario", str(scenario), "--policy", "fifo"],
-                    "/dev/zero")
+    line = _refused(
+        capsys, ["simulate", "--scenario", str(scenario), "--policy", "fifo"], "/dev/zero"
+    )
     assert "not a regular file (a device)" in line
 
 
 @pytest.mark.parametrize("kind", ["loaning.qps", "philly", "aryl_testbed"])
 def test_a_fifo_as_a_secondary_path_is_refused_without_blocking(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
     """A FIFO nobody writes would block an ``open()`` for ever; it is refused on ``stat``."""
     fifo = tmp_path / "trace.csv"
     os.mkfifo(fifo)
     scenario = _secondary(tmp_path, kind, str(fifo))
-    line = _refused(capsys, ["simulate", "--scenario", str(scenario), "--policy", "fifo"],
-                    str(fifo))
+    line = _refused(
+        capsys, ["simulate", "--scenario", str(scenario), "--policy", "fifo"], str(fifo)
+    )
     assert "not a regular file (a FIFO)" in line
 
 
 def test_dev_zero_as_qps_in_a_real_process(tmp_path: Path) -> None:
     scenario = _secondary(tmp_path, "loaning.qps", "/dev/zero")
-    proc = subprocess.run([sys.executable, "-m", "gpuplan", "simulate", "--scenario",
-                           str(scenario), "--policy", "fifo"], capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplan",
+            "simulate",
+            "--scenario",
+            str(scenario),
+            "--policy",
+            "fifo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: {scenario}, field 'loaning.qps': /dev/zero: QPS series is not a regular file "
-        "(a device)"], proc.stderr
+        "(a device)"
+    ], proc.stderr
 
 
 def test_the_reader_checks_size_before_reading(tmp_path: Path) -> None:
@@ -182,35 +211,42 @@ def test_the_reader_follows_a_link_to_a_regular_file_only(tmp_path: Path) -> Non
 
 
 # ----------------------------------------------------------------------- 2. no internal error
-@pytest.mark.parametrize("argv", [
-    ["simulate", "--scenario", "{long}", "--policy", "fifo"],
-    ["compare", "--scenario", "{long}", "--policies", "fifo"],
-    ["plan", "--state", "{long}", "--policy", "fifo"],
-    ["solve", "mckp", "--instance", "{long}"],
-    ["sweep", "{long}", "--out", "{tmp}/out"],
-])
-def test_a_5000_character_name_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--scenario", "{long}", "--policy", "fifo"],
+        ["compare", "--scenario", "{long}", "--policies", "fifo"],
+        ["plan", "--state", "{long}", "--policy", "fifo"],
+        ["solve", "mckp", "--instance", "{long}"],
+        ["sweep", "{long}", "--out", "{tmp}/out"],
+    ],
+)
+def test_a_5000_character_name_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
     """``Path.exists()`` raised ENAMETOOLONG (exit 1, internal error) for ``--scenario``."""
     long = "s" * 5000
     line = _refused(capsys, [a.format(long=long, tmp=tmp_path) for a in argv])
     assert "too long" in line and len(line) < 400
 
 
-def test_a_5000_character_scenario_in_a_sweep_is_refused(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]
-                                                          ) -> None:
+def test_a_5000_character_scenario_in_a_sweep_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sweep = _write(tmp_path / "sweep.yaml", {"scenarios": ["x" * 5000], "policies": ["fifo"]})
-    line = _refused(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "out")],
-                    str(sweep), "field 'scenarios[0]'")
+    line = _refused(
+        capsys,
+        ["sweep", str(sweep), "--out", str(tmp_path / "out")],
+        str(sweep),
+        "field 'scenarios[0]'",
+    )
     assert "too long" in line
 
 
 @pytest.mark.parametrize("out", ["file", "/dev/null"])
-def test_solve_out_is_checked_before_any_solver_runs(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch,
-                                                     out: str) -> None:
+def test_solve_out_is_checked_before_any_solver_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str
+) -> None:
     instance = _write(tmp_path / "i.json", MCKP)
     target = str(tmp_path / "a-file") if out == "file" else out
     if out == "file":
@@ -220,8 +256,10 @@ def test_solve_out_is_checked_before_any_solver_runs(tmp_path: Path,
         raise AssertionError("a solver ran before --out was checked")
 
     monkeypatch.setattr(solve_mod, "_solve", ran)
-    for argv in (["solve", "mckp", "--instance", str(instance), "--out", target],
-                 ["solve", "mckp", "--generate", "--out", target]):
+    for argv in (
+        ["solve", "mckp", "--instance", str(instance), "--out", target],
+        ["solve", "mckp", "--generate", "--out", target],
+    ):
         _refused(capsys, argv, target, "field 'out'", "not a directory")
     if out == "file":
         assert Path(target).read_text() == "keep me\n"
@@ -230,25 +268,38 @@ def test_solve_out_is_checked_before_any_solver_runs(tmp_path: Path,
 @pytest.mark.parametrize("seeds", ["²", "0,²", "٣", "0,,1"])
 def test_seeds_are_ascii_digits(capsys: pytest.CaptureFixture[str], seeds: str) -> None:
     """``int('²')`` raises although ``'²'.isdigit()``: it was an internal error."""
-    _refused(capsys, ["compare", "--scenario", "philly-default", "--policies", "fifo",
-                      "--seeds", seeds], "field 'seeds'")
+    _refused(
+        capsys,
+        ["compare", "--scenario", "philly-default", "--policies", "fifo", "--seeds", seeds],
+        "field 'seeds'",
+    )
 
 
 @pytest.mark.parametrize("policies", ["fifo,,srtf", "fifo,", ",fifo", "fifo, ,srtf"])
-def test_an_empty_policy_entry_is_refused_not_dropped(capsys: pytest.CaptureFixture[str],
-                                                      policies: str) -> None:
-    _refused(capsys, ["compare", "--scenario", "philly-default", "--policies", policies],
-             "field 'policies'", "empty entry")
+def test_an_empty_policy_entry_is_refused_not_dropped(
+    capsys: pytest.CaptureFixture[str], policies: str
+) -> None:
+    _refused(
+        capsys,
+        ["compare", "--scenario", "philly-default", "--policies", policies],
+        "field 'policies'",
+        "empty entry",
+    )
 
 
 def test_an_empty_solver_entry_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    _refused(capsys, ["solve", "mckp", "--generate", "--solvers", "dp,,greedy"],
-             "field 'solvers'", "empty entry")
+    _refused(
+        capsys,
+        ["solve", "mckp", "--generate", "--solvers", "dp,,greedy"],
+        "field 'solvers'",
+        "empty entry",
+    )
 
 
 @pytest.mark.parametrize("seed", ["-1", str(2**64), str(2**32), "²"])
-def test_solve_generate_seed_range(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                   seed: str) -> None:
+def test_solve_generate_seed_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: str
+) -> None:
     target = tmp_path / "x.json"
     with pytest.raises(SystemExit) as exc:  # argparse's own one-line usage error
         cli.main(["solve", "mckp", "--generate", "--seed", seed, "--instance", str(target)])
@@ -257,69 +308,132 @@ def test_solve_generate_seed_range(tmp_path: Path, capsys: pytest.CaptureFixture
     assert not target.exists()
 
 
-def test_solve_generate_seed_bounds_are_accepted(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_solve_generate_seed_bounds_are_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for seed in ("0", str(2**32 - 1)):
         target = tmp_path / f"x{seed}.json"
-        assert cli.main(["solve", "mckp", "--generate", "--size", "3", "--seed", seed,
-                         "--instance", str(target)]) == 0
+        assert (
+            cli.main(
+                [
+                    "solve",
+                    "mckp",
+                    "--generate",
+                    "--size",
+                    "3",
+                    "--seed",
+                    seed,
+                    "--instance",
+                    str(target),
+                ]
+            )
+            == 0
+        )
         assert json.loads(target.read_text())["groups"]
 
 
 @pytest.mark.parametrize("problem", sorted(MAX_SIZES))
-def test_generator_sizes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                     problem: str) -> None:
+def test_generator_sizes_are_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
+) -> None:
     """``--size 100000000`` grew memory without bound; now one line before generating."""
     target = tmp_path / "x.json"
     for size in ("100000000", str(MAX_SIZES[problem] + 1)):
-        _refused(capsys, ["solve", problem, "--generate", "--size", size, "--instance",
-                          str(target)], "field 'size'", str(MAX_SIZES[problem]))
+        _refused(
+            capsys,
+            ["solve", problem, "--generate", "--size", size, "--instance", str(target)],
+            "field 'size'",
+            str(MAX_SIZES[problem]),
+        )
     assert not target.exists()
     with pytest.raises(ValueError, match="size must be"):
         generate(problem, MAX_SIZES[problem] + 1)
 
 
-@pytest.mark.parametrize(("problem", "doc", "field"), [
-    ("mckp", {**MCKP, "colour": 1}, "colour"),
-    ("mckp", {"capacity": 4, "groups": [{"id": "g0", "items": [{"weight": 2, "value": 1}],
-                                         "note": "x"}]}, "groups[0].note"),
-    ("mckp", {"capacity": 4, "groups": [{"id": "g0", "items": [{"weight": 2, "value": 1,
-                                                                "wieght": 3}]}]},
-     "groups[0].items[0].wieght"),
-    ("reclaim", {"servers": ["s0"], "jobs": [{"id": "j0", "gpus": {"s0": 1}, "prio": 2}],
-                 "demand": 1}, "jobs[0].prio"),
-    ("placement", {"unit": 4, "nodes": {"n0": 4}, "jobs": [{"id": "j", "count": 1,
-                                                            "hold": {"n0": 1}}]},
-     "jobs[0].hold"),
-    ("packing", {"unit": 4, "capacity": 4, "jobs": [{"id": "j", "share": 2, "alowed": [1]}]},
-     "jobs[0].alowed"),
-])
-def test_unknown_keys_in_instances_are_refused(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str],
-                                               problem: str, doc: dict[str, Any],
-                                               field: str) -> None:
+@pytest.mark.parametrize(
+    ("problem", "doc", "field"),
+    [
+        ("mckp", {**MCKP, "colour": 1}, "colour"),
+        (
+            "mckp",
+            {
+                "capacity": 4,
+                "groups": [{"id": "g0", "items": [{"weight": 2, "value": 1}], "note": "x"}],
+            },
+            "groups[0].note",
+        ),
+        (
+            "mckp",
+            {
+                "capacity": 4,
+                "groups": [{"id": "g0", "items": [{"weight": 2, "value": 1, "wieght": 3}]}],
+            },
+            "groups[0].items[0].wieght",
+        ),
+        (
+            "reclaim",
+            {"servers": ["s0"], "jobs": [{"id": "j0", "gpus": {"s0": 1}, "prio": 2}], "demand": 1},
+            "jobs[0].prio",
+        ),
+        (
+            "placement",
+            {"unit": 4, "nodes": {"n0": 4}, "jobs": [{"id": "j", "count": 1, "hold": {"n0": 1}}]},
+            "jobs[0].hold",
+        ),
+        (
+            "packing",
+            {"unit": 4, "capacity": 4, "jobs": [{"id": "j", "share": 2, "alowed": [1]}]},
+            "jobs[0].alowed",
+        ),
+    ],
+)
+def test_unknown_keys_in_instances_are_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    problem: str,
+    doc: dict[str, Any],
+    field: str,
+) -> None:
     instance = _write(tmp_path / "i.json", doc)
-    _refused(capsys, ["solve", problem, "--instance", str(instance)], str(instance),
-             f"field '{field}'", "unknown field")
+    _refused(
+        capsys,
+        ["solve", problem, "--instance", str(instance)],
+        str(instance),
+        f"field '{field}'",
+        "unknown field",
+    )
 
 
-def test_duplicate_yaml_keys_are_refused(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_duplicate_yaml_keys_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """PyYAML keeps the last value silently: ``seed: 1 ... seed: 2`` ran with seed 2."""
     text = yaml.safe_dump(SCENARIO, sort_keys=False)
     top = tmp_path / "top.yaml"
     top.write_text(text + "seed: 2\n")
-    line = _refused(capsys, ["simulate", "--scenario", str(top), "--policy", "fifo"],
-                    str(top), "duplicate key 'seed'")
+    line = _refused(
+        capsys,
+        ["simulate", "--scenario", str(top), "--policy", "fifo"],
+        str(top),
+        "duplicate key 'seed'",
+    )
     assert "first at line 2" in line
     nested = tmp_path / "nested.yaml"
     nested.write_text(text.replace("gpus_per_node: 4", "gpus_per_node: 4\n  nodes: 3"))
-    _refused(capsys, ["simulate", "--scenario", str(nested), "--policy", "fifo"],
-             str(nested), "duplicate key 'nodes'")
+    _refused(
+        capsys,
+        ["simulate", "--scenario", str(nested), "--policy", "fifo"],
+        str(nested),
+        "duplicate key 'nodes'",
+    )
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"scenarios: [{top}]\npolicies: [fifo]\npolicies: [srtf]\n")
-    _refused(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "o")], str(sweep),
-             "duplicate key 'policies' at line 3")
+    _refused(
+        capsys,
+        ["sweep", str(sweep), "--out", str(tmp_path / "o")],
+        str(sweep),
+        "duplicate key 'policies' at line 3",
+    )
 
 
 def test_a_yaml_merge_key_may_still_be_overridden() -> None:
@@ -327,16 +441,25 @@ def test_a_yaml_merge_key_may_still_be_overridden() -> None:
     assert data["over"] == {"x": 1, "y": 3}
 
 
-def test_duplicate_json_keys_are_refused(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_duplicate_json_keys_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state.json"
     state.write_text(json.dumps(STATE)[:-1] + ', "now": 5}')
-    _refused(capsys, ["plan", "--state", str(state), "--policy", "fifo"], str(state),
-             "duplicate key 'now'")
+    _refused(
+        capsys,
+        ["plan", "--state", str(state), "--policy", "fifo"],
+        str(state),
+        "duplicate key 'now'",
+    )
     instance = tmp_path / "i.json"
     instance.write_text('{"capacity": 4, "capacity": 400, "groups": []}')
-    _refused(capsys, ["solve", "mckp", "--instance", str(instance)], str(instance),
-             "duplicate key 'capacity'")
+    _refused(
+        capsys,
+        ["solve", "mckp", "--instance", str(instance)],
+        str(instance),
+        "duplicate key 'capacity'",
+    )
 
 
 def _closed_pipe_run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -345,8 +468,14 @@ def _closed_pipe_run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "gpuplan", *argv], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "gpuplan", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     finally:
         os.close(write_end)
 
@@ -367,37 +496,59 @@ def test_tables_into_a_closed_pipe_exit_quietly(argv: list[str]) -> None:
 def test_plan_into_head_through_a_shell(tmp_path: Path) -> None:
     """The issue's own command: ``gpuplan plan ... | head -c 1``; nothing on stderr."""
     state = _write(tmp_path / "state.json", STATE)
-    cmd = (f"{sys.executable} -m gpuplan plan --state {state} --policy fifo | head -c 1; "
-           "echo \" ${PIPESTATUS[0]}\"")
-    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300,
-                          check=False)
+    cmd = (
+        f"{sys.executable} -m gpuplan plan --state {state} --policy fifo | head -c 1; "
+        'echo " ${PIPESTATUS[0]}"'
+    )
+    proc = subprocess.run(
+        ["bash", "-c", cmd], capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.stderr == "", proc.stderr
     first, status = proc.stdout.split(" ")
     assert first == "{" and status.strip() in ("0", str(cli.STATUS_CLOSED_PIPE))
 
 
 # ----------------------------------------------------------------------- 3. --out and links
-def test_solve_out_symlink_is_refused(tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_solve_out_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     link = tmp_path / "out"
     link.symlink_to(victim)
-    _refused(capsys, ["solve", "mckp", "--generate", "--size", "3", "--out", str(link)],
-             str(link), "field 'out'", "symlink")
+    _refused(
+        capsys,
+        ["solve", "mckp", "--generate", "--size", "3", "--out", str(link)],
+        str(link),
+        "field 'out'",
+        "symlink",
+    )
     assert list(victim.iterdir()) == []
 
 
 def test_solve_out_replaces_planted_links_never_follows_them(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     out = tmp_path / "out"
     out.mkdir()
     for name in ("solve.csv", "solve.png", "instance.json"):
         (out / name).symlink_to(victim / name)
-    assert cli.main(["solve", "mckp", "--generate", "--size", "3", "--solvers", "dp,greedy",
-                     "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "solve",
+                "mckp",
+                "--generate",
+                "--size",
+                "3",
+                "--solvers",
+                "dp,greedy",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert list(victim.iterdir()) == []
     for name in ("solve.csv", "solve.png", "instance.json"):
@@ -407,9 +558,9 @@ def test_solve_out_replaces_planted_links_never_follows_them(
 
 
 @pytest.mark.parametrize("kind", ["symlink", "dangling", "/dev/null", "directory"])
-def test_generate_instance_target_is_checked(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str],
-                                             kind: str) -> None:
+def test_generate_instance_target_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
     victim = tmp_path / "victim.json"
     victim.write_text("{}")
     target = tmp_path / "x.json"
@@ -421,31 +572,37 @@ def test_generate_instance_target_is_checked(tmp_path: Path,
         target.mkdir()
     else:
         target = Path("/dev/null")
-    _refused(capsys, ["solve", "mckp", "--generate", "--size", "3", "--instance", str(target)],
-             str(target), "field 'instance'")
+    _refused(
+        capsys,
+        ["solve", "mckp", "--generate", "--size", "3", "--instance", str(target)],
+        str(target),
+        "field 'instance'",
+    )
     assert victim.read_text() == "{}"
     assert not (tmp_path / "created-through-link.json").exists()
 
 
-def test_generate_instance_rewrites_a_regular_file(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_instance_rewrites_a_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "x.json"
     target.write_text("old")
-    assert cli.main(["solve", "mckp", "--generate", "--size", "3", "--instance",
-                     str(target)]) == 0
+    assert cli.main(["solve", "mckp", "--generate", "--size", "3", "--instance", str(target)]) == 0
     assert json.loads(target.read_text())["groups"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]  # no temporary left
 
 
 def _sweep_file(tmp_path: Path) -> Path:
     scenario = _write(tmp_path / "s.yaml", SCENARIO)
-    return _write(tmp_path / "sweep.yaml", {"scenarios": [str(scenario)],
-                                            "policies": ["fifo"], "seeds": [0]})
+    return _write(
+        tmp_path / "sweep.yaml", {"scenarios": [str(scenario)], "policies": ["fifo"], "seeds": [0]}
+    )
 
 
 @pytest.mark.parametrize("planted", ["out", "out/runs"])
-def test_sweep_out_refuses_a_planted_link(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          planted: str) -> None:
+def test_sweep_out_refuses_a_planted_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: str
+) -> None:
     sweep = _sweep_file(tmp_path)
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -453,14 +610,19 @@ def test_sweep_out_refuses_a_planted_link(tmp_path: Path, capsys: pytest.Capture
     if planted == "out/runs":
         out.mkdir()
     (tmp_path / planted).symlink_to(victim)
-    _refused(capsys, ["sweep", str(sweep), "--out", str(out), "--workers", "1"], str(out),
-             "field 'out'", "symlink")
+    _refused(
+        capsys,
+        ["sweep", str(sweep), "--out", str(out), "--workers", "1"],
+        str(out),
+        "field 'out'",
+        "symlink",
+    )
     assert list(victim.iterdir()) == []
 
 
-def test_sweep_replaces_planted_files_in_its_folders(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]
-                                                     ) -> None:
+def test_sweep_replaces_planted_files_in_its_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Links at results.csv / report.html are replaced, and a FIFO where a run file would be
     is not read (it would block): the run is computed and written in its place."""
     sweep = _sweep_file(tmp_path)

@@ -24,8 +24,14 @@ BEGIN, END = "<!-- BEGIN interference-eval -->\n", "<!-- END interference-eval -
 
 @pytest.fixture(scope="module")
 def printed() -> str:
-    done = subprocess.run([sys.executable, "-m", "tests.bench.interference"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.interference"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -33,7 +39,7 @@ def printed() -> str:
 def test_the_documented_command_prints_the_pages_tables(printed: str) -> None:
     text = DOC.read_text(encoding="utf-8")
     assert "python -m tests.bench.interference" in text
-    block = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    block = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
     assert block == printed
 
 
@@ -62,9 +68,13 @@ def test_the_evaluation_is_deterministic(printed: str) -> None:
 def test_leave_one_pair_out_never_sees_the_held_out_pair() -> None:
     run, other = h200_runs()
     target = ("resnet18", "lstm")
-    changed = MeasuredTable(jobs=run.table.jobs, groups=tuple(
-        MeasuredGroup(models=g.models, slowdowns=(5.0, 5.0)) if g.models == target else g
-        for g in run.table.groups))
+    changed = MeasuredTable(
+        jobs=run.table.jobs,
+        groups=tuple(
+            MeasuredGroup(models=g.models, slowdowns=(5.0, 5.0)) if g.models == target else g
+            for g in run.table.groups
+        ),
+    )
     before = evaluate_run(run, other)
     after = evaluate_run(replace(run, table=changed), other)
     held = [n for n, s in enumerate(before.samples) if s.group == target]
@@ -72,7 +82,8 @@ def test_leave_one_pair_out_never_sees_the_held_out_pair() -> None:
     assert len(held) == 2
     for model in ("predictor", "timeslice"):
         # the held-out pair's prediction ignores its own (changed) measurement...
-        assert [after.predicted[model][n] for n in held] == [before.predicted[model][n]
-                                                              for n in held]
+        assert [after.predicted[model][n] for n in held] == [
+            before.predicted[model][n] for n in held
+        ]
         # ...while the other folds, which train on it, see the change
         assert any(after.predicted[model][n] != before.predicted[model][n] for n in rest)

@@ -40,27 +40,40 @@ def build_v1_journal(path: Path) -> None:
     os.chmod(path, 0o600)
     db.execute("PRAGMA journal_mode=WAL")
     db.executescript(V1_DDL.read_text())
-    db.execute("INSERT INTO meta(key, value) VALUES ('created', '100.0'), ('origin', '100.0'), "
-               "('policy_state:fifo:0', '{\"stints\": {\"slurm-11\": 3}}')")
-    db.execute("INSERT INTO runs(pid, host, policy, started, last_seen, ended, exit) VALUES "
-               "(11, 'h', 'fifo', 100.0, 150.0, 150.0, 'clean'), "
-               "(12, 'h', 'fifo', 160.0, 200.0, NULL, NULL)")
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES ('created', '100.0'), ('origin', '100.0'), "
+        "('policy_state:fifo:0', '{\"stints\": {\"slurm-11\": 3}}')"
+    )
+    db.execute(
+        "INSERT INTO runs(pid, host, policy, started, last_seen, ended, exit) VALUES "
+        "(11, 'h', 'fifo', 100.0, 150.0, 150.0, 'clean'), "
+        "(12, 'h', 'fifo', 160.0, 200.0, NULL, NULL)"
+    )
     spec = json.dumps({"id": "slurm-11", "requested_gpus": 2})
-    jobs = [("slurm-10", 10, "fp10", 101.0, spec, "completed", 50.0, 0, "{}", 0, "completed"),
-            ("slurm-11", 11, "fp11", 102.0, spec, "running", 20.5, 2, '{"node1": 2}', 1, ""),
-            ("slurm-12", 12, "fp12", 103.0, spec, "pending", 7.25, 0, "{}", 2, ""),
-            ("slurm-13", 13, "fp13", 104.0, None, "rejected", 0.0, 0, "{}", 0, "refused")]
-    db.executemany("INSERT INTO jobs(engine_id, slurm_id, fingerprint, submit_time, spec, "
-                   "state, done, gpus, placement, restart_count, first_seen, updated, reason) "
-                   "VALUES (?,?,?,?,?,?,?,?,?,?,110.0,190.0,?)", jobs)
-    db.execute("INSERT INTO plans(run_id, time, engine_time, policy, plan) VALUES "
-               "(2, 170.0, 70.0, 'fifo', '{}')")
-    db.execute("INSERT INTO actions(epoch, run_id, engine_id, slurm_id, kind, before, after, "
-               "restart_count, status, intended_at, settled_at, detail) VALUES "
-               "(1, 2, 'slurm-11', 11, 'start', '{}', '{\"node1\": 2}', 1, 'applied', 170.0, "
-               "171.0, ''), "
-               "(1, 2, 'slurm-12', 12, 'preempt', '{\"node2\": 1}', '{}', 2, 'intended', 170.0, "
-               "NULL, '')")
+    jobs = [
+        ("slurm-10", 10, "fp10", 101.0, spec, "completed", 50.0, 0, "{}", 0, "completed"),
+        ("slurm-11", 11, "fp11", 102.0, spec, "running", 20.5, 2, '{"node1": 2}', 1, ""),
+        ("slurm-12", 12, "fp12", 103.0, spec, "pending", 7.25, 0, "{}", 2, ""),
+        ("slurm-13", 13, "fp13", 104.0, None, "rejected", 0.0, 0, "{}", 0, "refused"),
+    ]
+    db.executemany(
+        "INSERT INTO jobs(engine_id, slurm_id, fingerprint, submit_time, spec, "
+        "state, done, gpus, placement, restart_count, first_seen, updated, reason) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,110.0,190.0,?)",
+        jobs,
+    )
+    db.execute(
+        "INSERT INTO plans(run_id, time, engine_time, policy, plan) VALUES "
+        "(2, 170.0, 70.0, 'fifo', '{}')"
+    )
+    db.execute(
+        "INSERT INTO actions(epoch, run_id, engine_id, slurm_id, kind, before, after, "
+        "restart_count, status, intended_at, settled_at, detail) VALUES "
+        "(1, 2, 'slurm-11', 11, 'start', '{}', '{\"node1\": 2}', 1, 'applied', 170.0, "
+        "171.0, ''), "
+        "(1, 2, 'slurm-12', 12, 'preempt', '{\"node2\": 1}', '{}', 2, 'intended', 170.0, "
+        "NULL, '')"
+    )
     db.execute("PRAGMA user_version = 1")
     db.close()
 
@@ -74,10 +87,14 @@ def _rows(path: Path, uri_mode: str = "ro") -> dict[str, list[tuple[object, ...]
         v1.executescript(V1_DDL.read_text())
         for table in TABLES:
             cols = [r[1] for r in v1.execute(f"PRAGMA table_info({table})")]
-            out[table] = sorted(db.execute(f"SELECT {', '.join(cols)} FROM {table} "
-                                           f"WHERE NOT (key LIKE 'migrated:%')" if table == "meta"
-                                           else f"SELECT {', '.join(cols)} FROM {table}"),
-                                key=repr)
+            out[table] = sorted(
+                db.execute(
+                    f"SELECT {', '.join(cols)} FROM {table} WHERE NOT (key LIKE 'migrated:%')"
+                    if table == "meta"
+                    else f"SELECT {', '.join(cols)} FROM {table}"
+                ),
+                key=repr,
+            )
         return out
     finally:
         db.close()
@@ -86,11 +103,17 @@ def _rows(path: Path, uri_mode: str = "ro") -> dict[str, list[tuple[object, ...]
 def _shape(db: sqlite3.Connection) -> dict[str, object]:
     """Tables, columns (name, type, not null, default, pk) and indexes (with their SQL)."""
     shape: dict[str, object] = {}
-    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name "
-                               "NOT LIKE 'sqlite_%' ORDER BY name"):
+    for (table,) in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name "
+        "NOT LIKE 'sqlite_%' ORDER BY name"
+    ):
         shape[table] = [tuple(r[1:]) for r in db.execute(f"PRAGMA table_info({table})")]
-    shape["indexes"] = sorted(tuple(r) for r in db.execute(
-        "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+    shape["indexes"] = sorted(
+        tuple(r)
+        for r in db.execute(
+            "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        )
+    )
     return shape
 
 
@@ -121,8 +144,7 @@ def test_a_schema_1_journal_is_migrated_with_nothing_lost(tmp_path: Path) -> Non
         assert journal.job("slurm-12").done == 7.25  # type: ignore[union-attr]
         running = journal.job("slurm-11")
         assert running is not None and running.placement == {"node1": 2}
-        assert [(a.engine_id, a.kind) for a in journal.open_actions()] == [("slurm-12",
-                                                                             "preempt")]
+        assert [(a.engine_id, a.kind) for a in journal.open_actions()] == [("slurm-12", "preempt")]
         assert journal.meta("policy_state:fifo:0") == '{"stints": {"slurm-11": 3}}'
         assert [r.version for r in journal.runs()] == ["", ""]  # unknown: before the upgrade
         run = journal.begin_run("fifo")
@@ -146,7 +168,8 @@ def test_a_schema_1_journal_is_migrated_with_nothing_lost(tmp_path: Path) -> Non
 
 
 def test_a_failing_migration_step_leaves_the_old_journal_intact(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "ctl.db"
     build_v1_journal(db)
     before = _rows(db)
@@ -186,12 +209,19 @@ def test_a_controller_killed_while_migrating_leaves_schema_1(tmp_path: Path) -> 
     db = tmp_path / "ctl.db"
     build_v1_journal(db)
     before = _rows(db)
-    code = ("import sys\n"
-            "from gpuplan.executors.control.failpoints import Failpoints\n"
-            "from gpuplan.executors.control.journal import Journal\n"
-            "Journal(sys.argv[1], failpoints=Failpoints('journal.migrate@1'))\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True,
-                          text=True, timeout=120, check=False)
+    code = (
+        "import sys\n"
+        "from gpuplan.executors.control.failpoints import Failpoints\n"
+        "from gpuplan.executors.control.journal import Journal\n"
+        "Journal(sys.argv[1], failpoints=Failpoints('journal.migrate@1'))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert _version(db) == 1 and _rows(db) == before
     with Journal(db) as journal:
@@ -218,8 +248,12 @@ def test_a_schema_2_journal_gets_the_reasons_of_schema_3(tmp_path: Path) -> None
         note = json.loads(journal.meta("migrated:2->3") or "{}")
         assert note["backup"] == "ctl.db.schema2.bak"
         why = '{"code":"behind","text":"behind 1 job","terms":{"ahead":1}}'
-        journal.record_reasons(1, {"slurm-11": '{"code":"start","text":"s","terms":{}}'},
-                               {"slurm-12": why}, [(70.0, "slurm-12", "waiting", why)])
+        journal.record_reasons(
+            1,
+            {"slurm-11": '{"code":"start","text":"s","terms":{}}'},
+            {"slurm-12": why},
+            [(70.0, "slurm-12", "waiting", why)],
+        )
         assert journal.job("slurm-12").waiting == why  # type: ignore[union-attr]
         assert journal.actions("slurm-11")[0].reason.startswith('{"code":"start"')
         assert [(r.kind, r.reason) for r in journal.reasons("slurm-12")] == [("waiting", why)]

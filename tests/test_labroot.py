@@ -39,10 +39,15 @@ def test_a_root_is_created_private_and_then_accepted(tmp_path: Path) -> None:
     assert not (tmp_path / "absent").exists()
 
 
-@pytest.mark.parametrize(("shape", "message"), [
-    ("others-write", "writable by group or others"), ("link", "symbolic link"),
-    ("file", "not a directory"), ("open-parent", "writable by others and not sticky"),
-])
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ("others-write", "writable by group or others"),
+        ("link", "symbolic link"),
+        ("file", "not a directory"),
+        ("open-parent", "writable by others and not sticky"),
+    ],
+)
 def test_roots_others_could_change_are_refused(tmp_path: Path, shape: str, message: str) -> None:
     root = tmp_path / "lab"
     if shape == "others-write":
@@ -102,11 +107,12 @@ def test_a_pid_is_ours_only_with_the_right_uid_executable_and_command_line() -> 
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     try:
         raw = Path(f"/proc/{proc.pid}/stat").read_text()
-        ticks = int(raw[raw.rfind(")") + 2:].split()[19])
+        ticks = int(raw[raw.rfind(")") + 2 :].split()[19])
         uid = os.geteuid()
         assert process_is(proc.pid, exe=sys.executable, uid=uid, argv=argv, start_ticks=ticks)
-        assert not process_is(proc.pid, exe=sys.executable, uid=uid, argv=argv,
-                              start_ticks=ticks + 1)  # a reused PID
+        assert not process_is(
+            proc.pid, exe=sys.executable, uid=uid, argv=argv, start_ticks=ticks + 1
+        )  # a reused PID
         assert not process_is(proc.pid, exe=sys.executable, uid=uid + 1, argv=argv)
         assert not process_is(proc.pid, exe="/bin/sleep", uid=uid, argv=argv)
         assert not process_is(proc.pid, exe=sys.executable, uid=uid, argv=argv[:1])
@@ -126,7 +132,7 @@ def _apt_children(parent: int) -> list[int]:
                 raw = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            fields = raw[raw.rfind(")") + 2:].split()
+            fields = raw[raw.rfind(")") + 2 :].split()
             if int(fields[1]) == parent and "(apt-get)" in raw:
                 found.append(int(entry))
     return found
@@ -139,8 +145,10 @@ closes the lock file between tries, so an open file would not show it)."""
 
 def _sleeping(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/syscall").read_text().split()[0] in _SLEEP_SYSCALLS[
-            platform.machine()]
+        return (
+            Path(f"/proc/{pid}/syscall").read_text().split()[0]
+            in _SLEEP_SYSCALLS[platform.machine()]
+        )
     except (OSError, IndexError):
         return False
 
@@ -155,8 +163,11 @@ def test_apt_waits_for_the_dpkg_lock_instead_of_failing() -> None:
 
     def install() -> None:
         try:
-            apt_get(["install", "-y", "-qq", "--no-install-recommends", "openssh-client"],
-                    error=Refused, lock_wait_s=300)
+            apt_get(
+                ["install", "-y", "-qq", "--no-install-recommends", "openssh-client"],
+                error=Refused,
+                lock_wait_s=300,
+            )
             outcome.append(None)
         except BaseException as err:  # handed to the test thread
             outcome.append(err)

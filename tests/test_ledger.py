@@ -41,8 +41,13 @@ from gpuplan.models.state import SHARE_EPS
 from gpuplan.solver_core.registry import make_policy
 from tests.conftest import NO_OVERHEADS, rigid
 
-NODES = [Node(name="t0", gpus=4), Node(name="t1", gpus=2), Node(name="t2", gpus=3),
-         Node(name="i0", gpus=2, pool="inference"), Node(name="i1", gpus=4, pool="inference")]
+NODES = [
+    Node(name="t0", gpus=4),
+    Node(name="t1", gpus=2),
+    Node(name="t2", gpus=3),
+    Node(name="i0", gpus=2, pool="inference"),
+    Node(name="i1", gpus=4, pool="inference"),
+]
 TRAINING = [n for n in NODES if n.pool == "training"]
 SERVERS = [n for n in NODES if n.pool == "inference"]
 SHARES = st.sampled_from([1.0, 1.0, 0.5, 0.25, 0.3, 0.7])
@@ -50,9 +55,16 @@ SHARES = st.sampled_from([1.0, 1.0, 0.5, 0.25, 0.3, 0.7])
 
 def _books(ledger: GpuLedger) -> tuple:
     """Everything the ledger holds, compared before and after a refused change."""
-    return (dict(ledger.usable), copy.deepcopy(ledger.free), copy.deepcopy(ledger.shared),
-            ledger.capacity, ledger.allocated, list(ledger.on_loan), ledger.index.total,
-            ledger.shared_view())
+    return (
+        dict(ledger.usable),
+        copy.deepcopy(ledger.free),
+        copy.deepcopy(ledger.shared),
+        ledger.capacity,
+        ledger.allocated,
+        list(ledger.on_loan),
+        ledger.index.total,
+        ledger.shared_view(),
+    )
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -136,13 +148,13 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(target=held, data=st.data(), share=SHARES)
     def occupy(self, data: st.DataObject, share: float) -> str:
         names = sorted(self.ledger.usable) or [NODES[0].name]
-        chosen = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=2,
-                                    unique=True))
+        chosen = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
         placement = {}
         for name in chosen:
             size = self.ledger.usable[name].gpus if name in self.ledger.usable else 4
-            placement[name] = tuple(sorted(data.draw(st.sets(
-                st.integers(0, size - 1), min_size=1, max_size=size))))
+            placement[name] = tuple(
+                sorted(data.draw(st.sets(st.integers(0, size - 1), min_size=1, max_size=size)))
+            )
         self.serial += 1
         job = f"j{self.serial}"
         alloc = JobAllocation.fast(job, placement, share)
@@ -172,9 +184,10 @@ class LedgerMachine(RuleBasedStateMachine):
             unheld = [g for g in range(node.gpus) if (name, g) not in loads]
             assert ledger.free_view()[name] == unheld
             assert ledger.live_free()[name] == unheld
-        fractional = {name: {g: load for (n, g), (load, whole) in loads.items()
-                             if n == name and not whole}
-                      for name in ledger.usable}
+        fractional = {
+            name: {g: load for (n, g), (load, whole) in loads.items() if n == name and not whole}
+            for name in ledger.usable
+        }
         view = ledger.shared_view()
         assert list(view) == sorted(n for n, loads_ in fractional.items() if loads_)
         for name, loads_ in view.items():
@@ -215,34 +228,47 @@ def test_a_refused_occupy_names_the_gpu_and_changes_nothing() -> None:
 
 
 # --------------------------------------------------------------------------- in the engine
-LOANING = Cluster(nodes=[Node(name="t0", gpus=4), Node(name="t1", gpus=4),
-                         Node(name="i0", gpus=2, pool="inference"),
-                         Node(name="i1", gpus=4, pool="inference")])
+LOANING = Cluster(
+    nodes=[
+        Node(name="t0", gpus=4),
+        Node(name="t1", gpus=4),
+        Node(name="i0", gpus=2, pool="inference"),
+        Node(name="i1", gpus=4, pool="inference"),
+    ]
+)
 
 _event = st.one_of(
     st.builds(LoanOffer, time=st.integers(1, 400), count=st.integers(1, 2)),
     st.builds(ReclaimRequest, time=st.integers(1, 400), count=st.integers(1, 2)),
-    st.builds(NodeFailure, time=st.integers(1, 400), node=st.sampled_from(["t0", "t1", "i1"]),
-              recover_after=st.one_of(st.none(), st.integers(10, 200))),
+    st.builds(
+        NodeFailure,
+        time=st.integers(1, 400),
+        node=st.sampled_from(["t0", "t1", "i1"]),
+        recover_after=st.one_of(st.none(), st.integers(10, 200)),
+    ),
 )
-_job = st.tuples(st.integers(0, 300), st.sampled_from([1, 2, 4]), st.integers(5, 200),
-                 st.booleans())
+_job = st.tuples(
+    st.integers(0, 300), st.sampled_from([1, 2, 4]), st.integers(5, 200), st.booleans()
+)
 
 
 @pytest.mark.parametrize("policy", ["fifo-backfill", "srtf", "afs-l"])
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=st.lists(_job, min_size=1, max_size=12), events=st.lists(_event, max_size=6))
 def test_engine_books_equal_the_running_jobs_after_every_batch(
-        policy: str, jobs: list[tuple[int, int, int, bool]], events: list) -> None:
-    specs = [rigid(f"j{i}", t, g, d, elasticity=Elasticity(min_gpus=1, max_gpus=4)
-                   if elastic else None)
-             for i, (t, g, d, elastic) in enumerate(jobs)]
+    policy: str, jobs: list[tuple[int, int, int, bool]], events: list
+) -> None:
+    specs = [
+        rigid(f"j{i}", t, g, d, elasticity=Elasticity(min_gpus=1, max_gpus=4) if elastic else None)
+        for i, (t, g, d, elastic) in enumerate(jobs)
+    ]
     executor = SimulatedCluster(LOANING, specs, events=events, overheads=NO_OVERHEADS)
     engine = Engine(LOANING, make_policy(policy), executor)
     while (batch := executor.next_events()) is not None:
         engine.handle(*batch)
-        engine.ledger.check([(j.allocation, j.gpus) for j in engine.running.values()
-                             if j.allocation is not None])
+        engine.ledger.check(
+            [(j.allocation, j.gpus) for j in engine.running.values() if j.allocation is not None]
+        )
         assert set(engine.ledger.on_loan) <= {"i0", "i1"}
         assert not engine.ledger.down & set(engine.ledger.usable)
     finished = [r for r in engine.recorder.records if r.finish_time is not None]

@@ -28,9 +28,22 @@ def _poll(what: str, predicate, bound_s: float = 60.0) -> None:
 
 
 def test_sigterm_stops_the_spinners_and_the_command() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.load", "--workers", "2", "--",
-                             sys.executable, "-c", "import time; time.sleep(600)"],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.load",
+            "--workers",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(600)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         pids = [int(p) for p in re.search(r"pids ([\d ]+)\)", line).group(1).split()]  # type: ignore[union-attr]
@@ -45,8 +58,22 @@ def test_sigterm_stops_the_spinners_and_the_command() -> None:
 
 
 def test_exit_status_is_the_commands() -> None:
-    done = subprocess.run([sys.executable, "-m", "tests.load", "--workers", "1", "--",
-                           sys.executable, "-c", "raise SystemExit(3)"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.load",
+            "--workers",
+            "1",
+            "--",
+            sys.executable,
+            "-c",
+            "raise SystemExit(3)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3, done.stderr
     assert "stopping the busy processes" in done.stdout

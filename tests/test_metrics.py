@@ -176,7 +176,10 @@ JCTS = [10.0, 20.0, 30.0, 40.0, 100.0]  # finishes 10, 30, 50, 70, 140
 def _finished_records(scale: float = 1.0) -> list[JobRecord]:
     return [
         _record(
-            i, s, q, j * scale,
+            i,
+            s,
+            q,
+            j * scale,
             preemptions=[0, 1, 0, 2, 0][i],
             resizes=[1, 0, 0, 0, 1][i],
             migrations=[0, 0, 1, 0, 0][i],
@@ -188,8 +191,15 @@ def _finished_records(scale: float = 1.0) -> list[JobRecord]:
 
 def _samples() -> list[Sample]:
     return [
-        Sample(time=t, queue_length=ql, running=r, cluster_efficiency=ce, blocking_index=bi,
-               gpus_allocated=g, capacity=8)
+        Sample(
+            time=t,
+            queue_length=ql,
+            running=r,
+            cluster_efficiency=ce,
+            blocking_index=bi,
+            gpus_allocated=g,
+            capacity=8,
+        )
         for t, ql, r, ce, bi, g in [
             (0.0, 0, 2, 0.5, 0.0, 4),
             (3600.0, 2, 3, 0.75, 0.3, 6),
@@ -377,16 +387,16 @@ def test_plots_tolerate_empty_runs_and_leak_no_figures(tmp_path) -> None:
 
 # --------------------------------------------------------------------------- solver latency
 def test_solver_latency_percentiles_over_every_solver_call() -> None:
-    result = _result(_finished_records()).model_copy(update={"solver_ms": [5.0, 1.0, 4.0, 2.0,
-                                                                           3.0]})
+    result = _result(_finished_records()).model_copy(
+        update={"solver_ms": [5.0, 1.0, 4.0, 2.0, 3.0]}
+    )
     s = summarize(result)
     # wall ms 1..5 (order does not matter): p50 3, p95 = 4 + 0.8, p99 = 4 + 0.96
     assert s.solver_p50_ms == pytest.approx(3.0)
     assert s.solver_p95_ms == pytest.approx(4.8)
     assert s.solver_p99_ms == pytest.approx(4.96)
     row = compare_json([("base", s)])[0]
-    assert (row["solver_p50_ms"], row["solver_p99_ms"]) == (pytest.approx(3.0),
-                                                            pytest.approx(4.96))
+    assert (row["solver_p50_ms"], row["solver_p99_ms"]) == (pytest.approx(3.0), pytest.approx(4.96))
     none = summarize(_result(_finished_records()))  # no solver call recorded
     assert none.solver_p50_ms is none.solver_p95_ms is none.solver_p99_ms is None
     assert compare_json([("base", none)])[0]["solver_p95_ms"] is None
@@ -398,12 +408,24 @@ def test_engine_records_the_wall_time_of_every_solver_call() -> None:
     from gpuplan.solver_core.registry import make_policy
     from tests.conftest import NO_OVERHEADS
 
-    jobs = [JobSpec(id=f"e{i}", submit_time=10.0 * i, requested_gpus=4, duration=100.0 + i,
-                    elasticity=Elasticity(min_gpus=2, max_gpus=6)) for i in range(4)]
+    jobs = [
+        JobSpec(
+            id=f"e{i}",
+            submit_time=10.0 * i,
+            requested_gpus=4,
+            duration=100.0 + i,
+            elasticity=Elasticity(min_gpus=2, max_gpus=6),
+        )
+        for i in range(4)
+    ]
     stats: list[float] = []
-    result, _, _ = simulate(Cluster.uniform(2, 4), jobs, make_policy("aryl"),
-                            overheads=NO_OVERHEADS,
-                            on_plan=lambda v, p: stats.extend(s.wall_ms for s in p.stats))
+    result, _, _ = simulate(
+        Cluster.uniform(2, 4),
+        jobs,
+        make_policy("aryl"),
+        overheads=NO_OVERHEADS,
+        on_plan=lambda v, p: stats.extend(s.wall_ms for s in p.stats),
+    )
     assert result.solver_calls > 0 and result.solver_ms == stats  # one entry per call, in order
     s = summarize(result)
     assert min(stats) <= s.solver_p50_ms <= s.solver_p95_ms <= s.solver_p99_ms <= max(stats)
@@ -418,8 +440,11 @@ def _render(table) -> str:
 
 def test_rejected_jobs_are_counted_and_shown_only_when_present() -> None:
     clean = summarize(_result(_finished_records(), "clean"))
-    hurt = summarize(_result(_finished_records(), "hurt").model_copy(
-        update={"rejected": [("huge", "needs 16 GPUs; the cluster has 8"), ("a", "duplicate")]}))
+    hurt = summarize(
+        _result(_finished_records(), "hurt").model_copy(
+            update={"rejected": [("huge", "needs 16 GPUs; the cluster has 8"), ("a", "duplicate")]}
+        )
+    )
     assert clean.rejected == 0 and hurt.rejected == 2
     assert hurt.jobs == 5  # rejected arrivals are not jobs of the run
     assert [r["rejected"] for r in compare_json([("clean", clean), ("hurt", hurt)])] == [0, 2]
@@ -433,18 +458,31 @@ def test_rejected_jobs_are_counted_and_shown_only_when_present() -> None:
 
 # --------------------------------------------------------------------------- loaning
 def _loaning(**kw: object) -> LoaningMetrics:
-    base = dict(window_s=100.0, usage_training=0.8, usage_overall=0.6, usage_loaned=0.5,
-                loaned_share=0.4, loaned_gpu_s=20.0, preemption_ratio=0.1, loan_offers=3,
-                reclaims=2, servers_reclaimed=3, reclaim_preemptions=1, collateral_damage=0.25,
-                met_by_flexible=0.5)
+    base = dict(
+        window_s=100.0,
+        usage_training=0.8,
+        usage_overall=0.6,
+        usage_loaned=0.5,
+        loaned_share=0.4,
+        loaned_gpu_s=20.0,
+        preemption_ratio=0.1,
+        loan_offers=3,
+        reclaims=2,
+        servers_reclaimed=3,
+        reclaim_preemptions=1,
+        collateral_damage=0.25,
+        met_by_flexible=0.5,
+    )
     return LoaningMetrics(**{**base, **kw})
 
 
 def test_loaning_metrics_flow_into_summary_json_table_and_means() -> None:
-    a = summarize(_result(_finished_records(), "aryl").model_copy(
-        update={"loaning": _loaning()}))
-    b = summarize(_result(_finished_records(), "aryl").model_copy(
-        update={"loaning": _loaning(usage_loaned=0.7, reclaims=4, collateral_damage=None)}))
+    a = summarize(_result(_finished_records(), "aryl").model_copy(update={"loaning": _loaning()}))
+    b = summarize(
+        _result(_finished_records(), "aryl").model_copy(
+            update={"loaning": _loaning(usage_loaned=0.7, reclaims=4, collateral_damage=None)}
+        )
+    )
     row = compare_json([("aryl", a)])[0]
     assert row["loaning"]["usage_loaned"] == 0.5 and row["loaning"]["reclaims"] == 2
     json.dumps(row)

@@ -172,16 +172,21 @@ def test_node_limit_without_incumbent_is_timeout_and_falls_back(backend: str) ->
     assert sol.stats.status == "timeout" and not sol.ok
     assert "limit reached" in sol.stats.message and "NODE" in sol.stats.message
     assert sol.stats.node_limit == 1 and sol.stats.deterministic
-    result, st = solve_with_fallback(build_market_split, lambda: "greedy", lambda _: "exact",
-                                     backend, limits=limits)
+    result, st = solve_with_fallback(
+        build_market_split, lambda: "greedy", lambda _: "exact", backend, limits=limits
+    )
     assert result == "greedy" and st.fell_back and "timeout" in st.message
 
 
 def _fake(reason: str) -> SimpleNamespace:
     from ortools.math_opt.python import mathopt
 
-    term = SimpleNamespace(reason=getattr(mathopt.TerminationReason, reason), limit=None,
-                           detail="", objective_bounds=SimpleNamespace(dual_bound=math.inf))
+    term = SimpleNamespace(
+        reason=getattr(mathopt.TerminationReason, reason),
+        limit=None,
+        detail="",
+        objective_bounds=SimpleNamespace(dual_bound=math.inf),
+    )
     return SimpleNamespace(termination=term, has_primal_feasible_solution=lambda: False)
 
 

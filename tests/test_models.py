@@ -49,8 +49,13 @@ def test_job_work_from_duration_and_elasticity_checks() -> None:
     with pytest.raises(ValidationError, match="total_iterations or duration"):
         JobSpec(id="j", submit_time=0, requested_gpus=1)
     with pytest.raises(ValidationError, match="outside the elasticity range"):
-        JobSpec(id="j", submit_time=0, requested_gpus=8, duration=1,
-                elasticity=Elasticity(min_gpus=1, max_gpus=4))
+        JobSpec(
+            id="j",
+            submit_time=0,
+            requested_gpus=8,
+            duration=1,
+            elasticity=Elasticity(min_gpus=1, max_gpus=4),
+        )
     with pytest.raises(ValidationError, match="max_gpus"):
         Elasticity(min_gpus=4, max_gpus=2)
     assert Elasticity(min_gpus=1, max_gpus=8, allowed=(8, 2, 4, 1)).counts() == (1, 2, 4, 8)
@@ -70,8 +75,9 @@ def test_cluster_validation_and_topology() -> None:
 
 
 def test_placement_rate_uses_type_speed_and_spread() -> None:
-    cluster = Cluster(nodes=[Node(name="a", gpus=2, gpu_type="v100"),
-                             Node(name="b", gpus=2, gpu_type="t4")])
+    cluster = Cluster(
+        nodes=[Node(name="a", gpus=2, gpu_type="v100"), Node(name="b", gpus=2, gpu_type="t4")]
+    )
     p = ThroughputProfile(points={1: 1.0, 2: 2.0, 4: 4.0}, default_spread_factor=0.5)
     job = JobSpec(id="j", submit_time=0, requested_gpus=4, duration=1, throughput=p)
     packed = JobAllocation(job_id="j", placement={"a": (0, 1)})
@@ -82,15 +88,31 @@ def test_placement_rate_uses_type_speed_and_spread() -> None:
 
 
 def test_json_round_trips() -> None:
-    job = JobSpec(id="j", submit_time=1, requested_gpus=2, duration=5,
-                  memory=MemoryProfile(gamma=0.3, delta=0.2, p=0.1))
+    job = JobSpec(
+        id="j",
+        submit_time=1,
+        requested_gpus=2,
+        duration=5,
+        memory=MemoryProfile(gamma=0.3, delta=0.2, p=0.1),
+    )
     assert JobSpec.model_validate_json(job.model_dump_json()) == job
     alloc = JobAllocation(job_id="j", placement={"n": (0, 1)}, share=0.5)
     plan = AllocationPlan(
-        time=3, policy="p", allocations={"j": alloc},
+        time=3,
+        policy="p",
+        allocations={"j": alloc},
         actions=[Action(kind="start", job_id="j", after=alloc)],
-        stats=[SolverStats(stage="placement", backend="cp-sat", status="optimal", objective=1,
-                           bound=1, gap=0, wall_ms=2.5)],
+        stats=[
+            SolverStats(
+                stage="placement",
+                backend="cp-sat",
+                status="optimal",
+                objective=1,
+                bound=1,
+                gap=0,
+                wall_ms=2.5,
+            )
+        ],
     )
     assert AllocationPlan.model_validate_json(plan.model_dump_json()) == plan
     adapter = TypeAdapter(list[Event])

@@ -26,14 +26,33 @@ from gpuplan.models import (
 )
 from gpuplan.models.fast import construct
 
-SPEC = JobSpec(id="j1", submit_time=5.0, requested_gpus=2, total_iterations=100.0,
-               throughput=ThroughputProfile(points={1: 1.0, 2: 1.9}))
+SPEC = JobSpec(
+    id="j1",
+    submit_time=5.0,
+    requested_gpus=2,
+    total_iterations=100.0,
+    throughput=ThroughputProfile(points={1: 1.0, 2: 1.9}),
+)
 ALLOC = JobAllocation(job_id="j1", placement={"n0": (0, 1)})
 RECORD: dict[str, Any] = dict(
-    job_id="j1", user="u", model=None, requested_gpus=2, work=100.0, submit_time=5.0,
-    first_start=6.0, finish_time=60.0, queueing_time=1.0, pending_time=1.0, jct=55.0,
-    gpu_seconds=108.0, done_iterations=100.0, lost_iterations=0.0, preemptions=0, resizes=0,
-    migrations=0)
+    job_id="j1",
+    user="u",
+    model=None,
+    requested_gpus=2,
+    work=100.0,
+    submit_time=5.0,
+    first_start=6.0,
+    finish_time=60.0,
+    queueing_time=1.0,
+    pending_time=1.0,
+    jct=55.0,
+    gpu_seconds=108.0,
+    done_iterations=100.0,
+    lost_iterations=0.0,
+    preemptions=0,
+    resizes=0,
+    migrations=0,
+)
 
 # (class, values): every class the engine, the simulator and diff.py build with construct,
 # each once with every field given and once leaving defaults (and default factories) out.
@@ -43,11 +62,17 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
     (JobAllocation, dict(job_id="j1", placement={"n1": (3,)}, share=0.5)),
     (Action, dict(kind="start", job_id="j1", before=None, after=ALLOC)),
     (Action, dict(kind="preempt", job_id="j1", before=ALLOC)),
-    (AllocationPlan, dict(time=3.0, policy="fifo", allocations={"j1": ALLOC},
-                          actions=[Action(kind="start", job_id="j1", after=ALLOC)],
-                          stats=[SolverStats(stage="s", backend="heuristic",
-                                             status="heuristic")],
-                          decision_ms=0.0)),
+    (
+        AllocationPlan,
+        dict(
+            time=3.0,
+            policy="fifo",
+            allocations={"j1": ALLOC},
+            actions=[Action(kind="start", job_id="j1", after=ALLOC)],
+            stats=[SolverStats(stage="s", backend="heuristic", status="heuristic")],
+            decision_ms=0.0,
+        ),
+    ),
     (AllocationPlan, dict(time=3.0, policy="fifo")),
     (JobCompletion, dict(time=2.0, kind="completion", job_id="j1")),
     (JobCompletion, dict(time=2.0, job_id="j1")),
@@ -56,11 +81,28 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
     (Timer, dict(time=7.0)),
     (JobRecord, RECORD),
     (JobRecord, {**RECORD, "failed": True, "failure": "boom"}),
-    (RunResult, dict(scenario="s", policy="fifo", seed=1, jobs=[JobRecord(**RECORD)],
-                     samples=[Sample(time=0.0, queue_length=0, running=1,
-                                     cluster_efficiency=1.0, blocking_index=0.0,
-                                     gpus_allocated=2, capacity=8)],
-                     decision_ms=[0.1], rejected=[("j9", "duplicate job id")])),
+    (
+        RunResult,
+        dict(
+            scenario="s",
+            policy="fifo",
+            seed=1,
+            jobs=[JobRecord(**RECORD)],
+            samples=[
+                Sample(
+                    time=0.0,
+                    queue_length=0,
+                    running=1,
+                    cluster_efficiency=1.0,
+                    blocking_index=0.0,
+                    gpus_allocated=2,
+                    capacity=8,
+                )
+            ],
+            decision_ms=[0.1],
+            rejected=[("j9", "duplicate job id")],
+        ),
+    ),
     (RunResult, dict(scenario="s", policy="fifo", jobs=[])),
 ]
 
@@ -114,8 +156,10 @@ def test_factory_defaults_are_fresh_per_instance() -> None:
     assert a.actions == [] and a.actions is not b.actions
     assert a.allocations is not b.allocations and a.stats is not b.stats
     r = construct(RunResult, scenario="s", policy="p", jobs=[])
-    assert r.samples == [] and r.samples is not construct(RunResult, scenario="s", policy="p",
-                                                          jobs=[]).samples
+    assert (
+        r.samples == []
+        and r.samples is not construct(RunResult, scenario="s", policy="p", jobs=[]).samples
+    )
     assert construct(JobAllocation, job_id="x").placement == {}
 
 

@@ -119,8 +119,24 @@ def test_exact_regulation_beats_largest_deficit_first() -> None:
 
 def test_exact_regulation_larger_instance_strictly_better() -> None:
     # A Σs = N case (found by random search) where largest-deficit-first overshoots j05.
-    s = {"j00": 1, "j01": 2, "j02": 1, "j03": 3, "j04": 1, "j05": 12, "j06": 4, "j07": 1,
-         "j08": 4, "j09": 1, "j10": 7, "j11": 4, "j12": 15, "j13": 3, "j14": 4, "j15": 1}
+    s = {
+        "j00": 1,
+        "j01": 2,
+        "j02": 1,
+        "j03": 3,
+        "j04": 1,
+        "j05": 12,
+        "j06": 4,
+        "j07": 1,
+        "j08": 4,
+        "j09": 1,
+        "j10": 7,
+        "j11": 4,
+        "j12": 15,
+        "j13": 3,
+        "j14": 4,
+        "j15": 1,
+    }
     greedy, exact = regulate_greedy(s, 8, 64), regulate_exact(s, 8, 64)
     assert greedy["j05"] == 16 and regulation_cost(s, greedy, 8, 64) == (0, 10)
     assert regulation_cost(s, exact, 8, 64) == (0, 8)
@@ -181,8 +197,10 @@ def test_exact_regulation_falls_back_on_a_tiny_time_limit() -> None:
     assert stats[0].fell_back and stats[0].status == "heuristic"
     assert "exact solve failed" in stats[0].message
     # The fallback is the better of the two greedy rules.
-    best = min((regulate_greedy(shares, 8, capacity, rule=r) for r in ("marginal", "deficit")),
-               key=lambda r: regulation_cost(shares, r, 8, capacity))
+    best = min(
+        (regulate_greedy(shares, 8, capacity, rule=r) for r in ("marginal", "deficit")),
+        key=lambda r: regulation_cost(shares, r, 8, capacity),
+    )
     assert result == best
 
 
@@ -201,8 +219,7 @@ def share_vectors(draw: st.DrawFn) -> tuple[int, int, dict[str, int]]:
     return unit, nodes, {f"j{i:02d}": p for i, p in enumerate(parts)}
 
 
-def _check_regulated(unit: int, nodes: int, shares: dict[str, int],
-                     result: dict[str, int]) -> None:
+def _check_regulated(unit: int, nodes: int, shares: dict[str, int], result: dict[str, int]) -> None:
     total = unit * nodes
     assert sum(result.values()) == total  # Prop. 2 (1): no GPU left idle
     for job, s in shares.items():
@@ -227,14 +244,14 @@ def _check_regulated(unit: int, nodes: int, shares: dict[str, int],
 def test_greedy_regulation_and_ffd_always_succeed(case: tuple[int, int, dict[str, int]]) -> None:
     unit, nodes, shares = case
     for rule in ("deficit", "marginal"):
-        _check_regulated(unit, nodes, shares,
-                         regulate_greedy(shares, unit, unit * nodes, rule=rule))
+        _check_regulated(
+            unit, nodes, shares, regulate_greedy(shares, unit, unit * nodes, rule=rule)
+        )
 
 
 @settings(max_examples=40, deadline=None)
 @given(share_vectors())
-def test_exact_regulation_is_never_worse_than_greedy(
-        case: tuple[int, int, dict[str, int]]) -> None:
+def test_exact_regulation_is_never_worse_than_greedy(case: tuple[int, int, dict[str, int]]) -> None:
     unit, nodes, shares = case
     total = unit * nodes
     stats: list = []
@@ -253,11 +270,17 @@ def test_exact_regulation_is_never_worse_than_greedy(
 
 def test_ffd_hand_example() -> None:
     # G = 4, 4 nodes: a (8) takes n0, n1 whole; e (4) n2; b, c, d share n3 first-fit.
-    counts, unplaced = ffd_node_counts({"a": 8, "b": 2, "c": 1, "d": 1, "e": 4},
-                                       {f"n{i}": 4 for i in range(4)}, 4)
+    counts, unplaced = ffd_node_counts(
+        {"a": 8, "b": 2, "c": 1, "d": 1, "e": 4}, {f"n{i}": 4 for i in range(4)}, 4
+    )
     assert unplaced == []
-    assert counts == {"a": {"n0": 4, "n1": 4}, "e": {"n2": 4}, "b": {"n3": 2},
-                      "c": {"n3": 1}, "d": {"n3": 1}}
+    assert counts == {
+        "a": {"n0": 4, "n1": 4},
+        "e": {"n2": 4},
+        "b": {"n3": 2},
+        "c": {"n3": 1},
+        "d": {"n3": 1},
+    }
 
 
 def test_ffd_reports_what_does_not_fit() -> None:
@@ -272,7 +295,8 @@ def test_network_sharing_violations() -> None:
     assert network_sharing_violations(spread, 4) == ["job a: 4 GPUs on 2 nodes, minimum 1"]
     two = {"a": {"n0": 3, "n1": 3}, "b": {"n1": 1, "n2": 4}}  # padded jobs meeting on n1
     assert network_sharing_violations(two, 4) == [
-        "node n1: multi-node jobs ['a', 'b'] share its network"]
+        "node n1: multi-node jobs ['a', 'b'] share its network"
+    ]
 
 
 # ------------------------------------------------------------------------------ view level
@@ -283,10 +307,11 @@ def _job(job_id: str, gpus: int, elastic: tuple[int, int] | None = None) -> JobS
     return JobSpec(id=job_id, submit_time=0, requested_gpus=gpus, duration=100, elasticity=el)
 
 
-def _view(nodes: int, gpus: int, running: dict[str, tuple[JobSpec, dict]],
-          pending: list[JobSpec]):
-    jobs = [JobSnapshot(spec=spec, allocation=JobAllocation(job_id=spec.id, placement=p))
-            for spec, p in running.values()]
+def _view(nodes: int, gpus: int, running: dict[str, tuple[JobSpec, dict]], pending: list[JobSpec]):
+    jobs = [
+        JobSnapshot(spec=spec, allocation=JobAllocation(job_id=spec.id, placement=p))
+        for spec, p in running.values()
+    ]
     jobs += [JobSnapshot(spec=spec) for spec in pending]
     return ClusterState(now=5, cluster=Cluster.uniform(nodes, gpus), jobs=jobs).to_view()
 
@@ -307,8 +332,10 @@ def test_regulate_view_reads_allowed_counts_and_reports_stats() -> None:
 
 
 def test_packed_placement_on_a_view_is_valid_and_network_sharing_free() -> None:
-    running = {"a": (_job("a", 2), {"node000": (0, 1)}),
-               "b": (_job("b", 4), {"node000": (2, 3), "node001": (0, 1)})}
+    running = {
+        "a": (_job("a", 2), {"node000": (0, 1)}),
+        "b": (_job("b", 4), {"node000": (2, 3), "node001": (0, 1)}),
+    }
     view = _view(3, 4, running, [_job("c", 4), _job("d", 1)])
     shares = regulate_greedy({"a": 2, "b": 4, "c": 4, "d": 1}, 4, 12)
     stats: list = []
@@ -336,8 +363,7 @@ def test_packed_policy_decides_regulated_and_placed() -> None:
             assert {j: a.gpus for j, a in decision.placements.items()} == decision.shares
             layout = {j: a.placement for j, a in decision.placements.items()}
             assert not network_sharing_violations(layout, 4)
-            check_plan(view, AllocationPlan(time=5, policy="p",
-                                            allocations=decision.placements))
+            check_plan(view, AllocationPlan(time=5, policy="p", allocations=decision.placements))
             assert [s.stage for s in decision.stats] == ["regulation", "placement"]
     # Without regulation the shares pass through untouched and best-fit places them.
     plain = packed_policy("p", shares, None, "best-fit").decide(view)
@@ -357,21 +383,27 @@ def test_packed_variant_of_srtf_runs_a_simulation_without_network_sharing() -> N
     policy = packed_variant(base)
     assert policy.name == "srtf-packed"
     sizes = [1, 2, 3, 4, 6, 8, 2, 1, 4, 3, 1, 2]
-    jobs = [JobSpec(id=f"j{i:02d}", submit_time=30.0 * i, requested_gpus=g,
-                    duration=200.0 + 97 * (i % 5)) for i, g in enumerate(sizes)]
+    jobs = [
+        JobSpec(
+            id=f"j{i:02d}", submit_time=30.0 * i, requested_gpus=g, duration=200.0 + 97 * (i % 5)
+        )
+        for i, g in enumerate(sizes)
+    ]
     checker = CapacityChecker()
     problems: list[str] = []
 
     def hook(view, plan) -> None:
         checker(view, plan)
-        problems.extend(network_sharing_violations(
-            {j: a.placement for j, a in plan.allocations.items()}, 4))
+        problems.extend(
+            network_sharing_violations({j: a.placement for j, a in plan.allocations.items()}, 4)
+        )
         # Rigid jobs keep their own size: padding, never a different count.
         for j, a in plan.allocations.items():
             assert a.gpus == view.job(j).spec.requested_gpus
 
-    result, _, _ = simulate(Cluster.uniform(3, 4), jobs, policy, overheads=NO_OVERHEADS,
-                            on_plan=hook)
+    result, _, _ = simulate(
+        Cluster.uniform(3, 4), jobs, policy, overheads=NO_OVERHEADS, on_plan=hook
+    )
     assert checker.plans > 0 and problems == []
     assert all(r.finish_time is not None for r in result.jobs)
 
@@ -389,21 +421,31 @@ def test_registered_packed_elastic_policies_never_share_the_network(name: str) -
     policy = make_policy(name, seed=3)
     assert policy.name == name
     profile = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.5, 8: 6.0, 12: 7.0})
-    jobs = [JobSpec(id=f"e{i:02d}", submit_time=40.0 * i, requested_gpus=2,
-                    total_iterations=900.0 + 311 * (i % 4), throughput=profile,
-                    elasticity=Elasticity(min_gpus=1, max_gpus=12)) for i in range(10)]
+    jobs = [
+        JobSpec(
+            id=f"e{i:02d}",
+            submit_time=40.0 * i,
+            requested_gpus=2,
+            total_iterations=900.0 + 311 * (i % 4),
+            throughput=profile,
+            elasticity=Elasticity(min_gpus=1, max_gpus=12),
+        )
+        for i in range(10)
+    ]
     checker = CapacityChecker()
     problems: list[str] = []
     sizes: set[int] = set()
 
     def hook(view, plan) -> None:
         checker(view, plan)
-        problems.extend(network_sharing_violations(
-            {j: a.placement for j, a in plan.allocations.items()}, 4))
+        problems.extend(
+            network_sharing_violations({j: a.placement for j, a in plan.allocations.items()}, 4)
+        )
         sizes.update(a.gpus for a in plan.allocations.values())
 
-    result, _, _ = simulate(Cluster.uniform(3, 4), jobs, policy, overheads=NO_OVERHEADS,
-                            on_plan=hook)
+    result, _, _ = simulate(
+        Cluster.uniform(3, 4), jobs, policy, overheads=NO_OVERHEADS, on_plan=hook
+    )
     assert checker.plans > 0 and problems == []
     assert sizes <= {1, 2, 3, 4, 8, 12} and max(sizes) > 4  # legal sizes, multi-node used
     assert all(r.finish_time is not None for r in result.jobs)

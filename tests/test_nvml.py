@@ -36,9 +36,17 @@ NOT_SUPPORTED, TIMEOUT, LOST = 3, 10, 15
 
 def h100(index: int, **over: Any) -> dict[str, Any]:
     """Recorded answers of one healthy H100 (values as nvidia-ml-py 12 returns them)."""
-    gpu = {"uuid": f"GPU-5d7c0b2e-1a4e-4b6a-9f0e-00000000000{index}",
-           "name": "NVIDIA H100 80GB HBM3", "memory": 85520809984, "mig": [0, 0], "ecc": 0,
-           "retired": [], "pending": 0, "rows": (0, 0, 0, 0), "throttle": 0x1}
+    gpu = {
+        "uuid": f"GPU-5d7c0b2e-1a4e-4b6a-9f0e-00000000000{index}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory": 85520809984,
+        "mig": [0, 0],
+        "ecc": 0,
+        "retired": [],
+        "pending": 0,
+        "rows": (0, 0, 0, 0),
+        "throttle": 0x1,
+    }
     gpu.update(over)
     return gpu
 
@@ -155,9 +163,12 @@ def test_retired_pages_pending_is_unhealthy_retired_alone_is_degraded() -> None:
 
 
 def test_row_remap_failure_and_unsupported_counters() -> None:
-    inv = inventory_of(h100(0, rows=(3, 1, 0, 1)),
-                       h100(1, ecc="unsupported", retired="unsupported",
-                            pending="unsupported", rows="unsupported"))
+    inv = inventory_of(
+        h100(0, rows=(3, 1, 0, 1)),
+        h100(
+            1, ecc="unsupported", retired="unsupported", pending="unsupported", rows="unsupported"
+        ),
+    )
     assert inv.gpus[0].health.reason == "row remapping failed"
     assert inv.gpus[1].health.verdict == "healthy"  # not supported says nothing
 
@@ -195,8 +206,7 @@ def test_xid_events_are_drained_kept_and_judged() -> None:
     assert fake.calls.count("init") == 1
 
 
-def test_no_nvml_is_declared_inventory_said_once_at_info(caplog: pytest.LogCaptureFixture
-                                                         ) -> None:
+def test_no_nvml_is_declared_inventory_said_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     inv = read_local(FakeNvml([], init_error=12))  # NVML_ERROR_LIBRARY_NOT_FOUND
     assert not inv.nvml and "NVML not usable" in (inv.reason or "")
@@ -206,13 +216,18 @@ def test_no_nvml_is_declared_inventory_said_once_at_info(caplog: pytest.LogCaptu
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("answers", [
-    None, {"nvml": "yes"}, {"nvml": True, "gpus": "all"},
-    {"nvml": True, "gpus": [{"index": -1}]},
-    {"nvml": True, "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": "GPU-a"}]},
-    {"nvml": True, "gpus": [{"index": 0, "xids": [{"xid": "79"}]}]},
-    {"nvml": True, "gpus": [{"index": 0, "remapped_rows": [1, 2]}]},
-])
+@pytest.mark.parametrize(
+    "answers",
+    [
+        None,
+        {"nvml": "yes"},
+        {"nvml": True, "gpus": "all"},
+        {"nvml": True, "gpus": [{"index": -1}]},
+        {"nvml": True, "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": "GPU-a"}]},
+        {"nvml": True, "gpus": [{"index": 0, "xids": [{"xid": "79"}]}]},
+        {"nvml": True, "gpus": [{"index": 0, "remapped_rows": [1, 2]}]},
+    ],
+)
 def test_malformed_answers_are_refused(answers: Any) -> None:
     with pytest.raises(BadInventory):
         parse_inventory(answers)
@@ -228,8 +243,10 @@ def test_model_matching() -> None:
 def test_binding_by_uuid_and_intersection() -> None:
     node = Node(name="n1", gpus=2, gpu_type="h100")
     ok = bind_node(node, inventory_of(h100(0), h100(1)))
-    assert ok.usable and ok.devices == ("GPU-5d7c0b2e-1a4e-4b6a-9f0e-000000000000",
-                                        "GPU-5d7c0b2e-1a4e-4b6a-9f0e-000000000001")
+    assert ok.usable and ok.devices == (
+        "GPU-5d7c0b2e-1a4e-4b6a-9f0e-000000000000",
+        "GPU-5d7c0b2e-1a4e-4b6a-9f0e-000000000001",
+    )
     assert not ok.warnings
     more = bind_node(node, inventory_of(h100(0), h100(1), h100(2, name="NVIDIA L4")))
     assert more.usable and len(more.devices or ()) == 2 and len(more.warnings) == 1
@@ -247,9 +264,10 @@ def test_slurm_gres_cross_check() -> None:
     assert check_gres("n1", "gpu:h100:2(S:0-1)", inv) == []
     assert check_gres("n1", "gpu:2,shard:8", inv) == []
     problems = check_gres("n1", "gpu:a100:4", inv)
-    assert problems == ["node n1: GRES declares 4 GPU(s), NVML reports 2",
-                        "node n1: GRES declares 4 x a100, NVML reports 0 of that type "
-                        "(NVIDIA H100 80GB HBM3)"]
+    assert problems == [
+        "node n1: GRES declares 4 GPU(s), NVML reports 2",
+        "node n1: GRES declares 4 x a100, NVML reports 0 of that type (NVIDIA H100 80GB HBM3)",
+    ]
     sick = check_gres("n1", "gpu:h100:2", inventory_of(h100(0), h100(1, lost=True)))
     assert len(sick) == 1 and "fallen off the bus" in sick[0]
     assert check_gres("n1", "gpu:9", parse_inventory({"nvml": False})) == []
@@ -265,11 +283,15 @@ def test_executor_usable_set_follows_health_transitions(tmp_path: Any) -> None:
     known_hosts.write_text("")
     key = tmp_path / "id_ed25519"  # never used: no connection is made
     key.write_text("")
-    cluster = Cluster(nodes=[Node(name="n1", gpus=2, gpu_type="h100"),
-                             Node(name="n2", gpus=1, gpu_type="h100")])
-    ex = SshExecutor(cluster, {"n1": NodeAddress("127.0.0.1"), "n2": NodeAddress("127.0.0.2")},
-                     StandinLauncher("/nonexistent", 1.0), SshSettings(known_hosts=str(known_hosts),
-                                                                   client_keys=(str(key),)))
+    cluster = Cluster(
+        nodes=[Node(name="n1", gpus=2, gpu_type="h100"), Node(name="n2", gpus=1, gpu_type="h100")]
+    )
+    ex = SshExecutor(
+        cluster,
+        {"n1": NodeAddress("127.0.0.1"), "n2": NodeAddress("127.0.0.2")},
+        StandinLauncher("/nonexistent", 1.0),
+        SshSettings(known_hosts=str(known_hosts), client_keys=(str(key),)),
+    )
     try:
         fake1, fake2 = FakeNvml([h100(0), h100(1)]), FakeNvml([h100(5)])
         r1, r2 = NvmlReader(fake1), NvmlReader(fake2)
@@ -279,14 +301,18 @@ def test_executor_usable_set_follows_health_transitions(tmp_path: Any) -> None:
         fake1.gpus[1]["ecc"] = 3
         events = ex.gpu_events(2.0, {"n1": r1.answers(), "n2": r2.answers()})
         assert [(type(e), e.node) for e in events] == [(NodeFailure, "n1")]
-        assert ex.gpus.out == {"n1": "GPU 1 (GPU-5d7c0b2e-1a4e-4b6a-9f0e-000000000001): "
-                                     "3 volatile uncorrected ECC error(s)"}
+        assert ex.gpus.out == {
+            "n1": "GPU 1 (GPU-5d7c0b2e-1a4e-4b6a-9f0e-000000000001): "
+            "3 volatile uncorrected ECC error(s)"
+        }
         assert ex.gpu_events(3.0, {"n1": r1.answers()}) == []  # still out: no second event
         fake1.gpus[1]["ecc"] = 0  # reset by the operator: volatile counters start again
         events = ex.gpu_events(4.0, {"n1": r1.answers()})
         assert [(type(e), e.node) for e in events] == [(NodeRecovery, "n1")]
         assert [(e["t"], e["node"], e["change"]) for e in ex.gpu_log] == [
-            (2.0, "n1", "out"), (4.0, "n1", "back")]
+            (2.0, "n1", "out"),
+            (4.0, "n1", "back"),
+        ]
         fake2.gpus[0]["lost"] = True
         events = ex.gpu_events(5.0, {"n2": r2.answers()})
         assert [(type(e), e.node) for e in events] == [(NodeFailure, "n2")]

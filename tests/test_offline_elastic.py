@@ -31,10 +31,16 @@ def tiny_elastic(seed: int) -> tuple[Cluster, list[JobSpec]]:
     for i in range(rng.randint(2, 4)):
         top = rng.choice([1.3, 1.6, 1.9])
         points = {1: 1.0, 2: top} if gpus == 2 else {1: 1.0, 2: top, 4: top * 1.4}
-        jobs.append(JobSpec(id=f"e{i}", submit_time=10.0 * rng.randint(0, 2), requested_gpus=1,
-                            duration=rng.choice([5.0, 10.0, 15.0, 25.0]),
-                            elasticity=Elasticity(min_gpus=1, max_gpus=gpus),
-                            throughput=ThroughputProfile(points=points)))
+        jobs.append(
+            JobSpec(
+                id=f"e{i}",
+                submit_time=10.0 * rng.randint(0, 2),
+                requested_gpus=1,
+                duration=rng.choice([5.0, 10.0, 15.0, 25.0]),
+                elasticity=Elasticity(min_gpus=1, max_gpus=gpus),
+                throughput=ThroughputProfile(points=points),
+            )
+        )
     return Cluster.uniform(1, gpus), jobs
 
 
@@ -92,9 +98,17 @@ def test_worked_example() -> None:
     when both run on one GPU and 2/1.2 when the short one runs alone on two, so both on one
     GPU until the short one ends (10 s), then the long one on two: JCTs 10 and 10 + 10/1.2 s."""
     curve = ThroughputProfile(points={1: 1.0, 2: 1.2})
-    jobs = [JobSpec(id=name, submit_time=0, requested_gpus=1, duration=d,
-                    elasticity=Elasticity(min_gpus=1, max_gpus=2), throughput=curve)
-            for name, d in (("short", 10.0), ("long", 20.0))]
+    jobs = [
+        JobSpec(
+            id=name,
+            submit_time=0,
+            requested_gpus=1,
+            duration=d,
+            elasticity=Elasticity(min_gpus=1, max_gpus=2),
+            throughput=curve,
+        )
+        for name, d in (("short", 10.0), ("long", 20.0))
+    ]
     sched = solve_elastic(offline_instance(Cluster.uniform(1, 2), jobs))
     expected = (10.0 + 10.0 + 10.0 / 1.2) / 2
     assert sched.status == "optimal"

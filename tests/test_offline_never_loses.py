@@ -42,23 +42,37 @@ REL = 1e-5
 """Relative slack: the continuous schedule does 1e-6 more work per job than its LP."""
 
 ISSUE_RIGID_8 = [  # (arrival s, GPUs, duration s) on 1 x 4 GPUs
-    (0.0, 2, 86.103), (305.879, 4, 121.205), (311.821, 4, 361.18), (312.502, 1, 930.479),
-    (477.605, 4, 160.634), (966.587, 1, 1512.66), (1168.662, 2, 71.818), (1395.252, 1, 330.034)]
+    (0.0, 2, 86.103),
+    (305.879, 4, 121.205),
+    (311.821, 4, 361.18),
+    (312.502, 1, 930.479),
+    (477.605, 4, 160.634),
+    (966.587, 1, 1512.66),
+    (1168.662, 2, 71.818),
+    (1395.252, 1, 330.034),
+]
 """The issue's first case, 8 rigid jobs on 4 GPUs where the slotted model lost to srtf (its
 exact jobs are not recorded): `gpuplan compare` on a `synthetic` scenario (8 jobs, 12 per
 hour, sizes {1: 2, 2: 1, 4: 1}, mean 600 s, rigid, seed 0, no overheads), durations rounded to
 the millisecond. The slotted model's schedule: 685.1 s avg JCT, srtf's 560.8 s."""
 
 ISSUE_RIGID_6 = [  # on 1 x 8 GPUs
-    (0.0, 4, 14.89), (305.879, 4, 350.736), (311.821, 4, 75.14), (312.502, 8, 162.361),
-    (477.605, 8, 215.257), (966.587, 1, 303.011)]
+    (0.0, 4, 14.89),
+    (305.879, 4, 350.736),
+    (311.821, 4, 75.14),
+    (312.502, 8, 162.361),
+    (477.605, 8, 215.257),
+    (966.587, 1, 303.011),
+]
 """The issue's second case, 6 rigid jobs on 8 GPUs (synthetic, 12 per hour, sizes 1/2/4/8,
 mean 1500 s, seed 0): the slotted model 293.0 s, srtf 274.2 s."""
 
 
 def rigid_jobs(rows: list[tuple[float, int, float]]) -> list[JobSpec]:
-    return [JobSpec(id=f"j{i}", submit_time=a, requested_gpus=g, duration=d)
-            for i, (a, g, d) in enumerate(rows)]
+    return [
+        JobSpec(id=f"j{i}", submit_time=a, requested_gpus=g, duration=d)
+        for i, (a, g, d) in enumerate(rows)
+    ]
 
 
 def offline(cluster: Cluster, jobs: list[JobSpec], **kw: object) -> tuple[float, OfflineOptimal]:
@@ -66,8 +80,11 @@ def offline(cluster: Cluster, jobs: list[JobSpec], **kw: object) -> tuple[float,
     return avg_jct(cluster, jobs, policy), policy
 
 
-@pytest.mark.parametrize(("rows", "gpus"), [(ISSUE_RIGID_8, 4), (ISSUE_RIGID_6, 8)],
-                         ids=["8-jobs-4-gpus", "6-jobs-8-gpus"])
+@pytest.mark.parametrize(
+    ("rows", "gpus"),
+    [(ISSUE_RIGID_8, 4), (ISSUE_RIGID_6, 8)],
+    ids=["8-jobs-4-gpus", "6-jobs-8-gpus"],
+)
 def test_issue_instances(rows: list[tuple[float, int, float]], gpus: int) -> None:
     cluster, jobs = Cluster.uniform(1, gpus), rigid_jobs(rows)
     srtf = avg_jct(cluster, jobs, make_policy("srtf"))
@@ -96,14 +113,26 @@ def small_instances(draw: st.DrawFn) -> tuple[Cluster, list[JobSpec], bool]:
         if elastic:
             top = draw(st.sampled_from([1.3, 1.7, 1.95]))
             points = {1: 1.0, 2: top} if gpus == 2 else {1: 1.0, 2: top, 4: top * 1.5}
-            jobs.append(JobSpec(id=f"e{i}", submit_time=round(arrival, 3), requested_gpus=1,
-                                duration=round(duration, 3),
-                                elasticity=Elasticity(min_gpus=1, max_gpus=gpus),
-                                throughput=ThroughputProfile(points=points)))
+            jobs.append(
+                JobSpec(
+                    id=f"e{i}",
+                    submit_time=round(arrival, 3),
+                    requested_gpus=1,
+                    duration=round(duration, 3),
+                    elasticity=Elasticity(min_gpus=1, max_gpus=gpus),
+                    throughput=ThroughputProfile(points=points),
+                )
+            )
         else:
             size = draw(st.sampled_from([g for g in (1, 2, 4) if g <= gpus]))
-            jobs.append(JobSpec(id=f"r{i}", submit_time=round(arrival, 3), requested_gpus=size,
-                                duration=round(duration, 3)))
+            jobs.append(
+                JobSpec(
+                    id=f"r{i}",
+                    submit_time=round(arrival, 3),
+                    requested_gpus=size,
+                    duration=round(duration, 3),
+                )
+            )
     return Cluster.uniform(1, gpus), jobs, elastic
 
 
@@ -140,11 +169,14 @@ def srpt_single_gpu(rows: list[tuple[float, float]]) -> float:
     return sum(done[i] - a for i, (a, _) in enumerate(rows)) / len(rows)
 
 
-@pytest.mark.parametrize("rows", [
-    [(0.0, 30.0), (5.0, 4.0), (7.5, 11.0)],
-    [(0.0, 12.5), (0.0, 3.0), (2.0, 9.0), (20.0, 1.5)],
-    [(0.0, 40.0), (10.0, 5.0), (11.0, 5.0), (30.0, 20.0)],
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(0.0, 30.0), (5.0, 4.0), (7.5, 11.0)],
+        [(0.0, 12.5), (0.0, 3.0), (2.0, 9.0), (20.0, 1.5)],
+        [(0.0, 40.0), (10.0, 5.0), (11.0, 5.0), (30.0, 20.0)],
+    ],
+)
 def test_equals_srpt_on_one_gpu(rows: list[tuple[float, float]]) -> None:
     """Rigid 1-GPU jobs on one GPU: the reported optimum is SRPT's, the known optimum."""
     cluster = Cluster.uniform(1, 1)
@@ -168,14 +200,14 @@ def test_rigid_equals_enumeration(seed: int) -> None:
     every event order, and no list of fixed start times (a non-preemptive schedule, every
     permutation served greedily) beats it."""
     sizes = [(1, 2, 4, 2), (2, 2, 1, 4), (4, 1, 1, 2), (2, 4, 1, 1)][seed]
-    rows = [(7.0 * ((seed + i) % 3), sizes[i], 5.0 + 6.5 * ((seed * 3 + i) % 4))
-            for i in range(4)]
+    rows = [(7.0 * ((seed + i) % 3), sizes[i], 5.0 + 6.5 * ((seed * 3 + i) % 4)) for i in range(4)]
     cluster, jobs = Cluster.uniform(1, 4), rigid_jobs(rows)
     best, policy = offline(cluster, jobs)
     assert policy.bound is not None and policy.bound.status == "optimal"
     assert best == pytest.approx(brute_rigid(cluster, jobs), rel=REL)
-    assert best <= min(list_schedule(rows, 4, p) for p in itertools.permutations(range(4))) \
-        * (1 + REL)
+    assert best <= min(list_schedule(rows, 4, p) for p in itertools.permutations(range(4))) * (
+        1 + REL
+    )
 
 
 def list_schedule(rows: list[tuple[float, int, float]], cap: int, order: tuple[int, ...]) -> float:
@@ -209,7 +241,8 @@ def test_fallback_is_labelled_an_upper_bound() -> None:
     assert summary.avg_jct_s <= avg_jct(cluster, jobs, make_policy("srtf")) * (1 + REL)
     assert summary.bound_status == "upper-bound"
     assert summary.avg_jct_gap == pytest.approx(
-        (summary.avg_jct_s - b.lower_bound_s) / b.lower_bound_s)
+        (summary.avg_jct_s - b.lower_bound_s) / b.lower_bound_s
+    )
     text = render(compare_table([("offline-optimal", summary)]), 200)
     assert "offline-optimal (upper bound)" in text
 
@@ -224,8 +257,10 @@ def test_bound_in_summary_table_and_json() -> None:
     """The bound and gap reach ``compare``: a narrow table (read at 80 columns with every
     cell whole) and three JSON fields; policies without a bound get none."""
     cluster, jobs = Cluster.uniform(1, 8), rigid_jobs(ISSUE_RIGID_6)
-    runs = [simulate(cluster, jobs, p, overheads=NO_OVERHEADS)[0]
-            for p in (make_policy("fifo"), OfflineOptimal())]
+    runs = [
+        simulate(cluster, jobs, p, overheads=NO_OVERHEADS)[0]
+        for p in (make_policy("fifo"), OfflineOptimal())
+    ]
     summaries = [("fifo", summarize(runs[0])), ("offline-optimal", summarize(runs[1]))]
     off = summaries[1][1]
     assert off.bound_status == "optimal" and off.avg_jct_bound_s is not None

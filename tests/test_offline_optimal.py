@@ -43,8 +43,10 @@ def brute_force(inst: OfflineInstance, slot_s: float, horizon: int) -> float:
         if t == horizon:
             return math.inf
         options: list[list[int]] = [[0]] * len(jobs)
-        options = [[0, *jobs[i].rates] if start[i] <= t and left[i] > 1e-9 else [0]
-                   for i in range(len(jobs))]
+        options = [
+            [0, *jobs[i].rates] if start[i] <= t and left[i] > 1e-9 else [0]
+            for i in range(len(jobs))
+        ]
         out = math.inf
 
         def walk(i: int, used: int, counts: list[int]) -> None:
@@ -55,8 +57,9 @@ def brute_force(inst: OfflineInstance, slot_s: float, horizon: int) -> float:
                     if g:
                         step = jobs[k].rates[g] * slot_s
                         if step >= left[k] - 1e-9:
-                            cost += origin + t * slot_s + left[k] / jobs[k].rates[g] \
-                                - jobs[k].arrival
+                            cost += (
+                                origin + t * slot_s + left[k] / jobs[k].rates[g] - jobs[k].arrival
+                            )
                             nxt[k] = 0.0
                         else:
                             nxt[k] = left[k] - step
@@ -76,9 +79,12 @@ def tiny(seed: int, elastic: bool) -> tuple[Cluster, list[JobSpec]]:
     rng = random.Random(seed)
     jobs = []
     for i in range(rng.randint(2, 4)):
-        kw: dict[str, object] = {"id": f"t{i}", "submit_time": 10.0 * rng.randint(0, 2),
-                                 "requested_gpus": rng.choice([1, 2]),
-                                 "duration": rng.choice([5.0, 10.0, 15.0, 25.0])}
+        kw: dict[str, object] = {
+            "id": f"t{i}",
+            "submit_time": 10.0 * rng.randint(0, 2),
+            "requested_gpus": rng.choice([1, 2]),
+            "duration": rng.choice([5.0, 10.0, 15.0, 25.0]),
+        }
         if elastic:
             kw["elasticity"] = Elasticity(min_gpus=1, max_gpus=2)
             kw["throughput"] = ThroughputProfile(points={1: 1.0, 2: rng.choice([1.3, 1.8])})
@@ -103,8 +109,10 @@ def test_model_equals_brute_force(seed: int, elastic: bool) -> None:
 def test_worked_example() -> None:
     """Two 1-GPU jobs of 2 and 1 slots arrive together on one GPU: shortest first, JCTs 1 and
     3 slots, average 2 slots; no schedule on any time grid does better, so the bound is tight."""
-    jobs = [JobSpec(id="long", submit_time=0, requested_gpus=1, duration=20.0),
-            JobSpec(id="short", submit_time=0, requested_gpus=1, duration=10.0)]
+    jobs = [
+        JobSpec(id="long", submit_time=0, requested_gpus=1, duration=20.0),
+        JobSpec(id="short", submit_time=0, requested_gpus=1, duration=10.0),
+    ]
     sched = solve_offline(offline_instance(Cluster.uniform(1, 1), jobs), slot_s=10.0)
     assert sched.counts == {"long": [0, 1, 1], "short": [1, 0, 0]}
     assert sched.avg_jct_s == pytest.approx(20.0)
@@ -155,8 +163,7 @@ def test_online_policies_never_beat_the_lower_bound_elastic() -> None:
 
 
 def test_refuses_large_instances_and_missing_future() -> None:
-    jobs = [JobSpec(id=f"j{i}", submit_time=0, requested_gpus=1, duration=60.0)
-            for i in range(13)]
+    jobs = [JobSpec(id=f"j{i}", submit_time=0, requested_gpus=1, duration=60.0) for i in range(13)]
     with pytest.raises(InputError, match="up to 12 jobs"):
         simulate(Cluster.uniform(2, 4), jobs, make_policy("offline-optimal"))
     with pytest.raises(InputError, match="16 GPUs"):

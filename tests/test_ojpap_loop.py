@@ -36,16 +36,40 @@ ROUND = 100.0
 
 
 def _policy(ojpap: bool = True, **kw: object):
-    cfg = PolicyConfig(name="t", base="fifo", wrappers=("ojpp",), values={
-        "tau_max": 0.5, "theta_max": 0.1, "theta_balance": 1.0, "interference": BELIEVED,
-        "ojpap": ojpap, "ojpap_interval_s": ROUND, "ojpap_migration_s": 10.0, **kw})
+    cfg = PolicyConfig(
+        name="t",
+        base="fifo",
+        wrappers=("ojpp",),
+        values={
+            "tau_max": 0.5,
+            "theta_max": 0.1,
+            "theta_balance": 1.0,
+            "interference": BELIEVED,
+            "ojpap": ojpap,
+            "ojpap_interval_s": ROUND,
+            "ojpap_migration_s": 10.0,
+            **kw,
+        },
+    )
     return make_policy("t", configs={"t": cfg})
 
 
-def _job(job_id: str, model: str, gpus: int, work: float, submit: float = 0.0,
-         memory: MemoryProfile = QUIET) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=submit, requested_gpus=gpus, total_iterations=work,
-                   model=model, memory=memory)
+def _job(
+    job_id: str,
+    model: str,
+    gpus: int,
+    work: float,
+    submit: float = 0.0,
+    memory: MemoryProfile = QUIET,
+) -> JobSpec:
+    return JobSpec(
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=gpus,
+        total_iterations=work,
+        model=model,
+        memory=memory,
+    )
 
 
 def _run(jobs: list[JobSpec], policy=None, seed: int = 0, interference: bool = True):
@@ -55,13 +79,23 @@ def _run(jobs: list[JobSpec], policy=None, seed: int = 0, interference: bool = T
 
     def hook(view: ClusterView, plan) -> None:
         checker(view, plan)
-        moves.extend((view.now, a.job_id, dict(a.before.placement), dict(a.after.placement))
-                     for a in plan.actions if a.kind == "migrate")
+        moves.extend(
+            (view.now, a.job_id, dict(a.before.placement), dict(a.after.placement))
+            for a in plan.actions
+            if a.kind == "migrate"
+        )
 
     result, _, executor = simulate(
-        CLUSTER, jobs, policy, overheads=OVERHEADS, on_plan=hook, record_segments=True,
-        seed=seed, sample_interval_s=None,
-        interference=OjppInterference(TRUE) if interference else None)
+        CLUSTER,
+        jobs,
+        policy,
+        overheads=OVERHEADS,
+        on_plan=hook,
+        record_segments=True,
+        seed=seed,
+        sample_interval_s=None,
+        interference=OjppInterference(TRUE) if interference else None,
+    )
     return result, executor, policy, moves
 
 
@@ -112,13 +146,19 @@ def test_a_transient_spike_does_not_migrate_but_a_persistent_one_does() -> None:
 
 
 def test_same_seed_same_run_and_the_seed_draws_the_collisions() -> None:
-    jobs = [_job("A", "v", 2, 3000.0, memory=SPIKY), _job("B", "v", 2, 3000.0, memory=SPIKY),
-            _job("C", "x", 1, 2000.0, submit=50.0, memory=SPIKY)]
+    jobs = [
+        _job("A", "v", 2, 3000.0, memory=SPIKY),
+        _job("B", "v", 2, 3000.0, memory=SPIKY),
+        _job("C", "x", 1, 2000.0, submit=50.0, memory=SPIKY),
+    ]
 
     def trace(seed: int) -> tuple[list, list, list]:
         result, _, policy, moves = _run(jobs, seed=seed)
-        return ([(r.job_id, r.finish_time, r.migrations) for r in result.jobs],
-                [(row["t"], row["max"], row["moves"]) for row in policy.memory.trace], moves)
+        return (
+            [(r.job_id, r.finish_time, r.migrations) for r in result.jobs],
+            [(row["t"], row["max"], row["moves"]) for row in policy.memory.trace],
+            moves,
+        )
 
     first = trace(1)
     assert trace(1) == first
@@ -136,8 +176,9 @@ def test_no_observations_no_ojpap() -> None:
     with_it, _, policy, moves = _run(jobs, interference=False)
     without, _, _, _ = _run(jobs, _policy(ojpap=False), interference=False)
     assert moves == [] and policy.memory.trace == [] and not policy.memory.observing
-    assert [(r.job_id, r.finish_time) for r in with_it.jobs] == \
-        [(r.job_id, r.finish_time) for r in without.jobs]
+    assert [(r.job_id, r.finish_time) for r in with_it.jobs] == [
+        (r.job_id, r.finish_time) for r in without.jobs
+    ]
     assert with_it.events == without.events  # no extra timer events either
     online = Ojpap(OjppParams(ojpap=True))
     view = ClusterView(0.0, CLUSTER, {n.name: n for n in CLUSTER.nodes}, {}, {}, {})
@@ -154,8 +195,7 @@ def test_a_restored_policy_decides_exactly_as_the_original() -> None:
     jobs = [_job("V", "v", 2, 4000.0), _job("X", "x", 1, 1000.0)]
 
     def run(restore: bool | None) -> list[tuple[str, float | None, int]]:
-        executor = SimulatedCluster(CLUSTER, jobs, OVERHEADS,
-                                    interference=OjppInterference(TRUE))
+        executor = SimulatedCluster(CLUSTER, jobs, OVERHEADS, interference=OjppInterference(TRUE))
         engine = Engine(CLUSTER, _policy(), executor, sample_interval_s=None)
         swapped = False
         while (batch := executor.next_events()) is not None:
@@ -198,19 +238,35 @@ def test_observations_follow_the_rate_model_and_cost_nothing_unread(monkeypatch)
         return real(self)
 
     monkeypatch.setattr(observe.ObservedInterference, "_compute", counted)
-    jobs = [_job("V", "v", 2, 4000.0), _job("X", "x", 1, 1000.0),
-            JobSpec(id="W", submit_time=100.0, requested_gpus=1, total_iterations=100.0)]
+    jobs = [
+        _job("V", "v", 2, 4000.0),
+        _job("X", "x", 1, 1000.0),
+        JobSpec(id="W", submit_time=100.0, requested_gpus=1, total_iterations=100.0),
+    ]
     model = PairwiseInterference({("v", "x"): 0.5})  # v keeps half its speed next to x
     seen: list[dict] = []
 
     def hook(view: ClusterView, plan) -> None:
         seen.append(dict(view.interference))
 
-    simulate(CLUSTER, jobs, _policy(ojpap=False), overheads=OVERHEADS, interference=model,
-             sample_interval_s=None)
+    simulate(
+        CLUSTER,
+        jobs,
+        _policy(ojpap=False),
+        overheads=OVERHEADS,
+        interference=model,
+        sample_interval_s=None,
+    )
     assert calls == []  # fifo-ojpp never reads it
-    simulate(CLUSTER, jobs, _policy(ojpap=False), overheads=OVERHEADS, interference=model,
-             sample_interval_s=None, on_plan=hook)
+    simulate(
+        CLUSTER,
+        jobs,
+        _policy(ojpap=False),
+        overheads=OVERHEADS,
+        interference=model,
+        sample_interval_s=None,
+        on_plan=hook,
+    )
     # at W's arrival (t = 100) V#0 and X share GPU 0: V is 100 % slower there; GPU 1 holds
     # V#1 alone; W's whole GPU is not a shared one
     assert seen[1] == {("node000", 0): 1.0, ("node000", 1): 0.0}
@@ -222,8 +278,11 @@ def test_new_placements_avoid_a_pair_ojpap_learned_is_bad() -> None:
     # learning the floor 0.6 for (v, x). Z (type x) arrives at 500: the believed matrix (0.05)
     # would put it next to V again (GPU 1, which the run without OJPAP does), and OJPAP would
     # have to move V a second time; with the learned floor the packer puts Z beside X instead.
-    jobs = [_job("V", "v", 2, 4000.0), _job("X", "x", 1, 1000.0),
-            _job("Z", "x", 1, 1000.0, submit=500.0)]
+    jobs = [
+        _job("V", "v", 2, 4000.0),
+        _job("X", "x", 1, 1000.0),
+        _job("Z", "x", 1, 1000.0, submit=500.0),
+    ]
 
     def starts(policy) -> tuple[dict, list]:
         placed: dict[str, dict] = {}
@@ -236,8 +295,16 @@ def test_new_placements_avoid_a_pair_ojpap_learned_is_bad() -> None:
                 elif a.kind == "migrate":
                     migrations.append((view.now, a.job_id))
 
-        simulate(CLUSTER, jobs, policy, overheads=OVERHEADS, on_plan=hook, seed=0,
-                 sample_interval_s=None, interference=OjppInterference(TRUE))
+        simulate(
+            CLUSTER,
+            jobs,
+            policy,
+            overheads=OVERHEADS,
+            on_plan=hook,
+            seed=0,
+            sample_interval_s=None,
+            interference=OjppInterference(TRUE),
+        )
         return placed, migrations
 
     placed, migrations = starts(_policy(ojpap=False))

@@ -22,19 +22,34 @@ def _write(tmp_path: Path, data: object, name: str = "inst.json") -> Path:
     return path
 
 
-def test_json_output_has_the_readme_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                          ) -> None:
+def test_json_output_has_the_readme_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path, GOOD)
-    assert main(["solve", "ojpp", "--instance", str(path), "--json",
-                 "--solvers", "cp-sat,highs,heuristic,best-fit"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "ojpp",
+                "--instance",
+                str(path),
+                "--json",
+                "--solvers",
+                "cp-sat,highs,heuristic,best-fit",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert [r["solver"] for r in rows] == ["cp-sat", "highs", "heuristic", "best-fit"]
     inst = load_ojpp(GOOD, "x")
     for r in rows:
         # a relaxed baseline adds the rules it ignores and its violations (none here)
         extra = {"ignores", "violations"} if r["solver"] == "best-fit" else set()
-        assert set(r) == {"solver", "status", "objective", "bound", "gap", "wall_ms",
-                          "solution"} | extra
+        assert (
+            set(r)
+            == {"solver", "status", "objective", "bound", "gap", "wall_ms", "solution"} | extra
+        )
         assert r["objective"] == 3 and len(r["solution"]["gpus"]) == 3
         assert check_solution(inst, r["solution"]["gpus"]) == []
         assert r["wall_ms"] >= 0
@@ -44,11 +59,34 @@ def test_json_output_has_the_readme_shape(tmp_path: Path, capsys: pytest.Capture
 
 def test_table_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, GOOD)
-    assert main(["solve", "ojpp", "--instance", str(path), "--solvers", "greedy,scip",
-                 "--time-limit", "5"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "ojpp",
+                "--instance",
+                str(path),
+                "--solvers",
+                "greedy,scip",
+                "--time-limit",
+                "5",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    for word in ("solver", "status", "objective", "bound", "gap", "wall ms", "greedy",
-                 "scip", "optimal", "heuristic"):
+    for word in (
+        "solver",
+        "status",
+        "objective",
+        "bound",
+        "gap",
+        "wall ms",
+        "greedy",
+        "scip",
+        "optimal",
+        "heuristic",
+    ):
         assert word in out
     assert main(["solve", "--list"]) == 0
     listed = capsys.readouterr().out
@@ -56,12 +94,15 @@ def test_table_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_an_infeasible_instance_is_a_status_not_an_error(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = _with("jobs.0.alpha", 1.0)
     data["jobs"][0]["gamma"], data["jobs"][0]["delta"] = 0.6, 0.45
     path = _write(tmp_path, data)
-    assert main(["solve", "ojpp", "--instance", str(path), "--json",
-                 "--solvers", "cp-sat,heuristic"]) == 0
+    assert (
+        main(["solve", "ojpp", "--instance", str(path), "--json", "--solvers", "cp-sat,heuristic"])
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert [r["status"] for r in rows] == ["infeasible", "infeasible"]
     assert rows[0]["objective"] is None and rows[0]["solution"] == {"gpus": None}
@@ -72,8 +113,11 @@ BAD = [
     ("p outside [0,1]", _with("jobs.1.p", 1.2), "field 'jobs.1.p'"),
     ("negative size", _with("jobs.0.gamma", -0.1), "field 'jobs.0.gamma'"),
     ("NaN", json.dumps(GOOD).replace('"p": 0.1', '"p": NaN'), "field 'jobs.1.p'"),
-    ("Infinity", json.dumps(GOOD).replace('"alpha": 0.2', '"alpha": Infinity'),
-     "field 'jobs.1.alpha'"),
+    (
+        "Infinity",
+        json.dumps(GOOD).replace('"alpha": 0.2', '"alpha": Infinity'),
+        "field 'jobs.1.alpha'",
+    ),
     ("malformed JSON", '{"tau_max": 0.1, "jobs": [', "not valid JSON"),
     ("not an object", "[1, 2]", "JSON object"),
     ("unknown key", {**GOOD, "extra": 1}, "field 'extra'"),
@@ -81,8 +125,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("case", "data", "expect"), BAD, ids=[b[0] for b in BAD])
-def test_bad_files_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           case: str, data: object, expect: str) -> None:
+def test_bad_files_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, data: object, expect: str
+) -> None:
     path = _write(tmp_path, data)
     assert main(["solve", "ojpp", "--instance", str(path), "--json"]) == 2
     captured = capsys.readouterr()
@@ -91,21 +136,25 @@ def test_bad_files_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Captur
     assert len(lines) == 1 and str(path) in lines[0] and expect in lines[0], lines
 
 
-@pytest.mark.parametrize(("args", "expect"), [
-    (["--solvers", "heuristic,nope"], "unknown solver 'nope'"),
-    (["--time-limit", "-1"], "time-limit"),
-])
-def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str],
-                                               args: list[str], expect: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--solvers", "heuristic,nope"], "unknown solver 'nope'"),
+        (["--time-limit", "-1"], "time-limit"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expect: str
+) -> None:
     path = _write(tmp_path, GOOD)
     assert main(["solve", "ojpp", "--instance", str(path), *args]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0]
 
 
-def test_missing_file_and_unknown_problem(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_file_and_unknown_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["solve", "ojpp", "--instance", str(tmp_path / "none.json")]) == 2
     assert "none.json" in capsys.readouterr().err
     path = _write(tmp_path, GOOD)
@@ -115,8 +164,22 @@ def test_missing_file_and_unknown_problem(tmp_path: Path,
 
 def test_the_installed_command_runs(tmp_path: Path) -> None:
     path = _write(tmp_path, GOOD)
-    out = subprocess.run([sys.executable, "-m", "gpuplan", "solve", "ojpp", "--instance",
-                          str(path), "--json", "--solvers", "heuristic"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplan",
+            "solve",
+            "ojpp",
+            "--instance",
+            str(path),
+            "--json",
+            "--solvers",
+            "heuristic",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)[0]["objective"] == 3

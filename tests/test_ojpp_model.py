@@ -62,13 +62,36 @@ def test_slowdown_compositions() -> None:
     assert counts_slowdown(0, {0: 3}, matrix, "multiplicative") == pytest.approx(1.3**2 - 1)
 
 
-GOOD = {"tau_max": 0.1, "theta_max": 0.2, "theta_balance": 0.2, "composition": "additive",
-        "jobs": [{"id": "a", "workers": 2, "alpha": 0.3, "gamma": 0.3, "delta": 0.62, "p": 0.2,
-                  "type": "resnet"},
-                 {"id": "b", "workers": 1, "alpha": 0.2, "gamma": 0.1, "delta": 0.2, "p": 0.1,
-                  "type": "lenet"}],
-        "interference": {"resnet": {"resnet": 0.3, "lenet": 0.5},
-                         "lenet": {"resnet": 0.1, "lenet": 0.2}}}
+GOOD = {
+    "tau_max": 0.1,
+    "theta_max": 0.2,
+    "theta_balance": 0.2,
+    "composition": "additive",
+    "jobs": [
+        {
+            "id": "a",
+            "workers": 2,
+            "alpha": 0.3,
+            "gamma": 0.3,
+            "delta": 0.62,
+            "p": 0.2,
+            "type": "resnet",
+        },
+        {
+            "id": "b",
+            "workers": 1,
+            "alpha": 0.2,
+            "gamma": 0.1,
+            "delta": 0.2,
+            "p": 0.1,
+            "type": "lenet",
+        },
+    ],
+    "interference": {
+        "resnet": {"resnet": 0.3, "lenet": 0.5},
+        "lenet": {"resnet": 0.1, "lenet": 0.2},
+    },
+}
 
 
 def _with(path: str, value: object) -> dict:
@@ -95,20 +118,23 @@ def test_the_readme_example_loads() -> None:
     assert inst.matrix() == [[0.3, 0.5], [0.1, 0.2]]
 
 
-@pytest.mark.parametrize(("path", "value", "field"), [
-    ("interference.lenet.lenet", KeyError, "interference"),
-    ("jobs.1.p", 1.5, "jobs.1.p"),
-    ("jobs.0.p", -0.1, "jobs.0.p"),
-    ("jobs.0.gamma", -0.2, "jobs.0.gamma"),
-    ("jobs.0.alpha", 1.2, "jobs.0.alpha"),
-    ("jobs.0.workers", 0, "jobs.0.workers"),
-    ("jobs.0.delta", float("nan"), "jobs.0.delta"),
-    ("tau_max", float("inf"), "tau_max"),
-    ("interference.lenet.resnet", float("nan"), "interference.lenet.resnet"),
-    ("interference.lenet.resnet", -1.0, "interference"),
-    ("composition", "sum", "composition"),
-    ("jobs.1.id", "a", "jobs"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("interference.lenet.lenet", KeyError, "interference"),
+        ("jobs.1.p", 1.5, "jobs.1.p"),
+        ("jobs.0.p", -0.1, "jobs.0.p"),
+        ("jobs.0.gamma", -0.2, "jobs.0.gamma"),
+        ("jobs.0.alpha", 1.2, "jobs.0.alpha"),
+        ("jobs.0.workers", 0, "jobs.0.workers"),
+        ("jobs.0.delta", float("nan"), "jobs.0.delta"),
+        ("tau_max", float("inf"), "tau_max"),
+        ("interference.lenet.resnet", float("nan"), "interference.lenet.resnet"),
+        ("interference.lenet.resnet", -1.0, "interference"),
+        ("composition", "sum", "composition"),
+        ("jobs.1.id", "a", "jobs"),
+    ],
+)
 def test_bad_instances_name_the_field(path: str, value: object, field: str) -> None:
     with pytest.raises(InputError) as err:
         load_ojpp(_with(path, value), "bad.json")

@@ -63,26 +63,58 @@ def test_hold_one_and_a_zero_is_the_raw_rule() -> None:
 
 
 def _inst(budget_jobs: int = 3) -> OjppInstance:
-    jobs = [{"id": f"r{n}", "workers": 1, "alpha": 0.3, "gamma": 0.2, "delta": 0.2, "p": 0.05,
-             "type": "victim"} for n in range(budget_jobs)]
-    jobs += [{"id": f"v{n}", "workers": 1, "alpha": 0.3, "gamma": 0.2, "delta": 0.2,
-              "p": 0.05, "type": "bully"} for n in range(budget_jobs)]
-    jobs += [{"id": f"q{n}", "workers": 1, "alpha": 0.2, "gamma": 0.1, "delta": 0.1,
-              "p": 0.05, "type": "quiet"} for n in range(budget_jobs)]
+    jobs = [
+        {
+            "id": f"r{n}",
+            "workers": 1,
+            "alpha": 0.3,
+            "gamma": 0.2,
+            "delta": 0.2,
+            "p": 0.05,
+            "type": "victim",
+        }
+        for n in range(budget_jobs)
+    ]
+    jobs += [
+        {
+            "id": f"v{n}",
+            "workers": 1,
+            "alpha": 0.3,
+            "gamma": 0.2,
+            "delta": 0.2,
+            "p": 0.05,
+            "type": "bully",
+        }
+        for n in range(budget_jobs)
+    ]
+    jobs += [
+        {
+            "id": f"q{n}",
+            "workers": 1,
+            "alpha": 0.2,
+            "gamma": 0.1,
+            "delta": 0.1,
+            "p": 0.05,
+            "type": "quiet",
+        }
+        for n in range(budget_jobs)
+    ]
     types = ["victim", "bully", "quiet"]
-    m = {"victim": {"victim": 0.05, "bully": 0.8, "quiet": 0.02},
-         "bully": {"victim": 0.05, "bully": 0.05, "quiet": 0.02},
-         "quiet": {t: 0.02 for t in types}}
-    return OjppInstance.model_validate({"tau_max": 0.1, "theta_max": 0.1, "theta_balance": 0.2,
-                                        "jobs": jobs, "interference": m})
+    m = {
+        "victim": {"victim": 0.05, "bully": 0.8, "quiet": 0.02},
+        "bully": {"victim": 0.05, "bully": 0.05, "quiet": 0.02},
+        "quiet": {t: 0.02 for t in types},
+    }
+    return OjppInstance.model_validate(
+        {"tau_max": 0.1, "theta_max": 0.1, "theta_balance": 0.2, "jobs": jobs, "interference": m}
+    )
 
 
 def test_adjustment_relieves_victims_within_budget() -> None:
     inst = _inst()
     # victims share GPUs with bullies (as an interference-blind placement would); quiet GPUs
     # have room
-    gpus = [["r0#0", "v0#0"], ["r1#0", "v1#0"], ["r2#0", "v2#0"], ["q0#0"], ["q1#0"],
-            ["q2#0"]]
+    gpus = [["r0#0", "v0#0"], ["r1#0", "v1#0"], ["r2#0", "v2#0"], ["q0#0"], ["q1#0"], ["q2#0"]]
     theta = device_slowdowns(inst, gpus)
     assert theta[:3] == [0.8, 0.8, 0.8]
     cost = {j.id: 1.0 for j in inst.jobs}
@@ -125,8 +157,9 @@ def test_no_target_no_move_unless_new_gpus_allowed() -> None:
 def test_distinct_never_puts_two_workers_of_a_job_on_one_gpu() -> None:
     inst = _inst(1)
     # the victim's only relief would be the GPU its own other worker holds
-    two = inst.model_copy(update={"jobs": (inst.jobs[0].model_copy(update={"workers": 2}),
-                                           *inst.jobs[1:])})
+    two = inst.model_copy(
+        update={"jobs": (inst.jobs[0].model_copy(update={"workers": 2}), *inst.jobs[1:])}
+    )
     gpus = [["r0#0", "v0#0"], ["r0#1"]]
     theta = device_slowdowns(two, gpus)
     cost = {"r0": 1.0, "v0": 5.0, "q0": 5.0}

@@ -88,8 +88,7 @@ def test_pattern_and_count_models_agree(composition: str) -> None:
     for seed in range(6):
         inst = random_instance(seed, 14, composition, max_per_job=4)
         pat = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
-        cnt = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False,
-                          use_patterns=False)
+        cnt = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False, use_patterns=False)
         assert pat.stats.status == cnt.stats.status == "optimal", (seed, cnt.stats.message)
         assert pat.stats.objective == cnt.stats.objective == len(pat.gpus or [])
         assert "pattern model" in pat.stats.message
@@ -104,8 +103,7 @@ open or slow for the count model within 10 s)."""
 def test_the_40_worker_bench_instances_are_proven_within_a_deterministic_budget() -> None:
     for seed, optimum in BENCH_40.items():
         inst = random_instance(seed, 40, "additive", max_per_job=6)
-        ex = solve_exact(inst, "cp-sat", SolveLimits.deterministic_budget(10.0),
-                         shortcut=False)
+        ex = solve_exact(inst, "cp-sat", SolveLimits.deterministic_budget(10.0), shortcut=False)
         assert ex.stats.status == "optimal", (seed, ex.stats.message)
         assert ex.stats.objective == ex.stats.bound == optimum
         assert ex.stats.deterministic
@@ -128,7 +126,8 @@ def test_a_greedy_run_gets_stuck_and_the_repairs_finish_it() -> None:
     best = run_pattern_greedy(inst)
     assert best is not None
     assert sorted(sum(p.get(i, 0) for p in best) for i in everyone) == sorted(
-        job.workers for job in inst.jobs)
+        job.workers for job in inst.jobs
+    )
 
 
 @FAST
@@ -144,8 +143,10 @@ def test_with_every_job_pinned_a_run_never_gets_stuck(inst: OjppInstance) -> Non
     for weight in worker_weights(inst):
         got, stuck = greedy_patterns(inst, patterns, slow, weight, set(range(len(inst.jobs))))
         assert stuck == []
-        gpus = [[f"{inst.jobs[i].id}#{k}" for i, c in patterns[t].items() for k in range(c)]
-                for t in got]
+        gpus = [
+            [f"{inst.jobs[i].id}#{k}" for i, c in patterns[t].items() for k in range(c)]
+            for t in got
+        ]
         assert check_solution(inst, _renumber(inst, gpus)) == []
 
 
@@ -173,8 +174,7 @@ def test_heuristic_pg_is_within_ten_percent_on_the_bench_instances() -> None:
             assert check_solution(inst, pg.gpus or []) == []
             assert pg.stats.objective is not None and ls.stats.objective is not None
             assert pg.stats.objective <= ls.stats.objective
-            ex = solve_exact(inst, "cp-sat", SolveLimits.deterministic_budget(10.0),
-                             shortcut=False)
+            ex = solve_exact(inst, "cp-sat", SolveLimits.deterministic_budget(10.0), shortcut=False)
             assert ex.stats.status == "optimal"
             assert ex.stats.objective is not None
             within += pg.stats.objective <= 1.1 * ex.stats.objective + 1e-9

@@ -38,8 +38,12 @@ def test_samples_are_gavel_pairs_that_fit(gavel: tuple[list, dict]) -> None:
     assert {s.worker for s in samples} == {"k80", "p100", "v100"}
     assert all(s.slowdown >= 0 for s in samples)  # sharing never speeds a job up here
     # one known cell: V100, ResNet-50 bs64 next to Transformer bs128, from the raw table
-    cell = [s for s in samples if (s.worker, s.victim, s.aggressor) ==
-            ("v100", "ResNet-50 (batch size 64)", "Transformer (batch size 128)")]
+    cell = [
+        s
+        for s in samples
+        if (s.worker, s.victim, s.aggressor)
+        == ("v100", "ResNet-50 (batch size 64)", "Transformer (batch size 128)")
+    ]
     assert len(cell) == 1 and 0 < cell[0].slowdown < 10
     assert rates[("ResNet-50 (batch size 64)", "v100")] > 0
 
@@ -56,8 +60,7 @@ def test_held_out_pairs_are_unseen(gavel: tuple[list, dict]) -> None:
 
 
 @pytest.mark.traces
-def test_selection_by_mae_is_deterministic_and_beats_the_mean(gavel: tuple[list, dict]
-                                                               ) -> None:
+def test_selection_by_mae_is_deterministic_and_beats_the_mean(gavel: tuple[list, dict]) -> None:
     samples, rates = gavel
     train, test = held_out_split(samples, 0.2, seed=0)
     one = select_and_fit(train, rates)
@@ -85,8 +88,14 @@ def test_overflow_probability_worked_example() -> None:
 
 
 def _spec(job_id: str, model: str, gamma: float, delta: float, p: float) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=0, requested_gpus=1, duration=10.0, model=model,
-                   memory=MemoryProfile(gamma=gamma, delta=delta, p=p, compute=0.3))
+    return JobSpec(
+        id=job_id,
+        submit_time=0,
+        requested_gpus=1,
+        duration=10.0,
+        model=model,
+        memory=MemoryProfile(gamma=gamma, delta=delta, p=p, compute=0.3),
+    )
 
 
 def test_interference_model_is_matrix_plus_collision_penalty() -> None:
@@ -101,16 +110,36 @@ def test_interference_model_is_matrix_plus_collision_penalty() -> None:
 
 
 def test_plan_slowdown_is_the_slowest_worker() -> None:
-    inst = OjppInstance.model_validate({
-        "tau_max": 1, "theta_max": 10, "theta_balance": 10,
-        "jobs": [{"id": "a", "workers": 2, "alpha": 0.3, "gamma": 0.1, "delta": 0.1, "p": 0.0,
-                  "type": "x"},
-                 {"id": "b", "workers": 1, "alpha": 0.3, "gamma": 0.1, "delta": 0.1, "p": 0.0,
-                  "type": "y"}],
-        "interference": {"x": {"x": 0.1, "y": 0.4}, "y": {"x": 0.2, "y": 0.1}}})
+    inst = OjppInstance.model_validate(
+        {
+            "tau_max": 1,
+            "theta_max": 10,
+            "theta_balance": 10,
+            "jobs": [
+                {
+                    "id": "a",
+                    "workers": 2,
+                    "alpha": 0.3,
+                    "gamma": 0.1,
+                    "delta": 0.1,
+                    "p": 0.0,
+                    "type": "x",
+                },
+                {
+                    "id": "b",
+                    "workers": 1,
+                    "alpha": 0.3,
+                    "gamma": 0.1,
+                    "delta": 0.1,
+                    "p": 0.0,
+                    "type": "y",
+                },
+            ],
+            "interference": {"x": {"x": 0.1, "y": 0.4}, "y": {"x": 0.2, "y": 0.1}},
+        }
+    )
     slow = plan_slowdowns(inst, [["a#0", "b#0"], ["a#1"]])
     assert slow == {"a": pytest.approx(0.4), "b": pytest.approx(0.2)}
     assert performance(slow, {"a": 100.0, "b": 300.0}) == pytest.approx(400 / (140 + 360))
     other = {"x": {"x": 0.0, "y": 0.0}, "y": {"x": 0.0, "y": 0.0}}
-    assert plan_slowdowns(inst, [["a#0", "b#0"], ["a#1"]], matrix=other) == {"a": 0.0,
-                                                                            "b": 0.0}
+    assert plan_slowdowns(inst, [["a#0", "b#0"], ["a#1"]], matrix=other) == {"a": 0.0, "b": 0.0}

@@ -45,10 +45,18 @@ def _scenario(tmp_path: Path, queue: str, block: str | None) -> str:
 
 def test_interference_slows_fifo_ojpp_above_the_standalone_mean(capsys, tmp_path) -> None:
     standalone = statistics.fmean(j.standalone_s for j in workload("c-high"))
-    with_block = _json(capsys, "simulate", "--scenario", "ojpp-c-high", "--policy", "fifo-ojpp",
-                       "--json")
-    without = _json(capsys, "simulate", "--scenario", _scenario(tmp_path, "c-high", None),
-                    "--policy", "fifo-ojpp", "--json")
+    with_block = _json(
+        capsys, "simulate", "--scenario", "ojpp-c-high", "--policy", "fifo-ojpp", "--json"
+    )
+    without = _json(
+        capsys,
+        "simulate",
+        "--scenario",
+        _scenario(tmp_path, "c-high", None),
+        "--policy",
+        "fifo-ojpp",
+        "--json",
+    )
     assert with_block["finished"] == without["finished"] == 20
     # without the block co-location is free: fifo-ojpp beats the 4.8 h standalone mean only by
     # ... nothing: its JCTs are standalone times plus a little queueing
@@ -58,17 +66,28 @@ def test_interference_slows_fifo_ojpp_above_the_standalone_mean(capsys, tmp_path
     assert with_block["avg_jct_s"] > without["avg_jct_s"] * 1.05
 
 
-def test_equal_seeds_identical_and_seeds_differ_only_through_collisions(capsys, tmp_path
-                                                                         ) -> None:
+def test_equal_seeds_identical_and_seeds_differ_only_through_collisions(capsys, tmp_path) -> None:
     def run(scenario: str, seed: int) -> dict:
-        return _results(_json(capsys, "simulate", "--scenario", scenario, "--policy",
-                              "fifo-ojpp", "--seed", str(seed), "--json"))
+        return _results(
+            _json(
+                capsys,
+                "simulate",
+                "--scenario",
+                scenario,
+                "--policy",
+                "fifo-ojpp",
+                "--seed",
+                str(seed),
+                "--json",
+            )
+        )
 
     a, b, c = run("ojpp-c-high", 3), run("ojpp-c-high", 3), run("ojpp-c-high", 4)
     assert a == b
     assert a["avg_jct_s"] != c["avg_jct_s"]  # different draws of the collisions
-    quiet = _scenario(tmp_path, "c-high", "simulator:\n  interference: {table: ojpp, "
-                      "collisions: false}\n")
+    quiet = _scenario(
+        tmp_path, "c-high", "simulator:\n  interference: {table: ojpp, collisions: false}\n"
+    )
     q3, q4 = run(quiet, 3), run(quiet, 4)
     # without collisions the seed enters nothing: identical apart from the seed itself
     assert {**q3, "seed": 0} == {**q4, "seed": 0}
@@ -77,15 +96,23 @@ def test_equal_seeds_identical_and_seeds_differ_only_through_collisions(capsys, 
 
 
 BAD_BLOCKS = {
-    "negative": ("{matrix: {LeNet: {LeNet: -0.1, LSTM: 0.1}, LSTM: {LeNet: 0.1, LSTM: 0.1}}}",
-                 "simulator.interference.matrix.LeNet.LeNet"),
-    "non-finite": ("{matrix: {LeNet: {LeNet: .nan, LSTM: 0.1}, LSTM: {LeNet: 0.1, LSTM: 0.1}}}",
-                   "simulator.interference.matrix.LeNet.LeNet"),
-    "missing pair": ("{matrix: {LeNet: {LeNet: 0.1, LSTM: 0.1}, LSTM: {LSTM: 0.1}}}",
-                     "lacks the pair(s) LeNet"),
-    "unknown type": ("{matrix: {LeNet: {LeNet: 0.1, LSTM: 0.1, Foo: 0.1}, LSTM: {LeNet: 0.1, "
-                     "LSTM: 0.1, Foo: 0.1}, Foo: {LeNet: 0.1, LSTM: 0.1, Foo: 0.1}}}",
-                     "Foo are no job's model"),
+    "negative": (
+        "{matrix: {LeNet: {LeNet: -0.1, LSTM: 0.1}, LSTM: {LeNet: 0.1, LSTM: 0.1}}}",
+        "simulator.interference.matrix.LeNet.LeNet",
+    ),
+    "non-finite": (
+        "{matrix: {LeNet: {LeNet: .nan, LSTM: 0.1}, LSTM: {LeNet: 0.1, LSTM: 0.1}}}",
+        "simulator.interference.matrix.LeNet.LeNet",
+    ),
+    "missing pair": (
+        "{matrix: {LeNet: {LeNet: 0.1, LSTM: 0.1}, LSTM: {LSTM: 0.1}}}",
+        "lacks the pair(s) LeNet",
+    ),
+    "unknown type": (
+        "{matrix: {LeNet: {LeNet: 0.1, LSTM: 0.1, Foo: 0.1}, LSTM: {LeNet: 0.1, "
+        "LSTM: 0.1, Foo: 0.1}, Foo: {LeNet: 0.1, LSTM: 0.1, Foo: 0.1}}}",
+        "Foo are no job's model",
+    ),
     "job without a row": ("{matrix: {LeNet: {LeNet: 0.1}}}", "model 'LSTM' has no row"),
     "unknown table": ("{table: gavel2}", "simulator.interference.table"),
     "table and matrix": ("{table: ojpp, matrix: {LeNet: {LeNet: 0.1}}}", "exactly one of"),
@@ -108,21 +135,33 @@ def test_a_bad_interference_block_is_one_line_and_exit_2(capsys, tmp_path, case)
 
 @pytest.mark.parametrize("queue", ["c-high", "mixed"])
 def test_ojpap_migrates_from_the_cli(capsys, queue: str) -> None:
-    rows = _json(capsys, "compare", "--scenario", f"ojpp-{queue}", "--policies",
-                 "fifo-ojpp,fifo-ojpp-ojpap", "--json")
+    rows = _json(
+        capsys,
+        "compare",
+        "--scenario",
+        f"ojpp-{queue}",
+        "--policies",
+        "fifo-ojpp,fifo-ojpp-ojpap",
+        "--json",
+    )
     plain, online = rows
     assert plain["migrations"] == 0
     assert online["migrations"] > 0
     assert online["finished"] == plain["finished"] == 20
     # the table shows the migrations column only when some run migrated
-    assert main(["compare", "--scenario", f"ojpp-{queue}", "--policies",
-                 "fifo-ojpp,fifo-ojpp-ojpap"]) == 0
+    assert (
+        main(["compare", "--scenario", f"ojpp-{queue}", "--policies", "fifo-ojpp,fifo-ojpp-ojpap"])
+        == 0
+    )
     assert "Migrations" in capsys.readouterr().out
 
 
 def test_only_the_ojpp_scenarios_declare_it_and_the_others_run_without(monkeypatch) -> None:
-    declaring = {name for name in embedded_scenarios()
-                 if resolve_scenario(name)[0].simulator.interference is not None}
+    declaring = {
+        name
+        for name in embedded_scenarios()
+        if resolve_scenario(name)[0].simulator.interference is not None
+    }
     # the OJPP queues, and the replay of the measured H200 table (tests/test_measured_...)
     assert declaring == {f"ojpp-{q}" for q in QUEUES} | {"h200-colocation"}
     seen: list[object] = []
@@ -146,8 +185,12 @@ def test_drawn_collisions_are_one_draw_per_group_around_the_expectation() -> Non
     from gpuplan.scenarios.ojpp_interference import OjppInterference
 
     spiky = MemoryProfile(gamma=0.2, delta=0.5, p=0.3, compute=0.3)
-    a, b = (JobSpec(id=i, submit_time=0, requested_gpus=1, total_iterations=1.0, model="m",
-                    memory=spiky) for i in ("a", "b"))
+    a, b = (
+        JobSpec(
+            id=i, submit_time=0, requested_gpus=1, total_iterations=1.0, model="m", memory=spiky
+        )
+        for i in ("a", "b")
+    )
     matrix = {"m": {"m": 0.1}}
     # 0.4 basic + one 0.5 spike fits; two spikes overflow: P = 0.3^2 = 0.09
     assert OjppInterference(matrix).slowdown(a, [b]) == pytest.approx(0.1 + 0.09)

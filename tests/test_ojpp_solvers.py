@@ -30,23 +30,32 @@ def instances(draw: st.DrawFn, max_workers: int = 7) -> OjppInstance:
         workers = draw(st.integers(1, max(1, min(3, max_workers - total - (n_jobs - i - 1)))))
         total += workers
         gamma = draw(st.integers(0, 60)) / 100
-        jobs.append({"id": f"j{i}", "workers": workers,
-                     "alpha": draw(st.integers(0, 70)) / 100, "gamma": gamma,
-                     "delta": draw(st.integers(0, 100 - round(gamma * 100))) / 100,
-                     "p": draw(st.integers(0, 50)) / 100,
-                     "type": draw(st.sampled_from(TYPES[:3]))})
+        jobs.append(
+            {
+                "id": f"j{i}",
+                "workers": workers,
+                "alpha": draw(st.integers(0, 70)) / 100,
+                "gamma": gamma,
+                "delta": draw(st.integers(0, 100 - round(gamma * 100))) / 100,
+                "p": draw(st.integers(0, 50)) / 100,
+                "type": draw(st.sampled_from(TYPES[:3])),
+            }
+        )
     types = sorted({j["type"] for j in jobs})
     matrix = {a: {b: draw(st.integers(0, 30)) / 100 for b in types} for a in types}
-    return OjppInstance.model_validate({
-        "tau_max": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3])),
-        "theta_max": draw(st.sampled_from([0.1, 0.3, 0.6])),
-        "theta_balance": draw(st.sampled_from([0.05, 0.2, 1.0])),
-        "composition": draw(st.sampled_from(["additive", "max"])),
-        "jobs": jobs, "interference": matrix})
+    return OjppInstance.model_validate(
+        {
+            "tau_max": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3])),
+            "theta_max": draw(st.sampled_from([0.1, 0.3, 0.6])),
+            "theta_balance": draw(st.sampled_from([0.05, 0.2, 1.0])),
+            "composition": draw(st.sampled_from(["additive", "max"])),
+            "jobs": jobs,
+            "interference": matrix,
+        }
+    )
 
 
-SLOW = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("use_patterns", [True, False], ids=["pattern-model", "count-model"])
@@ -56,8 +65,9 @@ def test_cp_sat_equals_brute_force(use_patterns: bool, inst: OjppInstance) -> No
     """Both exact models: the configuration model (the default) and the count model (kept
     for instances with too many patterns)."""
     best = brute_force(inst)
-    answer = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False,
-                         use_patterns=use_patterns)
+    answer = solve_exact(
+        inst, "cp-sat", SolveLimits.wall(60), shortcut=False, use_patterns=use_patterns
+    )
     if best is None:
         assert answer.stats.status == "infeasible"
         return
@@ -98,7 +108,9 @@ ENFORCED = {  # what each heuristic promises (compute and memory always)
     "heuristic-ls": ("collision", ": slowdown", "spread"),
     "heuristic-pg": ("collision", ": slowdown", "spread"),
     "greedy": ("collision", ": slowdown", "spread"),
-    "best-fit": (), "i-greedy": (": slowdown",), "b-greedy": ("spread",),
+    "best-fit": (),
+    "i-greedy": (": slowdown",),
+    "b-greedy": ("spread",),
     "c-greedy": ("collision",),
 }
 
@@ -136,13 +148,27 @@ def test_the_emptying_pass_never_adds_gpus_and_saves_some() -> None:
 def test_clique_bound_counts_workers_that_cannot_share() -> None:
     """Three jobs whose single workers exceed a GPU's compute in pairs (alpha 0.6), one of
     them with 3 workers: all 5 workers need their own GPU; a fourth small job adds nothing."""
+
     def job(name: str, workers: int, alpha: float) -> dict[str, object]:
-        return {"id": name, "workers": workers, "alpha": alpha, "gamma": 0.1, "delta": 0.0,
-                "p": 0.0, "type": "t"}
-    inst = OjppInstance.model_validate({
-        "tau_max": 0.1, "theta_max": 1.0, "theta_balance": 1.0,
-        "jobs": [job("a", 3, 0.6), job("b", 1, 0.6), job("c", 1, 0.6), job("d", 2, 0.1)],
-        "interference": {"t": {"t": 0.0}}})
+        return {
+            "id": name,
+            "workers": workers,
+            "alpha": alpha,
+            "gamma": 0.1,
+            "delta": 0.0,
+            "p": 0.0,
+            "type": "t",
+        }
+
+    inst = OjppInstance.model_validate(
+        {
+            "tau_max": 0.1,
+            "theta_max": 1.0,
+            "theta_balance": 1.0,
+            "jobs": [job("a", 3, 0.6), job("b", 1, 0.6), job("c", 1, 0.6), job("d", 2, 0.1)],
+            "interference": {"t": {"t": 0.0}},
+        }
+    )
     assert clique_bound(inst) == 5
     assert lower_bound(inst) == 5 == brute_force(inst)
     assert solve(inst, "heuristic").stats.bound == 5.0
@@ -152,10 +178,14 @@ def _reference_clique(inst: OjppInstance, seeds: int) -> int:
     """clique_bound written plainly on the exact float device check."""
     matrix = inst.matrix()
     n = len(inst.jobs)
-    weight = [job.workers if job.workers >= 2 and device_violation(inst, matrix, {i: 2})
-              else 1 for i, job in enumerate(inst.jobs)]
-    conflict = [[q != i and device_violation(inst, matrix, {i: 1, q: 1}) is not None
-                 for q in range(n)] for i in range(n)]
+    weight = [
+        job.workers if job.workers >= 2 and device_violation(inst, matrix, {i: 2}) else 1
+        for i, job in enumerate(inst.jobs)
+    ]
+    conflict = [
+        [q != i and device_violation(inst, matrix, {i: 1, q: 1}) is not None for q in range(n)]
+        for i in range(n)
+    ]
     order = sorted(range(n), key=lambda i: (-weight[i], -sum(conflict[i]), i))
     best = 1
     for seed in order[:seeds]:
@@ -184,19 +214,35 @@ def test_gregariousness_orders_low_volatility_jobs_first() -> None:
 
 
 def _one(**job: object) -> OjppInstance:
-    base = {"id": "a", "workers": 1, "alpha": 0.5, "gamma": 0.5, "delta": 0.5, "p": 0.1,
-            "type": "t"}
-    return OjppInstance.model_validate({
-        "tau_max": 0.1, "theta_max": 0.2, "theta_balance": 0.2,
-        "jobs": [{**base, **job}], "interference": {"t": {"t": 0.1}}})
+    base = {
+        "id": "a",
+        "workers": 1,
+        "alpha": 0.5,
+        "gamma": 0.5,
+        "delta": 0.5,
+        "p": 0.1,
+        "type": "t",
+    }
+    return OjppInstance.model_validate(
+        {
+            "tau_max": 0.1,
+            "theta_max": 0.2,
+            "theta_balance": 0.2,
+            "jobs": [{**base, **job}],
+            "interference": {"t": {"t": 0.1}},
+        }
+    )
 
 
 def test_a_worker_that_fits_nowhere_is_infeasible_for_every_solver() -> None:
     inst = _one(gamma=0.6, delta=0.3, alpha=1.0)  # fits alone: memory 0.9
     assert solve(inst, "heuristic").stats.objective == 1.0
-    bad = OjppInstance.model_validate({
-        **inst.model_dump(), "jobs": [{**inst.jobs[0].model_dump(), "gamma": 0.6,
-                                       "delta": 0.4 + 0.01}]})
+    bad = OjppInstance.model_validate(
+        {
+            **inst.model_dump(),
+            "jobs": [{**inst.jobs[0].model_dump(), "gamma": 0.6, "delta": 0.4 + 0.01}],
+        }
+    )
     for solver in ("cp-sat", "highs", "heuristic", "best-fit"):
         answer = solve(bad, solver)
         assert answer.stats.status == "infeasible" and answer.gpus is None
@@ -207,15 +253,20 @@ def test_multiplicative_is_exact_with_patterns_and_refused_by_the_count_model() 
     there (against brute force); the linear count model refuses multiplicative."""
     solved = 0
     for seed in range(8):
-        inst = OjppInstance.model_validate({**random_instance(seed, 7, max_per_job=3)
-                                            .model_dump(), "composition": "multiplicative"})
+        inst = OjppInstance.model_validate(
+            {
+                **random_instance(seed, 7, max_per_job=3).model_dump(),
+                "composition": "multiplicative",
+            }
+        )
         best = brute_force(inst)
         exact = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False)
         assert exact.stats.status == "optimal" and exact.stats.objective == best
         assert check_solution(inst, exact.gpus or []) == []
         solved += "pattern model" in exact.stats.message
-        count = solve_exact(inst, "cp-sat", SolveLimits.wall(60), shortcut=False,
-                            use_patterns=False)
+        count = solve_exact(
+            inst, "cp-sat", SolveLimits.wall(60), shortcut=False, use_patterns=False
+        )
         assert count.stats.status == "error" and count.gpus is None
         answer = solve(inst, "heuristic")
         assert check_solution(inst, answer.gpus or []) == []
@@ -223,13 +274,34 @@ def test_multiplicative_is_exact_with_patterns_and_refused_by_the_count_model() 
 
 
 def test_the_checker_names_each_broken_rule() -> None:
-    inst = OjppInstance.model_validate({
-        "tau_max": 0.05, "theta_max": 0.15, "theta_balance": 0.05,
-        "jobs": [{"id": "a", "workers": 2, "alpha": 0.6, "gamma": 0.3, "delta": 0.5, "p": 0.3,
-                  "type": "x"},
-                 {"id": "b", "workers": 1, "alpha": 0.1, "gamma": 0.1, "delta": 0.1, "p": 0.3,
-                  "type": "y"}],
-        "interference": {"x": {"x": 0.1, "y": 0.2}, "y": {"x": 0.1, "y": 0.1}}})
+    inst = OjppInstance.model_validate(
+        {
+            "tau_max": 0.05,
+            "theta_max": 0.15,
+            "theta_balance": 0.05,
+            "jobs": [
+                {
+                    "id": "a",
+                    "workers": 2,
+                    "alpha": 0.6,
+                    "gamma": 0.3,
+                    "delta": 0.5,
+                    "p": 0.3,
+                    "type": "x",
+                },
+                {
+                    "id": "b",
+                    "workers": 1,
+                    "alpha": 0.1,
+                    "gamma": 0.1,
+                    "delta": 0.1,
+                    "p": 0.3,
+                    "type": "y",
+                },
+            ],
+            "interference": {"x": {"x": 0.1, "y": 0.2}, "y": {"x": 0.1, "y": 0.1}},
+        }
+    )
     assert check_solution(inst, [["a#0"], ["a#1"], ["b#0"]]) == []
     both = " ".join(check_solution(inst, [["a#0", "a#1"], ["b#0"]]))
     assert "compute" in both and "memory" in both and "collision" in both
@@ -237,6 +309,5 @@ def test_the_checker_names_each_broken_rule() -> None:
     assert "slowdown 0.2" in mixed and "spread" in mixed and "collision" in mixed
     assert "not placed" in " ".join(check_solution(inst, [["a#0"], ["b#0"]]))
     assert "twice" not in " ".join(check_solution(inst, [["a#0"], ["a#0"], ["a#1"], ["b#0"]]))
-    assert "GPU 0 and GPU 1" in " ".join(check_solution(inst, [["a#0"], ["a#0", "a#1"],
-                                                                ["b#0"]]))
+    assert "GPU 0 and GPU 1" in " ".join(check_solution(inst, [["a#0"], ["a#0", "a#1"], ["b#0"]]))
     assert "not a worker" in " ".join(check_solution(inst, [["a#2", "a#0", "a#1", "b#0"]]))

@@ -44,18 +44,24 @@ def test_queue_shape(queue: str) -> None:
     for j in jobs:
         prof = PROFILES[j.model or ""]
         assert j.memory is not None
-        assert (j.memory.gamma, j.memory.delta, j.memory.p, j.memory.compute) == \
-            (prof.gamma, prof.delta, prof.p, prof.alpha)
+        assert (j.memory.gamma, j.memory.delta, j.memory.p, j.memory.compute) == (
+            prof.gamma,
+            prof.delta,
+            prof.p,
+            prof.alpha,
+        )
     assert prepared.spec.policies["ojpp-paper"]["interference"] == interference_matrix()
     assert workload(queue) == workload(queue) and workload(queue, 1) != workload(queue)
 
 
 def test_paper_values_are_kept() -> None:
     m = interference_matrix()
-    assert (m["ResNet"]["VGG19"], m["VGG19"]["ResNet"], m["LeNet"]["LSTM"]) == \
-        (1.22, 0.187, 0.18)
-    assert (PROFILES["ResNet"].gamma, PROFILES["ResNet"].delta, PROFILES["ResNet"].p) == \
-        (0.3, 0.62, 0.2)
+    assert (m["ResNet"]["VGG19"], m["VGG19"]["ResNet"], m["LeNet"]["LSTM"]) == (1.22, 0.187, 0.18)
+    assert (PROFILES["ResNet"].gamma, PROFILES["ResNet"].delta, PROFILES["ResNet"].p) == (
+        0.3,
+        0.62,
+        0.2,
+    )
 
 
 @pytest.mark.parametrize("queue", ["mixed", "average"])
@@ -65,16 +71,22 @@ def test_runs_under_fifo_ojpp_and_interference_slows_it(queue: str) -> None:
     results = {}
     for name, model in (("plain", None), ("interference", interference)):
         policy = prepared.make_policy("ojpp-paper")
-        result, _engine, _cluster = simulate(prepared.cluster, prepared.jobs, policy,
-                                             scenario=prepared.spec.name, seed=0,
-                                             interference=model)
+        result, _engine, _cluster = simulate(
+            prepared.cluster,
+            prepared.jobs,
+            policy,
+            scenario=prepared.spec.name,
+            seed=0,
+            interference=model,
+        )
         assert len(result.jobs) == 20
         assert all(r.jct is not None for r in result.jobs)
         results[name] = sum(r.jct for r in result.jobs)  # type: ignore[misc]
     assert results["interference"] > results["plain"]
     # and fifo-ojpp itself (the wrapper's default matrix) runs every job too
-    result, _e, _c = simulate(prepared.cluster, prepared.jobs, prepared.make_policy("fifo-ojpp"),
-                              seed=0)
+    result, _e, _c = simulate(
+        prepared.cluster, prepared.jobs, prepared.make_policy("fifo-ojpp"), seed=0
+    )
     assert len(result.jobs) == 20 and all(r.jct is not None for r in result.jobs)
 
 

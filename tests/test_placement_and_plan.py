@@ -23,8 +23,12 @@ def _job(job_id: str, gpus: int, **kw: object) -> JobSpec:
     return JobSpec(id=job_id, submit_time=0, requested_gpus=gpus, duration=100, **kw)
 
 
-def _state(cluster: Cluster, running: dict[str, dict[str, tuple[int, ...]]], pending: list[JobSpec],
-           sizes: dict[str, int]) -> ClusterState:
+def _state(
+    cluster: Cluster,
+    running: dict[str, dict[str, tuple[int, ...]]],
+    pending: list[JobSpec],
+    sizes: dict[str, int],
+) -> ClusterState:
     jobs = [
         JobSnapshot(spec=_job(j, sizes[j]), allocation=JobAllocation(job_id=j, placement=p))
         for j, p in running.items()
@@ -36,8 +40,9 @@ def _state(cluster: Cluster, running: dict[str, dict[str, tuple[int, ...]]], pen
 def test_best_fit_picks_tightest_node_and_packs() -> None:
     cluster = Cluster.uniform(3, 4)
     # node000 has 1 free, node001 has 3 free, node002 has 4 free
-    state = _state(cluster, {"a": {"node000": (0, 1, 2)}, "b": {"node001": (0,)}}, [],
-                   {"a": 3, "b": 1})
+    state = _state(
+        cluster, {"a": {"node000": (0, 1, 2)}, "b": {"node001": (0,)}}, [], {"a": 3, "b": 1}
+    )
     view = state.to_view()
     shares = {"a": 3, "b": 1, "x": 1}
     view.pending["x"] = view.running["a"].__class__(spec=_job("x", 1))
@@ -63,10 +68,12 @@ def test_shrink_keeps_packed_part_and_grow_prefers_own_nodes() -> None:
 
 
 def test_gpu_type_restriction() -> None:
-    cluster = Cluster(nodes=[Node(name="k", gpus=4, gpu_type="k80"),
-                             Node(name="v", gpus=4, gpu_type="v100")])
-    state = ClusterState(now=0, cluster=cluster,
-                         jobs=[JobSnapshot(spec=_job("x", 2, gpu_type="v100"))])
+    cluster = Cluster(
+        nodes=[Node(name="k", gpus=4, gpu_type="k80"), Node(name="v", gpus=4, gpu_type="v100")]
+    )
+    state = ClusterState(
+        now=0, cluster=cluster, jobs=[JobSnapshot(spec=_job("x", 2, gpu_type="v100"))]
+    )
     got = best_fit_placement(state.to_view(), {"x": 2}, [])
     assert list(got["x"].placement) == ["v"]
 
@@ -75,8 +82,12 @@ def test_plan_actions_and_validation() -> None:
     cluster = Cluster.uniform(2, 4)
     state = _state(
         cluster,
-        {"keep": {"node000": (0,)}, "grow": {"node000": (1,)}, "move": {"node000": (2,)},
-         "stop": {"node000": (3,)}},
+        {
+            "keep": {"node000": (0,)},
+            "grow": {"node000": (1,)},
+            "move": {"node000": (2,)},
+            "stop": {"node000": (3,)},
+        },
         [_job("new", 2)],
         {"keep": 1, "grow": 1, "move": 1, "stop": 1},
     )
@@ -89,19 +100,33 @@ def test_plan_actions_and_validation() -> None:
     }
     plan = build_plan(view, Decision(shares={}, placements=placements), "t", include_keep=True)
     kinds = {a.job_id: a.kind for a in plan.actions}
-    assert kinds == {"keep": "keep", "grow": "resize", "move": "migrate", "stop": "preempt",
-                     "new": "start"}
+    assert kinds == {
+        "keep": "keep",
+        "grow": "resize",
+        "move": "migrate",
+        "stop": "preempt",
+        "new": "start",
+    }
     check_plan(view, plan)
-    bad = plan.model_copy(update={"allocations": {
-        **plan.allocations, "x": JobAllocation(job_id="x", placement={"node001": (2,)})}})
+    bad = plan.model_copy(
+        update={
+            "allocations": {
+                **plan.allocations,
+                "x": JobAllocation(job_id="x", placement={"node001": (2,)}),
+            }
+        }
+    )
     with pytest.raises(ValueError, match="over-committed"):
         check_plan(view, bad)
 
 
 def test_plan_from_state_file_round_trip() -> None:
     cluster = Cluster.uniform(2, 2)
-    state = ClusterState(now=0, cluster=cluster, jobs=[JobSnapshot(spec=_job("a", 2)),
-                                                       JobSnapshot(spec=_job("b", 1))])
+    state = ClusterState(
+        now=0,
+        cluster=cluster,
+        jobs=[JobSnapshot(spec=_job("a", 2)), JobSnapshot(spec=_job("b", 1))],
+    )
     again = ClusterState.model_validate_json(state.model_dump_json())
     plan = make_plan(again, "fifo")
     assert plan.gpus_of("a") == 2 and plan.gpus_of("b") == 1
@@ -110,7 +135,8 @@ def test_plan_from_state_file_round_trip() -> None:
 
 def test_inconsistent_state_is_rejected_with_location() -> None:
     cluster = Cluster.uniform(1, 2)
-    state = _state(cluster, {"a": {"node000": (0, 1)}, "b": {"node000": (1,)}}, [],
-                   {"a": 2, "b": 1})
+    state = _state(
+        cluster, {"a": {"node000": (0, 1)}, "b": {"node000": (1,)}}, [], {"a": 2, "b": 1}
+    )
     with pytest.raises(ValueError, match=r"jobs\[1\].allocation: GPU node000:1 is taken"):
         state.to_view()

@@ -13,8 +13,18 @@ from gpuplan.executors.simulator.cluster import SimulatedCluster
 from gpuplan.models import JobRecord
 from gpuplan.solver_core.registry import make_policy
 
-STATEFUL = ["afs-p", "afs-s", "tiresias-l", "themis", "max-min-perf", "afs-p-learning", "aryl",
-            "tiresias-l-packed", "elastic-tiresias", "edl-elastic"]
+STATEFUL = [
+    "afs-p",
+    "afs-s",
+    "tiresias-l",
+    "themis",
+    "max-min-perf",
+    "afs-p-learning",
+    "aryl",
+    "tiresias-l-packed",
+    "elastic-tiresias",
+    "edl-elastic",
+]
 
 
 def _run(scenario: str, policy: str, swap_at: int | None) -> list[JobRecord]:
@@ -23,8 +33,9 @@ def _run(scenario: str, policy: str, swap_at: int | None) -> list[JobRecord]:
     prepared = api.prepare(scenario)
     jobs = prepared.jobs[:120]
     executor = SimulatedCluster(prepared.cluster, jobs, prepared.spec.overheads)
-    engine = Engine(prepared.cluster, prepared.make_policy(policy), executor,
-                    sample_interval_s=None)
+    engine = Engine(
+        prepared.cluster, prepared.make_policy(policy), executor, sample_interval_s=None
+    )
     decisions = 0
     while (batch := executor.next_events()) is not None:
         decisions += 1
@@ -42,8 +53,9 @@ def _run(scenario: str, policy: str, swap_at: int | None) -> list[JobRecord]:
 def test_a_restored_policy_decides_exactly_as_the_original(policy: str) -> None:
     straight = _run("philly-default", policy, None)
     restarted = _run("philly-default", policy, 150)
-    assert [(r.job_id, r.finish_time, r.preemptions) for r in straight] == \
-        [(r.job_id, r.finish_time, r.preemptions) for r in restarted]
+    assert [(r.job_id, r.finish_time, r.preemptions) for r in straight] == [
+        (r.job_id, r.finish_time, r.preemptions) for r in restarted
+    ]
 
 
 @pytest.mark.parametrize("policy", ["tiresias-l", "themis"])
@@ -62,8 +74,9 @@ def test_memory_matters_without_restore(policy: str) -> None:
             engine.policy = make_policy(policy)
         engine.handle(*batch)
     forgot = engine.result().jobs
-    assert [(r.job_id, r.finish_time) for r in straight] != \
-        [(r.job_id, r.finish_time) for r in forgot]
+    assert [(r.job_id, r.finish_time) for r in straight] != [
+        (r.job_id, r.finish_time) for r in forgot
+    ]
 
 
 def test_memoryless_policies_snapshot_nothing() -> None:

@@ -49,8 +49,9 @@ def test_workload_jobs_take_pollux_steps_at_their_own_batch(traces) -> None:
     small = pollux_steps(folder, 128)
     assert job.work * 2048 > small * 128
     # rigid at the row's own GPU count
-    assert all(j.requested_gpus == r.gpus and j.elasticity is None
-               for j, r in zip(jobs, rows, strict=True))
+    assert all(
+        j.requested_gpus == r.gpus and j.elasticity is None for j, r in zip(jobs, rows, strict=True)
+    )
 
 
 def test_unknown_model_is_named(traces) -> None:

@@ -33,8 +33,15 @@ from gpuplan.scenarios.zoo import (
 )
 
 TABLE4_MAX = {
-    "VGG16": 8, "GoogLeNet": 20, "Inception-v4": 52, "ResNet-50": 28, "DCGAN": 20,
-    "Video Prediction": 28, "Chatbot": 4, "Deep Speech 2": 20, "Transformer": 44,
+    "VGG16": 8,
+    "GoogLeNet": 20,
+    "Inception-v4": 52,
+    "ResNet-50": 28,
+    "DCGAN": 20,
+    "Video Prediction": 28,
+    "Chatbot": 4,
+    "Deep Speech 2": 20,
+    "Transformer": 44,
 }
 
 
@@ -61,10 +68,12 @@ def _ef(traces: Path, name: str) -> Path:
 def test_gavel_isolated_points_match_sources_md(gavel: dict) -> None:
     rn50 = gavel[("ResNet-50 (batch size 64)", "v100")]
     assert [rn50.points[c] for c in (1, 2, 4, 8)] == pytest.approx(
-        [4.40, 7.92, 9.45, 17.30], abs=0.01)
+        [4.40, 7.92, 9.45, 17.30], abs=0.01
+    )
     tr = gavel[("Transformer (batch size 128)", "v100")]
     assert [tr.points[c] for c in (1, 2, 4, 8)] == pytest.approx(
-        [5.45, 10.07, 14.18, 30.88], abs=0.01)
+        [5.45, 10.07, 14.18, 30.88], abs=0.01
+    )
     assert rn50.reference_gpu == "v100"
     assert "gavel/simulation_throughputs.json" in rn50.source
     assert "c4fa40097339e9608ab71fd64c8bdea96a5e4a4c" in rn50.source
@@ -97,8 +106,9 @@ def test_gavel_colocation_ratios(traces: Path) -> None:
     a, b = "ResNet-50 (batch size 64)", "Transformer (batch size 128)"
     pair = raw["v100"][f"('{a}', 1)"][f"('{b}', 1)"]
     ratio = coloc[("v100", a, b, 1)]
-    assert ratio == pytest.approx((pair[0] / raw["v100"][f"('{a}', 1)"]["null"],
-                                   pair[1] / raw["v100"][f"('{b}', 1)"]["null"]))
+    assert ratio == pytest.approx(
+        (pair[0] / raw["v100"][f"('{a}', 1)"]["null"], pair[1] / raw["v100"][f"('{b}', 1)"]["null"])
+    )
     assert ("v100", b, a, 1) in coloc
     assert all(x >= 0 for r in coloc.values() for x in r)
     assert any(r == (0.0, 0.0) for r in coloc.values())  # pairs that do not fit
@@ -213,7 +223,8 @@ def test_malformed_elasticflow_csv(tmp_path: Path) -> None:
 
 def test_malformed_pollux_csv(tmp_path: Path) -> None:
     (tmp_path / "placements.csv").write_text(
-        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0.0\n2,8,slow,0.0\n")
+        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0.0\n2,8,slow,0.0\n"
+    )
     with pytest.raises(InputError) as err:
         pollux_profile(tmp_path)
     assert (err.value.field, err.value.row) == ("step_time", 3)
@@ -224,15 +235,18 @@ def test_malformed_pollux_csv(tmp_path: Path) -> None:
     assert err.value.field == "local_bsz"
 
     (tmp_path / "placements.csv").write_text(
-        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0\n2,8,0.3,0\n")
+        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0\n2,8,0.3,0\n"
+    )
     (tmp_path / "scalability.csv").write_text(
-        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,x,8,0.2,0\n")
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,x,8,0.2,0\n"
+    )
     with pytest.raises(InputError) as err:
         pollux_profile(tmp_path)
     assert err.value.field == "num_replicas"
 
     (tmp_path / "scalability.csv").write_text(
-        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n4,4,8,0.4,0\n")
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n4,4,8,0.4,0\n"
+    )
     prof = pollux_profile(tmp_path)  # well-formed minimal tables
     assert prof.points == pytest.approx({1: 2.0, 2: 2 / 0.3, 4: 10.0})
 
@@ -274,10 +288,18 @@ def test_peak_curve_argmax_is_exact(m: int, f: float) -> None:
 
 def test_zoo_loads_without_shared_traces(tmp_path: Path) -> None:
     env = {**os.environ, "GPUPLAN_TRACES": str(tmp_path / "nowhere")}
-    code = ("from gpuplan.scenarios.zoo import load_afs_zoo; "
-            "z = load_afs_zoo(); print(len(z), z['Transformer'].profile.peak_gpus)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, check=True)
+    code = (
+        "from gpuplan.scenarios.zoo import load_afs_zoo; "
+        "z = load_afs_zoo(); print(len(z), z['Transformer'].profile.peak_gpus)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["9", "44"]
 
 
@@ -299,7 +321,8 @@ def _assert_same(a: object, b: object, path: str = "") -> None:
 @pytest.mark.traces
 def test_shipped_zoo_equals_fresh_build(traces: Path) -> None:
     shipped = json.loads(
-        (Path(__file__).resolve().parents[1] / "scenarios" / "data" / "afs_zoo.json").read_text())
+        (Path(__file__).resolve().parents[1] / "scenarios" / "data" / "afs_zoo.json").read_text()
+    )
     fresh = json.loads(json.dumps(zoo_document(build_afs_zoo(traces))))
     _assert_same(fresh, shipped)
 
@@ -342,9 +365,11 @@ def test_afs_mapping_is_seeded(zoo: dict) -> None:
 
 
 def test_afs_mapping_clamps_to_cluster(zoo: dict) -> None:
-    rows = [TraceJob(id="a", submit_time=0, gpus=48, duration=100.0, source="t.csv row 2"),
-            TraceJob(id="b", submit_time=1, gpus=64, duration=50.0, source="t.csv row 3"),
-            TraceJob(id="c", submit_time=2, gpus=4, duration=10.0, source="t.csv row 4")]
+    rows = [
+        TraceJob(id="a", submit_time=0, gpus=48, duration=100.0, source="t.csv row 2"),
+        TraceJob(id="b", submit_time=1, gpus=64, duration=50.0, source="t.csv row 3"),
+        TraceJob(id="c", submit_time=2, gpus=4, duration=10.0, source="t.csv row 4"),
+    ]
     jobs = map_afs(rows, zoo, seed=0, cluster_gpus=32)
     assert [j.model for j in jobs[:2]] == ["Inception-v4", "Inception-v4"]
     for row, job in zip(rows, jobs, strict=True):
@@ -380,9 +405,11 @@ def test_afs_mapping_keeps_trace_iterations(zoo: dict) -> None:
 # --------------------------------------------------------------------------- rigid / elastic
 def test_map_rigid_profiles_and_work() -> None:
     prof = ThroughputProfile(points={1: 2.0, 4: 6.0})
-    rows = [TraceJob(id="a", submit_time=0, gpus=4, duration=100.0, model="m"),
-            TraceJob(id="b", submit_time=5, gpus=3, duration=10.0, model="unknown"),
-            TraceJob(id="c", submit_time=6, gpus=2, duration=10.0, iterations=77.0, model="m")]
+    rows = [
+        TraceJob(id="a", submit_time=0, gpus=4, duration=100.0, model="m"),
+        TraceJob(id="b", submit_time=5, gpus=3, duration=10.0, model="unknown"),
+        TraceJob(id="c", submit_time=6, gpus=2, duration=10.0, iterations=77.0, model="m"),
+    ]
     a, b, c = map_rigid(rows, {"m": prof})
     assert a.throughput is prof and a.work == pytest.approx(600.0)
     assert a.elasticity is None and a.allowed_counts() == (4,)
@@ -393,8 +420,10 @@ def test_map_rigid_profiles_and_work() -> None:
 
 
 def test_map_elastic_range() -> None:
-    rows = [TraceJob(id="a", submit_time=0, gpus=3, duration=100.0),
-            TraceJob(id="b", submit_time=0, gpus=24, duration=100.0)]
+    rows = [
+        TraceJob(id="a", submit_time=0, gpus=3, duration=100.0),
+        TraceJob(id="b", submit_time=0, gpus=24, duration=100.0),
+    ]
     a, b = map_elastic(rows, cluster_gpus=32)
     assert (a.requested_gpus, a.min_gpus, a.max_gpus) == (3, 1, 6)
     assert (b.requested_gpus, b.max_gpus) == (24, 32)
@@ -420,7 +449,8 @@ def test_synthetic_statistics() -> None:
     rate, mean = 12.0, 7200.0
     jobs = synthetic_jobs(5000, rate, {1: 0.6, 2: 0.2, 8: 0.2}, mean, seed=42)
     gaps = [jobs[0].submit_time] + [
-        b.submit_time - a.submit_time for a, b in itertools.pairwise(jobs)]
+        b.submit_time - a.submit_time for a, b in itertools.pairwise(jobs)
+    ]
     assert sum(gaps) / len(gaps) == pytest.approx(3600 / rate, rel=0.10)
     durations = sorted(j.duration for j in jobs)
     assert sum(durations) / len(durations) == pytest.approx(mean, rel=0.15)
@@ -455,8 +485,14 @@ def test_synthetic_with_zoo_keeps_draws(zoo: dict) -> None:
     ],
 )
 def test_synthetic_validation(kwargs: dict, field: str) -> None:
-    args = {"n": 10, "arrival_rate_per_h": 1.0, "size_mix": {1: 1.0},
-            "mean_duration_s": 60.0, "seed": 0, **kwargs}
+    args = {
+        "n": 10,
+        "arrival_rate_per_h": 1.0,
+        "size_mix": {1: 1.0},
+        "mean_duration_s": 60.0,
+        "seed": 0,
+        **kwargs,
+    }
     with pytest.raises(InputError) as err:
         synthetic_jobs(**args)
     assert err.value.field == field

@@ -46,21 +46,41 @@ from .conftest import NO_OVERHEADS
 SINGLE = NodeShape(max_nodes=1)
 
 
-def _spec(job_id: str, gpus: int, shape: NodeShape | None = None, submit: float = 0.0,
-          duration: float = 1000.0, **kw: object) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=submit, requested_gpus=gpus, duration=duration,
-                   node_shape=shape, **kw)
+def _spec(
+    job_id: str,
+    gpus: int,
+    shape: NodeShape | None = None,
+    submit: float = 0.0,
+    duration: float = 1000.0,
+    **kw: object,
+) -> JobSpec:
+    return JobSpec(
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=gpus,
+        duration=duration,
+        node_shape=shape,
+        **kw,
+    )
 
 
 def _fragmented(*pending: JobSpec) -> ClusterView:
     """Two 4-GPU nodes: x holds three GPUs of node000, y two of node001 (1 and 2 free)."""
-    return ClusterState(now=0, cluster=Cluster.uniform(2, 4), jobs=[
-        JobSnapshot(spec=_spec("x", 3), allocation=JobAllocation(
-            job_id="x", placement={"node000": (0, 1, 2)})),
-        JobSnapshot(spec=_spec("y", 2), allocation=JobAllocation(
-            job_id="y", placement={"node001": (0, 1)})),
-        *(JobSnapshot(spec=s) for s in pending),
-    ]).to_view()
+    return ClusterState(
+        now=0,
+        cluster=Cluster.uniform(2, 4),
+        jobs=[
+            JobSnapshot(
+                spec=_spec("x", 3),
+                allocation=JobAllocation(job_id="x", placement={"node000": (0, 1, 2)}),
+            ),
+            JobSnapshot(
+                spec=_spec("y", 2),
+                allocation=JobAllocation(job_id="y", placement={"node001": (0, 1)}),
+            ),
+            *(JobSnapshot(spec=s) for s in pending),
+        ],
+    ).to_view()
 
 
 def test_a_single_node_job_waits_for_a_node_with_room() -> None:
@@ -72,8 +92,9 @@ def test_a_single_node_job_waits_for_a_node_with_room() -> None:
     assert r.terms == {"needs": 4, "free": 3, "most_free_on_a_node": 2, "ahead": 0}
     # Spread over nodes it could run: three free in all are not enough for 4 either...
     spread = _fragmented(_spec("wide", 4))
-    assert pending_reasons(spread, Explainer(), 0.0, ["wide"])["wide"].text == \
-        "needs 4 GPUs, 3 free"
+    assert (
+        pending_reasons(spread, Explainer(), 0.0, ["wide"])["wide"].text == "needs 4 GPUs, 3 free"
+    )
     # ...but 3 are, so no capacity reason: the policy's order is why it waits.
     fits = _fragmented(_spec("three", 3))
     free = FreeSummary(fits.nodes, fits.free)
@@ -86,37 +107,66 @@ def test_a_job_behind_others_names_them() -> None:
     view = _fragmented(*jobs)
     reasons = pending_reasons(view, Explainer(), 0.0, list("abcde"))
     assert reasons["a"].terms["ahead"] == 0 and "behind" not in reasons["a"].text
-    assert reasons["d"].text == ("needs 4 GPUs on one node, at most 2 free on any node; "
-                                 "behind 3 jobs of higher priority: a, b, c")
+    assert reasons["d"].text == (
+        "needs 4 GPUs on one node, at most 2 free on any node; "
+        "behind 3 jobs of higher priority: a, b, c"
+    )
     assert reasons["e"].terms["ahead"] == 4 and reasons["e"].text.endswith(": a, b, c, ...")
 
 
 def test_gpu_type_and_per_node_shapes() -> None:
     cluster = Cluster.uniform(2, 4)
-    view = ClusterState(now=0, cluster=cluster, jobs=[
-        JobSnapshot(spec=_spec("x", 1), allocation=JobAllocation(
-            job_id="x", placement={"node000": (0,)})),
-        JobSnapshot(spec=_spec("nxg", 8, NodeShape(gpus_per_node=4))),
-    ]).to_view()
+    view = ClusterState(
+        now=0,
+        cluster=cluster,
+        jobs=[
+            JobSnapshot(
+                spec=_spec("x", 1),
+                allocation=JobAllocation(job_id="x", placement={"node000": (0,)}),
+            ),
+            JobSnapshot(spec=_spec("nxg", 8, NodeShape(gpus_per_node=4))),
+        ],
+    ).to_view()
     r = pending_reasons(view, Explainer(), 0.0, ["nxg"])["nxg"]
     assert r.code == "no-node-fits" and r.terms["gpus_per_node"] == 4
     assert r.text == "needs 8 GPUs as 2 nodes x 4, room for 1 such nodes"
 
 
-def _run(policy: str, jobs: list[JobSpec], cluster: Cluster, **kw: object
-         ) -> tuple[list[DecisionRecord], object]:
+def _run(
+    policy: str, jobs: list[JobSpec], cluster: Cluster, **kw: object
+) -> tuple[list[DecisionRecord], object]:
     records: list[DecisionRecord] = []
-    result, engine, _ = simulate(cluster, jobs, make_policy(policy), overheads=NO_OVERHEADS,
-                                 sample_interval_s=None, reasons=records.append, **kw)
+    result, engine, _ = simulate(
+        cluster,
+        jobs,
+        make_policy(policy),
+        overheads=NO_OVERHEADS,
+        sample_interval_s=None,
+        reasons=records.append,
+        **kw,
+    )
     return records, (result, engine)
 
 
 def test_recording_reasons_changes_no_decision() -> None:
-    jobs = [_spec(f"j{i}", 1 + i % 4, SINGLE if i % 3 == 0 else None, submit=30.0 * i,
-                  duration=400.0 + 97 * i) for i in range(30)]
+    jobs = [
+        _spec(
+            f"j{i}",
+            1 + i % 4,
+            SINGLE if i % 3 == 0 else None,
+            submit=30.0 * i,
+            duration=400.0 + 97 * i,
+        )
+        for i in range(30)
+    ]
     for policy in ("fifo", "tiresias-l", "afs-l", "srtf"):
-        plain, _, _ = simulate(Cluster.uniform(2, 4), jobs, make_policy(policy),
-                               overheads=NO_OVERHEADS, sample_interval_s=None)
+        plain, _, _ = simulate(
+            Cluster.uniform(2, 4),
+            jobs,
+            make_policy(policy),
+            overheads=NO_OVERHEADS,
+            sample_interval_s=None,
+        )
         records, (explained, _) = _run(policy, jobs, Cluster.uniform(2, 4))
         assert records, policy
         strip = {"wall_s", "decision_ms", "solver_ms"}
@@ -134,8 +184,10 @@ def test_tiresias_queue_level_is_the_attained_service_bucket() -> None:
         for r in reasons:
             if "queue" not in r.terms or "attained_gpu_s" not in r.terms:
                 continue
-            bucket = min(bisect.bisect_right(stage.thresholds, r.terms["attained_gpu_s"] + 1e-3),
-                         len(stage.thresholds))
+            bucket = min(
+                bisect.bisect_right(stage.thresholds, r.terms["attained_gpu_s"] + 1e-3),
+                len(stage.thresholds),
+            )
             assert r.terms["queue"] == bucket, (rec.time, r)
             seen += 1
     assert seen >= 3
@@ -144,8 +196,7 @@ def test_tiresias_queue_level_is_the_attained_service_bucket() -> None:
     terms = preempt[0][1].reason.terms
     assert terms["queue"] == 1 and terms["attained_gpu_s"] == pytest.approx(3600.0)
     assert "Q1" in preempt[0][1].reason.text
-    start_b = [a for rec in records for a in rec.actions
-               if a.kind == "start" and a.job_id == "B"]
+    start_b = [a for rec in records for a in rec.actions if a.kind == "start" and a.job_id == "B"]
     assert start_b[0].reason.terms["queue"] == 0
     # B waited from 100 s to 900 s with A's Q0 as the reason
     waits = [rec.pending["B"] for rec in records if "B" in rec.pending]
@@ -155,9 +206,11 @@ def test_tiresias_queue_level_is_the_attained_service_bucket() -> None:
 
 def test_afs_l_reasons_give_share_and_rank() -> None:
     elastic = {"elasticity": {"min_gpus": 1, "max_gpus": 4}}
-    jobs = [_spec("a", 2, submit=0.0, duration=2000.0, **elastic),
-            _spec("b", 2, submit=10.0, duration=300.0, **elastic),
-            _spec("c", 2, submit=20.0, duration=900.0, **elastic)]
+    jobs = [
+        _spec("a", 2, submit=0.0, duration=2000.0, **elastic),
+        _spec("b", 2, submit=10.0, duration=300.0, **elastic),
+        _spec("c", 2, submit=20.0, duration=900.0, **elastic),
+    ]
     records, _ = _run("afs-l", jobs, Cluster.uniform(1, 4))
     checked = 0
     submits = {j.id: j.submit_time for j in jobs}
@@ -172,12 +225,12 @@ def test_afs_l_reasons_give_share_and_rank() -> None:
         # ranks follow the scan order (submit time, id) and count only submitted jobs
         ordered = sorted(ranks, key=lambda j: (submits[j], j))
         assert [ranks[j] for j in ordered] == sorted(ranks.values())
-        assert all(1 <= r <= sum(t <= rec.time for t in submits.values())
-                   for r in ranks.values())
+        assert all(1 <= r <= sum(t <= rec.time for t in submits.values()) for r in ranks.values())
     assert checked >= 3
     first = records[0]
-    assert [(a.job_id, a.reason.terms["rank"]) for a in first.actions
-            if a.kind == "start"] == [("a", 1)]
+    assert [(a.job_id, a.reason.terms["rank"]) for a in first.actions if a.kind == "start"] == [
+        ("a", 1)
+    ]
 
 
 def test_the_gate_says_why_it_skipped_a_change() -> None:
@@ -199,10 +252,24 @@ def test_the_gate_says_why_it_skipped_a_change() -> None:
 
 
 def test_simulate_out_writes_decisions_and_explain_reads_them(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
-    assert main(["simulate", "--scenario", "itp-cluster10", "--policy", "tiresias-l",
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--scenario",
+                "itp-cluster10",
+                "--policy",
+                "tiresias-l",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     lines = (out / "decisions.jsonl").read_text().splitlines()
     records = [DecisionRecord.model_validate_json(line) for line in lines]
@@ -234,8 +301,21 @@ def test_decisions_file_is_not_written_through_a_planted_link(tmp_path: Path) ->
     target = tmp_path / "victim"
     target.write_text("keep")
     (out / "decisions.jsonl").symlink_to(target)
-    assert main(["simulate", "--scenario", "itp-cluster10", "--policy", "fifo",
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--scenario",
+                "itp-cluster10",
+                "--policy",
+                "fifo",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert target.read_text() == "keep"
     assert not (out / "decisions.jsonl").is_symlink()
     assert json.loads((out / "decisions.jsonl").read_text().splitlines()[0])["time"] == 0.0
@@ -257,17 +337,25 @@ def test_sidecar_ojpp_and_aryl_reasons_speak_their_policys_terms() -> None:
         donor = a.reason.terms["donor"]
         assert f"donor {donor}" in a.reason.text
         assert a.reason.terms["predicted_makespan_s"] > 0
-        assert any(x.job_id == donor and x.kind == "resize" and x.gpus_after < x.gpus_before
-                   for x in sidecar)
-    ojpp = [a for r in _records_of("h200-colocation", "fifo-ojpp") for a in r.actions
-            if a.kind == "start"]
-    assert ojpp and all({"gpus_chosen", "share", "predicted_collision"} <= set(a.reason.terms)
-                        for a in ojpp)
+        assert any(
+            x.job_id == donor and x.kind == "resize" and x.gpus_after < x.gpus_before
+            for x in sidecar
+        )
+    ojpp = [
+        a
+        for r in _records_of("h200-colocation", "fifo-ojpp")
+        for a in r.actions
+        if a.kind == "start"
+    ]
+    assert ojpp and all(
+        {"gpus_chosen", "share", "predicted_collision"} <= set(a.reason.terms) for a in ojpp
+    )
     assert all(0.0 <= float(a.reason.terms["predicted_collision"]) <= 1.0 for a in ojpp)
     assert any(a.reason.terms["colocated"] for a in ojpp)  # some shared a GPU
     aryl = _records_of("aryl-testbed", "aryl")
     reclaims = [a for r in aryl for a in r.actions if a.kind == "reclaim"]
-    assert reclaims and all(a.reason.terms["reclaimer"] == "Reclaimer" and
-                            "method" in a.reason.terms for a in reclaims)
+    assert reclaims and all(
+        a.reason.terms["reclaimer"] == "Reclaimer" and "method" in a.reason.terms for a in reclaims
+    )
     starts = [a for r in aryl for a in r.actions if a.kind == "start"]
     assert {a.reason.terms["pool"] for a in starts} >= {"training", "inference"}

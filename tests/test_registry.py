@@ -33,8 +33,13 @@ from gpuplan.solver_core.registry import (
 )
 
 SOLVER_CORE = Path(importlib.import_module("gpuplan.solver_core").__file__).parent
-HEAVY = ("ortools", "scipy.optimize", "pulp", "gpuplan.solver_core.aryl",
-         "gpuplan.solver_core.policies.aryl")
+HEAVY = (
+    "ortools",
+    "scipy.optimize",
+    "pulp",
+    "gpuplan.solver_core.aryl",
+    "gpuplan.solver_core.policies.aryl",
+)
 
 
 def _package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> str:
@@ -42,8 +47,10 @@ def _package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, s
     name = f"regtest_{uuid.uuid4().hex[:12]}"
     root = tmp_path / name
     root.mkdir()
-    header = ("from gpuplan.solver_core.declarations import policy, preset, wrapper\n"
-              "from gpuplan.solver_core.registry import PolicyDef, WrapperDef, parameterless\n")
+    header = (
+        "from gpuplan.solver_core.declarations import policy, preset, wrapper\n"
+        "from gpuplan.solver_core.registry import PolicyDef, WrapperDef, parameterless\n"
+    )
     for file, body in files.items():
         (root / file).write_text(header + textwrap.dedent(body))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -58,12 +65,22 @@ def _own_build(params: object, seed: int) -> StagedPolicy:
 
 # ------------------------------------------------------------------------------ strictness
 def test_a_name_declared_in_two_tables_is_refused_naming_both_modules(tmp_path, monkeypatch):
-    a = _package(tmp_path, monkeypatch, {
-        "__init__.py": 'DECLARED = (policy("twin", ".one", "first"),)\n',
-        "one.py": 'POLICIES = [parameterless("twin", lambda: None)]\n'})
-    b = _package(tmp_path, monkeypatch, {
-        "__init__.py": 'DECLARED = (policy("twin", ".two", "second"),)\n',
-        "two.py": 'POLICIES = [parameterless("twin", lambda: None)]\n'})
+    a = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": 'DECLARED = (policy("twin", ".one", "first"),)\n',
+            "one.py": 'POLICIES = [parameterless("twin", lambda: None)]\n',
+        },
+    )
+    b = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": 'DECLARED = (policy("twin", ".two", "second"),)\n',
+            "two.py": 'POLICIES = [parameterless("twin", lambda: None)]\n',
+        },
+    )
     with pytest.raises(RegistryError, match="registered twice") as err:
         Registry((a, b)).policies()
     assert f"{a}.one" in str(err.value) and f"{b}.two" in str(err.value)
@@ -71,20 +88,34 @@ def test_a_name_declared_in_two_tables_is_refused_naming_both_modules(tmp_path, 
 
 
 def test_a_preset_named_like_a_base_is_refused(tmp_path, monkeypatch):
-    pkg = _package(tmp_path, monkeypatch, {"__init__.py": """
+    pkg = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": """
         DECLARED = (policy("p", ".one", "base"), preset("p", "again", base="p"))
-    """})
-    with pytest.raises(RegistryError, match=rf"'p' is registered twice: by {pkg}\.one and by "
-                                            rf"{pkg}$"):
+    """
+        },
+    )
+    with pytest.raises(
+        RegistryError,
+        match=rf"'p' is registered twice: by {pkg}\.one and by "
+        rf"{pkg}$",
+    ):
         Registry((pkg,)).policies()
 
 
 def test_a_module_registering_another_modules_name_is_refused(tmp_path, monkeypatch):
-    pkg = _package(tmp_path, monkeypatch, {
-        "__init__.py": 'DECLARED = (policy("p", ".one", "p"), policy("q", ".two", "q"))\n',
-        "one.py": 'POLICIES = [parameterless("p", lambda: "p from one")]\n',
-        "two.py": 'POLICIES = [parameterless("q", lambda: "q"), '
-                  'parameterless("p", lambda: "p from two")]\n'})
+    pkg = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": 'DECLARED = (policy("p", ".one", "p"), policy("q", ".two", "q"))\n',
+            "one.py": 'POLICIES = [parameterless("p", lambda: "p from one")]\n',
+            "two.py": 'POLICIES = [parameterless("q", lambda: "q"), '
+            'parameterless("p", lambda: "p from two")]\n',
+        },
+    )
     registry = Registry((pkg,))
     with pytest.raises(RegistryError, match="registered twice") as err:
         registry.policy_code("q")
@@ -95,22 +126,40 @@ def test_a_module_registering_another_modules_name_is_refused(tmp_path, monkeypa
 
 
 def test_undeclared_and_unregistered_names_are_refused(tmp_path, monkeypatch):
-    extra = _package(tmp_path, monkeypatch, {
-        "__init__.py": 'DECLARED = (policy("p", ".one", "p"),)\n',
-        "one.py": 'POLICIES = [parameterless("p", lambda: 1), parameterless("extra", '
-                  'lambda: 2)]\n'})
-    with pytest.raises(RegistryError, match=rf"{extra}\.one registers policy 'extra', which no "
-                                            "DECLARED table declares"):
+    extra = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": 'DECLARED = (policy("p", ".one", "p"),)\n',
+            "one.py": 'POLICIES = [parameterless("p", lambda: 1), parameterless("extra", '
+            "lambda: 2)]\n",
+        },
+    )
+    with pytest.raises(
+        RegistryError,
+        match=rf"{extra}\.one registers policy 'extra', which no "
+        "DECLARED table declares",
+    ):
         Registry((extra,)).policy_code("p")
-    ghost = _package(tmp_path, monkeypatch, {
-        "__init__.py": 'DECLARED = (policy("p", ".one", "p"), policy("ghost", ".one", "g"))\n',
-        "one.py": 'POLICIES = [parameterless("p", lambda: 1)]\n'})
+    ghost = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": 'DECLARED = (policy("p", ".one", "p"), policy("ghost", ".one", "g"))\n',
+            "one.py": 'POLICIES = [parameterless("p", lambda: 1)]\n',
+        },
+    )
     with pytest.raises(RegistryError, match=rf"{ghost}\.one does not register 'ghost'"):
         Registry((ghost,)).policy_code("p")
-    wrapped = _package(tmp_path, monkeypatch, {
-        "__init__.py": 'DECLARED = (wrapper("w", ".one", "w"),)\n',
-        "one.py": 'WRAPPERS = [WrapperDef("w", lambda p, _params, _seed: p)]\n'
-                  'POLICIES = [parameterless("w", lambda: 1)]\n'})
+    wrapped = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "__init__.py": 'DECLARED = (wrapper("w", ".one", "w"),)\n',
+            "one.py": 'WRAPPERS = [WrapperDef("w", lambda p, _params, _seed: p)]\n'
+            'POLICIES = [parameterless("w", lambda: 1)]\n',
+        },
+    )
     with pytest.raises(RegistryError, match="registers policy 'w', which no DECLARED"):
         Registry((wrapped,)).wrapper_code("w")
 
@@ -141,8 +190,9 @@ def _scan() -> tuple[dict[str, tuple[str, object]], dict[str, tuple[str, object]
             module = importlib.import_module(f"{package}.{info.name}")
             for attr, book in zip(("POLICIES", "WRAPPERS"), found, strict=True):
                 for d in getattr(module, attr, ()):
-                    assert d.name not in book, f"{d.name} registered by {book[d.name][0]} " \
-                                               f"and {module.__name__}"
+                    assert d.name not in book, (
+                        f"{d.name} registered by {book[d.name][0]} and {module.__name__}"
+                    )
                     book[d.name] = (module.__name__, d)
     return found
 
@@ -152,8 +202,9 @@ def test_declarations_match_what_the_modules_register():
     policies, wrappers = _scan()
     bases = {n: d.module for n, d in registry.policies().items() if d.kind == "policy"}
     assert {n: m for n, (m, _) in policies.items()} == bases
-    assert {n: m for n, (m, _) in wrappers.items()} == \
-        {n: d.module for n, d in registry.wrappers().items()}
+    assert {n: m for n, (m, _) in wrappers.items()} == {
+        n: d.module for n, d in registry.wrappers().items()
+    }
     for name, (_, d) in policies.items():
         assert registry.policy_code(name) is d
     for name, (_, d) in wrappers.items():
@@ -187,15 +238,20 @@ def test_every_policy_builds_with_its_parameters():
 # --------------------------------------------------------------------------------- laziness
 def _modules_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after ``code``."""
-    run = subprocess.run([sys.executable, "-c", f"{code}\nimport json, sys\n"
-                          "print(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return set(json.loads(run.stdout.splitlines()[-1]))
 
 
 def test_make_policy_fifo_imports_no_solver_backend():
-    mods = _modules_after("from gpuplan.solver_core.registry import make_policy\n"
-                          "assert make_policy('fifo').name == 'fifo'")
+    mods = _modules_after(
+        "from gpuplan.solver_core.registry import make_policy\n"
+        "assert make_policy('fifo').name == 'fifo'"
+    )
     assert "gpuplan.solver_core.policies.fifo" in mods
     assert sorted(m for m in mods if m.startswith(HEAVY)) == []
 
@@ -206,9 +262,13 @@ def test_listing_and_resolving_import_no_policy_module():
         "names = policy_names()\n"
         "assert len(names) >= 58 and wrapper_names()\n"
         "for name in names: resolve_config(name)\n"
-        "resolve_config('afs-l(wrappers=[network-packing], regulation=exact)')")
-    plugins = sorted(m for m in mods if m.startswith(("gpuplan.solver_core.policies.",
-                                                      "gpuplan.solver_core.wrappers")))
+        "resolve_config('afs-l(wrappers=[network-packing], regulation=exact)')"
+    )
+    plugins = sorted(
+        m
+        for m in mods
+        if m.startswith(("gpuplan.solver_core.policies.", "gpuplan.solver_core.wrappers"))
+    )
     assert plugins == [] and sorted(m for m in mods if m.startswith(HEAVY)) == []
 
 
@@ -225,22 +285,29 @@ def test_core_imports_no_plugin_module():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""),
-                                                   package) if node.level else node.module
+                base = (
+                    importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                    if node.level
+                    else node.module
+                )
                 targets = [base, *(f"{base}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
                 continue
-            offenders += [f"{module} imports {t}" for t in targets
-                          if t in plugins or (t or "").startswith("gpuplan.solver_core.policies")]
+            offenders += [
+                f"{module} imports {t}"
+                for t in targets
+                if t in plugins or (t or "").startswith("gpuplan.solver_core.policies")
+            ]
     assert offenders == []
 
 
 # ------------------------------------------------------------------------------ the listing
 def test_gpuplan_policies_lists_every_declared_name_and_summary():
-    out = subprocess.run([sys.executable, "-m", "gpuplan", "policies"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "policies"], capture_output=True, text=True, check=True
+    ).stdout
     flat = re.sub(r"[\s\u2500-\u257f|]", "", out)  # wrapped cells and box drawing removed
     at = -1
     for name, summary in [*policy_names().items(), *wrapper_names().items()]:

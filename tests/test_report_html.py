@@ -15,8 +15,16 @@ from matplotlib.image import imread
 from gpuplan.cli import main
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SWEEP = """\
 name: report test
 scenarios:
@@ -31,15 +39,22 @@ seeds: [0, 1]
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
     (folder / "sweep.yaml").write_text(SWEEP)
-    assert main(["sweep", str(folder / "sweep.yaml"), "--out", str(folder / "out"),
-                 "--workers", "1"]) == 0
+    assert (
+        main(["sweep", str(folder / "sweep.yaml"), "--out", str(folder / "out"), "--workers", "1"])
+        == 0
+    )
     return folder / "out" / "report.html"
 
 
 def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM.exists(), "Debian's chromium is missing: `make test` installs it"
-    return subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp / 'profile'}", *args],
-                          capture_output=True, text=True, timeout=180, check=True)
+    return subprocess.run(
+        [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
 
 
 def test_report_is_self_contained(report: Path) -> None:

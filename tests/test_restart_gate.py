@@ -84,10 +84,16 @@ def test_a_shrink_that_lends_its_gpus_loses_only_while_they_are_lent() -> None:
     assert lent_shrink_gain(400.0, 4.0, 2.0, 2, float("inf")) == -200.0
 
 
-@given(st.floats(0, 1e6), st.floats(0.01, 100), st.floats(0.01, 100), st.integers(1, 8),
-       st.floats(0, 1e6))
+@given(
+    st.floats(0, 1e6),
+    st.floats(0.01, 100),
+    st.floats(0.01, 100),
+    st.integers(1, 8),
+    st.floats(0, 1e6),
+)
 def test_lent_shrink_loss_is_bounded_by_the_permanent_one(
-        left: float, before: float, after: float, gpus: int, lent: float) -> None:
+    left: float, before: float, after: float, gpus: int, lent: float
+) -> None:
     lent_gain = lent_shrink_gain(left, before, after, gpus, lent)
     assert lent_gain >= resize_gain(left, before, after, gpus) - 1e-6
     assert lent_gain <= max(0.0, resize_gain(left, before, after, gpus)) + 1e-6
@@ -95,7 +101,8 @@ def test_lent_shrink_loss_is_bounded_by_the_permanent_one(
 
 @given(gain=st.floats(-1e9, 1e9), cost=st.floats(0, 1e9), more=st.floats(0, 1e9))
 def test_decision_is_monotone_in_cost_and_never_pays_more_than_it_gains(
-        gain: float, cost: float, more: float) -> None:
+    gain: float, cost: float, more: float
+) -> None:
     if carry_out(gain, cost + more):
         assert carry_out(gain, cost)  # a dearer change carried out => the cheaper one too
     if cost > 0 and gain < cost:
@@ -118,7 +125,8 @@ def test_change_costs_stay_within_the_samples(samples: list[float], alpha: float
     est = costs.estimate("j", "resize", prior=123.0)
     assert min(samples) - 1e-6 <= est <= max(samples) + 1e-6
     assert costs.estimate("other", "resize", prior=123.0) == pytest.approx(
-        statistics.median(samples))
+        statistics.median(samples)
+    )
     assert costs.estimate("other", "migrate", prior=123.0) == 123.0
 
 
@@ -129,8 +137,8 @@ def test_change_costs_per_job_first_then_kind_then_prior_and_restore() -> None:
     costs.record("b", "resize", 4.0)
     costs.record("b", "resize", 6.0)
     assert costs.estimate("a", "resize", 3.0) == 12.0  # its own figure
-    assert costs.estimate("b", "resize", 3.0) == 5.0   # EWMA 4 then 6 at 0.5
-    assert costs.estimate("c", "resize", 3.0) == 6.0   # the kind's median
+    assert costs.estimate("b", "resize", 3.0) == 5.0  # EWMA 4 then 6 at 0.5
+    assert costs.estimate("c", "resize", 3.0) == 6.0  # the kind's median
     costs.forget("a")
     assert costs.estimate("a", "resize", 3.0) == 6.0
     again = ChangeCosts()
@@ -156,9 +164,12 @@ def test_a_job_cannot_claim_a_huge_restart_cost() -> None:
 def test_progress_core_feeds_the_gate_per_job_and_kind() -> None:
     from gpuplan.executors.base import ExecutorCapabilities
 
-    core = ProgressCore(ExecutorCapabilities(resize="restart", pin_gpus=False,
-                                             preempt_modes=("checkpoint",),
-                                             restart_latency_s=3.0), max_restarts=3)
+    core = ProgressCore(
+        ExecutorCapabilities(
+            resize="restart", pin_gpus=False, preempt_modes=("checkpoint",), restart_latency_s=3.0
+        ),
+        max_restarts=3,
+    )
     core.record_restart_latency(14.0, "vit", "resize")
     core.record_restart_latency(2.0)  # no job named: the median only
     assert core.change_costs.estimate("vit", "resize", 3.0) == 14.0
@@ -188,25 +199,35 @@ class _Scripted(PolicyBase):
 
     def decide(self, view: ClusterView) -> Decision:
         live = {**view.running, **view.pending}
-        placements = {j: JobAllocation(job_id=j, placement=p)
-                      for j, p in self.script(view).items() if j in live}
-        return Decision(shares={j: p.gpus for j, p in placements.items()},
-                        placements=placements)
+        placements = {
+            j: JobAllocation(job_id=j, placement=p)
+            for j, p in self.script(view).items()
+            if j in live
+        }
+        return Decision(shares={j: p.gpus for j, p in placements.items()}, placements=placements)
 
 
-def _spec(job_id: str, submit: float, work: float, gpus: int, lo: int | None = None,
-          hi: int | None = None) -> JobSpec:
-    elastic = Elasticity(min_gpus=lo, max_gpus=hi) if lo is not None and hi is not None \
-        else None
-    return JobSpec(id=job_id, submit_time=submit, requested_gpus=gpus, total_iterations=work,
-                   throughput=LINEAR, elasticity=elastic)
+def _spec(
+    job_id: str, submit: float, work: float, gpus: int, lo: int | None = None, hi: int | None = None
+) -> JobSpec:
+    elastic = Elasticity(min_gpus=lo, max_gpus=hi) if lo is not None and hi is not None else None
+    return JobSpec(
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=gpus,
+        total_iterations=work,
+        throughput=LINEAR,
+        elasticity=elastic,
+    )
 
 
-def _engine(jobs: list[JobSpec], policy: PolicyBase, restart_s: float,
-            gate: RestartGate | None) -> Engine:
+def _engine(
+    jobs: list[JobSpec], policy: PolicyBase, restart_s: float, gate: RestartGate | None
+) -> Engine:
     cluster = Cluster.uniform(1, 4)
-    overheads = Overheads(start_s=0, resize_mode="checkpoint_restart", restart_s=restart_s,
-                          migrate_s=restart_s)
+    overheads = Overheads(
+        start_s=0, resize_mode="checkpoint_restart", restart_s=restart_s, migrate_s=restart_s
+    )
     executor = SimulatedCluster(cluster, jobs, overheads)
     engine = Engine(cluster, policy, executor, sample_interval_s=None, restart_gate=gate)
     engine.check_delta_plans = True
@@ -224,16 +245,28 @@ FLAT = ThroughputProfile(points={1: 1.0, 2: 1.9, 3: 2.7, 4: 2.8})
 """Sublinear: a fourth GPU adds little, so giving it up for a waiting job can pay."""
 
 
-@pytest.mark.parametrize(("a_work", "carried"), [
-    (196.0, False),   # a ends 30 s after b arrives: b's 30-s wait x 1 GPU - a's 1.1-s loss x
-                      # 3 GPUs = 27 GPU-s < the 30-s restart x 3 GPUs = 90: skipped
-    (2112.0, True),   # a has 714 s to go: b's wait is worth 714 GPU-s, a loses 79: carried
-])
+@pytest.mark.parametrize(
+    ("a_work", "carried"),
+    [
+        (196.0, False),  # a ends 30 s after b arrives: b's 30-s wait x 1 GPU - a's 1.1-s loss x
+        # 3 GPUs = 27 GPU-s < the 30-s restart x 3 GPUs = 90: skipped
+        (2112.0, True),  # a has 714 s to go: b's wait is worth 714 GPU-s, a loses 79: carried
+    ],
+)
 def test_a_shrink_and_the_start_it_makes_room_for_go_or_stay_together(
-        a_work: float, carried: bool) -> None:
-    jobs = [JobSpec(id="a", submit_time=0, requested_gpus=4, total_iterations=a_work,
-                    throughput=FLAT, elasticity=Elasticity(min_gpus=1, max_gpus=4)),
-            _spec("b", 40, 5, 1)]
+    a_work: float, carried: bool
+) -> None:
+    jobs = [
+        JobSpec(
+            id="a",
+            submit_time=0,
+            requested_gpus=4,
+            total_iterations=a_work,
+            throughput=FLAT,
+            elasticity=Elasticity(min_gpus=1, max_gpus=4),
+        ),
+        _spec("b", 40, 5, 1),
+    ]
     gate = RestartGate(GateConfig(min_dwell_s=0))
     engine = _engine(jobs, _Scripted(_shrink_for_b), 30.0, gate)
     engine.run()
@@ -251,8 +284,7 @@ def test_a_shrink_and_the_start_it_makes_room_for_go_or_stay_together(
     shrinks = [d for d in gate.decisions if "shrink" in d.changes.values()]
     assert shrinks and all(d.starts == ("b",) for d in shrinks)
     assert all(d.carried is carried for d in shrinks)
-    assert all(d.gain <= d.cost and d.why == "too costly"
-               for d in gate.decisions if not d.carried)
+    assert all(d.gain <= d.cost and d.why == "too costly" for d in gate.decisions if not d.carried)
     assert engine.running == {} and all(len(g) == 4 for g in engine.free.values())
 
 
@@ -261,14 +293,23 @@ def test_a_held_job_is_not_resized_within_the_dwell() -> None:
     held at 40 s, as a controller restarted then would, ``a`` is not shrunk for ``b`` although
     the shrink pays for itself (the carried case above), and ``b`` waits with it; not held, the
     shrink is carried out at once (``a`` started at 0 s, past the 30-s dwell)."""
-    jobs = [JobSpec(id="a", submit_time=0, requested_gpus=4, total_iterations=2112.0,
-                    throughput=FLAT, elasticity=Elasticity(min_gpus=1, max_gpus=4)),
-            _spec("b", 40, 5, 1)]
+    jobs = [
+        JobSpec(
+            id="a",
+            submit_time=0,
+            requested_gpus=4,
+            total_iterations=2112.0,
+            throughput=FLAT,
+            elasticity=Elasticity(min_gpus=1, max_gpus=4),
+        ),
+        _spec("b", 40, 5, 1),
+    ]
     for held in (True, False):
         gate = RestartGate(GateConfig(min_dwell_s=30.0))
 
-        def restarted_at_b(view: ClusterView, held: bool = held, gate: RestartGate = gate
-                           ) -> dict[str, dict[str, tuple[int, ...]]]:
+        def restarted_at_b(
+            view: ClusterView, held: bool = held, gate: RestartGate = gate
+        ) -> dict[str, dict[str, tuple[int, ...]]]:
             if held and "b" in view.pending:
                 gate.hold(list(view.running), view.now)
                 gate.hold(list(view.running), view.now - 20.0)  # a later clock is kept
@@ -290,8 +331,11 @@ def test_zero_cost_passes_the_policys_plan_unchanged() -> None:
     for gate in (None, RestartGate(GateConfig(min_dwell_s=1e9))):
         engine = _engine(jobs, _Scripted(_shrink_for_b), 0.0, gate)
         engine.run()
-        results.append(engine.result().model_dump(exclude={"decision_ms", "solver_ms",
-                                                           "wall_s", "restart_gate"}))
+        results.append(
+            engine.result().model_dump(
+                exclude={"decision_ms", "solver_ms", "wall_s", "restart_gate"}
+            )
+        )
     assert results[0] == results[1]
     assert {j["job_id"]: j["resizes"] for j in results[0]["jobs"]}["a"] == 2  # shrink, grow
 
@@ -300,6 +344,7 @@ def test_dwell_holds_a_job_that_just_changed() -> None:
     """``a`` grows at 40 s when ``b`` ends; ``c`` arrives at 42 s and the script shrinks ``a``
     back for it. That shrink pays for itself, but ``a`` changed 2 s ago: with a 30-s dwell it
     is skipped (``c`` waits), with none it is carried out at once."""
+
     def script(view: ClusterView) -> dict[str, dict[str, tuple[int, ...]]]:
         live = {**view.running, **view.pending}
         if "b" in live:
@@ -311,9 +356,18 @@ def test_dwell_holds_a_job_that_just_changed() -> None:
     curve = ThroughputProfile(points={1: 1.0, 2: 2.0, 4: 2.2})
     for dwell in (30.0, 0.0):
         gate = RestartGate(GateConfig(min_dwell_s=dwell))
-        jobs = [JobSpec(id="a", submit_time=0, requested_gpus=2, total_iterations=2000,
-                        throughput=curve, elasticity=Elasticity(min_gpus=1, max_gpus=4)),
-                _spec("b", 0, 80, 2), _spec("c", 42, 20, 2)]
+        jobs = [
+            JobSpec(
+                id="a",
+                submit_time=0,
+                requested_gpus=2,
+                total_iterations=2000,
+                throughput=curve,
+                elasticity=Elasticity(min_gpus=1, max_gpus=4),
+            ),
+            _spec("b", 0, 80, 2),
+            _spec("c", 42, 20, 2),
+        ]
         engine = _engine(jobs, _Scripted(script), 1.0, gate)
         engine.run()
         rec = {r.job_id: r for r in engine.result().jobs}
@@ -342,19 +396,40 @@ def test_gate_kinds() -> None:
 # ---------------------------------------------------------------------------------- simulated
 
 
-def _scenario(gate: bool, restart_s: float, jobs: int = 200, rate_per_h: float = 3600.0,
-              mean_s: float = 20.0, seed: int = 1, nodes: int = 4) -> ScenarioSpec:
+def _scenario(
+    gate: bool,
+    restart_s: float,
+    jobs: int = 200,
+    rate_per_h: float = 3600.0,
+    mean_s: float = 20.0,
+    seed: int = 1,
+    nodes: int = 4,
+) -> ScenarioSpec:
     """The lab's shape: 4 x 4 GPUs, short elastic jobs arriving faster than they finish."""
-    return ScenarioSpec.model_validate({
-        "name": "gate", "seed": seed,
-        "cluster": {"nodes": nodes, "gpus_per_node": 4},
-        "workload": {"source": "synthetic", "jobs": jobs, "arrival_rate_per_h": rate_per_h,
-                     "mean_duration_s": mean_s, "mapping": "afs"},
-        "overheads": {"start_s": restart_s, "restart_s": restart_s, "migrate_s": restart_s,
-                      "preempt_s": 0.0, "resize_mode": "checkpoint_restart",
-                      "stop_free_s": 0.0, "sidecar_s": 0.0},
-        "engine": {"restart_gate": {"enabled": gate}},
-    })
+    return ScenarioSpec.model_validate(
+        {
+            "name": "gate",
+            "seed": seed,
+            "cluster": {"nodes": nodes, "gpus_per_node": 4},
+            "workload": {
+                "source": "synthetic",
+                "jobs": jobs,
+                "arrival_rate_per_h": rate_per_h,
+                "mean_duration_s": mean_s,
+                "mapping": "afs",
+            },
+            "overheads": {
+                "start_s": restart_s,
+                "restart_s": restart_s,
+                "migrate_s": restart_s,
+                "preempt_s": 0.0,
+                "resize_mode": "checkpoint_restart",
+                "stop_free_s": 0.0,
+                "sidecar_s": 0.0,
+            },
+            "engine": {"restart_gate": {"enabled": gate}},
+        }
+    )
 
 
 def _policies() -> list[str]:
@@ -371,19 +446,29 @@ def test_zero_overheads_every_policy_identical_with_the_gate_on() -> None:
         dumps = []
         for gate in (False, True):
             try:
-                prepared = prepare(_scenario(gate, 0.0, jobs=jobs, rate_per_h=720.0,
-                                             mean_s=60.0, nodes=2))
+                prepared = prepare(
+                    _scenario(gate, 0.0, jobs=jobs, rate_per_h=720.0, mean_s=60.0, nodes=2)
+                )
                 result = run(prepared, policy)
             except InputError:  # a policy this workload does not suit
                 break
             assert (result.restart_gate is not None) is gate
             if result.restart_gate is not None:
-                weighed += sum(v["proposed"] for k, v in result.restart_gate["changes"].items()
-                               if k != "start")
+                weighed += sum(
+                    v["proposed"] for k, v in result.restart_gate["changes"].items() if k != "start"
+                )
                 assert all(v["skipped"] == 0 for v in result.restart_gate["changes"].values())
-            dumps.append(result.model_dump(exclude={  # timings, incl. offline's solve time
-                "decision_ms": True, "solver_ms": True, "wall_s": True, "restart_gate": True,
-                "bound": {"wall_ms"}}))
+            dumps.append(
+                result.model_dump(
+                    exclude={  # timings, incl. offline's solve time
+                        "decision_ms": True,
+                        "solver_ms": True,
+                        "wall_s": True,
+                        "restart_gate": True,
+                        "bound": {"wall_ms"},
+                    }
+                )
+            )
         else:
             assert dumps[0] == dumps[1], policy
             ran.append(policy)
@@ -398,20 +483,26 @@ def test_with_restarts_of_15_s_the_gate_skips_changes_and_afs_l_finishes_sooner(
     on_result = run(prepare(_scenario(True, 15.0)), "afs-l")
     on = summarize(on_result)
     changes = on_result.restart_gate["changes"]  # type: ignore[index]
-    print(f"\n[afs-l, restart 15 s: mean JCT {off.avg_jct_s:.1f} -> {on.avg_jct_s:.1f} s, "
-          f"drain {off.makespan_s:.1f} -> {on.makespan_s:.1f} s; gate {changes}]")
+    print(
+        f"\n[afs-l, restart 15 s: mean JCT {off.avg_jct_s:.1f} -> {on.avg_jct_s:.1f} s, "
+        f"drain {off.makespan_s:.1f} -> {on.makespan_s:.1f} s; gate {changes}]"
+    )
     assert on.finished == off.finished == 200
     assert changes["grow"]["skipped"] + changes["shrink"]["skipped"] >= 1
-    assert on.gate_skipped and on.gate_done is not None and on.gate_proposed == \
-        on.gate_done + on.gate_skipped
+    assert (
+        on.gate_skipped
+        and on.gate_done is not None
+        and on.gate_proposed == on.gate_done + on.gate_skipped
+    )
     assert on.resizes < off.resizes
     assert on.avg_jct_s < off.avg_jct_s and on.makespan_s <= off.makespan_s  # type: ignore[operator]
 
 
 def test_scenario_block_validates() -> None:
     with pytest.raises(ValueError, match="min_dwell_s"):
-        ScenarioSpec.model_validate({"name": "x", "engine": {"restart_gate": {
-            "enabled": True, "min_dwell_s": -1}}})
+        ScenarioSpec.model_validate(
+            {"name": "x", "engine": {"restart_gate": {"enabled": True, "min_dwell_s": -1}}}
+        )
     with pytest.raises(ValueError, match="extra"):
         ScenarioSpec.model_validate({"name": "x", "engine": {"restart_gate": {"on": True}}})
 
@@ -456,15 +547,42 @@ def test_controller_probe_measures_intent_to_running_again(tmp_path: Path) -> No
     from gpuplan.executors.slurm.cli import SlurmJob
 
     def sj(state: str, restarts: int) -> SlurmJob:
-        return SlurmJob(job_id=5, name="a", state=state, reason="", nodes=("node1",),
-                        partition="p", comment="", admin_comment="", restart_count=restarts,
-                        user_id=0, priority=1, tres_per_node="", tres_per_job="",
-                        exit_code=None, batch_host="node1", raw={})
+        return SlurmJob(
+            job_id=5,
+            name="a",
+            state=state,
+            reason="",
+            nodes=("node1",),
+            partition="p",
+            comment="",
+            admin_comment="",
+            restart_count=restarts,
+            user_id=0,
+            priority=1,
+            tres_per_node="",
+            tres_per_job="",
+            exit_code=None,
+            batch_host="node1",
+            raw={},
+        )
 
     def act(journal: Journal, run: int, kind: str, restarts: int) -> float:
-        _, ids = journal.record_plan(run, 0.0, "p", "{}", [ActionIntent(
-            engine_id="a", slurm_id=5, kind=kind, before={"node1": 1}, after={"node1": 2},
-            restart_count=restarts)])
+        _, ids = journal.record_plan(
+            run,
+            0.0,
+            "p",
+            "{}",
+            [
+                ActionIntent(
+                    engine_id="a",
+                    slurm_id=5,
+                    kind=kind,
+                    before={"node1": 1},
+                    after={"node1": 2},
+                    restart_count=restarts,
+                )
+            ],
+        )
         journal.settle(ids, "applied")
         return journal.actions("a")[-1].intended_at
 
@@ -501,19 +619,29 @@ def test_startup_option_parsing_and_seeded_draws() -> None:
             parse_startup(bad)
     draws = {startup_delay((11.0, 16.0), 7, "job", float(i)) for i in range(20)}
     assert len(draws) == 20 and all(11.0 <= d <= 16.0 for d in draws)
-    assert startup_delay((11.0, 16.0), 7, "job", 3.0) == startup_delay((11.0, 16.0), 7, "job",
-                                                                        3.0)
-    assert startup_delay((11.0, 16.0), 8, "job", 3.0) != startup_delay((11.0, 16.0), 7, "job",
-                                                                        3.0)
+    assert startup_delay((11.0, 16.0), 7, "job", 3.0) == startup_delay((11.0, 16.0), 7, "job", 3.0)
+    assert startup_delay((11.0, 16.0), 8, "job", 3.0) != startup_delay((11.0, 16.0), 7, "job", 3.0)
     assert startup_delay((12.0, 12.0), 1, "job", 0.0) == 12.0
 
 
 def _standin(state: Path, job: str, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}
-    argv = [sys.executable, "-m", "gpuplan.executors.standin", f"--job-id={job}", "--work",
-            "2", "--rate-per-gpu", "5", "--state-dir", str(state), *extra]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan.executors.standin",
+        f"--job-id={job}",
+        "--work",
+        "2",
+        "--rate-per-gpu",
+        "5",
+        "--state-dir",
+        str(state),
+        *extra,
+    ]
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_standin_waits_its_startup_before_its_first_progress(tmp_path: Path) -> None:
@@ -528,15 +656,17 @@ def test_standin_waits_its_startup_before_its_first_progress(tmp_path: Path) -> 
     assert "--startup-s" in (bad.stderr.read() if bad.stderr else "")
 
 
-def test_a_stop_during_startup_ends_the_run_without_touching_the_checkpoint(
-        tmp_path: Path) -> None:
-    code = ("import os, signal, sys, threading\n"
-            "from gpuplan.executors import standin\n"
-            "stop = standin.StopSignals()\n"
-            "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()\n"
-            "print(standin.wait_startup(stop, 300.0))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=290, check=True)
+def test_a_stop_during_startup_ends_the_run_without_touching_the_checkpoint(tmp_path: Path) -> None:
+    code = (
+        "import os, signal, sys, threading\n"
+        "from gpuplan.executors import standin\n"
+        "stop = standin.StopSignals()\n"
+        "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()\n"
+        "print(standin.wait_startup(stop, 300.0))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=290, check=True
+    )
     assert out.stdout.strip() == "False"
     # and through the command line: a stop while starting leaves no file behind
     proc = _standin(tmp_path, "u", "--startup-s", "300")
@@ -554,8 +684,9 @@ def _in_startup(pid: int) -> bool:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    caught = next((int(line.split()[1], 16) for line in status.splitlines()
-                   if line.startswith("SigCgt:")), 0)
+    caught = next(
+        (int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0
+    )
     return bool(caught & (1 << (signal.SIGTERM - 1)))
 
 
@@ -587,8 +718,7 @@ class _GrowEach(PolicyBase):
                 placements[job_id] = JobAllocation(job_id=job_id, placement={node: (0, 1)})
             elif job_id in view.pending and (job_id == "w" or self.measured.samples):
                 placements[job_id] = JobAllocation(job_id=job_id, placement={node: (0,)})
-        return Decision(shares={j: p.gpus for j, p in placements.items()},
-                        placements=placements)
+        return Decision(shares={j: p.gpus for j, p in placements.items()}, placements=placements)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         waiting = any(j.gpus == 1 for j in view.running.values()) or "s" in view.pending
@@ -598,11 +728,11 @@ class _GrowEach(PolicyBase):
 def _with_startup(builder, seconds: float):  # type: ignore[no-untyped-def]
     def build(ctx) -> Sequence[str]:  # type: ignore[no-untyped-def]
         return [*builder(ctx), "--startup-s", repr(seconds)]
+
     return build
 
 
-def test_real_lab_a_measured_restart_cost_decides_each_grow(lab: object, tmp_path: Path
-                                                            ) -> None:
+def test_real_lab_a_measured_restart_cost_decides_each_grow(lab: object, tmp_path: Path) -> None:
     """Two stand-in jobs with a 12-s start-up on the real Slurm lab. ``w`` (long) grows first:
     its gain dwarfs the prior cost, so it is carried out, and its restart is measured (~12 s).
     ``s`` (16 iterations) then starts, and its grow would save ~8 s x 2 GPUs: more than the
@@ -612,14 +742,18 @@ def test_real_lab_a_measured_restart_cost_decides_each_grow(lab: object, tmp_pat
     jobs = [fx.job("w", 0.0, 160.0, 1, 1, 2), fx.job("s", 0.0, 16.0, 1, 1, 2)]
     state = tmp_path / "state"
     cluster, executor = fx.make_executor(
-        lab, jobs, state, nodes=("node1", "node2"), max_wall_s=400,  # type: ignore[arg-type]
-        command=_with_startup(fx.standin_builder(), 12.0))
+        lab,
+        jobs,
+        state,
+        nodes=("node1", "node2"),
+        max_wall_s=400,  # type: ignore[arg-type]
+        command=_with_startup(fx.standin_builder(), 12.0),
+    )
     costs = executor_change_costs(executor)
     assert costs is not None
     gate = RestartGate(GateConfig(min_dwell_s=0), costs)
     prior = executor.capabilities.restart_latency_s
-    engine = Engine(cluster, _GrowEach(costs), executor, sample_interval_s=None,
-                    restart_gate=gate)
+    engine = Engine(cluster, _GrowEach(costs), executor, sample_interval_s=None, restart_gate=gate)
     try:
         engine.run()
     finally:
@@ -627,8 +761,10 @@ def test_real_lab_a_measured_restart_cost_decides_each_grow(lab: object, tmp_pat
     fx.assert_progress_conserved(engine, executor, state, jobs)
     rec = {r.job_id: r for r in engine.result().jobs}
     decisions = list(gate.decisions)
-    print(f"\n[lab: prior {prior:.2f} s, measured {costs.summary()}; decisions "
-          f"{[(d.changes, round(d.gain, 1), round(d.cost, 1), d.why) for d in decisions]}]")
+    print(
+        f"\n[lab: prior {prior:.2f} s, measured {costs.summary()}; decisions "
+        f"{[(d.changes, round(d.gain, 1), round(d.cost, 1), d.why) for d in decisions]}]"
+    )
     w = [d for d in decisions if "w" in d.changes]
     s = [d for d in decisions if "s" in d.changes]
     assert [d.carried for d in w] == [True] and rec["w"].resizes == 1

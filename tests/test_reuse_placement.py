@@ -46,16 +46,30 @@ from gpuplan.solver_core.policy import Decision
 
 
 def _job(job_id: str, gpus: int, gpu_type: str | None = None) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=0, requested_gpus=gpus, duration=100,
-                   elasticity=Elasticity(min_gpus=1, max_gpus=16), gpu_type=gpu_type)
+    return JobSpec(
+        id=job_id,
+        submit_time=0,
+        requested_gpus=gpus,
+        duration=100,
+        elasticity=Elasticity(min_gpus=1, max_gpus=16),
+        gpu_type=gpu_type,
+    )
 
 
-def _view(cluster: Cluster, running: dict[str, dict[str, tuple[int, ...]]],
-          pending: tuple[str, ...] = (), types: dict[str, str] | None = None):
+def _view(
+    cluster: Cluster,
+    running: dict[str, dict[str, tuple[int, ...]]],
+    pending: tuple[str, ...] = (),
+    types: dict[str, str] | None = None,
+):
     types = types or {}
-    jobs = [JobSnapshot(spec=_job(j, sum(len(g) for g in p.values()), types.get(j)),
-                        allocation=JobAllocation(job_id=j, placement=p))
-            for j, p in running.items()]
+    jobs = [
+        JobSnapshot(
+            spec=_job(j, sum(len(g) for g in p.values()), types.get(j)),
+            allocation=JobAllocation(job_id=j, placement=p),
+        )
+        for j, p in running.items()
+    ]
     jobs += [JobSnapshot(spec=_job(j, 1, types.get(j))) for j in pending]
     return ClusterState(now=1, cluster=cluster, jobs=jobs).to_view()
 
@@ -86,11 +100,14 @@ def test_unavoidable_migration_moves_exactly_one_job() -> None:
     # node000:2, c holds node001:2-3; node002 is empty. a stays at 4 GPUs, so it must take one
     # whole node. Staying on node000 evicts b (reused 2 + 2 = 4), on node001 evicts c (reused
     # 2 + 1 = 3), on node002 a itself migrates (reused 1 + 2 = 3). Optimum: b migrates alone.
-    view = _view(Cluster.uniform(3, 4), {
-        "a": {"node000": (0, 1), "node001": (0, 1)},
-        "b": {"node000": (2,)},
-        "c": {"node001": (2, 3)},
-    })
+    view = _view(
+        Cluster.uniform(3, 4),
+        {
+            "a": {"node000": (0, 1), "node001": (0, 1)},
+            "b": {"node000": (2,)},
+            "c": {"node001": (2, 3)},
+        },
+    )
     shares = {"a": 4, "b": 1, "c": 2}
     problem = problem_from_view(view, shares)
     stats: list = []
@@ -113,8 +130,12 @@ def test_unavoidable_migration_moves_exactly_one_job() -> None:
 
 
 def test_unchanged_shares_keep_every_gpu() -> None:
-    running = {"a": {"node000": (0, 1, 2, 3), "node001": (0, 1, 2, 3)},
-               "b": {"node002": (0, 1)}, "c": {"node002": (2,)}, "d": {"node002": (3,)}}
+    running = {
+        "a": {"node000": (0, 1, 2, 3), "node001": (0, 1, 2, 3)},
+        "b": {"node002": (0, 1)},
+        "c": {"node002": (2,)},
+        "d": {"node002": (3,)},
+    }
     view = _view(Cluster.uniform(4, 4), running, pending=("e",))
     shares = {"a": 8, "b": 2, "c": 1, "d": 1, "e": 4}
     for stage in (reuse_placement("greedy"), reuse_placement("exact")):
@@ -128,8 +149,11 @@ def test_unchanged_shares_keep_every_gpu() -> None:
 
 def test_growth_shrink_and_new_jobs_prefer_reuse() -> None:
     # a grows 2 -> 4 (needs a whole node: it has 2 on node000 already), b shrinks 4 -> 2.
-    view = _view(Cluster.uniform(2, 4), {"a": {"node000": (0, 1)},
-                                         "b": {"node001": (0, 1, 2, 3)}}, pending=("n",))
+    view = _view(
+        Cluster.uniform(2, 4),
+        {"a": {"node000": (0, 1)}, "b": {"node001": (0, 1, 2, 3)}},
+        pending=("n",),
+    )
     shares = {"a": 4, "b": 2, "n": 2}
     for method in ("greedy", "exact"):
         placed = reuse_placement(method)(view, shares, [])
@@ -141,9 +165,14 @@ def test_growth_shrink_and_new_jobs_prefer_reuse() -> None:
 # ---------------------------------------------------------------- random churn: exact >= greedy
 
 
-def _random_problem(rng: random.Random, nodes: int, unit: int, n_jobs: int,
-                    previous: dict[str, dict[str, tuple[int, ...]]], tag: str = ""
-                    ) -> PlacementProblem:
+def _random_problem(
+    rng: random.Random,
+    nodes: int,
+    unit: int,
+    n_jobs: int,
+    previous: dict[str, dict[str, tuple[int, ...]]],
+    tag: str = "",
+) -> PlacementProblem:
     """Shares summing to N over n_jobs (old and new), regulated, with ``previous`` held."""
     total = nodes * unit
     ids = sorted(previous) + [f"new{tag}-{i}" for i in range(n_jobs)]
@@ -153,8 +182,11 @@ def _random_problem(rng: random.Random, nodes: int, unit: int, n_jobs: int,
     shares = {j: b - a for j, a, b in zip(ids, [0, *cuts], [*cuts, total], strict=True)}
     regulated = regulate_greedy(shares, unit, total)
     pools = {f"n{i:02d}": tuple(range(unit)) for i in range(nodes)}
-    return PlacementProblem(pools, unit, tuple(
-        PlacementJob(j, c, previous.get(j, {})) for j, c in sorted(regulated.items())))
+    return PlacementProblem(
+        pools,
+        unit,
+        tuple(PlacementJob(j, c, previous.get(j, {})) for j, c in sorted(regulated.items())),
+    )
 
 
 def test_exact_is_at_least_greedy_on_random_churn() -> None:
@@ -204,8 +236,9 @@ def churn_cases(draw: st.DrawFn) -> PlacementProblem:
     nodes = draw(st.integers(1, 8))
     n = draw(st.integers(1, 12))
     ids = [f"j{i:02d}" for i in range(n)]
-    owners = draw(st.lists(st.sampled_from([None, *ids]), min_size=unit * nodes,
-                           max_size=unit * nodes))
+    owners = draw(
+        st.lists(st.sampled_from([None, *ids]), min_size=unit * nodes, max_size=unit * nodes)
+    )
     held: dict[str, dict[str, list[int]]] = {}
     for k, owner in enumerate(owners):
         if owner is not None:
@@ -215,15 +248,18 @@ def churn_cases(draw: st.DrawFn) -> PlacementProblem:
     shares = {j: b - a for j, a, b in zip(ids, [0, *cuts], [*cuts, total], strict=True)}
     regulated = regulate_greedy(shares, unit, total)
     pools = {f"n{i}": tuple(range(unit)) for i in range(nodes)}
-    jobs = tuple(PlacementJob(j, c, {n: tuple(g) for n, g in held.get(j, {}).items()})
-                 for j, c in sorted(regulated.items()))
+    jobs = tuple(
+        PlacementJob(j, c, {n: tuple(g) for n, g in held.get(j, {}).items()})
+        for j, c in sorted(regulated.items())
+    )
     return PlacementProblem(pools, unit, jobs)
 
 
 @settings(max_examples=250, deadline=None)
 @given(churn_cases())
 def test_greedy_places_every_regulated_vector_without_network_sharing(
-        problem: PlacementProblem) -> None:
+    problem: PlacementProblem,
+) -> None:
     counts = place_greedy(problem)
     score = reuse_score(problem, counts)
     assert score.unplaced_jobs == 0
@@ -248,9 +284,11 @@ def test_exact_never_loses_to_greedy(problem: PlacementProblem) -> None:
 
 
 def test_plain_reuse_keeps_min_of_count_and_held() -> None:
-    running = {"a": {"node000": (0, 1, 2), "node001": (0,)},  # 4 -> 3: keeps the 3 on node000
-               "b": {"node001": (1, 2)},                        # 2 -> 5: keeps 2, grows
-               "c": {"node002": (0, 1, 2, 3)}}                  # 4 -> 0: preempted
+    running = {
+        "a": {"node000": (0, 1, 2), "node001": (0,)},  # 4 -> 3: keeps the 3 on node000
+        "b": {"node001": (1, 2)},  # 2 -> 5: keeps 2, grows
+        "c": {"node002": (0, 1, 2, 3)},
+    }  # 4 -> 0: preempted
     view = _view(Cluster.uniform(3, 4), running, pending=("d",))
     shares = {"a": 3, "b": 5, "d": 3}
     problem = problem_from_view(view, shares, no_network_sharing=False)
@@ -272,11 +310,16 @@ def test_plain_reuse_keeps_min_of_count_and_held() -> None:
 
 
 def test_gpu_type_restriction_is_respected() -> None:
-    cluster = Cluster(nodes=[Node(name="k0", gpus=4, gpu_type="k80"),
-                             Node(name="v0", gpus=4, gpu_type="v100"),
-                             Node(name="v1", gpus=4, gpu_type="v100")])
-    view = _view(cluster, {"a": {"k0": (0, 1)}}, pending=("x", "y"),
-                 types={"x": "v100", "y": "k80"})
+    cluster = Cluster(
+        nodes=[
+            Node(name="k0", gpus=4, gpu_type="k80"),
+            Node(name="v0", gpus=4, gpu_type="v100"),
+            Node(name="v1", gpus=4, gpu_type="v100"),
+        ]
+    )
+    view = _view(
+        cluster, {"a": {"k0": (0, 1)}}, pending=("x", "y"), types={"x": "v100", "y": "k80"}
+    )
     shares = {"a": 2, "x": 8, "y": 2}
     for method in ("greedy", "exact"):
         placed = reuse_placement(method)(view, shares, [])

@@ -41,8 +41,8 @@ def test_case_study_sidecar_timeline() -> None:
     assert t["job1"][1] == pytest.approx(290.0 + (1101.6 - done_at_263) / 1.7)
     makespan = max(f for _, f in t.values())
     avg_jct = sum(f - s for s, f in t.values()) / 2
-    assert makespan == pytest.approx(812.35, abs=0.01)   # paper 845
-    assert avg_jct == pytest.approx(682.18, abs=0.01)    # paper 678.5
+    assert makespan == pytest.approx(812.35, abs=0.01)  # paper 845
+    assert avg_jct == pytest.approx(682.18, abs=0.01)  # paper 678.5
     assert makespan < 1249.0 and avg_jct < 851.0
 
 
@@ -50,9 +50,18 @@ def test_case_study_termination_costs_order() -> None:
     """The same decisions paid by terminate-and-restart (204 s down, no early init) end later
     than SideCar's and earlier than the default's (paper: 845 < 1143 < 1249)."""
     spec, _ = resolve_scenario("sidecar-case-study")
-    term = spec.model_copy(update={"overheads": spec.overheads.model_copy(update=dict(
-        resize_mode="checkpoint_restart", resize_down_s=204.0, resize_up_s=242.0,
-        early_init_s=0.0))})
+    term = spec.model_copy(
+        update={
+            "overheads": spec.overheads.model_copy(
+                update=dict(
+                    resize_mode="checkpoint_restart",
+                    resize_down_s=204.0,
+                    resize_up_s=242.0,
+                    early_init_s=0.0,
+                )
+            )
+        }
+    )
     t = _times(term, "sidecar(down_s=204,up_s=242)")
     makespan = max(f for _, f in t.values())
     assert 812.35 < makespan < 1249.0
@@ -60,21 +69,25 @@ def test_case_study_termination_costs_order() -> None:
     assert t["job2"][1] == pytest.approx(180.0 + 174.0 + 751.4 / 1.7)
 
 
-def _view(jobs: list[tuple[str, int | None, tuple[int, ...], float]], gpus: int = 8
-          ) -> ClusterView:
+def _view(jobs: list[tuple[str, int | None, tuple[int, ...], float]], gpus: int = 8) -> ClusterView:
     """(id, GPUs held or None for pending, options, work) on one host of ``gpus`` GPUs."""
     cluster = Cluster.uniform(1, gpus, "v100")
     running, pending, used = {}, {}, 0
     for i, (job_id, held, opts, work) in enumerate(jobs):
-        spec = JobSpec(id=job_id, submit_time=float(i), requested_gpus=max(opts),
-                       total_iterations=work, throughput={"points": CURVE},
-                       elasticity=Elasticity(min_gpus=min(opts), max_gpus=max(opts),
-                                             allowed=opts))
+        spec = JobSpec(
+            id=job_id,
+            submit_time=float(i),
+            requested_gpus=max(opts),
+            total_iterations=work,
+            throughput={"points": CURVE},
+            elasticity=Elasticity(min_gpus=min(opts), max_gpus=max(opts), allowed=opts),
+        )
         job = ActiveJob(spec=spec)
         if held:
             job.status = "running"
-            job.set_allocation(JobAllocation(job_id=job_id, placement={
-                "node000": tuple(range(used, used + held))}))
+            job.set_allocation(
+                JobAllocation(job_id=job_id, placement={"node000": tuple(range(used, used + held))})
+            )
             job.rate = spec.throughput.rate(held)
             used += held
             running[job_id] = job
@@ -101,8 +114,13 @@ def _brute_alg1(view: ClusterView, costs: Costs) -> float:
         for j, job in view.running.items():
             left = job.gpus - (n - idle)
             if left in job.spec.allowed_counts():
-                ms = max([*(v for k, v in base.items() if k != j), fin(job, left, costs.down_s),
-                          fin(new, n, costs.init_s)])
+                ms = max(
+                    [
+                        *(v for k, v in base.items() if k != j),
+                        fin(job, left, costs.down_s),
+                        fin(new, n, costs.init_s),
+                    ]
+                )
                 best = min(best, ms)
     return best
 
@@ -120,8 +138,9 @@ def test_algorithm1_is_the_least_makespan_single_donor_scheme() -> None:
                 break
             jobs.append((f"r{k}", held, (1, 2, 4), rng.uniform(500, 5000)))
             left -= held
-        jobs.append(("new", None, rng.choice([(1, 2), (2, 4), (1, 2, 4, 8)]),
-                     rng.uniform(500, 5000)))
+        jobs.append(
+            ("new", None, rng.choice([(1, 2), (2, 4), (1, 2, 4, 8)]), rng.uniform(500, 5000))
+        )
         view = _view(jobs)
         book = HostBook.of(view)
         pred = Predictor(book, costs)
@@ -147,10 +166,17 @@ def test_algorithm2_grows_the_critical_job() -> None:
     pred = Predictor(book, Costs())
     assert algorithm2(book, pred, "sum", guard=False) == ("long", 2)
     # exhaustive check over every (job, add) the algorithm may pick
-    options = [(j, a) for j, a in itertools.product(("long", "short"), range(1, 5))
-               if view.running[j].gpus + a in view.running[j].spec.allowed_counts()]
-    best = min(options, key=lambda o: pred.makespan(
-        {o[0]: pred.reshaped(o[0], view.running[o[0]].gpus + o[1], 37.0)}))
+    options = [
+        (j, a)
+        for j, a in itertools.product(("long", "short"), range(1, 5))
+        if view.running[j].gpus + a in view.running[j].spec.allowed_counts()
+    ]
+    best = min(
+        options,
+        key=lambda o: pred.makespan(
+            {o[0]: pred.reshaped(o[0], view.running[o[0]].gpus + o[1], 37.0)}
+        ),
+    )
     assert best == ("long", 2)
 
 
@@ -171,9 +197,14 @@ def test_termination_starts_at_one_gpu_and_only_grows() -> None:
     def hook(view: object, plan: object) -> None:
         kinds.extend((a.kind, a.gpus_before, a.gpus_after) for a in plan.actions)  # type: ignore[attr-defined]
 
-    result, _, _ = simulate(prepared.cluster, prepared.jobs, make_policy("termination"),
-                            overheads=prepared.spec.overheads, on_plan=hook,
-                            sample_interval_s=None)
+    result, _, _ = simulate(
+        prepared.cluster,
+        prepared.jobs,
+        make_policy("termination"),
+        overheads=prepared.spec.overheads,
+        on_plan=hook,
+        sample_interval_s=None,
+    )
     assert all(j.finish_time is not None for j in result.jobs)
     starts = [after for kind, _, after in kinds if kind == "start"]
     assert starts and set(starts) == {1}
@@ -186,16 +217,27 @@ def test_termination_starts_at_one_gpu_and_only_grows() -> None:
 def test_sidecar_beats_both_baselines_on_the_workloads(workload: int) -> None:
     name = f"sidecar-wl{workload}"
     spec, _ = resolve_scenario(name)
-    term = spec.model_copy(update={"overheads": spec.overheads.model_copy(update=dict(
-        resize_mode="checkpoint_restart", resize_down_s=204.0, resize_up_s=242.0,
-        early_init_s=0.0))})
+    term = spec.model_copy(
+        update={
+            "overheads": spec.overheads.model_copy(
+                update=dict(
+                    resize_mode="checkpoint_restart",
+                    resize_down_s=204.0,
+                    resize_up_s=242.0,
+                    early_init_s=0.0,
+                )
+            )
+        }
+    )
 
     def summary(scenario: object, policy: str) -> tuple[float, float]:
         t = _times(scenario, policy)
-        return (max(f for _, f in t.values()),
-                sum(f - s for s, f in t.values()) / len(t))
+        return (max(f for _, f in t.values()), sum(f - s for s, f in t.values()) / len(t))
 
-    ours, default, termination = (summary(name, "sidecar"), summary(name, "k8s-default"),
-                                  summary(term, "termination"))
+    ours, default, termination = (
+        summary(name, "sidecar"),
+        summary(name, "k8s-default"),
+        summary(term, "termination"),
+    )
     assert ours[0] < termination[0] < default[0]
     assert ours[1] < termination[1] < default[1]

@@ -22,8 +22,15 @@ TABLE_V = [(1, 0.008), (5, 0.019), (10, 0.025), (20, 0.032)]
 
 
 def _job(work: float) -> ActiveJob:
-    return ActiveJob(spec=JobSpec(id="j", submit_time=0.0, requested_gpus=1,
-                                  total_iterations=work, throughput={"points": {1: 1.0}}))
+    return ActiveJob(
+        spec=JobSpec(
+            id="j",
+            submit_time=0.0,
+            requested_gpus=1,
+            total_iterations=work,
+            throughput={"points": {1: 1.0}},
+        )
+    )
 
 
 def test_iterations_to_target_worked_example() -> None:

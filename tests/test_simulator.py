@@ -31,8 +31,15 @@ def _random_jobs(seed: int, n: int, max_gpus: int) -> list[JobSpec]:
         t += rng.expovariate(1 / 50)
         gpus = rng.choice([1, 1, 1, 2, 4, min(8, max_gpus)])
         profile = ThroughputProfile(points={1: 1.0, 2: 1.9, 4: 3.4, 8: 5.5})
-        jobs.append(JobSpec(id=f"j{i}", submit_time=round(t, 3), requested_gpus=gpus,
-                            duration=rng.uniform(5, 400), throughput=profile))
+        jobs.append(
+            JobSpec(
+                id=f"j{i}",
+                submit_time=round(t, 3),
+                requested_gpus=gpus,
+                duration=rng.uniform(5, 400),
+                throughput=profile,
+            )
+        )
     return jobs
 
 
@@ -73,16 +80,25 @@ def _mixed_jobs(seed: int, n: int) -> list[JobSpec]:
         kw: dict[str, object] = {}
         if rng.random() < 0.5:
             kw["elasticity"] = Elasticity(min_gpus=1, max_gpus=8)
-        kw["checkpoint"] = Checkpointing(on_signal=rng.random() < 0.5,
-                                         interval_s=rng.choice([None, 30.0]))
-        jobs.append(JobSpec(id=f"j{i}", submit_time=round(t, 3),
-                            requested_gpus=rng.choice([1, 1, 2, 4, 8]),
-                            duration=rng.uniform(5, 300), throughput=profile, **kw))
+        kw["checkpoint"] = Checkpointing(
+            on_signal=rng.random() < 0.5, interval_s=rng.choice([None, 30.0])
+        )
+        jobs.append(
+            JobSpec(
+                id=f"j{i}",
+                submit_time=round(t, 3),
+                requested_gpus=rng.choice([1, 1, 2, 4, 8]),
+                duration=rng.uniform(5, 300),
+                throughput=profile,
+                **kw,
+            )
+        )
     return jobs
 
 
-OVERHEADS = Overheads(start_s=2.0, restart_s=15.0, resize_mode="stop_free", stop_free_s=0.5,
-                      migrate_s=8.0)
+OVERHEADS = Overheads(
+    start_s=2.0, restart_s=15.0, resize_mode="stop_free", stop_free_s=0.5, migrate_s=8.0
+)
 
 
 @pytest.mark.parametrize("policy", ["fifo", "srtf", "afs-l", "max-min"])
@@ -94,12 +110,15 @@ def test_des_invariants_with_overheads_and_node_failures(policy: str, seed: int)
     cluster = Cluster.uniform(4, 4)
     jobs = _mixed_jobs(seed, 80)
     # node001 is out over 300..700 and node002 over 500..800: both at once over 500..700
-    failures = [NodeFailure(time=300, node="node001", recover_after=400),
-                NodeFailure(time=500, node="node002", recover_after=300)]
+    failures = [
+        NodeFailure(time=300, node="node001", recover_after=400),
+        NodeFailure(time=500, node="node002", recover_after=300),
+    ]
     executor = SimulatedCluster(cluster, jobs, OVERHEADS, failures, record_segments=True)
     checker = CapacityChecker()
-    engine = Engine(cluster, make_policy(policy, seed=seed), executor, on_plan=checker,
-                    sample_interval_s=None)
+    engine = Engine(
+        cluster, make_policy(policy, seed=seed), executor, on_plan=checker, sample_interval_s=None
+    )
     held: dict[str, list[tuple[float, int]]] = defaultdict(list)  # job -> (time, GPUs held)
     instants, min_capacity = 0, cluster.total_gpus
     while (batch := executor.next_events()) is not None:
@@ -287,13 +306,20 @@ def test_no_overheads_fixture_is_zero() -> None:
 def test_loan_and_reclaim_shrink_elastic_and_preempt_rigid(run_sim) -> None:
     from gpuplan.models import Elasticity, LoanOffer, Node, ReclaimRequest
 
-    cluster = Cluster(nodes=[Node(name="t0", gpus=2, pool="training"),
-                             Node(name="i0", gpus=2, pool="inference"),
-                             Node(name="i1", gpus=2, pool="inference")])
+    cluster = Cluster(
+        nodes=[
+            Node(name="t0", gpus=2, pool="training"),
+            Node(name="i0", gpus=2, pool="inference"),
+            Node(name="i1", gpus=2, pool="inference"),
+        ]
+    )
     elastic = rigid("e", 0, 4, 100, elasticity=Elasticity(min_gpus=2, max_gpus=4))
     jobs = [rigid("r", 0, 2, 100), elastic]
-    events = [LoanOffer(time=1, count=2), ReclaimRequest(time=20, count=2),
-              LoanOffer(time=300, count=2)]
+    events = [
+        LoanOffer(time=1, count=2),
+        ReclaimRequest(time=20, count=2),
+        LoanOffer(time=300, count=2),
+    ]
     result, engine, _ = run_sim(cluster, jobs, "fifo-backfill", events=events)
     r = {x.job_id: x for x in result.jobs}
     # r starts at 0 on the training node; e waits until the loan at t=1 gives it i0 + i1.
@@ -309,8 +335,9 @@ def test_loan_and_reclaim_shrink_elastic_and_preempt_rigid(run_sim) -> None:
 def test_reclaim_shrinks_elastic_job_instead_of_preempting(run_sim) -> None:
     from gpuplan.models import Elasticity, LoanOffer, Node, ReclaimRequest
 
-    cluster = Cluster(nodes=[Node(name="t0", gpus=2, pool="training"),
-                             Node(name="i0", gpus=2, pool="inference")])
+    cluster = Cluster(
+        nodes=[Node(name="t0", gpus=2, pool="training"), Node(name="i0", gpus=2, pool="inference")]
+    )
     elastic = rigid("e", 2, 4, 100, elasticity=Elasticity(min_gpus=2, max_gpus=4))
     events = [LoanOffer(time=1, count=1), ReclaimRequest(time=20, count=1)]
     result, engine, _ = run_sim(cluster, [elastic], "fifo-backfill", events=events)
@@ -324,8 +351,9 @@ def test_job_failure_frees_gpus_and_is_recorded(run_sim) -> None:
 
     cluster = Cluster.uniform(1, 2)
     jobs = [rigid("bad", 0, 2, 100), rigid("next", 1, 2, 10)]
-    result, _, _ = run_sim(cluster, jobs, "fifo",
-                           events=[JobFailure(time=5, job_id="bad", reason="exit 1")])
+    result, _, _ = run_sim(
+        cluster, jobs, "fifo", events=[JobFailure(time=5, job_id="bad", reason="exit 1")]
+    )
     r = {x.job_id: x for x in result.jobs}
     assert r["bad"].failed and r["bad"].failure == "exit 1" and r["bad"].finish_time is None
     assert r["next"].first_start == 5.0 and r["next"].finish_time == 15.0

@@ -69,31 +69,52 @@ from .test_controller import (  # noqa: F401 - fixtures
 SINGLE = NodeShape(max_nodes=1)
 
 
-def _spec(job_id: str, gpus: int, work: float = 1000.0, at: float = 0.0,
-          shape: NodeShape | None = SINGLE, elastic: tuple[int, int] | None = None) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=at, requested_gpus=gpus, total_iterations=work,
-                   node_shape=shape,
-                   elasticity=Elasticity(min_gpus=elastic[0], max_gpus=elastic[1])
-                   if elastic else None,
-                   throughput=ThroughputProfile.linear(1.0))
+def _spec(
+    job_id: str,
+    gpus: int,
+    work: float = 1000.0,
+    at: float = 0.0,
+    shape: NodeShape | None = SINGLE,
+    elastic: tuple[int, int] | None = None,
+) -> JobSpec:
+    return JobSpec(
+        id=job_id,
+        submit_time=at,
+        requested_gpus=gpus,
+        total_iterations=work,
+        node_shape=shape,
+        elasticity=Elasticity(min_gpus=elastic[0], max_gpus=elastic[1]) if elastic else None,
+        throughput=ThroughputProfile.linear(1.0),
+    )
 
 
 # ------------------------------------------------------------------ the plan-check invariant
 def _fragmented(*jobs: JobSnapshot) -> ClusterState:
     """Two 4-GPU nodes, three GPUs of each held by a single-node job: one free GPU per node."""
-    return ClusterState(now=0, cluster=Cluster.uniform(2, 4), jobs=[
-        JobSnapshot(spec=_spec("x", 3), allocation=JobAllocation(
-            job_id="x", placement={"node000": (0, 1, 2)})),
-        JobSnapshot(spec=_spec("y", 3), allocation=JobAllocation(
-            job_id="y", placement={"node001": (0, 1, 2)})),
-        *jobs,
-    ])
+    return ClusterState(
+        now=0,
+        cluster=Cluster.uniform(2, 4),
+        jobs=[
+            JobSnapshot(
+                spec=_spec("x", 3),
+                allocation=JobAllocation(job_id="x", placement={"node000": (0, 1, 2)}),
+            ),
+            JobSnapshot(
+                spec=_spec("y", 3),
+                allocation=JobAllocation(job_id="y", placement={"node001": (0, 1, 2)}),
+            ),
+            *jobs,
+        ],
+    )
 
 
 def _plan(*actions: Action) -> AllocationPlan:
-    return AllocationPlan(time=0, policy="hand-made",
-                          allocations={a.job_id: a.after for a in actions if a.after},
-                          actions=list(actions))
+    return AllocationPlan(
+        time=0,
+        policy="hand-made",
+        allocations={a.job_id: a.after for a in actions if a.after},
+        actions=list(actions),
+    )
 
 
 SPLIT = JobAllocation(job_id="a", placement={"node000": (3,), "node001": (3,)})
@@ -102,8 +123,11 @@ SPLIT = JobAllocation(job_id="a", placement={"node000": (3,), "node001": (3,)})
 def test_the_plan_check_refuses_a_single_node_job_over_two_nodes() -> None:
     view = _fragmented(JobSnapshot(spec=_spec("a", 2))).to_view()
     plan = _plan(Action(kind="start", job_id="a", after=SPLIT))
-    with pytest.raises(ValueError, match=r"job a: start over 2 nodes \(node000: 1, node001: 1 "
-                                         r"GPUs\), but it is a single-node job \(max_nodes=1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"job a: start over 2 nodes \(node000: 1, node001: 1 "
+        r"GPUs\), but it is a single-node job \(max_nodes=1\)",
+    ):
         check_actions(view, plan)
     with pytest.raises(ValueError, match="single-node job"):
         check_plan(view, plan)
@@ -123,15 +147,22 @@ def test_every_executor_refuses_it_even_a_plan_it_trusts() -> None:
     executor = SimulatedCluster(state.cluster, [])
     assert executor.trusts_built_plans
     for built in (False, True):
-        with pytest.raises(PlanRefused, match=r"^plan of hand-made at t=0: job a: start over 2 "
-                                              r"nodes .* single-node job") as err:
+        with pytest.raises(
+            PlanRefused,
+            match=r"^plan of hand-made at t=0: job a: start over 2 "
+            r"nodes .* single-node job",
+        ) as err:
             executor.accept(view, plan, built=built)
         assert "\n" not in str(err.value)
 
 
 def test_growing_or_moving_a_job_off_its_node_is_refused() -> None:
-    base = _fragmented(JobSnapshot(spec=_spec("a", 1, elastic=(1, 4)), allocation=JobAllocation(
-        job_id="a", placement={"node000": (3,)})))
+    base = _fragmented(
+        JobSnapshot(
+            spec=_spec("a", 1, elastic=(1, 4)),
+            allocation=JobAllocation(job_id="a", placement={"node000": (3,)}),
+        )
+    )
     view = base.to_view()
     before = view.running["a"].allocation
     grow = JobAllocation(job_id="a", placement={"node000": (3,), "node001": (3,)})
@@ -139,11 +170,15 @@ def test_growing_or_moving_a_job_off_its_node_is_refused() -> None:
         check_actions(view, _plan(Action(kind="resize", job_id="a", before=before, after=grow)))
     # An N x G job must hold exactly G GPUs on each node it uses.
     pair = NodeShape(gpus_per_node=2)
-    state = ClusterState(now=0, cluster=Cluster.uniform(2, 4), jobs=[
-        JobSnapshot(spec=_spec("n", 4, shape=pair))])
+    state = ClusterState(
+        now=0, cluster=Cluster.uniform(2, 4), jobs=[JobSnapshot(spec=_spec("n", 4, shape=pair))]
+    )
     uneven = JobAllocation(job_id="n", placement={"node000": (0, 1, 2), "node001": (0,)})
-    with pytest.raises(ValueError, match=r"job n: start on node000: 3, node001: 1 GPUs, but its "
-                                         r"node shape needs exactly 2 GPUs on each node"):
+    with pytest.raises(
+        ValueError,
+        match=r"job n: start on node000: 3, node001: 1 GPUs, but its "
+        r"node shape needs exactly 2 GPUs on each node",
+    ):
         check_actions(state.to_view(), _plan(Action(kind="start", job_id="n", after=uneven)))
     even = JobAllocation(job_id="n", placement={"node000": (0, 1), "node001": (0, 1)})
     check_actions(state.to_view(), _plan(Action(kind="start", job_id="n", after=even)))
@@ -155,14 +190,14 @@ def test_jobs_the_controller_adopts_keep_their_shape_under_tiresias_l() -> None:
     (``Engine.adopt``) and held ones (``Engine.add_pending``); their shapes must reach the
     view, or Tiresias-L's delta path places the held 2-GPU job as 1 + 1."""
     cluster = Cluster.uniform(2, 4)
-    engine = Engine(cluster, make_policy("tiresias-l"), SimulatedCluster(cluster, []),
-                    sample_interval_s=None)
+    engine = Engine(
+        cluster, make_policy("tiresias-l"), SimulatedCluster(cluster, []), sample_interval_s=None
+    )
     engine.check_delta_plans = True
     for job_id, node in (("x", "node000"), ("y", "node001")):
         job = ActiveJob(spec=_spec(job_id, 3), status="running", anchor_time=0, resume_time=0)
         engine.adopt(job, JobAllocation(job_id=job_id, placement={node: (0, 1, 2)}))
-    engine.add_pending(ActiveJob(spec=_spec("a", 2), anchor_time=0, resume_time=0,
-                                 pending_since=0))
+    engine.add_pending(ActiveJob(spec=_spec("a", 2), anchor_time=0, resume_time=0, pending_since=0))
     assert engine.shaped == {"x", "y", "a"}
     plan = engine.decide(0.0)
     assert [a for a in plan.actions if a.job_id == "a"] == []  # waits for a node with two free
@@ -175,10 +210,18 @@ def tempting_workload(shape: NodeShape | None = SINGLE) -> list[JobSpec]:
     rigid 2-GPU job and elastic 1-4 and 2-4 jobs (which could grow over two nodes) arrive;
     later arrivals keep the nodes fragmented as jobs end at different times. 10 jobs, 12 GPUs
     (offline-optimal's size)."""
-    rows = [("a", 3, 3000, 0, None), ("b", 3, 2400, 0, None), ("c", 3, 1800, 0, None),
-            ("d", 2, 500, 5, None), ("e", 1, 1500, 5, (1, 4)), ("f", 2, 1200, 10, (2, 4)),
-            ("g", 1, 300, 20, None), ("h", 2, 800, 30, (1, 4)), ("i", 2, 400, 40, None),
-            ("j", 4, 600, 50, None)]
+    rows = [
+        ("a", 3, 3000, 0, None),
+        ("b", 3, 2400, 0, None),
+        ("c", 3, 1800, 0, None),
+        ("d", 2, 500, 5, None),
+        ("e", 1, 1500, 5, (1, 4)),
+        ("f", 2, 1200, 10, (2, 4)),
+        ("g", 1, 300, 20, None),
+        ("h", 2, 800, 30, (1, 4)),
+        ("i", 2, 400, 40, None),
+        ("j", 4, 600, 50, None),
+    ]
     return [_spec(j, g, work, at, shape, elastic) for j, g, work, at, elastic in rows]
 
 
@@ -233,22 +276,45 @@ def test_no_policy_splits_a_single_node_job(policy: str) -> None:
 def test_without_shapes_the_workload_gets_split() -> None:
     """The workload is tempting: without ``node_shape`` (ShapeWatch then allows one node) the
     same policies do spread jobs over nodes, so the test above can fail."""
-    splitters = [p for p in ("fifo-backfill", "tiresias-l", "afs-l", "srtf")
-                 if _run(p, tempting_workload(shape=None))[0].split]
+    splitters = [
+        p
+        for p in ("fifo-backfill", "tiresias-l", "afs-l", "srtf")
+        if _run(p, tempting_workload(shape=None))[0].split
+    ]
     assert "tiresias-l" in splitters and len(splitters) >= 3, splitters
 
 
-
 # ------------------------------------------------------------------ the real Slurm lab
-def _submit_one_node(lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int,
-                     lo: int, hi: int) -> int:
+def _submit_one_node(
+    lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int, lo: int, hi: int
+) -> int:
     """``sbatch --nodes=1 --gpus=N``: a single-node job as operators submit one."""
-    argv = ["sbatch", "--parsable", f"--partition={PARTITION}", "--nodes=1", f"--gpus={gpus}",
-            f"--comment=gpuplan:min={lo},max={hi},work={work:g}", f"--job-name={name}",
-            f"--output={shared}/{name}.out", "--open-mode=append", str(shared / "run.sh"),
-            PYTHON, str(shared / "standin.py"), "--job-id", name, "--work", f"{work:g}",
-            "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "0.5",
-            "--checkpoint-interval", "1"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--partition={PARTITION}",
+        "--nodes=1",
+        f"--gpus={gpus}",
+        f"--comment=gpuplan:min={lo},max={hi},work={work:g}",
+        f"--job-name={name}",
+        f"--output={shared}/{name}.out",
+        "--open-mode=append",
+        str(shared / "run.sh"),
+        PYTHON,
+        str(shared / "standin.py"),
+        "--job-id",
+        name,
+        "--work",
+        f"{work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "0.5",
+        "--checkpoint-interval",
+        "1",
+    ]
     proc = fx.as_user(user, argv, lab.env)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().split(";")[0])
@@ -263,25 +329,38 @@ def _journal_rows(db: Path) -> dict[str, Any]:
 
 def _all_completed(states: dict[str, SlurmJob]) -> bool:
     """Every job COMPLETED; a job that ended otherwise fails the test at once."""
-    ended = {n: f"{sj.state} {sj.reason}" for n, sj in states.items()
-             if sj.finished and sj.state != "COMPLETED"}
+    ended = {
+        n: f"{sj.state} {sj.reason}"
+        for n, sj in states.items()
+        if sj.finished and sj.state != "COMPLETED"
+    }
     assert not ended, f"jobs ended without completing: {ended}"
     return len(states) == 6 and all(sj.state == "COMPLETED" for sj in states.values())
 
 
 @pytest.mark.parametrize("policy", ["tiresias-l", "afs-l"])
-def test_single_node_jobs_are_never_split_on_the_lab(lab: SlurmLab, user: str, shared: Path,
-                                                     clean_partition: None, policy: str) -> None:
+def test_single_node_jobs_are_never_split_on_the_lab(
+    lab: SlurmLab, user: str, shared: Path, clean_partition: None, policy: str
+) -> None:
     """Four 3-GPU jobs leave one free GPU on each node; a rigid 2-GPU job and an elastic 1-4
     job then wait, and the controller is SIGKILLed and restarted while they do (what split
     j013 and j015: the restarted controller adopts them). Every job was submitted
     ``--nodes=1``: the journal records ``max_nodes=1``, no plan moves one over two nodes, and
     Slurm never runs one on two nodes (squeue sampled while they run)."""
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    args = ("--policy", policy, "--interval", "0.5", "--stop-timeout", "20",
-            "--wake-file", str(lab.wake_file))
-    fillers = {f"F{k}": _submit_one_node(lab, user, shared, f"F{k}", 75.0, 3, 3, 3)
-               for k in range(4)}
+    args = (
+        "--policy",
+        policy,
+        "--interval",
+        "0.5",
+        "--stop-timeout",
+        "20",
+        "--wake-file",
+        str(lab.wake_file),
+    )
+    fillers = {
+        f"F{k}": _submit_one_node(lab, user, shared, f"F{k}", 75.0, 3, 3, 3) for k in range(4)
+    }
     run = Controller(lab, db, log, args=args)
     ids = dict(fillers)
     split: set[str] = set()
@@ -292,13 +371,21 @@ def test_single_node_jobs_are_never_split_on_the_lab(lab: SlurmLab, user: str, s
         return states
 
     try:
-        _wait("four 3-GPU jobs to run", lambda: sum(
-            sj.state == "RUNNING" for sj in sample().values()) == 4, LAB_WAIT_S, log)
+        _wait(
+            "four 3-GPU jobs to run",
+            lambda: sum(sj.state == "RUNNING" for sj in sample().values()) == 4,
+            LAB_WAIT_S,
+            log,
+        )
         ids["D"] = _submit_one_node(lab, user, shared, "D", 20.0, 2, 2, 2)
         ids["E"] = _submit_one_node(lab, user, shared, "E", 20.0, 2, 1, 4)
         waiting = {f"slurm-{ids['D']}", f"slurm-{ids['E']}"}
-        _wait("the controller to journal D and E", lambda: waiting <= set(_journal_rows(db)),
-              LAB_WAIT_S, log)
+        _wait(
+            "the controller to journal D and E",
+            lambda: waiting <= set(_journal_rows(db)),
+            LAB_WAIT_S,
+            log,
+        )
         run.kill()
         assert run.wait(LAB_WAIT_S) == -signal.SIGKILL
         run = Controller(lab, db, log, args=args)

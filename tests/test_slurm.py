@@ -60,25 +60,46 @@ from . import slurm_fixtures as fx
 # ---------------------------------------------------------------------------------------- unit
 
 
-@pytest.mark.parametrize(("message", "cls"), [
-    ("squeue: error: Unable to contact slurm controller (connect failure)",
-     ControllerUnavailable),
-    ("sbatch: error: Batch job submission failed: Unable to contact slurm controller "
-     "(connect failure)", ControllerUnavailable),
-    ("Access/permission denied for job 1\nslurm_suspend error: Access/permission denied",
-     AccessDenied),
-    ("Invalid job id specified for job 4\nslurm_suspend error: Invalid job id specified",
-     InvalidJobId),
-    ("Job is no longer pending execution for job 3", JobNotPending),
-    ("Job update not available right now, the DB index is being set, try again in a bit "
-     "for job 4", JobBusy),
-    ("Node count specification invalid", InvalidNodeCount),
-    ("sbatch: error: Batch job submission failed: Requested node configuration is not "
-     "available", NodeDown),
-    ("sbatch: error: gpuplan: GPU request 6 is outside the job's range min=1 max=4\n"
-     "sbatch: error: Batch job submission failed: Unspecified error", SubmitRejected),
-    ("something Slurm never said", SlurmError),
-])
+@pytest.mark.parametrize(
+    ("message", "cls"),
+    [
+        (
+            "squeue: error: Unable to contact slurm controller (connect failure)",
+            ControllerUnavailable,
+        ),
+        (
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+            "(connect failure)",
+            ControllerUnavailable,
+        ),
+        (
+            "Access/permission denied for job 1\nslurm_suspend error: Access/permission denied",
+            AccessDenied,
+        ),
+        (
+            "Invalid job id specified for job 4\nslurm_suspend error: Invalid job id specified",
+            InvalidJobId,
+        ),
+        ("Job is no longer pending execution for job 3", JobNotPending),
+        (
+            "Job update not available right now, the DB index is being set, try again in a bit "
+            "for job 4",
+            JobBusy,
+        ),
+        ("Node count specification invalid", InvalidNodeCount),
+        (
+            "sbatch: error: Batch job submission failed: Requested node configuration is not "
+            "available",
+            NodeDown,
+        ),
+        (
+            "sbatch: error: gpuplan: GPU request 6 is outside the job's range min=1 max=4\n"
+            "sbatch: error: Batch job submission failed: Unspecified error",
+            SubmitRejected,
+        ),
+        ("something Slurm never said", SlurmError),
+    ],
+)
 def test_failure_messages_map_to_typed_errors(message: str, cls: type[SlurmError]) -> None:
     assert classify(message) is cls
 
@@ -95,8 +116,13 @@ def test_labs_under_different_roots_get_different_ports() -> None:
     port: a shared port makes one lab restart the other's daemons."""
     default = LabConfig()
     assert (default.ctld_port, default.slurmd_port0) == (6917, 17101)
-    roots = [Path("/tmp/gpuplan-slurmlab-hexec"), Path("/tmp/ci/lab"), Path("/srv/lab-a"),
-             Path("/srv/lab-b"), Path("/root/gpuplan-lab")]
+    roots = [
+        Path("/tmp/gpuplan-slurmlab-hexec"),
+        Path("/tmp/ci/lab"),
+        Path("/srv/lab-a"),
+        Path("/srv/lab-b"),
+        Path("/root/gpuplan-lab"),
+    ]
     ports = {LabConfig(root=r).ctld_port for r in roots} | {6917}
     assert len(ports) == len(roots) + 1
     assert LabConfig(root=roots[0]).ctld_port == LabConfig(root=roots[0]).ctld_port
@@ -109,8 +135,13 @@ def test_labs_under_different_roots_number_jobs_in_disjoint_bands() -> None:
     two labs numbering from 1 would share cgroups and one job's end would kill the other's
     (a benchmark's job was SIGKILLed so). Each root's band is disjoint and inside Slurm's
     largest job id; slurm.conf carries it."""
-    roots = [Path("/tmp/gpuplan-slurmlab-hexec"), Path("/tmp/ci/lab"), Path("/srv/lab-a"),
-             Path("/srv/lab-b"), Path("/root/gpuplan-lab")]
+    roots = [
+        Path("/tmp/gpuplan-slurmlab-hexec"),
+        Path("/tmp/ci/lab"),
+        Path("/srv/lab-a"),
+        Path("/srv/lab-b"),
+        Path("/root/gpuplan-lab"),
+    ]
     bands = [LabConfig()] + [LabConfig(root=r) for r in roots]
     assert bands[0].first_job_id == 1
     starts = sorted(c.first_job_id for c in bands)
@@ -122,8 +153,9 @@ def test_labs_under_different_roots_number_jobs_in_disjoint_bands() -> None:
 
 
 @pytest.mark.parametrize("others_running", [True, False])
-def test_lab_cleanup_removes_only_its_own_jobs_cgroups(tmp_path: Path,
-                                                       others_running: bool) -> None:
+def test_lab_cleanup_removes_only_its_own_jobs_cgroups(
+    tmp_path: Path, others_running: bool
+) -> None:
     """A lab's teardown must not remove another lab's job directories in the shared cgroup
     tree (that made a benchmark job fail to start); while another lab's daemons run, the
     shared ``uid_*``/``slurm_<node>`` levels stay too. (Directories stand in for cgroups.)"""
@@ -144,11 +176,16 @@ def test_lab_cleanup_removes_only_its_own_jobs_cgroups(tmp_path: Path,
 def test_lab_priority_plugins() -> None:
     """The benchmark's second fair baseline: multifactor weighting age and size."""
     basic = render_files(LabConfig(), Path("/srv/x"), "off", Path("/srv/x/wake"))["slurm.conf"]
-    multi = render_files(LabConfig(priority="multifactor"), Path("/srv/x"), "off",
-                         Path("/srv/x/wake"))["slurm.conf"]
+    multi = render_files(
+        LabConfig(priority="multifactor"), Path("/srv/x"), "off", Path("/srv/x/wake")
+    )["slurm.conf"]
     assert "PriorityType=priority/basic\n" in basic and "PriorityWeight" not in basic
-    for line in ("PriorityType=priority/multifactor", "PriorityWeightAge=1000",
-                 "PriorityWeightJobSize=1000", "PriorityFavorSmall=YES"):
+    for line in (
+        "PriorityType=priority/multifactor",
+        "PriorityWeightAge=1000",
+        "PriorityWeightJobSize=1000",
+        "PriorityFavorSmall=YES",
+    ):
         assert line + "\n" in multi
 
 
@@ -165,19 +202,43 @@ def test_hostlists_and_tres_strings() -> None:
 
 
 def test_records_parse_both_json_schemas() -> None:
-    v38 = {"job_id": 7, "name": "x", "job_state": "PENDING", "state_reason": "JobHeldUser",
-           "nodes": "node[1-2]", "priority": 0, "restart_cnt": 2, "tres_per_node":
-           "gres:gpu:a100:2", "comment": "gpuplan:id=a", "exit_code": 0}
+    v38 = {
+        "job_id": 7,
+        "name": "x",
+        "job_state": "PENDING",
+        "state_reason": "JobHeldUser",
+        "nodes": "node[1-2]",
+        "priority": 0,
+        "restart_cnt": 2,
+        "tres_per_node": "gres:gpu:a100:2",
+        "comment": "gpuplan:id=a",
+        "exit_code": 0,
+    }
     job = SlurmJob.from_json(v38)
     assert (job.job_id, job.state, job.nodes, job.held, job.restart_count) == (
-        7, "PENDING", ("node1", "node2"), True, 2)
-    v40 = {**v38, "job_state": ["RUNNING"], "priority": {"set": True, "number": 5},
-           "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}}}
+        7,
+        "PENDING",
+        ("node1", "node2"),
+        True,
+        2,
+    )
+    v40 = {
+        **v38,
+        "job_state": ["RUNNING"],
+        "priority": {"set": True, "number": 5},
+        "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}},
+    }
     job = SlurmJob.from_json(v40)
     assert (job.state, job.priority, job.held, job.active, job.exit_code) == (
-        "RUNNING", 5, False, True, 0)
-    node = SlurmNode.from_json({"name": "node2", "state": "idle", "state_flags": ["DRAIN"],
-                                "gres": "gpu:a100:4"})
+        "RUNNING",
+        5,
+        False,
+        True,
+        0,
+    )
+    node = SlurmNode.from_json(
+        {"name": "node2", "state": "idle", "state_flags": ["DRAIN"], "gres": "gpu:a100:4"}
+    )
     assert (node.gpus, node.gpu_type, node.usable) == (4, "a100", False)
     assert SlurmNode.from_json({"name": "n", "state": ["MIXED"], "gres": "gpu:8"}).usable
 
@@ -188,8 +249,10 @@ def test_commands_are_argument_lists_never_shell_strings(tmp_path: Path) -> None
         cli.run("scontrol ping")  # type: ignore[arg-type]
     # A fake squeue that prints its argv: every argument arrives as one verbatim element.
     fake = tmp_path / "squeue"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                    "print(json.dumps({'errors': [], 'jobs': [], 'argv': sys.argv[1:]}))\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        "print(json.dumps({'errors': [], 'jobs': [], 'argv': sys.argv[1:]}))\n"
+    )
     fake.chmod(0o755)
     data = cli.run_json(["squeue", "--json", "$(touch /tmp/gpuplan-never)", "a b;c"])
     assert data["argv"] == ["--json", "$(touch /tmp/gpuplan-never)", "a b;c"]
@@ -199,9 +262,11 @@ def test_commands_are_argument_lists_never_shell_strings(tmp_path: Path) -> None
 def test_json_errors_mean_controller_unavailable_not_no_jobs(tmp_path: Path) -> None:
     """22.05's squeue --json exits 0 with an errors list and no jobs when slurmctld is down."""
     fake = tmp_path / "squeue"
-    fake.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({{'errors': [{{"
-                    "'description': 'Failed while looking for jobs', 'error_number': -1, "
-                    "'error': 'Unspecified error', 'source': 'slurm_load_jobs'}], 'jobs': []}))\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json\nprint(json.dumps({{'errors': [{{"
+        "'description': 'Failed while looking for jobs', 'error_number': -1, "
+        "'error': 'Unspecified error', 'source': 'slurm_load_jobs'}], 'jobs': []}))\n"
+    )
     fake.chmod(0o755)
     with pytest.raises(ControllerUnavailable, match="Failed while looking for jobs"):
         SlurmCli(bindir=tmp_path).jobs()
@@ -215,14 +280,16 @@ def test_hostile_ids_get_safe_files_names_and_reversible_comments() -> None:
     name = job_name(hostile)
     assert "\n" not in name and "$(touch /tmp/x)" in name and "`id`;" in name
     from urllib.parse import quote
+
     comment = f"gpuplan:run=r1;id={quote(hostile, safe='')};min=1;max=4"
     assert parse_comment(comment) == {"run": "r1", "id": hostile, "min": "1", "max": "4"}
     spec = fx.job(hostile, 0.0, 4.0, 1, 1, 1)
     argv = standin_command(script="/s.py")(LaunchContext(spec, key, Path("/st"), 1.0))
     assert argv[1:3] == ["/s.py", f"--job-id={key}"] and "--rate-per-gpu" in argv
     # an id that starts with "-" stays a value, not an option (it used to crash-loop)
-    dash = standin_command(script="/s.py")(LaunchContext(fx.job("-x", 0.0, 4.0, 1, 1, 1), "-x",
-                                                         Path("/st"), 1.0))
+    dash = standin_command(script="/s.py")(
+        LaunchContext(fx.job("-x", 0.0, 4.0, 1, 1, 1), "-x", Path("/st"), 1.0)
+    )
     assert dash[2] == "--job-id=-x"
 
 
@@ -262,13 +329,18 @@ def test_lab_runs_four_gpu_nodes_and_up_is_idempotent(lab: SlurmLab) -> None:
     after = json.loads((lab.root / "run" / "started.json").read_text())
     assert {k: v["pid"] for k, v in after.items()} == {k: v["pid"] for k, v in before.items()}
     status = subprocess.run(
-        [sys.executable, "-m", "gpuplan.executors.slurm.lab", "status", "--root",
-         str(lab.root)], capture_output=True, text=True, check=True)
+        [sys.executable, "-m", "gpuplan.executors.slurm.lab", "status", "--root", str(lab.root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     processes = json.loads(status.stdout)["processes"]
     # every daemon passes the identity check down() applies before a signal (exe through
     # Debian's alternatives, exact argv, uid), so down() can stop them all
     assert {k for k, v in processes.items() if v["alive"]} >= {
-        "slurmctld", *(f"slurmd-{n}" for n in lab.node_names)}
+        "slurmctld",
+        *(f"slurmd-{n}" for n in lab.node_names),
+    }
     root = lab.root.lstat()
     assert (root.st_uid, stat.S_IMODE(root.st_mode)) == (os.geteuid(), 0o711)
     assert (lab.root / "lab.lock").is_file()  # the session's lock, inside the private root
@@ -277,8 +349,16 @@ def test_lab_runs_four_gpu_nodes_and_up_is_idempotent(lab: SlurmLab) -> None:
 def test_a_second_lab_stops_only_what_it_started(lab: SlurmLab, tmp_path: Path) -> None:
     """A 1-node lab next to the session's: its down() must leave the session lab (and the
     munged it did not start) running."""
-    mini = SlurmLab(LabConfig(root=tmp_path / "mini", nodes=1, gpus_per_node=2,
-                              node_prefix="mini", ctld_port=6927, slurmd_port0=17201))
+    mini = SlurmLab(
+        LabConfig(
+            root=tmp_path / "mini",
+            nodes=1,
+            gpus_per_node=2,
+            node_prefix="mini",
+            ctld_port=6927,
+            slurmd_port0=17201,
+        )
+    )
     mini.up(timeout_s=60)
     try:
         started = json.loads((mini.root / "run" / "started.json").read_text())
@@ -288,20 +368,25 @@ def test_a_second_lab_stops_only_what_it_started(lab: SlurmLab, tmp_path: Path) 
         mini.down()
     assert not mini.is_up()
     assert lab.is_up()
-    job_id = lab.cli().sbatch(None, options=["--gres=gpu:1", "--output=/dev/null",
-                                             "--wrap=true"])
+    job_id = lab.cli().sbatch(None, options=["--gres=gpu:1", "--output=/dev/null", "--wrap=true"])
     deadline = time.time() + 30
     while _squeue(lab, job_id).state != "COMPLETED":
         assert time.time() < deadline, _squeue(lab, job_id)
         time.sleep(0.2)
 
 
-def test_a_lab_with_another_configuration_is_refused_not_stopped(lab: SlurmLab,
-                                                                  tmp_path: Path) -> None:
+def test_a_lab_with_another_configuration_is_refused_not_stopped(
+    lab: SlurmLab, tmp_path: Path
+) -> None:
     """A developer's lab (owner "cli") running with another configuration in the same root is
     never torn down by a test session's up(): it refuses with a LabError naming the root."""
-    shape = {"root": tmp_path / "dev", "nodes": 1, "node_prefix": "dev", "ctld_port": 6928,
-             "slurmd_port0": 17301}
+    shape = {
+        "root": tmp_path / "dev",
+        "nodes": 1,
+        "node_prefix": "dev",
+        "ctld_port": 6928,
+        "slurmd_port0": 17301,
+    }
     dev = SlurmLab(LabConfig(gpus_per_node=2, **shape))  # type: ignore[arg-type]
     dev.up(timeout_s=60)  # owner "cli"
     try:
@@ -337,18 +422,33 @@ def _plant_lab(root: Path) -> None:
 
 
 def _as_other_user(user: pwd.struct_passwd, argv: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-                            cwd="/", stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        argv,
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _start_ticks(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_text()
-    return int(raw[raw.rfind(")") + 2:].split()[19])
+    return int(raw[raw.rfind(")") + 2 :].split()[19])
 
 
 def _lab_at(root: Path) -> SlurmLab:
-    return SlurmLab(LabConfig(root=root, nodes=1, gpus_per_node=2, node_prefix="plant",
-                              ctld_port=6937, slurmd_port0=17401, install=False))
+    return SlurmLab(
+        LabConfig(
+            root=root,
+            nodes=1,
+            gpus_per_node=2,
+            node_prefix="plant",
+            ctld_port=6937,
+            slurmd_port0=17401,
+            install=False,
+        )
+    )
 
 
 def _chown_tree(root: Path, user: pwd.struct_passwd) -> None:
@@ -356,8 +456,9 @@ def _chown_tree(root: Path, user: pwd.struct_passwd) -> None:
         os.lchown(path, user.pw_uid, user.pw_gid)
 
 
-def test_a_root_another_user_created_is_refused_everywhere(tmp_path: Path,
-                                                           hostile: pwd.struct_passwd) -> None:
+def test_a_root_another_user_created_is_refused_everywhere(
+    tmp_path: Path, hostile: pwd.struct_passwd
+) -> None:
     """Issue 23: a local user who creates the lab root first must get nothing: up, down,
     status, env and the lock each refuse in one line naming the root, nothing in it is written
     or followed, and no PID from its manifest is signalled."""
@@ -365,42 +466,64 @@ def test_a_root_another_user_created_is_refused_everywhere(tmp_path: Path,
     _plant_lab(root)
     victim = _as_other_user(hostile, ["sleep", "600"])
     try:
-        (root / "run" / "started.json").write_text(json.dumps({"slurmctld": {
-            "pid": victim.pid, "start_ticks": _start_ticks(victim.pid),
-            "argv": ["sleep", "600"]}}))
+        (root / "run" / "started.json").write_text(
+            json.dumps(
+                {
+                    "slurmctld": {
+                        "pid": victim.pid,
+                        "start_ticks": _start_ticks(victim.pid),
+                        "argv": ["sleep", "600"],
+                    }
+                }
+            )
+        )
         _chown_tree(root, hostile)
         before = {p: p.lstat() for p in root.rglob("*")}
         lab = _lab_at(root)
-        for name, action in [("up", lambda: lab.up(timeout_s=5)), ("down", lab.down),
-                             ("status", lab.status), ("env", lambda: lab.env),
-                             ("is_up", lab.is_up), ("write_config", lab.write_config)]:
+        for name, action in [
+            ("up", lambda: lab.up(timeout_s=5)),
+            ("down", lab.down),
+            ("status", lab.status),
+            ("env", lambda: lab.env),
+            ("is_up", lab.is_up),
+            ("write_config", lab.write_config),
+        ]:
             with pytest.raises(LabError, match="belongs to uid") as err:
                 action()
             assert str(root) in str(err.value) and "\n" not in str(err.value), name
         with pytest.raises(LabError, match="belongs to uid"), lab.exclusive(timeout_s=1):
             pass
-        cli = subprocess.run([sys.executable, "-m", "gpuplan.executors.slurm.lab", "down",
-                              "--root", str(root)], capture_output=True, text=True, timeout=60)
+        cli = subprocess.run(
+            [sys.executable, "-m", "gpuplan.executors.slurm.lab", "down", "--root", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 1 and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
         assert "belongs to uid" in cli.stderr
         assert victim.poll() is None, "down() signalled a PID from a foreign manifest"
         after = {p: p.lstat() for p in root.rglob("*")}
         assert {p: (s.st_ino, s.st_mtime_ns) for p, s in after.items()} == {
-            p: (s.st_ino, s.st_mtime_ns) for p, s in before.items()}
+            p: (s.st_ino, s.st_mtime_ns) for p, s in before.items()
+        }
         assert not (root / "lab.lock").exists()
     finally:
         victim.kill()
         victim.wait()
 
 
-@pytest.mark.parametrize("shape", ["world-writable", "group-writable", "symlink", "file",
-                                   "parent-writable"])
+@pytest.mark.parametrize(
+    "shape", ["world-writable", "group-writable", "symlink", "file", "parent-writable"]
+)
 def test_a_root_others_can_write_or_redirect_is_refused(tmp_path: Path, shape: str) -> None:
     root = tmp_path / "lab"
-    expect = {"world-writable": "writable by group or others",
-              "group-writable": "writable by group or others",
-              "symlink": "symbolic link", "file": "not a directory",
-              "parent-writable": "writable by others and not sticky"}[shape]
+    expect = {
+        "world-writable": "writable by group or others",
+        "group-writable": "writable by group or others",
+        "symlink": "symbolic link",
+        "file": "not a directory",
+        "parent-writable": "writable by others and not sticky",
+    }[shape]
     if shape == "symlink":
         (tmp_path / "elsewhere").mkdir()
         root.symlink_to(tmp_path / "elsewhere")
@@ -421,7 +544,8 @@ def test_a_root_others_can_write_or_redirect_is_refused(tmp_path: Path, shape: s
 
 
 def test_a_new_root_is_private_and_planted_links_are_replaced_not_followed(
-        tmp_path: Path, hostile: pwd.struct_passwd) -> None:
+    tmp_path: Path, hostile: pwd.struct_passwd
+) -> None:
     root = tmp_path / "lab"
     lab = _lab_at(root)
     lab.write_config()
@@ -448,8 +572,13 @@ def test_a_new_root_is_private_and_planted_links_are_replaced_not_followed(
     # slurmctld runs the epilog as root: no directory on its path may be writable by others
     # (a sticky /tmp is fine: nobody can rename our entry in it).
     conf = lab.conf_path.read_text()
-    path = Path(next(line.split("=", 1)[1] for line in conf.splitlines()
-                     if line.startswith("EpilogSlurmctld=")))
+    path = Path(
+        next(
+            line.split("=", 1)[1]
+            for line in conf.splitlines()
+            if line.startswith("EpilogSlurmctld=")
+        )
+    )
     assert path == epilog
     for part in [*path.parents, path]:
         st = part.lstat()
@@ -466,8 +595,9 @@ def test_a_new_root_is_private_and_planted_links_are_replaced_not_followed(
         lab.write_config()
 
 
-def test_down_never_signals_a_pid_it_did_not_start(tmp_path: Path,
-                                                   hostile: pwd.struct_passwd) -> None:
+def test_down_never_signals_a_pid_it_did_not_start(
+    tmp_path: Path, hostile: pwd.struct_passwd
+) -> None:
     """A manifest naming processes that are not the lab's daemons (another user's, or one of
     root's that is not a Slurm daemon), with their correct start times: down() leaves them
     all running, status() calls them dead."""
@@ -477,10 +607,16 @@ def test_down_never_signals_a_pid_it_did_not_start(tmp_path: Path,
     roots = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
     try:
         manifest = {
-            "slurmctld": {"pid": theirs.pid, "start_ticks": _start_ticks(theirs.pid),
-                          "argv": ["slurmctld", "-D", "-f", str(lab.conf_path)]},
-            "slurmd-plant1": {"pid": roots.pid, "start_ticks": _start_ticks(roots.pid),
-                              "argv": ["sleep", "600"]},
+            "slurmctld": {
+                "pid": theirs.pid,
+                "start_ticks": _start_ticks(theirs.pid),
+                "argv": ["slurmctld", "-D", "-f", str(lab.conf_path)],
+            },
+            "slurmd-plant1": {
+                "pid": roots.pid,
+                "start_ticks": _start_ticks(roots.pid),
+                "argv": ["sleep", "600"],
+            },
             "munged": {"pid": theirs.pid, "start_ticks": _start_ticks(theirs.pid)},
         }
         (lab.root / "run" / "started.json").write_text(json.dumps(manifest))
@@ -499,8 +635,9 @@ def test_down_never_signals_a_pid_it_did_not_start(tmp_path: Path,
             proc.wait()
 
 
-def test_the_lab_lock_is_inside_the_root_and_never_followed(tmp_path: Path,
-                                                            hostile: pwd.struct_passwd) -> None:
+def test_the_lab_lock_is_inside_the_root_and_never_followed(
+    tmp_path: Path, hostile: pwd.struct_passwd
+) -> None:
     lab = _lab_at(tmp_path / "lab")
     with lab.exclusive(timeout_s=5):
         lock = lab.root / "lab.lock"
@@ -525,8 +662,18 @@ def test_the_lab_lock_is_inside_the_root_and_never_followed(tmp_path: Path,
 
 def test_hook_holds_marks_and_normalises_engine_jobs(lab: SlurmLab, gpuuser: str) -> None:
     env = lab.env
-    sub = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=3", "--comment=gpuplan:min=1,max=4",
-                               "--output=/dev/null", "--wrap=sleep 30"], env)
+    sub = fx.as_user(
+        gpuuser,
+        [
+            "sbatch",
+            "--parsable",
+            "--gpus=3",
+            "--comment=gpuplan:min=1,max=4",
+            "--output=/dev/null",
+            "--wrap=sleep 30",
+        ],
+        env,
+    )
     assert sub.returncode == 0, sub.stderr
     assert "held for the GPU engine" in sub.stderr
     job = _squeue(lab, int(sub.stdout.strip()))
@@ -536,22 +683,44 @@ def test_hook_holds_marks_and_normalises_engine_jobs(lab: SlurmLab, gpuuser: str
     assert (job.tres_per_node, job.tres_per_job) == ("gres:gpu:3", "")  # --gpus -> per node
 
     # Opt-in by partition; 8 GPUs on 4-GPU nodes become 2 nodes x 4.
-    sub = fx.as_user(gpuuser, ["sbatch", "--parsable", "--partition=gpuplan", "--gpus=a100:8",
-                               "--output=/dev/null", "--wrap=true"], env)
+    sub = fx.as_user(
+        gpuuser,
+        [
+            "sbatch",
+            "--parsable",
+            "--partition=gpuplan",
+            "--gpus=a100:8",
+            "--output=/dev/null",
+            "--wrap=true",
+        ],
+        env,
+    )
     assert sub.returncode == 0, sub.stderr
     big = _squeue(lab, int(sub.stdout.strip()))
     assert big.held and big.tres_per_node == "gres:gpu:a100:4"
     assert big.raw["node_count"] == 2 and big.admin_comment.endswith(
-        "gpus=8;min=8;max=8;nodes=2;gpn=4")
+        "gpus=8;min=8;max=8;nodes=2;gpn=4"
+    )
 
     # A request outside its own elastic range is refused at submit time.
-    bad = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=6", "--comment=gpuplan:max=4",
-                               "--output=/dev/null", "--wrap=true"], env)
+    bad = fx.as_user(
+        gpuuser,
+        [
+            "sbatch",
+            "--parsable",
+            "--gpus=6",
+            "--comment=gpuplan:max=4",
+            "--output=/dev/null",
+            "--wrap=true",
+        ],
+        env,
+    )
     assert bad.returncode != 0 and "outside the job's range" in bad.stderr
 
     # Jobs that did not opt in are not touched.
-    sub = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=1", "--output=/dev/null",
-                               "--wrap=true"], env)
+    sub = fx.as_user(
+        gpuuser, ["sbatch", "--parsable", "--gpus=1", "--output=/dev/null", "--wrap=true"], env
+    )
     plain = _squeue(lab, int(sub.stdout.strip()))
     assert plain.admin_comment == "" and not plain.held
     for j in (job.job_id, big.job_id, plain.job_id):
@@ -562,19 +731,33 @@ def test_hook_holds_marks_and_normalises_engine_jobs(lab: SlurmLab, gpuuser: str
 
 def test_users_cannot_release_engine_held_jobs(lab: SlurmLab, gpuuser: str) -> None:
     env = lab.env
-    sub = fx.as_user(gpuuser, ["sbatch", "--parsable", "--gpus=1", "--comment=gpuplan:min=1,max=2",
-                               "--output=/dev/null", "--wrap=sleep 30"], env)
+    sub = fx.as_user(
+        gpuuser,
+        [
+            "sbatch",
+            "--parsable",
+            "--gpus=1",
+            "--comment=gpuplan:min=1,max=2",
+            "--output=/dev/null",
+            "--wrap=sleep 30",
+        ],
+        env,
+    )
     engine_job = int(sub.stdout.strip())
-    sub = fx.as_user(gpuuser, ["sbatch", "--parsable", "--hold", "--gpus=1",
-                               "--output=/dev/null", "--wrap=sleep 30"], env)
+    sub = fx.as_user(
+        gpuuser,
+        ["sbatch", "--parsable", "--hold", "--gpus=1", "--output=/dev/null", "--wrap=sleep 30"],
+        env,
+    )
     own_job = int(sub.stdout.strip())
     try:
         refused = fx.as_user(gpuuser, ["scontrol", "release", str(engine_job)], env)
         assert refused.returncode != 0
         assert "Access/permission denied" in refused.stderr
         assert _squeue(lab, engine_job).held
-        refused = fx.as_user(gpuuser, ["scontrol", "update", f"JobId={engine_job}",
-                                       "Priority=100"], env)
+        refused = fx.as_user(
+            gpuuser, ["scontrol", "update", f"JobId={engine_job}", "Priority=100"], env
+        )
         assert refused.returncode != 0 and _squeue(lab, engine_job).held
         # Control: the same user may release an ordinary held job of their own ...
         ok = fx.as_user(gpuuser, ["scontrol", "release", str(own_job)], env)
@@ -597,22 +780,26 @@ def test_users_cannot_release_engine_held_jobs(lab: SlurmLab, gpuuser: str) -> N
 def test_elastic_afs_p_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: Path) -> None:
     """Ten elastic stand-in jobs under the registered AFS-P on three real Slurm nodes."""
     jobs = fx.e2e_workload()
-    cluster, executor = fx.make_executor(lab, jobs, tmp_path / "state", nodes=fx.E2E_NODES,
-                                         max_wall_s=240)
+    cluster, executor = fx.make_executor(
+        lab, jobs, tmp_path / "state", nodes=fx.E2E_NODES, max_wall_s=240
+    )
     assert cluster.total_gpus == 12
     t0 = time.monotonic()
     engine = fx.run(cluster, executor, make_policy("afs-p"))
     wall = time.monotonic() - t0
-    print(f"\n[e2e: {len(jobs)} jobs in {wall:.1f} s; restart latency "
-          f"{executor.capabilities.restart_latency_s:.2f} s]")
+    print(
+        f"\n[e2e: {len(jobs)} jobs in {wall:.1f} s; restart latency "
+        f"{executor.capabilities.restart_latency_s:.2f} s]"
+    )
 
     fx.assert_progress_conserved(engine, executor, tmp_path / "state", jobs)
     resizes = [a for a in executor.actions if a.kind == "resize"]
     grows = [a for a in resizes if a.gpus_after > a.gpus_before]
     shrinks = [a for a in resizes if a.gpus_after < a.gpus_before]
     preempts = [a for a in executor.actions if a.kind == "preempt"]
-    assert grows and shrinks and preempts, [(a.kind, a.job_id, a.gpus_before, a.gpus_after)
-                                            for a in executor.actions]
+    assert grows and shrinks and preempts, [
+        (a.kind, a.job_id, a.gpus_before, a.gpus_after) for a in executor.actions
+    ]
     # Each engine job kept one Slurm job id across all its stops and restarts.
     for spec in jobs:
         assert len({s.slurm_id for s in executor.segments_of(spec.id)}) == 1
@@ -624,7 +811,8 @@ def test_elastic_afs_p_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: P
         assert rec.lost_iterations == pytest.approx(0.0, abs=1e-6)
     assert executor.restart_latencies
     assert executor.capabilities.restart_latency_s == pytest.approx(
-        sum(executor.restart_latencies) / len(executor.restart_latencies), abs=1e-3)
+        sum(executor.restart_latencies) / len(executor.restart_latencies), abs=1e-3
+    )
     assert executor.capabilities.resize == "restart" and not executor.capabilities.pin_gpus
     assert wall < 180
 
@@ -635,22 +823,29 @@ def test_elastic_afs_p_end_to_end_grow_shrink_preempt(lab: SlurmLab, tmp_path: P
 def _standin_pid(key: str) -> int | None:
     """PID of the stand-in process of the job whose file key is ``key`` (it runs under a
     slurmstepd of the lab; argv carries ``--job-id=KEY``)."""
-    out = subprocess.run(["pgrep", "-f", f"standin.py --job-id={key} "], capture_output=True,
-                         text=True, check=False).stdout.split()
+    out = subprocess.run(
+        ["pgrep", "-f", f"standin.py --job-id={key} "], capture_output=True, text=True, check=False
+    ).stdout.split()
     return int(out[0]) if out else None
 
 
-def test_crashed_training_process_restarts_from_its_checkpoint(lab: SlurmLab,
-                                                               tmp_path: Path) -> None:
+def test_crashed_training_process_restarts_from_its_checkpoint(
+    lab: SlurmLab, tmp_path: Path
+) -> None:
     """SIGKILL a job's training process mid-run (no checkpoint signal): Slurm ends the run,
     the executor sees an unplanned stop, requeues and restarts the job in place from its last
     periodic checkpoint, and the job still finishes with its runs chaining exactly; the tail
     since the checkpoint is lost work, never progress."""
     jobs = [fx.job("crash", 0.0, 24.0, 2, 2, 2), fx.job("calm", 0.0, 12.0, 2, 2, 2)]
     interval = 0.5
-    cluster, executor = fx.make_executor(lab, jobs, tmp_path / "state", nodes=("node1",),
-                                         max_wall_s=120,
-                                         command=fx.standin_builder(checkpoint_interval_s=interval))
+    cluster, executor = fx.make_executor(
+        lab,
+        jobs,
+        tmp_path / "state",
+        nodes=("node1",),
+        max_wall_s=120,
+        command=fx.standin_builder(checkpoint_interval_s=interval),
+    )
     killed: list[int] = []
 
     def kill_when_running() -> None:
@@ -679,7 +874,6 @@ def test_crashed_training_process_restarts_from_its_checkpoint(lab: SlurmLab,
     assert 0.0 <= record.lost_iterations <= 2 * 1.0 * (interval + 0.5)
 
 
-
 def test_node_down_and_controller_restart_lose_nothing(lab: SlurmLab, tmp_path: Path) -> None:
     """Rigid SRTF (the registered policy). node2 goes DOWN mid-run (Slurm kills and requeues
     its jobs; the engine evicts and replans them), then slurmctld is stopped for 4 s while jobs
@@ -687,7 +881,8 @@ def test_node_down_and_controller_restart_lose_nothing(lab: SlurmLab, tmp_path: 
     jobs = [fx.job(f"r{i}", 0.0, 18.0 + 2 * i, 2, 2, 2) for i in range(8)]
     state = tmp_path / "state"
     cluster, executor = fx.make_executor(
-        lab, jobs, state, max_wall_s=240, command=fx.standin_builder(checkpoint_interval_s=1.0))
+        lab, jobs, state, max_wall_s=240, command=fx.standin_builder(checkpoint_interval_s=1.0)
+    )
     cli = lab.cli(timeout=30, unavailable_retry_s=60)
     marks: dict[str, float] = {}
     errors: list[BaseException] = []
@@ -722,19 +917,28 @@ def test_node_down_and_controller_restart_lose_nothing(lab: SlurmLab, tmp_path: 
     fx.assert_progress_conserved(engine, executor, state, jobs)
     evicted = {a.job_id for a in executor.actions if a.kind == "evict"}
     assert evicted, "no job was running on node2 when it went down"
-    on_node2 = {s.job_id for s in executor.segments if "node2" in s.nodes
-                and s.released < marks["down"] <= (s.ended or float("inf"))}
+    on_node2 = {
+        s.job_id
+        for s in executor.segments
+        if "node2" in s.nodes and s.released < marks["down"] <= (s.ended or float("inf"))
+    }
     assert evicted == on_node2
     for job_id in evicted:
         rec = next(r for r in engine.records if r.job_id == job_id)
         assert rec.preemptions >= 1
         assert len(executor.segments_of(job_id)) >= 2
     # While node2 was down nothing was placed on it.
-    assert not [s for s in executor.segments if "node2" in s.nodes
-                and marks["down"] < s.released < marks["resume"]]
+    assert not [
+        s
+        for s in executor.segments
+        if "node2" in s.nodes and marks["down"] < s.released < marks["resume"]
+    ]
     # Some Slurm runs were alive across the controller restart and simply carried on.
-    survived = [s for s in executor.segments
-                if s.released < marks["ctld_stop"] and (s.ended or 0) > marks["ctld_up"]]
+    survived = [
+        s
+        for s in executor.segments
+        if s.released < marks["ctld_stop"] and (s.ended or 0) > marks["ctld_up"]
+    ]
     assert survived
 
 
@@ -742,9 +946,13 @@ def test_node_down_and_controller_restart_lose_nothing(lab: SlurmLab, tmp_path: 
 
 
 HOSTILE_ID = "evil'\"$(touch /tmp/gpuplan-pwned-id)`touch /tmp/gpuplan-pwned-bt`;\ntouch x"
-HOSTILE_ARGS = ["$(touch /tmp/gpuplan-pwned-arg)", "`touch /tmp/gpuplan-pwned-arg2`",
-                "; touch /tmp/gpuplan-pwned-arg3", "a\nb && touch /tmp/gpuplan-pwned-arg4",
-                "'single' \"double\" $HOME *"]
+HOSTILE_ARGS = [
+    "$(touch /tmp/gpuplan-pwned-arg)",
+    "`touch /tmp/gpuplan-pwned-arg2`",
+    "; touch /tmp/gpuplan-pwned-arg3",
+    "a\nb && touch /tmp/gpuplan-pwned-arg4",
+    "'single' \"double\" $HOME *",
+]
 
 
 def _pwned() -> list[Path]:
@@ -763,8 +971,9 @@ def test_hostile_names_and_commands_never_reach_a_shell(lab: SlurmLab, tmp_path:
         return list(standin(ctx))
 
     jobs = [fx.job(HOSTILE_ID, 0.0, 3.0, 1, 1, 1), fx.job("echo", 0.0, 1.0, 1, 1, 1)]
-    cluster, executor = fx.make_executor(lab, jobs, state, command=command, protocol="exit",
-                                         max_wall_s=120)
+    cluster, executor = fx.make_executor(
+        lab, jobs, state, command=command, protocol="exit", max_wall_s=120
+    )
     engine = fx.run(cluster, executor, make_policy("fifo"))
     assert sorted(r.job_id for r in engine.records) == sorted(j.id for j in jobs)
     assert _pwned() == []
@@ -776,5 +985,3 @@ def test_hostile_names_and_commands_never_reach_a_shell(lab: SlurmLab, tmp_path:
     assert hostile.name == job_name(HOSTILE_ID) and hostile.state == "COMPLETED"
     assert parse_comment(hostile.comment)["id"] == HOSTILE_ID
     assert (state / f"{file_key(HOSTILE_ID)}.done").exists()
-
-

@@ -26,7 +26,6 @@ def test_the_docs_prediction_table_is_the_models() -> None:
     assert documented == bench.prediction_table(bench.workload(200), list(bench.DEFAULT_MODES))
 
 
-
 @pytest.mark.parametrize("run", ["A", "B", "C", "S"])
 def test_each_measured_table_is_its_kept_rows(run: str) -> None:
     text = DOC.read_text()

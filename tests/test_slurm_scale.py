@@ -92,16 +92,45 @@ def _line(*fields: str) -> str:
     return "".join(f + SEP for f in fields)
 
 
-RUNNING_LINE = _line("12", "RUNNING", "1", "4294901759", "sc[1-2]", "sc1", "gpuplan", "gres:gpu:4",
-                     "N/A", "0", "None", "gpuplan:held;gpus=8;min=8;max=8;nodes=2;gpn=4")
-HELD_LINE = _line("13", "PENDING", "0", "0", "", "n/a", "gpuplan", "gres:gpu:2", "N/A", "0",
-                  "JobHeldUser", "(null)")
+RUNNING_LINE = _line(
+    "12",
+    "RUNNING",
+    "1",
+    "4294901759",
+    "sc[1-2]",
+    "sc1",
+    "gpuplan",
+    "gres:gpu:4",
+    "N/A",
+    "0",
+    "None",
+    "gpuplan:held;gpus=8;min=8;max=8;nodes=2;gpn=4",
+)
+HELD_LINE = _line(
+    "13",
+    "PENDING",
+    "0",
+    "0",
+    "",
+    "n/a",
+    "gpuplan",
+    "gres:gpu:2",
+    "N/A",
+    "0",
+    "JobHeldUser",
+    "(null)",
+)
 
 
 def test_the_narrow_read_parses_what_squeue_prints() -> None:
     run, held = job_states.parse(RUNNING_LINE + "\n" + HELD_LINE + "\n")  # type: ignore[misc]
     assert (run.job_id, run.state, run.restart_count, run.nodes, run.batch_host) == (
-        12, "RUNNING", 1, ("sc1", "sc2"), "sc1")
+        12,
+        "RUNNING",
+        1,
+        ("sc1", "sc2"),
+        "sc1",
+    )
     assert run.tres_per_node == "gres:gpu:4" and run.tres_per_job == ""
     assert run.admin_comment.startswith("gpuplan:held;gpus=8")
     assert (held.priority, held.nodes, held.batch_host, held.admin_comment) == (0, (), "", "")
@@ -110,31 +139,64 @@ def test_the_narrow_read_parses_what_squeue_prints() -> None:
     assert argv[:3] == ["squeue", "--noheader", "--states=all"] and "Comment" not in argv[-1]
 
 
-@pytest.mark.parametrize("bad", [
-    RUNNING_LINE[:-1],                                     # a field short
-    RUNNING_LINE + "x" + SEP,                              # a field too many
-    RUNNING_LINE.replace("12" + SEP, "12_4" + SEP, 1),     # an array task's id
-    RUNNING_LINE + "\n" + RUNNING_LINE,                    # the same job twice
-    HELD_LINE.replace("(null)", "why=a\n13" + SEP + "RUNNING"),  # a field with a newline
-    HELD_LINE.replace("JobHeldUser", "a" + SEP + "b"),    # a field holding the separator
-    RUNNING_LINE.replace("RUNNING", "RUN NING"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        RUNNING_LINE[:-1],  # a field short
+        RUNNING_LINE + "x" + SEP,  # a field too many
+        RUNNING_LINE.replace("12" + SEP, "12_4" + SEP, 1),  # an array task's id
+        RUNNING_LINE + "\n" + RUNNING_LINE,  # the same job twice
+        HELD_LINE.replace("(null)", "why=a\n13" + SEP + "RUNNING"),  # a field with a newline
+        HELD_LINE.replace("JobHeldUser", "a" + SEP + "b"),  # a field holding the separator
+        RUNNING_LINE.replace("RUNNING", "RUN NING"),
+    ],
+)
 def test_anything_unexpected_in_the_narrow_read_means_read_json(bad: str) -> None:
     assert job_states.parse(bad) is None
 
 
 def test_merge_keeps_the_full_record_and_takes_the_poll_fields() -> None:
-    full = SlurmJob.from_json({"job_id": 13, "job_state": "PENDING", "priority": 0,
-                               "comment": "gpuplan:work=5", "name": "j", "nodes": "",
-                               "tres_per_node": "gres:gpu:2", "state_reason": "JobHeldUser",
-                               "submit_time": 100, "partition": "gpuplan", "exit_code": 0})
+    full = SlurmJob.from_json(
+        {
+            "job_id": 13,
+            "job_state": "PENDING",
+            "priority": 0,
+            "comment": "gpuplan:work=5",
+            "name": "j",
+            "nodes": "",
+            "tres_per_node": "gres:gpu:2",
+            "state_reason": "JobHeldUser",
+            "submit_time": 100,
+            "partition": "gpuplan",
+            "exit_code": 0,
+        }
+    )
     held = job_states.parse(HELD_LINE)[0]  # type: ignore[index]
     assert job_states.merge(full, held) is full  # nothing changed: the same record
-    now = job_states.parse(_line("13", "RUNNING", "0", "4294901759", "sc3", "sc3", "gpuplan",
-                                 "gres:gpu:2", "N/A", "0", "None", "(null)"))[0]  # type: ignore[index]
+    now = job_states.parse(
+        _line(
+            "13",
+            "RUNNING",
+            "0",
+            "4294901759",
+            "sc3",
+            "sc3",
+            "gpuplan",
+            "gres:gpu:2",
+            "N/A",
+            "0",
+            "None",
+            "(null)",
+        )
+    )[0]  # type: ignore[index]
     merged = job_states.merge(full, now)
     assert (merged.state, merged.nodes, merged.held, merged.comment, merged.name) == (
-        "RUNNING", ("sc3",), False, "gpuplan:work=5", "j")
+        "RUNNING",
+        ("sc3",),
+        False,
+        "gpuplan:work=5",
+        "j",
+    )
     assert merged.raw["job_state"] == "RUNNING" and merged.raw["submit_time"] == 100
     assert full.state == "PENDING"  # the full record itself is left as it was
 
@@ -151,8 +213,16 @@ def big_lab() -> Iterator[SlurmLab]:
     if os.geteuid() != 0:
         fx.unavailable("needs root (slurmd, munged and cgroups run as root)")
     root = Path(tempfile.mkdtemp(prefix="gpuplan-lab8x8-", dir="/tmp"))
-    lab = SlurmLab(LabConfig(root=root, nodes=NODES, gpus_per_node=GPUS, gpu_type="a100",
-                             job_submit_lua=True, node_prefix=node_prefix(root)))
+    lab = SlurmLab(
+        LabConfig(
+            root=root,
+            nodes=NODES,
+            gpus_per_node=GPUS,
+            gpu_type="a100",
+            job_submit_lua=True,
+            node_prefix=node_prefix(root),
+        )
+    )
     try:
         with lab.exclusive(timeout_s=60):
             try:
@@ -168,14 +238,35 @@ def big_lab() -> Iterator[SlurmLab]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _sbatch(lab: SlurmLab, shared: Path, name: str, gpus: int, lo: int, hi: int,
-            work: float) -> int:
-    argv = ["sbatch", "--parsable", "--partition=gpuplan", "--nodes=1", f"--gres=gpu:{gpus}",
-            f"--comment=gpuplan:min={lo},max={hi},work={work:g}", f"--job-name={name}",
-            f"--output={shared}/{name}.out", "--open-mode=append", str(shared / "run.sh"),
-            PYTHON, str(shared / "standin.py"), "--job-id", name, "--work", f"{work:g}",
-            "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "0.5",
-            "--checkpoint-interval", "1"]
+def _sbatch(
+    lab: SlurmLab, shared: Path, name: str, gpus: int, lo: int, hi: int, work: float
+) -> int:
+    argv = [
+        "sbatch",
+        "--parsable",
+        "--partition=gpuplan",
+        "--nodes=1",
+        f"--gres=gpu:{gpus}",
+        f"--comment=gpuplan:min={lo},max={hi},work={work:g}",
+        f"--job-name={name}",
+        f"--output={shared}/{name}.out",
+        "--open-mode=append",
+        str(shared / "run.sh"),
+        PYTHON,
+        str(shared / "standin.py"),
+        "--job-id",
+        name,
+        "--work",
+        f"{work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "0.5",
+        "--checkpoint-interval",
+        "1",
+    ]
     proc = fx.as_user(fx.UNPRIVILEGED_USER, argv, lab.env)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().split(";")[0])
@@ -208,15 +299,31 @@ def test_an_8x8_lab_runs_single_node_jobs_through_the_controller(big_lab: SlurmL
     plan = [(f"w{k}", 7, 7, 7, 7 * 6.0) for k in range(NODES)]
     plan += [("r2", 2, 2, 2, 2 * 4.0), ("e3", 3, 2, 4, 3 * 4.0)]
     try:
-        ids = {name: _sbatch(big_lab, shared, name, g, lo, hi, work)
-               for name, g, lo, hi, work in plan}
-        run = Controller(big_lab, db, log, args=(
-            "--policy", "afs-p", "--interval", "0.5", "--wake-file", str(big_lab.wake_file)))
+        ids = {
+            name: _sbatch(big_lab, shared, name, g, lo, hi, work) for name, g, lo, hi, work in plan
+        }
+        run = Controller(
+            big_lab,
+            db,
+            log,
+            args=("--policy", "afs-p", "--interval", "0.5", "--wake-file", str(big_lab.wake_file)),
+        )
         try:
-            _wait("the narrow read to agree with squeue --json while jobs run and wait",
-                  lambda: _narrow_agrees(big_lab, ids), LAB_WAIT_S, log)
-            _wait("all ten jobs finished", lambda: len(_states(big_lab, ids)) == len(ids) and all(
-                j.finished for j in _states(big_lab, ids).values()), LAB_WAIT_S * 2, log)
+            _wait(
+                "the narrow read to agree with squeue --json while jobs run and wait",
+                lambda: _narrow_agrees(big_lab, ids),
+                LAB_WAIT_S,
+                log,
+            )
+            _wait(
+                "all ten jobs finished",
+                lambda: (
+                    len(_states(big_lab, ids)) == len(ids)
+                    and all(j.finished for j in _states(big_lab, ids).values())
+                ),
+                LAB_WAIT_S * 2,
+                log,
+            )
         finally:
             run.kill(signal.SIGTERM)
         assert run.wait(LAB_WAIT_S) == 0

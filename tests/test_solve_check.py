@@ -50,25 +50,38 @@ def test_relaxed_baselines_are_checked_and_labelled() -> None:
 
 
 def test_ignored_rules_names_ojpp_limits() -> None:
-    assert ignored_rules("ojpp", "c-greedy") == ["slowdown (theta_max)",
-                                                "spread of a job's slowdowns (theta_balance)"]
+    assert ignored_rules("ojpp", "c-greedy") == [
+        "slowdown (theta_max)",
+        "spread of a job's slowdowns (theta_balance)",
+    ]
     assert ignored_rules("ojpp", "cp-sat") == []
     assert ignored_rules("mckp", "greedy") == []
 
 
 def mckp() -> object:
-    return load_mckp({"capacity": 3, "groups": [
-        {"id": "a", "items": [{"weight": 2, "value": 5.0}, {"weight": 3, "value": 7.0}]},
-        {"id": "b", "items": [{"weight": 1, "value": 2.0}]}]}, "m")
+    return load_mckp(
+        {
+            "capacity": 3,
+            "groups": [
+                {"id": "a", "items": [{"weight": 2, "value": 5.0}, {"weight": 3, "value": 7.0}]},
+                {"id": "b", "items": [{"weight": 1, "value": 2.0}]},
+            ],
+        },
+        "m",
+    )
 
 
-@pytest.mark.parametrize(("choice", "objective", "expect"), [
-    ({"a": 0, "b": 0}, 7.0, None),                      # keeps every rule
-    ({"a": 1, "b": 0}, 9.0, "above capacity"),          # weight 4 > 3
-    ({"a": 0, "b": 0}, 8.0, "reported objective 8"),    # wrong objective
-])
-def test_verify_catches_broken_answers(choice: dict[str, int], objective: float,
-                                       expect: str | None) -> None:
+@pytest.mark.parametrize(
+    ("choice", "objective", "expect"),
+    [
+        ({"a": 0, "b": 0}, 7.0, None),  # keeps every rule
+        ({"a": 1, "b": 0}, 9.0, "above capacity"),  # weight 4 > 3
+        ({"a": 0, "b": 0}, 8.0, "reported objective 8"),  # wrong objective
+    ],
+)
+def test_verify_catches_broken_answers(
+    choice: dict[str, int], objective: float, expect: str | None
+) -> None:
     out = Outcome("optimal", objective, objective, 0.0, {"choice": choice}, None, 1.0)
     checked, violations = verify("mckp", mckp(), out)
     if expect is None:
@@ -80,8 +93,17 @@ def test_verify_catches_broken_answers(choice: dict[str, int], objective: float,
 
 
 def test_cli_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["solve", "ojpp", "--generate", "--size", "8", "--seed", "3", "--solvers",
-            "heuristic,best-fit"]
+    args = [
+        "solve",
+        "ojpp",
+        "--generate",
+        "--size",
+        "8",
+        "--seed",
+        "3",
+        "--solvers",
+        "heuristic,best-fit",
+    ]
     assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert "ignores" not in rows[0] and rows[1]["status"] == "infeasible"
@@ -105,7 +127,9 @@ def test_the_checkers_hold_under_python_O() -> None:
         "try:\n"
         "    check(inst, {'choice': {}})\n"
         "except AssertionError as err:\n"
-        "    print('caught', type(err).__name__)\n")
-    proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
-                          timeout=300, check=True)
+        "    print('caught', type(err).__name__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
     assert proc.stdout.strip() == "caught RuleBroken", proc.stdout + proc.stderr

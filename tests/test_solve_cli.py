@@ -13,21 +13,41 @@ from gpuplan.cli import main
 from gpuplan.solver_core.aryl.mckp import MckpGroup, solve_dp, solve_greedy
 from gpuplan.solver_core.aryl.reclaim_model import ReclaimJob
 
-MCKP = {"capacity": 18,
-        "groups": [{"id": "g0", "items": [{"weight": 2, "value": 45.6},
-                                          {"weight": 4, "value": 68.5}]},
-                   {"id": "g1", "items": [{"weight": 4, "value": 36.0}]}]}
-RECLAIM = {"servers": ["s0", "s1", "s2"],
-           "jobs": [{"id": "j0", "gpus": {"s0": 1, "s2": 2}},
-                    {"id": "j1", "gpus": {"s1": 4}, "allowed": [2, 3, 4]},
-                    {"id": "j2", "gpus": {"s1": 2, "s2": 2}}],
-           "demand": 1}
-PACKING = {"unit": 4, "capacity": 16,
-           "jobs": [{"id": "a", "share": 5}, {"id": "b", "share": 3},
-                    {"id": "c", "share": 6, "allowed": [3, 6]}, {"id": "d", "share": 2}]}
-PLACEMENT = {"unit": 4, "nodes": {"n0": 4, "n1": 4, "n2": 4},
-             "jobs": [{"id": "a", "count": 4, "held": {"n0": 2, "n1": 2}},
-                      {"id": "b", "count": 2, "held": {"n1": 2}}, {"id": "c", "count": 3}]}
+MCKP = {
+    "capacity": 18,
+    "groups": [
+        {"id": "g0", "items": [{"weight": 2, "value": 45.6}, {"weight": 4, "value": 68.5}]},
+        {"id": "g1", "items": [{"weight": 4, "value": 36.0}]},
+    ],
+}
+RECLAIM = {
+    "servers": ["s0", "s1", "s2"],
+    "jobs": [
+        {"id": "j0", "gpus": {"s0": 1, "s2": 2}},
+        {"id": "j1", "gpus": {"s1": 4}, "allowed": [2, 3, 4]},
+        {"id": "j2", "gpus": {"s1": 2, "s2": 2}},
+    ],
+    "demand": 1,
+}
+PACKING = {
+    "unit": 4,
+    "capacity": 16,
+    "jobs": [
+        {"id": "a", "share": 5},
+        {"id": "b", "share": 3},
+        {"id": "c", "share": 6, "allowed": [3, 6]},
+        {"id": "d", "share": 2},
+    ],
+}
+PLACEMENT = {
+    "unit": 4,
+    "nodes": {"n0": 4, "n1": 4, "n2": 4},
+    "jobs": [
+        {"id": "a", "count": 4, "held": {"n0": 2, "n1": 2}},
+        {"id": "b", "count": 2, "held": {"n1": 2}},
+        {"id": "c", "count": 3},
+    ],
+}
 GOOD = {"mckp": MCKP, "reclaim": RECLAIM, "packing": PACKING, "placement": PLACEMENT}
 KEYS = {"solver", "status", "objective", "bound", "gap", "wall_ms", "solution"}
 
@@ -38,11 +58,26 @@ def _write(tmp_path: Path, data: object) -> Path:
     return path
 
 
-def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str, data: object,
-         solvers: str) -> list[dict[str, object]]:
+def _run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str, data: object, solvers: str
+) -> list[dict[str, object]]:
     path = _write(tmp_path, data)
-    assert main(["solve", problem, "--instance", str(path), "--json", "--solvers", solvers,
-                 "--time-limit", "20"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                problem,
+                "--instance",
+                str(path),
+                "--json",
+                "--solvers",
+                solvers,
+                "--time-limit",
+                "20",
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
@@ -57,8 +92,7 @@ def test_mckp_json_worked_example(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert rows[0]["gap"] == 0 and rows[-1]["bound"] is None
 
 
-def test_reclaim_json_worked_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                     ) -> None:
+def test_reclaim_json_worked_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # s0 preempts rigid j0 only; s1 preempts j1 (0 left) and rigid j2; s2 preempts j0 and j2.
     rows = _run(tmp_path, capsys, "reclaim", RECLAIM, "cp-sat,scip,exact,aryl,scf,random")
     for r in rows:
@@ -69,8 +103,9 @@ def test_reclaim_json_worked_example(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert all(r["solution"] == {"servers": ["s0"], "preempted": ["j0"]} for r in exact)
 
 
-def test_packing_and_placement_run_every_default(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_packing_and_placement_run_every_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for problem in ("packing", "placement"):
         path = _write(tmp_path, GOOD[problem])
         assert main(["solve", problem, "--instance", str(path), "--json"]) == 0
@@ -83,8 +118,12 @@ def test_packing_and_placement_run_every_default(tmp_path: Path,
 def test_out_writes_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, MCKP)
     out = tmp_path / "out"
-    assert main(["solve", "mckp", "--instance", str(path), "--solvers", "dp,greedy",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["solve", "mckp", "--instance", str(path), "--solvers", "dp,greedy", "--out", str(out)]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "build ms" in text and "solve ms" in text
     with (out / "solve.csv").open() as fh:
@@ -97,8 +136,18 @@ def test_out_writes_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_list_names_every_problem(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["solve", "--list"]) == 0
     out = capsys.readouterr().out
-    for word in ("mckp", "reclaim", "placement", "packing", "ojpp", "pulp-cbc", "dp",
-                 "aryl", "scf", "greedy-deficit"):
+    for word in (
+        "mckp",
+        "reclaim",
+        "placement",
+        "packing",
+        "ojpp",
+        "pulp-cbc",
+        "dp",
+        "aryl",
+        "scf",
+        "greedy-deficit",
+    ):
         assert word in out
 
 
@@ -107,54 +156,113 @@ def _mckp(**groups: object) -> dict[str, object]:
 
 
 BAD = [
-    ("mckp", "dup-group", {"capacity": 4, "groups": [{"id": "g", "items": []},
-                                                     {"id": "g", "items": []}]},
-     "duplicate id 'g'", "groups[].id"),
-    ("mckp", "float-weight", {"capacity": 4, "groups": [
-        {"id": "g", "items": [{"weight": 2.0, "value": 1}]}]},
-     "must be an integer, got 2.0", "groups[0].items[0].weight"),
-    ("mckp", "zero-weight", {"capacity": 4, "groups": [
-        {"id": "g", "items": [{"weight": 0, "value": 1}]}]}, ">= 1", "weight"),
-    ("mckp", "negative-value", {"capacity": 4, "groups": [
-        {"id": "g", "items": [{"weight": 1, "value": -1}]}]}, ">= 0", "value"),
+    (
+        "mckp",
+        "dup-group",
+        {"capacity": 4, "groups": [{"id": "g", "items": []}, {"id": "g", "items": []}]},
+        "duplicate id 'g'",
+        "groups[].id",
+    ),
+    (
+        "mckp",
+        "float-weight",
+        {"capacity": 4, "groups": [{"id": "g", "items": [{"weight": 2.0, "value": 1}]}]},
+        "must be an integer, got 2.0",
+        "groups[0].items[0].weight",
+    ),
+    (
+        "mckp",
+        "zero-weight",
+        {"capacity": 4, "groups": [{"id": "g", "items": [{"weight": 0, "value": 1}]}]},
+        ">= 1",
+        "weight",
+    ),
+    (
+        "mckp",
+        "negative-value",
+        {"capacity": 4, "groups": [{"id": "g", "items": [{"weight": 1, "value": -1}]}]},
+        ">= 0",
+        "value",
+    ),
     ("mckp", "negative-capacity", {"capacity": -1, "groups": []}, ">= 0", "capacity"),
     ("mckp", "not-json", "{", "", ""),
-    ("reclaim", "demand-above-supply", {**RECLAIM, "demand": 4}, "above the 3 servers",
-     "demand"),
-    ("reclaim", "negative-gpus", {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": -1}}]},
-     ">= 1", "jobs[0].gpus.s0"),
-    ("reclaim", "float-gpus", {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": 1.5}}]},
-     "integer", "jobs[0].gpus.s0"),
-    ("reclaim", "dup-job", {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": 1}},
-                                                {"id": "j", "gpus": {"s1": 1}}]},
-     "duplicate id 'j'", "jobs[].id"),
-    ("reclaim", "dup-server", {**RECLAIM, "servers": ["s0", "s0"]}, "duplicate id",
-     "servers"),
+    ("reclaim", "demand-above-supply", {**RECLAIM, "demand": 4}, "above the 3 servers", "demand"),
+    (
+        "reclaim",
+        "negative-gpus",
+        {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": -1}}]},
+        ">= 1",
+        "jobs[0].gpus.s0",
+    ),
+    (
+        "reclaim",
+        "float-gpus",
+        {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": 1.5}}]},
+        "integer",
+        "jobs[0].gpus.s0",
+    ),
+    (
+        "reclaim",
+        "dup-job",
+        {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": 1}}, {"id": "j", "gpus": {"s1": 1}}]},
+        "duplicate id 'j'",
+        "jobs[].id",
+    ),
+    ("reclaim", "dup-server", {**RECLAIM, "servers": ["s0", "s0"]}, "duplicate id", "servers"),
     ("reclaim", "negative-demand", {**RECLAIM, "demand": -1}, ">= 0", "demand"),
-    ("reclaim", "bad-allowed", {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": 2},
-                                                     "allowed": [0]}]}, ">= 1", "allowed[0]"),
-    ("packing", "negative-share", {**PACKING, "jobs": [{"id": "a", "share": -2}]}, ">= 0",
-     "jobs[0].share"),
+    (
+        "reclaim",
+        "bad-allowed",
+        {**RECLAIM, "jobs": [{"id": "j", "gpus": {"s0": 2}, "allowed": [0]}]},
+        ">= 1",
+        "allowed[0]",
+    ),
+    (
+        "packing",
+        "negative-share",
+        {**PACKING, "jobs": [{"id": "a", "share": -2}]},
+        ">= 0",
+        "jobs[0].share",
+    ),
     ("packing", "zero-unit", {**PACKING, "unit": 0}, ">= 1", "unit"),
-    ("packing", "dup-job", {**PACKING, "jobs": [{"id": "a", "share": 1},
-                                                {"id": "a", "share": 2}]}, "duplicate", "id"),
+    (
+        "packing",
+        "dup-job",
+        {**PACKING, "jobs": [{"id": "a", "share": 1}, {"id": "a", "share": 2}]},
+        "duplicate",
+        "id",
+    ),
     ("placement", "negative-node", {**PLACEMENT, "nodes": {"n0": -4}}, ">= 0", "nodes.n0"),
-    ("placement", "over-held", {**PLACEMENT, "jobs": [{"id": "a", "count": 2,
-                                                       "held": {"n0": 5}}]},
-     "which has 4", "held.n0"),
-    ("placement", "unknown-node", {**PLACEMENT, "jobs": [{"id": "a", "count": 2,
-                                                          "nodes": ["zz"]}]},
-     "unknown node", "jobs[0].nodes"),
-    ("placement", "zero-count", {**PLACEMENT, "jobs": [{"id": "a", "count": 0}]}, ">= 1",
-     "count"),
+    (
+        "placement",
+        "over-held",
+        {**PLACEMENT, "jobs": [{"id": "a", "count": 2, "held": {"n0": 5}}]},
+        "which has 4",
+        "held.n0",
+    ),
+    (
+        "placement",
+        "unknown-node",
+        {**PLACEMENT, "jobs": [{"id": "a", "count": 2, "nodes": ["zz"]}]},
+        "unknown node",
+        "jobs[0].nodes",
+    ),
+    ("placement", "zero-count", {**PLACEMENT, "jobs": [{"id": "a", "count": 0}]}, ">= 1", "count"),
 ]
 
 
-@pytest.mark.parametrize(("problem", "case", "data", "expect", "field"), BAD,
-                         ids=[f"{b[0]}-{b[1]}" for b in BAD])
-def test_bad_files_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           problem: str, case: str, data: object, expect: str,
-                                           field: str) -> None:
+@pytest.mark.parametrize(
+    ("problem", "case", "data", "expect", "field"), BAD, ids=[f"{b[0]}-{b[1]}" for b in BAD]
+)
+def test_bad_files_are_one_line_and_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    problem: str,
+    case: str,
+    data: object,
+    expect: str,
+    field: str,
+) -> None:
     path = _write(tmp_path, data)
     assert main(["solve", problem, "--instance", str(path), "--json"]) == 2
     captured = capsys.readouterr()

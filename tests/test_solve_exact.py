@@ -15,8 +15,7 @@ from gpuplan.solver_core.limits import SolveLimits
 from gpuplan.solver_core.problems import mckp, packing, placement, reclaim
 
 LIMITS = SolveLimits.wall(30.0)
-SETTINGS = settings(max_examples=30, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _exact(mod: Any) -> list[str]:
@@ -27,9 +26,16 @@ def _exact(mod: Any) -> list[str]:
 # ---------------------------------------------------------------- mckp
 @st.composite
 def mckp_data(draw: st.DrawFn) -> dict[str, Any]:
-    groups = [{"id": f"g{i}", "items": [
-        {"weight": draw(st.integers(1, 6)), "value": draw(st.integers(0, 40)) / 4}
-        for _ in range(draw(st.integers(0, 3)))]} for i in range(draw(st.integers(0, 4)))]
+    groups = [
+        {
+            "id": f"g{i}",
+            "items": [
+                {"weight": draw(st.integers(1, 6)), "value": draw(st.integers(0, 40)) / 4}
+                for _ in range(draw(st.integers(0, 3)))
+            ],
+        }
+        for i in range(draw(st.integers(0, 4)))
+    ]
     return {"capacity": draw(st.integers(0, 12)), "groups": groups}
 
 
@@ -64,15 +70,15 @@ def reclaim_data(draw: st.DrawFn) -> dict[str, Any]:
     servers = [f"s{i}" for i in range(draw(st.integers(1, 6)))]
     jobs = []
     for k in range(draw(st.integers(0, 6))):
-        on = draw(st.lists(st.sampled_from([*servers, "train"]), min_size=1, max_size=3,
-                           unique=True))
+        on = draw(
+            st.lists(st.sampled_from([*servers, "train"]), min_size=1, max_size=3, unique=True)
+        )
         gpus = {s: draw(st.integers(1, 4)) for s in on}
         job: dict[str, Any] = {"id": f"j{k}", "gpus": gpus}
         if draw(st.booleans()):
             job["allowed"] = draw(st.lists(st.integers(1, 10), min_size=1, max_size=4))
         jobs.append(job)
-    return {"servers": servers, "jobs": jobs,
-            "demand": draw(st.integers(0, len(servers)))}
+    return {"servers": servers, "jobs": jobs, "demand": draw(st.integers(0, len(servers)))}
 
 
 def _reclaim_brute(data: dict[str, Any]) -> int:
@@ -130,8 +136,9 @@ def _packing_brute(data: dict[str, Any]) -> tuple[int, int]:
     floors_fit = sum(row[low][0] for row, low in opts) <= cap
     target = min(sum(j["share"] for j in jobs), cap)
     best = (math.inf, math.inf)
-    for pick in itertools.product(*(range(low if floors_fit else 0, len(row))
-                                    for row, low in opts)):
+    for pick in itertools.product(
+        *(range(low if floors_fit else 0, len(row)) for row, low in opts)
+    ):
         foot = sum(opts[i][0][p][0] for i, p in enumerate(pick))
         if foot > cap:
             continue
@@ -224,8 +231,7 @@ def placement_data(draw: st.DrawFn) -> dict[str, Any]:
                 held[n] = h
                 free[n] -= h
         jobs.append({"id": f"j{k}", "count": draw(st.integers(1, 4)), "held": held})
-    return {"unit": unit, "nodes": nodes, "jobs": jobs,
-            "no_network_sharing": draw(st.booleans())}
+    return {"unit": unit, "nodes": nodes, "jobs": jobs, "no_network_sharing": draw(st.booleans())}
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -239,8 +245,12 @@ def test_placement_exact_equals_brute_force(data: dict[str, Any]) -> None:
         sol = out.solution
         placement.check(p, sol)
         spread = sum(len(c) for c in sol["placement"].values())
-        got = (sol["placed_gpus"], sol["kept_jobs"], sol["reused_gpus"],
-               0 if p.no_network_sharing else -spread)
+        got = (
+            sol["placed_gpus"],
+            sol["kept_jobs"],
+            sol["reused_gpus"],
+            0 if p.no_network_sharing else -spread,
+        )
         assert got == want, solver
     greedy = placement.run(p, "greedy", LIMITS)
     placement.check(p, greedy.solution)

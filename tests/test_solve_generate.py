@@ -21,11 +21,20 @@ from gpuplan.solver_core.problems.generate import (
     instance_text,
 )
 
-LOADERS = {"mckp": mckp.load, "reclaim": reclaim.load, "placement": placement.load,
-           "packing": packing.load, "ojpp": load_ojpp}
+LOADERS = {
+    "mckp": mckp.load,
+    "reclaim": reclaim.load,
+    "placement": placement.load,
+    "packing": packing.load,
+    "ojpp": load_ojpp,
+}
 CHECKS = {"mckp": mckp, "reclaim": reclaim, "placement": placement, "packing": packing}
-HEURISTICS = {"mckp": ("greedy",), "reclaim": ("aryl", "scf", "random"),
-              "placement": ("greedy",), "packing": ("greedy-deficit", "greedy-marginal")}
+HEURISTICS = {
+    "mckp": ("greedy",),
+    "reclaim": ("aryl", "scf", "random"),
+    "placement": ("greedy",),
+    "packing": ("greedy-deficit", "greedy-marginal"),
+}
 
 
 def test_every_problem_has_a_generator() -> None:
@@ -86,29 +95,61 @@ def test_heuristics_are_feasible_on_generated_instances(problem: str) -> None:
             assert value == pytest.approx(out.objective)
 
 
-def test_cli_writes_byte_identical_files_per_seed(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_writes_byte_identical_files_per_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     for path, seed in ((a, "4"), (b, "4"), (c, "5")):
-        assert main(["solve", "reclaim", "--generate", "--size", "30", "--seed", seed,
-                     "--instance", str(path)]) == 0
+        assert (
+            main(
+                [
+                    "solve",
+                    "reclaim",
+                    "--generate",
+                    "--size",
+                    "30",
+                    "--seed",
+                    seed,
+                    "--instance",
+                    str(path),
+                ]
+            )
+            == 0
+        )
     assert "wrote" in capsys.readouterr().out
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
     assert a.read_text() == instance_text(generate("reclaim", 30, 4))
     # the written file is an ordinary instance file
-    assert main(["solve", "reclaim", "--instance", str(a), "--json", "--solvers",
-                 "aryl,scf"]) == 0
+    assert main(["solve", "reclaim", "--instance", str(a), "--json", "--solvers", "aryl,scf"]) == 0
     rows = json.loads(capsys.readouterr().out)
     rf = reclaim.load(json.loads(a.read_text()), "a")
     for row in rows:
         assert reclaim.check(rf, row["solution"]) == row["objective"]
 
 
-def test_cli_generate_without_instance_solves(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_generate_without_instance_solves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "report"
-    assert main(["solve", "mckp", "--generate", "--size", "20", "--seed", "2", "--json",
-                 "--solvers", "dp,greedy", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "mckp",
+                "--generate",
+                "--size",
+                "20",
+                "--seed",
+                "2",
+                "--json",
+                "--solvers",
+                "dp,greedy",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert [r["solver"] for r in rows] == ["dp", "greedy"]
     inst = mckp.load(generate("mckp", 20, 2), "g")
@@ -119,15 +160,17 @@ def test_cli_generate_without_instance_solves(tmp_path: Path,
     assert (out / "solve.csv").exists()
 
 
-@pytest.mark.parametrize("argv", [
-    ["solve", "mckp", "--size", "5", "--instance", "x.json"],
-    ["solve", "mckp", "--seed", "5", "--instance", "x.json"],
-    ["solve", "mckp", "--generate", "--size", "0"],
-    ["solve", "nope", "--generate"],
-    ["solve", "mckp", "--generate", "--solvers", "nope"],
-])
-def test_cli_generate_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]
-                                    ) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["solve", "mckp", "--size", "5", "--instance", "x.json"],
+        ["solve", "mckp", "--seed", "5", "--instance", "x.json"],
+        ["solve", "mckp", "--generate", "--size", "0"],
+        ["solve", "nope", "--generate"],
+        ["solve", "mckp", "--generate", "--solvers", "nope"],
+    ],
+)
+def test_cli_generate_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err and "\n" not in err

@@ -70,7 +70,8 @@ def test_never_worse_than_start_and_deterministic(seed: int) -> None:
 
 
 def test_select_exact_switches_to_the_search_above_the_threshold(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rf = reclaim.load(generate("reclaim", 40, 7), "switch")
     ilp, ilp_stats = reclaim_exact.select_exact(rf.inst, rf.demand, time_limit_s=30.0)
     assert ilp_stats.status == "optimal"
@@ -78,8 +79,7 @@ def test_select_exact_switches_to_the_search_above_the_threshold(
     monkeypatch.setattr(reclaim_exact, "LNS_FROM_SERVERS", 5)
     chosen, st = reclaim_exact.select_exact(rf.inst, rf.demand)
     assert st.backend == "cp-sat-lns" and st.deterministic
-    got = reclaim.check(rf, {"servers": chosen,
-                             "preempted": evaluate(rf.inst, chosen).preempted})
+    got = reclaim.check(rf, {"servers": chosen, "preempted": evaluate(rf.inst, chosen).preempted})
     assert st.objective == got >= best
     assert st.bound is not None and st.bound <= best
     assert got <= len(evaluate(rf.inst, select_aryl(rf.inst, rf.demand)).preempted)
@@ -107,10 +107,14 @@ def test_tight_model_is_exact_against_brute_force(seed: int) -> None:
     inst, count = _gapped(seed)
     want = _brute(inst, count)
     model = tight_model(inst, count)
-    res = milp(model.cost, constraints=LinearConstraint(model.a, model.lo, model.hi),
-               integrality=np.ones(len(model.cost)), bounds=Bounds(0.0, 1.0))
+    res = milp(
+        model.cost,
+        constraints=LinearConstraint(model.a, model.lo, model.hi),
+        integrality=np.ones(len(model.cost)),
+        bounds=Bounds(0.0, 1.0),
+    )
     assert res.status == 0
-    chosen = [s for s, v in zip(inst.servers, res.x[:model.n], strict=True) if v > 0.5]
+    chosen = [s for s, v in zip(inst.servers, res.x[: model.n], strict=True) if v > 0.5]
     assert len(chosen) == count
     assert round(res.fun) == len(evaluate(inst, chosen).preempted) == want
     bound, lp_x = lp_relaxation(model)
@@ -142,8 +146,7 @@ def test_thousand_coupled_servers_within_five_percent_of_the_best_known(seed: in
     rf = reclaim.load(generate("reclaim", 1000, seed), "big")
     aryl = len(evaluate(rf.inst, select_aryl(rf.inst, rf.demand)).preempted)
     chosen, st = reclaim_exact.select_exact(rf.inst, rf.demand)
-    got = reclaim.check(rf, {"servers": chosen,
-                             "preempted": evaluate(rf.inst, chosen).preempted})
+    got = reclaim.check(rf, {"servers": chosen, "preempted": evaluate(rf.inst, chosen).preempted})
     assert st.backend == "cp-sat-lns" and st.status == "feasible" and st.deterministic
     assert st.objective == got <= aryl
     assert st.bound is not None and st.bound <= BEST_KNOWN_1000[seed] <= got

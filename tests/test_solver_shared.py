@@ -21,11 +21,17 @@ from tests.test_afs_baselines import make_view
 from tests.test_aryl_reclaim import FIG5, instances
 
 
-def spec_of(profile: ThroughputProfile, max_gpus: int = 64, allowed: tuple[int, ...] = (),
-            job_id: str = "j") -> JobSpec:
-    return JobSpec(id=job_id, submit_time=0.0, requested_gpus=1, total_iterations=100.0,
-                   throughput=profile,
-                   elasticity=Elasticity(min_gpus=1, max_gpus=max_gpus, allowed=allowed))
+def spec_of(
+    profile: ThroughputProfile, max_gpus: int = 64, allowed: tuple[int, ...] = (), job_id: str = "j"
+) -> JobSpec:
+    return JobSpec(
+        id=job_id,
+        submit_time=0.0,
+        requested_gpus=1,
+        total_iterations=100.0,
+        throughput=profile,
+        elasticity=Elasticity(min_gpus=1, max_gpus=max_gpus, allowed=allowed),
+    )
 
 
 # --------------------------------------------------------------------------- ladders
@@ -46,8 +52,7 @@ def test_plateau_rules_agree_on_every_zoo_profile() -> None:
     for model in load_afs_zoo().values():
         for allowed in ((), (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)):
             for max_gpus in (1, 8, 16, 64):
-                spec = spec_of(model.profile, max_gpus, tuple(a for a in allowed
-                                                               if a <= max_gpus))
+                spec = spec_of(model.profile, max_gpus, tuple(a for a in allowed if a <= max_gpus))
                 for limit in (4, 8, 32, 256):
                     stop = build_ladder(spec, limit, "stop")
                     assert stop == build_ladder(spec, limit, "skip"), (model, spec, limit)
@@ -84,9 +89,11 @@ def test_ladder_cache_shares_equal_ladders_and_rebuilds_on_a_new_spec() -> None:
 
 
 # --------------------------------------------------------------------------- water-filling
-def literal_water_fill(ladders: list[tuple[int, ...]], total: int,
-                       score: dict[tuple[int, int], float | None] | None = None
-                       ) -> dict[int, int]:
+def literal_water_fill(
+    ladders: list[tuple[int, ...]],
+    total: int,
+    score: dict[tuple[int, int], float | None] | None = None,
+) -> dict[int, int]:
     """Water-filling by its definition, with no heap: the served job with the lowest
     (score, position) takes its next step; one whose step does not fit stops for good."""
     filled: dict[int, int] = {}
@@ -126,8 +133,9 @@ def test_water_fill_worked_example() -> None:
     filled = water_fill(ladders, 9)
     assert filled == {0: 3, 1: 2, 2: 4}
     assert list(filled) == [0, 1, 2]  # in first-served order
-    assert maxmin_shares([AfsJob(str(i), 0.0, c, tuple(map(float, c)))
-                          for i, c in enumerate(ladders)], 9) == [3, 2, 4, 0, 0]
+    assert maxmin_shares(
+        [AfsJob(str(i), 0.0, c, tuple(map(float, c))) for i, c in enumerate(ladders)], 9
+    ) == [3, 2, 4, 0, 0]
     # the walk draws no ladder once the GPUs are gone (a long queue costs only those served)
     drawn = []
     water_fill((drawn.append(i) or (1,) for i in range(100)), 3)
@@ -143,8 +151,11 @@ def fill_cases(draw: st.DrawFn) -> tuple[list[tuple[int, ...]], int, dict | None
     total = draw(st.integers(0, 20))
     score = None
     if draw(st.booleans()):
-        score = {(p, n): draw(st.one_of(st.none(), st.sampled_from([-2.0, -1.0, 0.5, 3.0])))
-                 for p, lad in enumerate(ladders) for n in lad}
+        score = {
+            (p, n): draw(st.one_of(st.none(), st.sampled_from([-2.0, -1.0, 0.5, 3.0])))
+            for p, lad in enumerate(ladders)
+            for n in lad
+        }
     return ladders, total, score
 
 
@@ -162,8 +173,7 @@ def test_water_fill_equals_its_literal_definition(case) -> None:
 def test_max_min_and_afs_s_share_one_water_filling() -> None:
     """Same ladders in the same order: the Max-Min stage's fill and AFS-S's agree."""
     profile = ThroughputProfile(points={1: 1.0, 4: 3.0}, extrapolation="flat")
-    specs = [spec_of(profile, max_gpus=m, job_id=f"j{i}")
-             for i, m in enumerate((8, 2, 4, 1, 8))]
+    specs = [spec_of(profile, max_gpus=m, job_id=f"j{i}") for i, m in enumerate((8, 2, 4, 1, 8))]
     specs = [s.model_copy(update={"submit_time": float(i)}) for i, s in enumerate(specs)]
     view = make_view(10.0, Cluster.uniform(2, 5), [(s, 0.0, 0) for s in specs])
     jobs = [view.pending[s.id] for s in specs]

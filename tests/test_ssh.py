@@ -64,8 +64,10 @@ from gpuplan.solver_core.registry import make_policy, policy_names
 
 RATE = 10.0  # stand-in iterations/s per GPU
 _TRUTHY = ("1", "true", "yes", "on")  # the rule of tests/slurm_fixtures.py::required
-REQUIRED = (os.environ.get("CI", "").lower() in _TRUTHY
-            or os.environ.get("GPUPLAN_REQUIRE_SSH", "").lower() in _TRUTHY)
+REQUIRED = (
+    os.environ.get("CI", "").lower() in _TRUTHY
+    or os.environ.get("GPUPLAN_REQUIRE_SSH", "").lower() in _TRUTHY
+)
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -105,26 +107,51 @@ class Harness:
         self.executors: list[SshExecutor] = []
         self.cleanup: list[Path] = []
 
-    def addresses(self, names: Sequence[str], user: str = "root",
-                  lab_nodes: Sequence[str] | None = None) -> dict[str, NodeAddress]:
+    def addresses(
+        self, names: Sequence[str], user: str = "root", lab_nodes: Sequence[str] | None = None
+    ) -> dict[str, NodeAddress]:
         lab_nodes = lab_nodes or [f"node{k}" for k in range(1, len(names) + 1)]
-        return {name: NodeAddress(self.lab.node(ln).host, self.lab.port, user)
-                for name, ln in zip(names, lab_nodes, strict=True)}
+        return {
+            name: NodeAddress(self.lab.node(ln).host, self.lab.port, user)
+            for name, ln in zip(names, lab_nodes, strict=True)
+        }
 
-    def executor(self, cluster: Cluster, jobs: Sequence[JobSpec], *,
-                 launcher: Launcher | None = None, events: Sequence[Any] = (),
-                 user: str = "root", run_root: Path | None = None,
-                 lab_nodes: Sequence[str] | None = None, **knobs: Any) -> SshExecutor:
-        settings = dict(poll_interval_s=0.25, lease_s=1.5, ckpt_grace_s=2.0, term_grace_s=0.5,
-                        command_timeout_s=15.0, deadline_s=90.0, remote_python="/usr/bin/python3")
+    def executor(
+        self,
+        cluster: Cluster,
+        jobs: Sequence[JobSpec],
+        *,
+        launcher: Launcher | None = None,
+        events: Sequence[Any] = (),
+        user: str = "root",
+        run_root: Path | None = None,
+        lab_nodes: Sequence[str] | None = None,
+        **knobs: Any,
+    ) -> SshExecutor:
+        settings = dict(
+            poll_interval_s=0.25,
+            lease_s=1.5,
+            ckpt_grace_s=2.0,
+            term_grace_s=0.5,
+            command_timeout_s=15.0,
+            deadline_s=90.0,
+            remote_python="/usr/bin/python3",
+        )
         settings.update(knobs)
         ex = SshExecutor(
-            cluster, self.addresses([n.name for n in cluster.nodes], user, lab_nodes),
+            cluster,
+            self.addresses([n.name for n in cluster.nodes], user, lab_nodes),
             launcher or self.standin(),
-            SshSettings(known_hosts=str(self.lab.known_hosts),
-                        client_keys=(str(self.lab.client_key),),
-                        run_root=str(run_root or self.run_root), **settings),
-            jobs=jobs, events=events, state_dir=self.engine_dir)
+            SshSettings(
+                known_hosts=str(self.lab.known_hosts),
+                client_keys=(str(self.lab.client_key),),
+                run_root=str(run_root or self.run_root),
+                **settings,
+            ),
+            jobs=jobs,
+            events=events,
+            state_dir=self.engine_dir,
+        )
         self.executors.append(ex)
         return ex
 
@@ -159,19 +186,29 @@ def harness(ssh_lab: SshLab, tmp_path: Path) -> Iterator[Harness]:
         ssh_lab.start_node(node)
 
 
-def elastic(job_id: str, submit: float, req: int, lo: int, hi: int, seconds: float,
-            **kw: Any) -> JobSpec:
+def elastic(
+    job_id: str, submit: float, req: int, lo: int, hi: int, seconds: float, **kw: Any
+) -> JobSpec:
     """A stand-in job taking ``seconds`` at its requested size (linear profile = RATE/GPU)."""
-    return JobSpec(id=job_id, submit_time=submit, requested_gpus=req,
-                   elasticity=Elasticity(min_gpus=lo, max_gpus=hi),
-                   total_iterations=RATE * req * seconds,
-                   throughput=ThroughputProfile.linear(RATE), **kw)
+    return JobSpec(
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=req,
+        elasticity=Elasticity(min_gpus=lo, max_gpus=hi),
+        total_iterations=RATE * req * seconds,
+        throughput=ThroughputProfile.linear(RATE),
+        **kw,
+    )
 
 
 def rigid(job_id: str, submit: float, gpus: int, seconds: float) -> JobSpec:
-    return JobSpec(id=job_id, submit_time=submit, requested_gpus=gpus,
-                   total_iterations=RATE * gpus * seconds,
-                   throughput=ThroughputProfile.linear(RATE))
+    return JobSpec(
+        id=job_id,
+        submit_time=submit,
+        requested_gpus=gpus,
+        total_iterations=RATE * gpus * seconds,
+        throughput=ThroughputProfile.linear(RATE),
+    )
 
 
 def cluster_of(names: Sequence[str], gpus: int) -> Cluster:
@@ -209,8 +246,9 @@ def gpu_intervals(run_root: Path) -> dict[tuple[str, int], list[tuple[float, flo
     return spans
 
 
-def check_run(engine: Engine, ex: SshExecutor, jobs: Sequence[JobSpec],
-              run_root: Path | None = None) -> None:
+def check_run(
+    engine: Engine, ex: SshExecutor, jobs: Sequence[JobSpec], run_root: Path | None = None
+) -> None:
     records = {r.job_id: r for r in engine.result().jobs}
     for spec in jobs:
         rec = records[spec.id]
@@ -255,8 +293,13 @@ class When:
     it (a job already finished). ``check()`` after the run re-raises what went wrong, and fails
     when the state never came within ``timeout_s`` (a generous bound: "never", not "slow")."""
 
-    def __init__(self, what: str, ready: Callable[[], bool], action: Callable[[], Any],
-                 timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        what: str,
+        ready: Callable[[], bool],
+        action: Callable[[], Any],
+        timeout_s: float = 300.0,
+    ) -> None:
         self.what = what
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -338,20 +381,41 @@ def test_sidecar_escalates_to_killing_the_process_group(tmp_path: Path) -> None:
     """A job that ignores the checkpoint signal and SIGTERM, with a child of its own, is
     SIGKILLed as a whole group; the sidecar records how it stopped."""
     sidecar = Path(sys.modules["gpuplan.executors.ssh.sidecar"].__file__)  # type: ignore[arg-type]
-    stubborn = ("import signal, subprocess, time\n"
-                "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
-                "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                "subprocess.Popen(['sleep', '300'])\n"
-                "time.sleep(300)\n")
+    stubborn = (
+        "import signal, subprocess, time\n"
+        "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen(['sleep', '300'])\n"
+        "time.sleep(300)\n"
+    )
     jobdir = tmp_path / "job"
-    bundle = {"spec": {"job_id": "stubborn", "node": "local", "ckpt_grace_s": 0.5,
-                       "term_grace_s": 0.5, "lease_s": 0},
-              "control": {"seq": 1, "action": "run", "gen": 1, "rank": 0, "gpus": [3],
-                          "argv": [sys.executable, "-c", stubborn]}}
+    bundle = {
+        "spec": {
+            "job_id": "stubborn",
+            "node": "local",
+            "ckpt_grace_s": 0.5,
+            "term_grace_s": 0.5,
+            "lease_s": 0,
+        },
+        "control": {
+            "seq": 1,
+            "action": "run",
+            "gen": 1,
+            "rank": 0,
+            "gpus": [3],
+            "argv": [sys.executable, "-c", stubborn],
+        },
+    }
 
     def cli(*args: str, data: dict) -> dict:
-        out = subprocess.run([sys.executable, str(sidecar), *args], input=json.dumps(data),
-                             capture_output=True, text=True, check=True, timeout=30)
+        out = subprocess.run(
+            [sys.executable, str(sidecar), *args],
+            input=json.dumps(data),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
         return json.loads(out.stdout)
 
     res = cli("launch", str(jobdir), "--wait", "10", data=bundle)
@@ -381,7 +445,7 @@ def _group(pgid: int) -> list[int]:
             raw = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = raw[raw.rfind(")") + 2:].split()
+        fields = raw[raw.rfind(")") + 2 :].split()
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             members.append(int(entry))
     return members
@@ -404,12 +468,18 @@ def test_lab_is_idempotent_and_host_keys_are_verified(ssh_lab: SshLab, tmp_path:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     node = ssh_lab.nodes[0]
     wrong = tmp_path / "known_hosts"
-    wrong.write_text(f"[{node.host}]:{node.port} "
-                     + " ".join(other.with_suffix(".pub").read_text().split()[:2]) + "\n")
+    wrong.write_text(
+        f"[{node.host}]:{node.port} "
+        + " ".join(other.with_suffix(".pub").read_text().split()[:2])
+        + "\n"
+    )
 
     async def attempt(known: Path) -> str:
-        pool = SshPool({"n": NodeAddress(node.host, node.port)}, known_hosts=known,
-                       client_keys=[ssh_lab.client_key])
+        pool = SshPool(
+            {"n": NodeAddress(node.host, node.port)},
+            known_hosts=known,
+            client_keys=[ssh_lab.client_key],
+        )
         try:
             return (await pool.run("n", ["echo", "it's", "$(id)"])).stdout
         finally:
@@ -437,13 +507,15 @@ def hostile() -> pwd.struct_passwd:
 
 
 def _keypair(path: Path, comment: str = "planted") -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f",
-                    str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True
+    )
     return path.with_suffix(".pub").read_text()
 
 
 def test_a_planted_ssh_lab_root_is_refused_and_its_key_never_authorised(
-        tmp_path: Path, hostile: pwd.struct_passwd) -> None:
+    tmp_path: Path, hostile: pwd.struct_passwd
+) -> None:
     """Issue 23: a user who creates the lab root first, with a key pair of their own in
     ``keys/``, must never get that key into root's ``authorized_keys``."""
     root = tmp_path / "sshlab"
@@ -459,15 +531,20 @@ def test_a_planted_ssh_lab_root_is_refused_and_its_key_never_authorised(
         assert str(root) in str(err.value) and "\n" not in str(err.value)
     assert not list((root / "authorized_keys").iterdir())
     assert (root / "keys" / "id_ed25519.pub").read_text() == planted
-    cli = subprocess.run([sys.executable, "-m", "gpuplan.executors.ssh.lab", "down", "--dir",
-                          str(root)], capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "gpuplan.executors.ssh.lab", "down", "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 1 and "belongs to uid" in cli.stderr
     assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
 
 
 @pytest.mark.parametrize("plant", ["foreign-owner", "readable-mode", "symlink"])
-def test_ssh_lab_never_reuses_a_key_it_did_not_make(tmp_path: Path, hostile: pwd.struct_passwd,
-                                                    plant: str) -> None:
+def test_ssh_lab_never_reuses_a_key_it_did_not_make(
+    tmp_path: Path, hostile: pwd.struct_passwd, plant: str
+) -> None:
     lab = SshLab(tmp_path / "own", nodes=1, port=free_port(["127.0.1.1"]))
     assert lab.prepare() is True  # a new root: fresh keys
     st = lab.root.stat()
@@ -510,17 +587,28 @@ def test_ssh_lab_never_reuses_a_key_it_did_not_make(tmp_path: Path, hostile: pwd
 
 def test_hostile_names_and_arguments_never_reach_a_shell(harness: Harness) -> None:
     markers = [harness.tmp / f"pwned{i}" for i in range(8)]
-    job_id = (f"h'; touch {markers[0]}; echo \"$(touch {markers[1]})\" `touch {markers[2]}`"
-              f"\n&& rm -rf / #")
-    hostile_args = [f"$(touch {markers[3]})", f"`touch {markers[4]}`", f"; touch {markers[5]}",
-                    "a\nb'\"\\", "--lease", "*", "-c"]
+    job_id = (
+        f'h\'; touch {markers[0]}; echo "$(touch {markers[1]})" `touch {markers[2]}`\n&& rm -rf / #'
+    )
+    hostile_args = [
+        f"$(touch {markers[3]})",
+        f"`touch {markers[4]}`",
+        f"; touch {markers[5]}",
+        "a\nb'\"\\",
+        "--lease",
+        "*",
+        "-c",
+    ]
     node_name = f"node$(touch {markers[6]});`touch {markers[7]}`"
     out = harness.tmp / "out.json"
-    program = ("import json, os, sys\n"
-               "json.dump({'argv': sys.argv[1:], 'job': os.environ['GPUPLAN_JOB_ID'],"
-               " 'cvd': os.environ['CUDA_VISIBLE_DEVICES']}, open(os.environ['OUT'], 'w'))\n")
-    launcher = CommandLauncher(["/usr/bin/python3", "-c", program, *hostile_args],
-                               env={"OUT": str(out)})
+    program = (
+        "import json, os, sys\n"
+        "json.dump({'argv': sys.argv[1:], 'job': os.environ['GPUPLAN_JOB_ID'],"
+        " 'cvd': os.environ['CUDA_VISIBLE_DEVICES']}, open(os.environ['OUT'], 'w'))\n"
+    )
+    launcher = CommandLauncher(
+        ["/usr/bin/python3", "-c", program, *hostile_args], env={"OUT": str(out)}
+    )
     spec = JobSpec(id=job_id, submit_time=0, requested_gpus=2, total_iterations=1.0)
     cluster = cluster_of([node_name], 2)
     ex = harness.executor(cluster, [spec], launcher=launcher)
@@ -546,8 +634,7 @@ def test_jobs_run_as_an_unprivileged_user(harness: Harness) -> None:
     launcher = CommandLauncher(["/usr/bin/python3", "-c", program], env={"OUT": str(out)})
     cluster = cluster_of(["u1"], 2)
     spec = JobSpec(id="as-user", submit_time=0, requested_gpus=1, total_iterations=1.0)
-    ex = harness.executor(cluster, [spec], launcher=launcher, user=user,
-                          run_root=shared / "runs")
+    ex = harness.executor(cluster, [spec], launcher=launcher, user=user, run_root=shared / "runs")
     engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
     engine.run()
     assert engine.result().jobs[0].finish_time is not None
@@ -569,16 +656,27 @@ def test_a_run_root_squatted_by_another_user_is_refused(harness: Harness) -> Non
     victim = subprocess.Popen(["sleep", "600"])
     try:
         # The squatter's directory and a planted state file naming the victim.
-        subprocess.run(["runuser", "-u", user, "--", "mkdir", "-m", "0700", str(squatted)],
-                       check=True)
+        subprocess.run(
+            ["runuser", "-u", user, "--", "mkdir", "-m", "0700", str(squatted)], check=True
+        )
         plant = squatted / "planted"
-        subprocess.run(["runuser", "-u", user, "--", "mkdir", "-m", "0700", str(plant)],
-                       check=True)
+        subprocess.run(["runuser", "-u", user, "--", "mkdir", "-m", "0700", str(plant)], check=True)
         assert squatted.stat().st_uid == pw.pw_uid
-        subprocess.run(["runuser", "-u", user, "--", "/usr/bin/python3", "-c",
-                        "import json,sys; json.dump({'sidecar_pid': int(sys.argv[2]), "
-                        "'child_pid': int(sys.argv[2])}, open(sys.argv[1], 'w'))",
-                        str(plant / "state.json"), str(victim.pid)], check=True)
+        subprocess.run(
+            [
+                "runuser",
+                "-u",
+                user,
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                "import json,sys; json.dump({'sidecar_pid': int(sys.argv[2]), "
+                "'child_pid': int(sys.argv[2])}, open(sys.argv[1], 'w'))",
+                str(plant / "state.json"),
+                str(victim.pid),
+            ],
+            check=True,
+        )
         link = base / "linked"
         link.symlink_to(squatted)
         cluster = cluster_of(["s1"], 2)
@@ -597,8 +695,7 @@ def test_a_run_root_squatted_by_another_user_is_refused(harness: Harness) -> Non
         victim.wait()
 
 
-def test_a_run_root_open_to_others_is_refused_and_a_new_one_is_private(harness: Harness
-                                                                        ) -> None:
+def test_a_run_root_open_to_others_is_refused_and_a_new_one_is_private(harness: Harness) -> None:
     cluster = cluster_of(["p1"], 2)
     spec = JobSpec(id="private", submit_time=0, requested_gpus=1, total_iterations=1.0)
     open_root = harness.tmp / "open-runs"
@@ -629,17 +726,27 @@ def test_elastic_jobs_end_to_end_grow_shrink_preempt(harness: Harness) -> None:
     every run had >= 3 grows, >= 4 shrinks, >= 3 preemptions and >= 2 multi-node placements.
     """
     policy = "afs-p" if "afs-p" in policy_names() else "srtf"
-    jobs = [elastic("j0", 0.0, 4, 2, 4, 6), elastic("j1", 0.0, 2, 1, 4, 5),
-            elastic("j2", 0.5, 2, 1, 2, 4), elastic("j3", 1.0, 1, 1, 2, 3),
-            elastic("j4", 2.0, 2, 2, 4, 4), elastic("j5", 2.5, 1, 1, 1, 2),
-            elastic("j6", 3.0, 3, 2, 4, 4), elastic("j7", 3.5, 1, 1, 2, 3),
-            elastic("j8", 4.0, 2, 1, 2, 3), elastic("j9", 4.5, 4, 2, 4, 3)]
+    jobs = [
+        elastic("j0", 0.0, 4, 2, 4, 6),
+        elastic("j1", 0.0, 2, 1, 4, 5),
+        elastic("j2", 0.5, 2, 1, 2, 4),
+        elastic("j3", 1.0, 1, 1, 2, 3),
+        elastic("j4", 2.0, 2, 2, 4, 4),
+        elastic("j5", 2.5, 1, 1, 1, 2),
+        elastic("j6", 3.0, 3, 2, 4, 4),
+        elastic("j7", 3.5, 1, 1, 2, 3),
+        elastic("j8", 4.0, 2, 1, 2, 3),
+        elastic("j9", 4.5, 4, 2, 4, 3),
+    ]
     cluster = cluster_of(["node1", "node2"], 4)
-    events = [CapacityChange(time=6.0, change="remove", nodes=("node2",)),
-              CapacityChange(time=9.0, change="add", nodes=("node2",))]
+    events = [
+        CapacityChange(time=6.0, change="remove", nodes=("node2",)),
+        CapacityChange(time=9.0, change="add", nodes=("node2",)),
+    ]
     ex = harness.executor(cluster, jobs, events=events)
-    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None,
-                    restart_gate=None)  # every planned change, carried out
+    engine = Engine(
+        cluster, make_policy(policy), ex, sample_interval_s=None, restart_gate=None
+    )  # every planned change, carried out
     t0 = time.monotonic()
     engine.run()
     wall = time.monotonic() - t0
@@ -657,8 +764,10 @@ def test_elastic_jobs_end_to_end_grow_shrink_preempt(harness: Harness) -> None:
     assert ex.restart_latencies, "restart latency was measured"
     assert ex.capabilities.restart_latency_s == statistics.median(ex.restart_latencies)
     assert ex.capabilities.resize == "restart" and ex.capabilities.pin_gpus
-    print(f"\n{policy}: {kinds}, {preemptions} preemptions, wall {wall:.1f} s, restart "
-          f"latency median {ex.capabilities.restart_latency_s:.2f} s")
+    print(
+        f"\n{policy}: {kinds}, {preemptions} preemptions, wall {wall:.1f} s, restart "
+        f"latency median {ex.capabilities.restart_latency_s:.2f} s"
+    )
 
 
 def test_policy_preemption_checkpoints_and_resumes_the_job(harness: Harness) -> None:
@@ -669,8 +778,9 @@ def test_policy_preemption_checkpoints_and_resumes_the_job(harness: Harness) -> 
     cluster = cluster_of(["node1"], 4)
     launcher = harness.standin()
     ex = harness.executor(cluster, jobs, launcher=launcher)
-    engine = Engine(cluster, make_policy("srtf"), ex, sample_interval_s=None,
-                    restart_gate=None)  # every planned change, carried out
+    engine = Engine(
+        cluster, make_policy("srtf"), ex, sample_interval_s=None, restart_gate=None
+    )  # every planned change, carried out
     engine.run()
     check_run(engine, ex, jobs)
     kinds = action_kinds(ex)
@@ -700,19 +810,27 @@ def test_crashed_training_process_is_restarted_from_its_checkpoint(harness: Harn
         state = sidecar_state(ex, "crash", "node1")
         os.kill(state["child_pid"], signal.SIGKILL)
 
-    crash = When("crash running past its first checkpoint", lambda: (
-        _running_on(ex, "crash", ["node1"]) is not None
-        and any(harness.state.glob("crash*.ckpt"))), kill)
+    crash = When(
+        "crash running past its first checkpoint",
+        lambda: (
+            _running_on(ex, "crash", ["node1"]) is not None
+            and any(harness.state.glob("crash*.ckpt"))
+        ),
+        kill,
+    )
     engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
     engine.run()
     crash.check()
     check_run(engine, ex, jobs)
     state = sidecar_state(ex, "crash", "node1")
     assert state["launches"] == 2, "the wrapper stayed; only the training process restarted"
-    events = [json.loads(x) for x in
-              (Path(ex.job_dir("crash", "node1")) / "events.jsonl").read_text().splitlines()]
-    assert any(e["event"] == "exit" and e["rc"] == -signal.SIGKILL and not e["requested"]
-               for e in events)
+    events = [
+        json.loads(x)
+        for x in (Path(ex.job_dir("crash", "node1")) / "events.jsonl").read_text().splitlines()
+    ]
+    assert any(
+        e["event"] == "exit" and e["rc"] == -signal.SIGKILL and not e["requested"] for e in events
+    )
     assert any(getattr(e, "name", "") == "restart:crash" for _, e in ex.event_log)
     record = {r.job_id: r for r in engine.result().jobs}["crash"]
     # lost = last reported progress - checkpoint: about one checkpoint interval of work (0.3 s
@@ -728,25 +846,35 @@ def test_sshd_killed_node_fails_jobs_move_and_node_recovers(harness: Harness) ->
     node is cleaned and reported recovered (a 6-GPU job needs it)."""
     names = ["node1", "node2", "node3"]
     cluster = cluster_of(names, 2)
-    jobs = [rigid("a", 0.0, 2, 3.0), rigid("b", 0.0, 2, 3.0), rigid("c", 0.0, 2, 5.0),
-            rigid("d", 7.5, 6, 1.0)]
+    jobs = [
+        rigid("a", 0.0, 2, 3.0),
+        rigid("b", 0.0, 2, 3.0),
+        rigid("c", 0.0, 2, 5.0),
+        rigid("d", 7.5, 6, 1.0),
+    ]
     ex = harness.executor(cluster, jobs)
     lab = harness.lab
     placed: dict[str, str] = {}
 
     def crash() -> None:
-        placed.update({j: n for n in names for j in ("a", "b", "c")
-                       if Path(ex.job_dir(j, n), "state.json").exists()})
+        placed.update(
+            {
+                j: n
+                for n in names
+                for j in ("a", "b", "c")
+                if Path(ex.job_dir(j, n), "state.json").exists()
+            }
+        )
         lab.stop_node(lab.node(placed["c"]), hard=True)
 
     def failed() -> bool:
-        return "c" in placed and any(type(e).__name__ == "NodeFailure"
-                                     and getattr(e, "node", None) == placed["c"]
-                                     for _, e in list(ex.event_log))
+        return "c" in placed and any(
+            type(e).__name__ == "NodeFailure" and getattr(e, "node", None) == placed["c"]
+            for _, e in list(ex.event_log)
+        )
 
     cut = When("c running", lambda: _running_on(ex, "c", names) is not None, crash)
-    back = When("c's node reported failed", failed,
-                lambda: lab.start_node(lab.node(placed["c"])))
+    back = When("c's node reported failed", failed, lambda: lab.start_node(lab.node(placed["c"])))
     engine = Engine(cluster, make_policy("fifo"), ex, sample_interval_s=None)
     engine.run()
     cut.check()
@@ -761,8 +889,10 @@ def test_sshd_killed_node_fails_jobs_move_and_node_recovers(harness: Harness) ->
     fence_time = fenced["stops"][-1]["t_exit"]
     elsewhere = [n for n in names if n != victim and Path(ex.job_dir("c", n)).exists()]
     assert elsewhere, "c was restarted on another node"
-    restarted = [json.loads(x) for x in
-                 (Path(ex.job_dir("c", elsewhere[0])) / "events.jsonl").read_text().splitlines()]
+    restarted = [
+        json.loads(x)
+        for x in (Path(ex.job_dir("c", elsewhere[0])) / "events.jsonl").read_text().splitlines()
+    ]
     assert restarted[0]["event"] == "start" and restarted[0]["t"] > fence_time
     assert {r.job_id: r for r in engine.result().jobs}["c"].preemptions == 1
 
@@ -780,32 +910,43 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     # r1/r2 fenced themselves (adopted == {r0} or {r0, r2}). So this test, about adoption,
     # gets the product's default lease; fencing at a hand-over has its own test
     # (test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so).
-    jobs = [rigid("r0", 0.0, 2, 1.0), rigid("r1", 0.0, 4, 20.0), rigid("r2", 0.0, 2, 20.0),
-            rigid("r3", 8.0, 2, 2.0)]
+    jobs = [
+        rigid("r0", 0.0, 2, 1.0),
+        rigid("r1", 0.0, 4, 20.0),
+        rigid("r2", 0.0, 2, 20.0),
+        rigid("r3", 8.0, 2, 2.0),
+    ]
     first = harness.executor(cluster, jobs, lease_s=30.0)
 
     def r0_done_r1_r2_running() -> bool:
         r0 = Path(first.job_dir("r0", "node2"), "state.json")
-        return (r0.exists() and json.loads(r0.read_text()).get("phase") == "completed"
-                and _running_on(first, "r1", ["node1"]) == "node1"
-                and _running_on(first, "r2", ["node2"]) == "node2")
+        return (
+            r0.exists()
+            and json.loads(r0.read_text()).get("phase") == "completed"
+            and _running_on(first, "r1", ["node1"]) == "node1"
+            and _running_on(first, "r2", ["node2"]) == "node2"
+        )
 
     handover = When("r0 done, r1 and r2 running", r0_done_r1_r2_running, first.end_run)
-    engine = Engine(cluster, make_policy("fifo"), first, sample_interval_s=None,
-                    restart_gate=None)  # every planned change, carried out
+    engine = Engine(
+        cluster, make_policy("fifo"), first, sample_interval_s=None, restart_gate=None
+    )  # every planned change, carried out
     engine.run()  # returns when asked: r1, r2 running, r0 done, r3 not submitted yet
     handover.check()
-    pids = {j: sidecar_state(first, j, n)["child_pid"]
-            for j, n in (("r1", "node1"), ("r2", "node2"))}
+    pids = {
+        j: sidecar_state(first, j, n)["child_pid"] for j, n in (("r1", "node1"), ("r2", "node2"))
+    }
     first.detach()  # the engine "crashes": sidecars and jobs keep running
     second = harness.executor(cluster, jobs, lease_s=30.0)
-    engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None,
-                    restart_gate=None)  # every planned change, carried out
+    engine = Engine(
+        cluster, make_policy("fifo"), second, sample_interval_s=None, restart_gate=None
+    )  # every planned change, carried out
     engine.run()
     check_run(engine, second, jobs)
     assert second.adopted == {"r0", "r1", "r2"}, (
         f"fenced during the hand-over: {sorted(second.fenced_at_start)}, lease age when the "
-        f"new executor renewed it: {second.nodes.lease_ages}")
+        f"new executor renewed it: {second.nodes.lease_ages}"
+    )
     for job_id, node in (("r1", "node1"), ("r2", "node2")):
         state = sidecar_state(second, job_id, node)
         assert state["launches"] == 1, f"{job_id} was adopted, not restarted"
@@ -815,9 +956,9 @@ def test_engine_restart_reconciles_without_losing_jobs(harness: Harness) -> None
     assert [s["reason"] for s in segments(second.launcher, "r0")[0]] == ["complete"]
 
 
-def test_the_first_command_of_a_connection_renews_the_lease(harness: Harness,
-                                                            caplog: pytest.LogCaptureFixture
-                                                            ) -> None:
+def test_the_first_command_of_a_connection_renews_the_lease(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     """A (re)connected engine renews the node's lease in its first command, the install step,
     before the agent starts. The agent's start-up (a second Python start-up on the node) used to
     count against the lease: at an engine hand-over under load the gap exceeded ``lease_s`` and
@@ -854,7 +995,8 @@ def test_the_first_command_of_a_connection_renews_the_lease(harness: Harness,
 
 
 def test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so(
-        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     """When a new engine reaches a node only after its lease ran out, the node's sidecars have
     fenced (checkpoint-stopped) their jobs: those cannot be adopted, they restart from their
     checkpoints, and the executor says why (``fenced_at_start``, a warning) instead of leaving
@@ -862,10 +1004,10 @@ def test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so(
     cluster = cluster_of(["node1"], 4)
     jobs = [rigid("f1", 0.0, 2, 8.0)]
     first = harness.executor(cluster, jobs)
-    handover = When("f1 running", lambda: _running_on(first, "f1", ["node1"]) == "node1",
-                    first.end_run)
-    Engine(cluster, make_policy("fifo"), first, sample_interval_s=None,
-           restart_gate=None).run()
+    handover = When(
+        "f1 running", lambda: _running_on(first, "f1", ["node1"]) == "node1", first.end_run
+    )
+    Engine(cluster, make_policy("fifo"), first, sample_interval_s=None, restart_gate=None).run()
     handover.check()
     first.detach()  # the engine "crashes"; no engine renews node1's lease from now on
     deadline = time.monotonic() + 120.0  # generous: "never", not "slow"
@@ -873,8 +1015,7 @@ def test_a_handover_slower_than_the_lease_restarts_the_fenced_jobs_and_says_so(
         assert time.monotonic() < deadline, "the sidecar never fenced its job"
         time.sleep(0.05)
     second = harness.executor(cluster, jobs)
-    engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None,
-                    restart_gate=None)
+    engine = Engine(cluster, make_policy("fifo"), second, sample_interval_s=None, restart_gate=None)
     with caplog.at_level("WARNING", logger="gpuplan.executors.ssh.executor"):
         engine.run()
     check_run(engine, second, jobs)  # nothing lost, nothing run twice

@@ -47,10 +47,16 @@ def poll(what: str, ready, timeout_s: float = 60.0) -> None:  # type: ignore[no-
 
 
 def test_resize_cost_degrades_to_restart_where_in_place_is_impossible() -> None:
-    slurm_like = ExecutorCapabilities(resize="restart", pin_gpus=False,
-                                      preempt_modes=("checkpoint",), restart_latency_s=42.0)
-    edl = ExecutorCapabilities(resize="in_place", pin_gpus=True, preempt_modes=("checkpoint",),
-                               restart_latency_s=3.0, in_place_latency_s=0.05)
+    slurm_like = ExecutorCapabilities(
+        resize="restart", pin_gpus=False, preempt_modes=("checkpoint",), restart_latency_s=42.0
+    )
+    edl = ExecutorCapabilities(
+        resize="in_place",
+        pin_gpus=True,
+        preempt_modes=("checkpoint",),
+        restart_latency_s=3.0,
+        in_place_latency_s=0.05,
+    )
     assert slurm_like.resize_cost() == ("restart", 42.0)
     assert edl.resize_cost() == ("in_place", 0.05)
     assert edl.resize_cost(in_place_possible=False) == ("restart", 3.0)
@@ -61,9 +67,23 @@ def test_standin_switches_gpus_in_place_on_sigusr2(tmp_path: Path) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPUPLAN_RESIZE_FILE": str(resize)}
     work, rate = 60.0, 10.0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", "j", "--work",
-         str(work), "--rate-per-gpu", str(rate), "--state-dir", str(tmp_path),
-         "--progress-interval", "0.05"], env=env)
+        [
+            sys.executable,
+            "-m",
+            "gpuplan.executors.standin",
+            "--job-id",
+            "j",
+            "--work",
+            str(work),
+            "--rate-per-gpu",
+            str(rate),
+            "--state-dir",
+            str(tmp_path),
+            "--progress-interval",
+            "0.05",
+        ],
+        env=env,
+    )
     progress = tmp_path / "j.progress"
     try:
         poll("first progress", lambda: json.loads(progress.read_text())["done"] > 0)
@@ -74,8 +94,9 @@ def test_standin_switches_gpus_in_place_on_sigusr2(tmp_path: Path) -> None:
         # on is proven below: one PID wrote every segment and it exited 0 (SIGUSR2's default
         # action would have killed it).
         proc.send_signal(signal.SIGUSR2)
-        poll("the first request looked at",
-             lambda: json.loads(progress.read_text())["requests"] == 1)
+        poll(
+            "the first request looked at", lambda: json.loads(progress.read_text())["requests"] == 1
+        )
         assert json.loads(progress.read_text())["gpus"] == 1
         resize.write_text(json.dumps({"gpus": [0, 1, 2]}))
         t_req = time.time()
@@ -101,17 +122,30 @@ def test_standin_switches_gpus_in_place_on_sigusr2(tmp_path: Path) -> None:
     assert pause < 5.0
 
 
-def test_standin_carries_out_a_request_once_however_the_signals_interleave(
-        tmp_path: Path) -> None:
+def test_standin_carries_out_a_request_once_however_the_signals_interleave(tmp_path: Path) -> None:
     """The request file names a state: a request for the GPUs the job runs on is no change,
     and signals that pile up (or one handled after the file was rewritten for the next) give
     one resize per new GPU set. Both orders of handling the first signal give the same log."""
     resize = tmp_path / "resize.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPUPLAN_RESIZE_FILE": str(resize)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", "j", "--work", "40",
-         "--rate-per-gpu", "10", "--state-dir", str(tmp_path), "--progress-interval", "0.05"],
-        env=env)
+        [
+            sys.executable,
+            "-m",
+            "gpuplan.executors.standin",
+            "--job-id",
+            "j",
+            "--work",
+            "40",
+            "--rate-per-gpu",
+            "10",
+            "--state-dir",
+            str(tmp_path),
+            "--progress-interval",
+            "0.05",
+        ],
+        env=env,
+    )
     progress = tmp_path / "j.progress"
     try:
         poll("first progress", lambda: json.loads(progress.read_text())["done"] > 0)
@@ -168,8 +202,9 @@ def warm_up(lab: Harness) -> None:
     warm = Harness(lab.lab, folder)
     try:
         cluster = cluster_of(["node1"], 4)
-        Engine(cluster, make_policy("fifo"), warm.executor(cluster, []),
-               sample_interval_s=None).run()
+        Engine(
+            cluster, make_policy("fifo"), warm.executor(cluster, []), sample_interval_s=None
+        ).run()
     finally:
         warm.close()
 
@@ -181,8 +216,9 @@ def run_shrink_grow(lab: Harness, in_place: bool, tag: str) -> tuple[Engine, Ssh
     cluster = cluster_of(["node1"], 4)
     ex = lab.executor(cluster, jobs, in_place_resize=in_place, run_root=lab.tmp / f"runs{tag}")
     policy = "afs-p" if "afs-p" in policy_names() else "srtf"
-    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None,
-                    restart_gate=None)  # every planned change, carried out
+    engine = Engine(
+        cluster, make_policy(policy), ex, sample_interval_s=None, restart_gate=None
+    )  # every planned change, carried out
     engine.run()
     records = {r.job_id: r for r in engine.result().jobs}
     for spec in jobs:
@@ -200,15 +236,17 @@ def run_shrink_grow(lab: Harness, in_place: bool, tag: str) -> tuple[Engine, Ssh
     return engine, ex
 
 
-def test_ssh_in_place_resize_keeps_the_process_and_beats_restart(
-        harness: Harness) -> None:  # noqa: F811
+def test_ssh_in_place_resize_keeps_the_process_and_beats_restart(harness: Harness) -> None:  # noqa: F811
     warm_up(harness)
     _, ex = run_shrink_grow(harness, True, "i")
     assert ex.capabilities.resize == "in_place"
     resizes = [r for r in ex.resize_log if r["job"] == "bigi"]
     assert len(resizes) >= 2 and all(r["mode"] == "in_place" for r in resizes), ex.action_log
-    kinds = {("grow" if a["after"] > a["before"] else "shrink") for a in ex.action_log
-             if a["kind"] == "resize" and a["job"] == "bigi"}
+    kinds = {
+        ("grow" if a["after"] > a["before"] else "shrink")
+        for a in ex.action_log
+        if a["kind"] == "resize" and a["job"] == "bigi"
+    }
     assert kinds == {"grow", "shrink"}, ex.action_log
     # One process did all of it: a single start, and every committed segment has its PID.
     events = Path(ex.job_dir("bigi", "node1"), "events.jsonl").read_text().splitlines()
@@ -224,22 +262,24 @@ def test_ssh_in_place_resize_keeps_the_process_and_beats_restart(
     restart = [a for a in rx.action_log if a["kind"] == "resize"]
     assert restart and rx.restart_latencies
     pauses, latencies = ex.in_place_pauses, rx.restart_latencies
-    print(f"\nin-place pauses {[round(p, 3) for p in pauses]} (median "
-          f"{statistics.median(pauses):.3f} s); restart latencies "
-          f"{[round(p, 3) for p in latencies]} (median {statistics.median(latencies):.3f} s)")
+    print(
+        f"\nin-place pauses {[round(p, 3) for p in pauses]} (median "
+        f"{statistics.median(pauses):.3f} s); restart latencies "
+        f"{[round(p, 3) for p in latencies]} (median {statistics.median(latencies):.3f} s)"
+    )
     assert statistics.median(pauses) < statistics.median(latencies)
 
 
-def test_a_resize_across_nodes_degrades_to_a_logged_restart(
-        harness: Harness) -> None:  # noqa: F811
+def test_a_resize_across_nodes_degrades_to_a_logged_restart(harness: Harness) -> None:  # noqa: F811
     """Two nodes of 2 GPUs: ``wide`` (1-4 GPUs) spans both; when ``pin`` (2 GPUs) arrives the
     shrink leaves one node — not possible in place, so it restarts, and says so."""
     jobs = [elastic("wide", 0.0, 4, 1, 4, 5.0), rigid("pin", 1.0, 2, 1.0)]
     cluster = cluster_of(["node1", "node2"], 2)
     ex = harness.executor(cluster, jobs, in_place_resize=True)
     policy = "afs-p" if "afs-p" in policy_names() else "srtf"
-    engine = Engine(cluster, make_policy(policy), ex, sample_interval_s=None,
-                    restart_gate=None)  # every planned change, carried out
+    engine = Engine(
+        cluster, make_policy(policy), ex, sample_interval_s=None, restart_gate=None
+    )  # every planned change, carried out
     engine.run()
     assert all(r.finish_time is not None for r in engine.result().jobs)
     moved = [r for r in ex.resize_log if r["job"] == "wide" and r["mode"] == "restart"]

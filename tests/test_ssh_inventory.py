@@ -43,8 +43,13 @@ class VisibleRecording(StandinLauncher):
 
     def worker(self, spec: JobSpec, rank: int, nranks: int, target: float) -> WorkerCommand:
         cmd = super().worker(spec, rank, nranks, target)
-        argv = ("/bin/sh", "-c", 'printf "%s\\n" "$CUDA_VISIBLE_DEVICES" >> "$0"; exec "$@"',
-                str(self.visible_file(spec.id)), *cmd.argv)
+        argv = (
+            "/bin/sh",
+            "-c",
+            'printf "%s\\n" "$CUDA_VISIBLE_DEVICES" >> "$0"; exec "$@"',
+            str(self.visible_file(spec.id)),
+            *cmd.argv,
+        )
         return WorkerCommand(argv, cmd.env, cmd.files)
 
 
@@ -62,8 +67,7 @@ def wait_for(what: str, check: Any) -> Any:
     raise AssertionError(f"not reached within {POLL_BOUND_S} s: {what}")
 
 
-def test_nodes_without_nvml_keep_the_declared_inventory(
-        harness: Harness) -> None:  # noqa: F811
+def test_nodes_without_nvml_keep_the_declared_inventory(harness: Harness) -> None:  # noqa: F811
     jobs = [rigid("plain", 0.0, 2, 1.0)]
     cluster = Cluster(nodes=[Node(name="node1", gpus=2)])
     launcher = recorder(harness)
@@ -106,8 +110,7 @@ def nvmlDeviceGetTotalEccErrors(h, error_type, counter): return _v(h, "ecc")
 '''
 
 
-def test_uuid_binding_and_an_unhealthy_gpu_moves_the_job(
-        harness: Harness, tmp_path: Path) -> None:  # noqa: F811
+def test_uuid_binding_and_an_unhealthy_gpu_moves_the_job(harness: Harness, tmp_path: Path) -> None:  # noqa: F811
     """NVML (stand-in) on both nodes: the job sees its GPUs' UUIDs; an ECC error on one of
     its GPUs takes the node out at once, the job is checkpoint-stopped and resumes on the other
     node's UUIDs with its progress; the GPU healthy again brings the node back."""
@@ -115,8 +118,12 @@ def test_uuid_binding_and_an_unhealthy_gpu_moves_the_job(
     fake.mkdir()
     (fake / "pynvml.py").write_text(FAKE_PYNVML)
     hosts = {name: harness.lab.node(name).host for name in ("node1", "node2")}
-    state = {host: [{"uuid": f"GPU-{name}-{i}", "name": "NVIDIA H100 80GB HBM3", "ecc": 0}
-                    for i in range(2)] for name, host in hosts.items()}
+    state = {
+        host: [
+            {"uuid": f"GPU-{name}-{i}", "name": "NVIDIA H100 80GB HBM3", "ecc": 0} for i in range(2)
+        ]
+        for name, host in hosts.items()
+    }
 
     def write_state() -> None:
         tmp = fake / "state.json.tmp"
@@ -131,16 +138,18 @@ def test_uuid_binding_and_an_unhealthy_gpu_moves_the_job(
     jobs = [rigid("train", 0.0, 2, 6.0)]
     cluster = Cluster(nodes=[Node(name=n, gpus=2, gpu_type="h100") for n in hosts])
     launcher = recorder(harness)
-    ex: SshExecutor = harness.executor(cluster, jobs, launcher=launcher,
-                                       inventory_interval_s=0.25, remote_python=str(python))
+    ex: SshExecutor = harness.executor(
+        cluster, jobs, launcher=launcher, inventory_interval_s=0.25, remote_python=str(python)
+    )
     visible = launcher.visible_file("train")
     seen: dict[str, Any] = {}
 
     def operator() -> None:
         """Breaks the GPU 1 of the node the job first runs on, heals it once it moved."""
         try:
-            first = wait_for("the job started", lambda: visible.exists()
-                             and visible.read_text().splitlines()[:1])[0]
+            first = wait_for(
+                "the job started", lambda: visible.exists() and visible.read_text().splitlines()[:1]
+            )[0]
             node = first.split(",")[0].split("-")[1]
             seen["first"] = node
             state[hosts[node]][1]["ecc"] = 2
@@ -165,8 +174,9 @@ def test_uuid_binding_and_an_unhealthy_gpu_moves_the_job(
     assert lines[1] == f"GPU-{other}-0,GPU-{other}-1"
     changes = [(e["node"], e["change"]) for e in ex.gpu_log]
     assert changes[:1] == [(broken, "out")]
-    assert ex.gpu_log[0]["reason"] == (f"GPU 1 (GPU-{broken}-1): 2 volatile uncorrected ECC "
-                                       "error(s)")
+    assert ex.gpu_log[0]["reason"] == (
+        f"GPU 1 (GPU-{broken}-1): 2 volatile uncorrected ECC error(s)"
+    )
     # The node comes back once its GPU is healthy (the run may end before the next look).
     if len(changes) > 1:
         assert changes[1] == (broken, "back")

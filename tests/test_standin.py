@@ -20,17 +20,31 @@ import pytest
 from gpuplan.executors.standin import UsageError, check_job_id, gpu_count
 
 
-def _start(state: Path, job: str, work: float, rate: float, gpus: str | None,
-           *extra: str) -> subprocess.Popen[str]:
+def _start(
+    state: Path, job: str, work: float, rate: float, gpus: str | None, *extra: str
+) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
-    argv = [sys.executable, "-m", "gpuplan.executors.standin", f"--job-id={job}",
-            "--work", repr(work), "--rate-per-gpu", repr(rate), "--state-dir", str(state),
-            "--progress-interval", "0.05", *extra]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan.executors.standin",
+        f"--job-id={job}",
+        "--work",
+        repr(work),
+        "--rate-per-gpu",
+        repr(rate),
+        "--state-dir",
+        str(state),
+        "--progress-interval",
+        "0.05",
+        *extra,
+    ]
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait_running(state: Path, job: str, proc: subprocess.Popen[str]) -> dict:
@@ -93,8 +107,7 @@ def test_no_gpus_is_an_error(tmp_path: Path) -> None:
 
 
 def test_rate_scales_with_gpus_and_sigusr1_checkpoints(tmp_path: Path) -> None:
-    procs = {g: _start(tmp_path, f"g{g}", 1e9, 10.0, ",".join(map(str, range(g))))
-             for g in (1, 3)}
+    procs = {g: _start(tmp_path, f"g{g}", 1e9, 10.0, ",".join(map(str, range(g)))) for g in (1, 3)}
     for g, proc in procs.items():
         _wait_running(tmp_path, f"g{g}", proc)
     time.sleep(1.0)
@@ -196,9 +209,15 @@ def test_progress_core_reads_the_files_a_real_standin_writes(tmp_path: Path) -> 
     from gpuplan.executors.progress_core import read_state_file, standin_paths
 
     files = standin_paths(tmp_path, "core-job")
-    assert files == {role: str(tmp_path / f"core-job{suffix}") for role, suffix in
-                     (("progress", ".progress"), ("checkpoint", ".ckpt"), ("done", ".done"),
-                      ("log", ".log"))}
+    assert files == {
+        role: str(tmp_path / f"core-job{suffix}")
+        for role, suffix in (
+            ("progress", ".progress"),
+            ("checkpoint", ".ckpt"),
+            ("done", ".done"),
+            ("log", ".log"),
+        )
+    }
     proc = _start(tmp_path, "core-job", 1e9, 100.0, "0")
     _wait_running(tmp_path, "core-job", proc)
     proc.send_signal(signal.SIGUSR1)
@@ -246,8 +265,9 @@ def test_progress_core_rewind_budget_latencies_and_events() -> None:
     assert (job.done, job.lost_work) == (250.0, 40.0)
     assert extrapolate(10.0, 2.0, 3.0) == 16.0 and extrapolate(10.0, 2.0, -3.0) == 10.0
 
-    caps = ExecutorCapabilities(resize="restart", pin_gpus=False, preempt_modes=("checkpoint",),
-                                restart_latency_s=3.0)
+    caps = ExecutorCapabilities(
+        resize="restart", pin_gpus=False, preempt_modes=("checkpoint",), restart_latency_s=3.0
+    )
     slurm_like = ProgressCore(caps, max_restarts=2, restart_summary=mean_ms, start_summary=mean)
     assert slurm_like.start_estimate(1.0) == 1.0
     for s in (1.0, 2.0, 2.0004):
@@ -274,8 +294,10 @@ def test_progress_core_rewind_budget_latencies_and_events() -> None:
     assert isinstance(events[1], JobFailure) and events[1].reason == "gave up"
     assert slurm_like.failures == {"b": "gave up"} and slurm_like.drain() == []
 
-    specs = [JobSpec(id=i, submit_time=t, requested_gpus=1, total_iterations=1.0)
-             for i, t in (("b", 5.0), ("a", 5.0), ("c", 1.0))]
+    specs = [
+        JobSpec(id=i, submit_time=t, requested_gpus=1, total_iterations=1.0)
+        for i, t in (("b", 5.0), ("a", 5.0), ("c", 1.0))
+    ]
     by_time = ArrivalQueue(specs)
     assert [s.id for s in by_time.due(0.5)] == [] and by_time.next_time() == 1.0
     assert [s.id for s in by_time.due(10.0)] == ["c", "b", "a"]  # stable: submit order kept

@@ -65,12 +65,31 @@ def assert_exactly_once(lines: list[dict], dataset: int, total: int) -> None:
 
 def _start(state: Path, gpus: str, resize_file: Path, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "GPUPLAN_RESIZE_FILE": str(resize_file)}
-    argv = [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", "j",
-            "--work", "60", "--rate-per-gpu", "8", "--state-dir", str(state),
-            "--progress-interval", "0.05", "--dataset-size", "120",
-            "--samples-per-iteration", "5", "--data-seed", "7", *extra]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan.executors.standin",
+        "--job-id",
+        "j",
+        "--work",
+        "60",
+        "--rate-per-gpu",
+        "8",
+        "--state-dir",
+        str(state),
+        "--progress-interval",
+        "0.05",
+        "--dataset-size",
+        "120",
+        "--samples-per-iteration",
+        "5",
+        "--data-seed",
+        "7",
+        *extra,
+    ]
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _progress(state: Path) -> dict:
@@ -81,12 +100,16 @@ def test_exactly_once_across_in_place_resize_stop_and_restart(tmp_path: Path) ->
     resize = tmp_path / "resize.json"
     proc = _start(tmp_path, "0,1", resize)
     try:
-        poll("running on 2 GPUs", lambda: _progress(tmp_path)["pid"] == proc.pid
-             and _progress(tmp_path)["done"] > 5)
+        poll(
+            "running on 2 GPUs",
+            lambda: _progress(tmp_path)["pid"] == proc.pid and _progress(tmp_path)["done"] > 5,
+        )
         resize.write_text(json.dumps({"gpus": [1, 2, 3]}))
         proc.send_signal(signal.SIGUSR2)
-        poll("3 GPUs reported", lambda: _progress(tmp_path)["gpus"] == 3
-             and _progress(tmp_path)["done"] > 15)
+        poll(
+            "3 GPUs reported",
+            lambda: _progress(tmp_path)["gpus"] == 3 and _progress(tmp_path)["done"] > 15,
+        )
         proc.send_signal(signal.SIGUSR1)
         assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
     finally:
@@ -132,11 +155,21 @@ def test_exactly_once_across_in_place_resize_stop_and_restart(tmp_path: Path) ->
 
 def test_without_dataset_size_no_data_files(tmp_path: Path) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
-    argv = [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", "j", "--work", "2",
-            "--rate-per-gpu", "50", "--state-dir", str(tmp_path)]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan.executors.standin",
+        "--job-id",
+        "j",
+        "--work",
+        "2",
+        "--rate-per-gpu",
+        "50",
+        "--state-dir",
+        str(tmp_path),
+    ]
     assert subprocess.run(argv, env=env, timeout=120).returncode == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.ckpt", "j.done", "j.log",
-                                                          "j.progress"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.ckpt", "j.done", "j.log", "j.progress"]
 
 
 def test_state_for_another_dataset_is_a_usage_error(tmp_path: Path) -> None:
@@ -146,18 +179,37 @@ def test_state_for_another_dataset_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="50 samples with seed 3"):
         DataFeed(tmp_path, "j", 60, 1.0, 3, ["0"])
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuplan.executors.standin", "--job-id", "j", "--work", "9",
-         "--rate-per-gpu", "50", "--state-dir", str(tmp_path), "--dataset-size", "50",
-         "--data-seed", "4"], env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "gpuplan.executors.standin",
+            "--job-id",
+            "j",
+            "--work",
+            "9",
+            "--rate-per-gpu",
+            "50",
+            "--state-dir",
+            str(tmp_path),
+            "--dataset-size",
+            "50",
+            "--data-seed",
+            "4",
+        ],
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "seed 3" in proc.stderr
 
 
 def test_feed_shares_samples_evenly_and_rolls_epochs(tmp_path: Path) -> None:
     feed = DataFeed(tmp_path, "j", 10, 4.0, 1, ["a", "b", "c"])
     feed.consume_to(1.0)  # 4 samples: 2 + 1 + 1
-    assert Counter(str(x["worker"]) for x in feed.pending for _ in
-                   range(int(x["last"]) - int(x["first"]) + 1)) == {"a": 2, "b": 1, "c": 1}
+    assert Counter(
+        str(x["worker"]) for x in feed.pending for _ in range(int(x["last"]) - int(x["first"]) + 1)
+    ) == {"a": 2, "b": 1, "c": 1}
     feed.consume_to(0.5)  # never backwards
     assert feed.consumed == 4
     feed.consume_to(6.25)  # 25 samples: epochs 0 and 1 complete, 5 of epoch 2
@@ -211,7 +263,8 @@ def test_in_place_resize_hands_a_leaving_workers_rest_to_the_others(tmp_path: Pa
 
 
 def test_a_lone_copy_runs_on_the_system_interpreter_and_data_mode_says_what_it_needs(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The Slurm tests and benchmark copy ``standin.py`` alone to a shared directory and run it
     with the system interpreter (no gpuplan): it must run there, and data mode must either find
     ``data_pipeline.py`` beside it or refuse in one line (exit 2), never crash on import."""
@@ -226,9 +279,25 @@ def test_a_lone_copy_runs_on_the_system_interpreter_and_data_mode_says_what_it_n
     env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0,1"}
 
     def run(job: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([python, str(lone / "standin.py"), "--job-id", job,
-                               "--work", "2", "--rate-per-gpu", "50", "--state-dir", str(lone),
-                               *extra], env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [
+                python,
+                str(lone / "standin.py"),
+                "--job-id",
+                job,
+                "--work",
+                "2",
+                "--rate-per-gpu",
+                "50",
+                "--state-dir",
+                str(lone),
+                *extra,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     plain = run("plain")
     assert plain.returncode == 0, plain.stderr

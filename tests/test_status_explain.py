@@ -32,27 +32,43 @@ def _journal(path: Path) -> None:
         run = j.begin_run("fifo")
         for i, eid in enumerate(("slurm-1", "slurm-2", "slurm-3")):
             j.add_job(eid, i + 1, f"fp{i}", 10.0 + i, {"id": eid}, "pending")
-        j.update_jobs([JobUpdate(engine_id="slurm-1", state="running", done=1.0, gpus=2,
-                                 placement={"n1": 2})])
-        epoch, ids = j.record_plan(run, 5.0, "fifo", "{}", [ActionIntent(
-            "slurm-1", 1, "start", {}, {"n1": 2}, 0)])
+        j.update_jobs(
+            [JobUpdate(engine_id="slurm-1", state="running", done=1.0, gpus=2, placement={"n1": 2})]
+        )
+        epoch, ids = j.record_plan(
+            run, 5.0, "fifo", "{}", [ActionIntent("slurm-1", 1, "start", {}, {"n1": 2}, 0)]
+        )
         j.settle(ids, "applied")
-        w1 = _reason("no-node-fits", "needs 4 GPUs on one node, at most 2 free on any node",
-                     needs=4, ahead=0, rank=1)
-        w2 = _reason("no-node-fits", "needs 4 GPUs on one node, at most 2 free on any node; "
-                     "behind 1 job of higher priority: slurm-2", needs=4, ahead=1, rank=2)
-        j.record_reasons(epoch, {"slurm-1": _reason("start", "start: rank 1, fits on n1",
-                                                    rank=1)},
-                         {"slurm-2": w1, "slurm-3": w2},
-                         [(5.0, "slurm-2", "waiting", w1), (5.0, "slurm-3", "waiting", w2)])
+        w1 = _reason(
+            "no-node-fits",
+            "needs 4 GPUs on one node, at most 2 free on any node",
+            needs=4,
+            ahead=0,
+            rank=1,
+        )
+        w2 = _reason(
+            "no-node-fits",
+            "needs 4 GPUs on one node, at most 2 free on any node; "
+            "behind 1 job of higher priority: slurm-2",
+            needs=4,
+            ahead=1,
+            rank=2,
+        )
+        j.record_reasons(
+            epoch,
+            {"slurm-1": _reason("start", "start: rank 1, fits on n1", rank=1)},
+            {"slurm-2": w1, "slurm-3": w2},
+            [(5.0, "slurm-2", "waiting", w1), (5.0, "slurm-3", "waiting", w2)],
+        )
         times = CycleTimes()
         times.add(0.012, 0.003, 0.02, 0.001, 3, 1)
         j.set_meta(meta_key(run), times.to_json())
     write_heartbeat(Path(f"{path}.heartbeat"), {"pid": os.getpid()})
 
 
-def test_status_shows_queue_usage_and_health(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_shows_queue_usage_and_health(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "ctl.db"
     _journal(db)
     assert main(["status", "--journal", str(db)]) == 0
@@ -73,8 +89,7 @@ def test_status_shows_queue_usage_and_health(tmp_path: Path,
     assert data["health"]["running"] is True and data["health"]["heartbeat_age_s"] >= 0
 
 
-def test_explain_shows_a_jobs_decisions(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_shows_a_jobs_decisions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "ctl.db"
     _journal(db)
     assert main(["explain", "slurm-1", "--journal", str(db)]) == 0
@@ -89,8 +104,7 @@ def test_explain_shows_a_jobs_decisions(tmp_path: Path,
     assert len(err.strip().splitlines()) == 1 and "not in this journal" in err
 
 
-def test_hostile_journals_are_refused(tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_hostile_journals_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "ctl.db"
     _journal(db)
     link = tmp_path / "link.db"
@@ -144,32 +158,54 @@ def test_the_publisher_journals_current_reasons_and_a_compact_history(tmp_path: 
         run = j.begin_run("fifo")
         for i in (1, 2):
             j.add_job(f"slurm-{i}", i, f"fp{i}", float(i), {"id": i}, "pending")
-        epoch, _ = j.record_plan(run, 1.0, "fifo", "{}", [ActionIntent(
-            "slurm-1", 1, "start", {}, {"n1": 1}, 0)])
+        epoch, _ = j.record_plan(
+            run, 1.0, "fifo", "{}", [ActionIntent("slurm-1", 1, "start", {}, {"n1": 1}, 0)]
+        )
         pub = ReasonPublisher(j, None, comments=False)  # type: ignore[arg-type]
 
         def wait(text: str, code: str = "no-capacity") -> Reason:
             return Reason(code=code, text=text, terms={})
+
         start = Reason(code="start", text="start: rank 1", terms={"rank": 1})
         gate = Reason(code="gate-skip", text="restart gate skips preempt", terms={})
-        pub.take(DecisionRecord(time=1.0, policy="fifo", actions=[
-            ActionReason(kind="start", job_id="slurm-1", gpus_after=1, reason=start),
-            ActionReason(kind="preempt", job_id="slurm-9", carried=False, reason=gate)],
-            pending={"slurm-2": wait("needs 2 GPUs, 1 free; behind 1 job")}))
+        pub.take(
+            DecisionRecord(
+                time=1.0,
+                policy="fifo",
+                actions=[
+                    ActionReason(kind="start", job_id="slurm-1", gpus_after=1, reason=start),
+                    ActionReason(kind="preempt", job_id="slurm-9", carried=False, reason=gate),
+                ],
+                pending={"slurm-2": wait("needs 2 GPUs, 1 free; behind 1 job")},
+            )
+        )
         pub.publish(epoch, ["slurm-2"])
-        pub.take(DecisionRecord(time=2.0, policy="fifo", pending={
-            "slurm-2": wait("needs 2 GPUs, 1 free; behind 2 jobs")}))
+        pub.take(
+            DecisionRecord(
+                time=2.0,
+                policy="fifo",
+                pending={"slurm-2": wait("needs 2 GPUs, 1 free; behind 2 jobs")},
+            )
+        )
         pub.publish(epoch, ["slurm-2"])
         assert json.loads(j.job("slurm-2").waiting)["text"].endswith("behind 2 jobs")  # type: ignore[union-attr]
         assert [r.kind for r in j.reasons("slurm-2")] == ["waiting"]  # same kind: one row
-        pub.take(DecisionRecord(time=3.0, policy="fifo", pending={
-            "slurm-2": wait("fifo serves the jobs ahead first", "behind")}))
+        pub.take(
+            DecisionRecord(
+                time=3.0,
+                policy="fifo",
+                pending={"slurm-2": wait("fifo serves the jobs ahead first", "behind")},
+            )
+        )
         pub.publish(epoch, ["slurm-2"])
-        assert [json.loads(r.reason)["code"] for r in j.reasons("slurm-2")] == \
-            ["no-capacity", "behind"]
+        assert [json.loads(r.reason)["code"] for r in j.reasons("slurm-2")] == [
+            "no-capacity",
+            "behind",
+        ]
         assert json.loads(j.actions("slurm-1")[0].reason)["text"] == "start: rank 1"
-        assert [(r.kind, json.loads(r.reason)["code"]) for r in j.reasons("slurm-9")] == \
-            [("skipped", "gate-skip")]
+        assert [(r.kind, json.loads(r.reason)["code"]) for r in j.reasons("slurm-9")] == [
+            ("skipped", "gate-skip")
+        ]
         pub.take(DecisionRecord(time=4.0, policy="fifo"))
         pub.publish(None, [])  # slurm-2 started or left
         assert j.job("slurm-2").waiting == ""  # type: ignore[union-attr]

@@ -60,7 +60,8 @@ def _csv_without_timing(path: Path) -> list[dict[str, str]]:
 def _without_timing(result: dict) -> dict:
     """A run's result without its wall-clock fields (as tests.bench.fingerprint hashes it)."""
     return RunResult.model_validate(result).model_dump(
-        mode="json", exclude={"decision_ms", "solver_ms", "wall_s"})
+        mode="json", exclude={"decision_ms", "solver_ms", "wall_s"}
+    )
 
 
 def _until(predicate, what: str, timeout: float = 120.0, every: float = 0.05) -> None:
@@ -73,7 +74,9 @@ def _until(predicate, what: str, timeout: float = 120.0, every: float = 0.05) ->
 
 # --------------------------------------------------------------------------- sweep file
 def test_plan_is_the_product_with_overrides_and_configurations(tmp_path: Path) -> None:
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
 scenarios:
   - philly-default
   - {name: short, scenario: philly-default, overrides: {workload.max_jobs: 50}}
@@ -82,11 +85,15 @@ seeds: [3, 4]
 overrides:
   - set: {engine.sample_interval_s: 900}
   - {scenario: short, policy: fifo, seed: 4, set: {overheads.restart_s: 5}}
-""")
+""",
+    )
     tasks = plan_runs(load_sweep(path), path)
     assert [(t.scenario, t.policy, t.seed) for t in tasks] == [
-        (s, p, seed) for s in ("philly-default", "short") for p in ("fifo", "afs-l-fast")
-        for seed in (3, 4)]
+        (s, p, seed)
+        for s in ("philly-default", "short")
+        for p in ("fifo", "afs-l-fast")
+        for seed in (3, 4)
+    ]
     assert all(t.spec.engine.sample_interval_s == 900 for t in tasks)
     assert all(t.spec.seed == t.seed for t in tasks)
     assert [t.spec.workload.max_jobs for t in tasks] == [None] * 4 + [50] * 4
@@ -98,21 +105,30 @@ overrides:
     assert len({t.key for t in tasks}) == len(tasks)
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("scenarios: [philly-default]\npolicies: [fifo]\nseeds: [1, 1]\n", "seeds"),
-    ("scenarios: [philly-default]\npolicies: [fifo]\ncolour: red\n", "colour"),
-    ("scenarios: []\npolicies: [fifo]\n", "scenarios"),
-    ("scenarios: [no-such-scenario]\npolicies: [fifo]\n", "scenarios[0]"),
-    ("scenarios: [philly-default]\npolicies: [fifo, no-such-policy]\n", "policies[1]"),
-    ("scenarios: [philly-default]\npolicies: [fifo]\n"
-     "overrides: [{set: {workload.max_jobs: -3}}]\n", "overrides[0].set"),
-    ("scenarios: [philly-default]\npolicies: [fifo]\n"
-     "overrides: [{policy: srtf, set: {engine.sample_interval_s: 60}}]\n",
-     "overrides[0].policy"),
-    ("scenarios: [philly-default]\npolicies: [{base: fifo}]\n", "policies[0].name"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("scenarios: [philly-default]\npolicies: [fifo]\nseeds: [1, 1]\n", "seeds"),
+        ("scenarios: [philly-default]\npolicies: [fifo]\ncolour: red\n", "colour"),
+        ("scenarios: []\npolicies: [fifo]\n", "scenarios"),
+        ("scenarios: [no-such-scenario]\npolicies: [fifo]\n", "scenarios[0]"),
+        ("scenarios: [philly-default]\npolicies: [fifo, no-such-policy]\n", "policies[1]"),
+        (
+            "scenarios: [philly-default]\npolicies: [fifo]\n"
+            "overrides: [{set: {workload.max_jobs: -3}}]\n",
+            "overrides[0].set",
+        ),
+        (
+            "scenarios: [philly-default]\npolicies: [fifo]\n"
+            "overrides: [{policy: srtf, set: {engine.sample_interval_s: 60}}]\n",
+            "overrides[0].policy",
+        ),
+        ("scenarios: [philly-default]\npolicies: [{base: fifo}]\n", "policies[0].name"),
+    ],
+)
 def test_bad_sweep_file_is_one_line_naming_file_and_field(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str
+) -> None:
     path = _write(tmp_path, text)
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip()
@@ -129,21 +145,58 @@ def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     folder = tmp_path_factory.mktemp("dask")
     scheduler_file = folder / "scheduler.json"
-    common = {"cwd": folder, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
-              "start_new_session": True}
-    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1",
-                               "--port", "0", "--no-dashboard", "--dashboard-address",
-                               "127.0.0.1:0", "--scheduler-file",
-                               str(scheduler_file)], **common)]
+    common = {
+        "cwd": folder,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+        "start_new_session": True,
+    }
+    procs = [
+        subprocess.Popen(
+            [
+                str(BIN / "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--dashboard-address",
+                "127.0.0.1:0",
+                "--scheduler-file",
+                str(scheduler_file),
+            ],
+            **common,
+        )
+    ]
     try:
-        _until(lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0,
-               "the scheduler file")
+        _until(
+            lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0,
+            "the scheduler file",
+        )
         for i in range(2):
-            procs.append(subprocess.Popen(
-                [str(BIN / "dask"), "worker", "--scheduler-file", str(scheduler_file),
-                 "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
-                 "--no-dashboard", "--name", f"w{i}", "--local-directory", str(folder)],
-                **common))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "dask"),
+                        "worker",
+                        "--scheduler-file",
+                        str(scheduler_file),
+                        "--host",
+                        "127.0.0.1",
+                        "--nthreads",
+                        "1",
+                        "--nworkers",
+                        "1",
+                        "--no-dashboard",
+                        "--name",
+                        f"w{i}",
+                        "--local-directory",
+                        str(folder),
+                    ],
+                    **common,
+                )
+            )
         address = json.loads(scheduler_file.read_text())["address"]
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=180)
@@ -170,8 +223,8 @@ def in_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_two_dask_workers_give_the_same_results_as_one_process(
-        dask_cluster: str, in_process: Path, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    dask_cluster: str, in_process: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
     assert main(["sweep", str(path), "--out", str(out), "--scheduler", dask_cluster]) == 0
@@ -181,25 +234,29 @@ def test_two_dask_workers_give_the_same_results_as_one_process(
     assert _csv_without_timing(out / "results.csv") == reference
     workers = {json.loads(p.read_text())["worker"] for p in (out / "runs").glob("*.json")}
     assert len(workers) == 2 and all(w.startswith("tcp://127.0.0.1:") for w in workers)
-    assert {json.loads(p.read_text())["worker"]
-            for p in (in_process / "runs").glob("*.json")} == {"in-process"}
+    assert {json.loads(p.read_text())["worker"] for p in (in_process / "runs").glob("*.json")} == {
+        "in-process"
+    }
 
 
 def test_local_cluster_of_two_processes_gives_the_same_results(
-        in_process: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    in_process: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sweep_module, "IN_PROCESS_MAX_JOBS", 0)  # no sweep is "small"
     path = _write(tmp_path, SMALL)
     stream = io.StringIO()
     outcome = run_sweep(load_sweep(path), path, tmp_path / "out", workers=2, progress=stream)
     assert outcome.computed == 6
-    assert (_csv_without_timing(tmp_path / "out" / "results.csv")
-            == _csv_without_timing(in_process / "results.csv"))
+    assert _csv_without_timing(tmp_path / "out" / "results.csv") == _csv_without_timing(
+        in_process / "results.csv"
+    )
     assert {r.worker for r in outcome.records} != {"in-process"}
     assert "in this process" not in stream.getvalue()
 
 
 def test_a_sweep_too_small_for_a_cluster_runs_in_process_and_says_so(
-        in_process: Path, tmp_path: Path) -> None:
+    in_process: Path, tmp_path: Path
+) -> None:
     """6 runs of 80 jobs (480 in all) with --workers 2: starting two Dask workers would cost
     more than it saves, so the runs stay in this process, with a line saying why; the results
     are those of --workers 1."""
@@ -208,10 +265,13 @@ def test_a_sweep_too_small_for_a_cluster_runs_in_process_and_says_so(
     outcome = run_sweep(load_sweep(path), path, tmp_path / "out", workers=2, progress=stream)
     assert outcome.computed == 6
     assert {r.worker for r in outcome.records} == {"in-process"}
-    assert ("sweep: 6 runs of 480 jobs in all, too few to repay starting 2 Dask workers"
-            in stream.getvalue())
-    assert (_csv_without_timing(tmp_path / "out" / "results.csv")
-            == _csv_without_timing(in_process / "results.csv"))
+    assert (
+        "sweep: 6 runs of 480 jobs in all, too few to repay starting 2 Dask workers"
+        in stream.getvalue()
+    )
+    assert _csv_without_timing(tmp_path / "out" / "results.csv") == _csv_without_timing(
+        in_process / "results.csv"
+    )
     for mine in (tmp_path / "out" / "runs").glob("*.json"):  # every job record, not only means
         theirs = json.loads((in_process / "runs" / mine.name).read_text())["result"]
         assert _without_timing(json.loads(mine.read_text())["result"]) == _without_timing(theirs)
@@ -219,11 +279,14 @@ def test_a_sweep_too_small_for_a_cluster_runs_in_process_and_says_so(
 
 # --------------------------------------------------------------------------- resume
 def test_killed_sweep_resumes_without_recomputing_finished_runs(tmp_path: Path) -> None:
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
 scenarios: [philly-default]
 policies: [fifo, srtf, afs-l]
 seeds: [0, 1, 2, 3, 4, 5]
-""")
+""",
+    )
     out = tmp_path / "out"
     runs = out / "runs"
     cmd = [str(BIN / "gpuplan"), "sweep", str(path), "--out", str(out), "--workers", "1"]
@@ -249,18 +312,21 @@ seeds: [0, 1, 2, 3, 4, 5]
         assert (runs / name).read_bytes() == content
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert sorted((r["policy"], int(r["seed"])) for r in rows) == sorted(
-        (p, s) for p in ("fifo", "srtf", "afs-l") for s in range(6))
+        (p, s) for p in ("fifo", "srtf", "afs-l") for s in range(6)
+    )
     assert all(r["avg_jct_s"] and r["finished"] == "347" for r in rows)
 
 
 def test_editing_the_sweep_recomputes_only_the_runs_it_changed(tmp_path: Path) -> None:
     path = _write(tmp_path, SMALL)
-    first = run_sweep(load_sweep(path), path, tmp_path / "out", report=False,
-                      progress=io.StringIO())
+    first = run_sweep(
+        load_sweep(path), path, tmp_path / "out", report=False, progress=io.StringIO()
+    )
     assert (first.computed, first.reused) == (6, 0)
     _write(tmp_path, SMALL + "overrides:\n  - {policy: srtf, set: {overheads.restart_s: 1}}\n")
-    second = run_sweep(load_sweep(path), path, tmp_path / "out", report=False,
-                       progress=io.StringIO())
+    second = run_sweep(
+        load_sweep(path), path, tmp_path / "out", report=False, progress=io.StringIO()
+    )
     assert (second.computed, second.reused) == (2, 4)
     old = {(r.policy, r.seed): r.summary for r in first.records}
     new = {(r.policy, r.seed): r.summary for r in second.records}
@@ -316,8 +382,12 @@ def _sweep_jobs(lab: SlurmLab) -> list[str]:
 
 
 def test_sweep_on_real_slurm_jobs_equals_the_in_process_reference(
-        slurm_lab: SlurmLab, in_process: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    slurm_lab: SlurmLab,
+    in_process: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``gpuplan sweep --slurm``: dask-jobqueue submits two real Slurm jobs to the lab, each
     runs one Dask worker that connects back to the scheduler on 127.0.0.1, and the sweep's
     results.csv equals the in-process one."""
@@ -326,18 +396,41 @@ def test_sweep_on_real_slurm_jobs_equals_the_in_process_reference(
     before = len(_sweep_jobs(slurm_lab))
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
-    assert main(["sweep", str(path), "--out", str(out), "--workers", "2", "--slurm", "gpu",
-                 "--slurm-memory", "1GB", "--slurm-walltime", "00:30:00",
-                 "--slurm-interface", "lo"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(path),
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--slurm",
+                "gpu",
+                "--slurm-memory",
+                "1GB",
+                "--slurm-walltime",
+                "00:30:00",
+                "--slurm-interface",
+                "lo",
+            ]
+        )
+        == 0
+    )
     assert "6 runs (6 computed, 0 reused)" in capsys.readouterr().out
-    assert (_csv_without_timing(out / "results.csv")
-            == _csv_without_timing(in_process / "results.csv"))
+    assert _csv_without_timing(out / "results.csv") == _csv_without_timing(
+        in_process / "results.csv"
+    )
     workers = {json.loads(p.read_text())["worker"] for p in (out / "runs").glob("*.json")}
     assert workers and all(w.startswith("tcp://127.0.0.1:") for w in workers), workers
     # The workers were Slurm jobs of the lab: closing the cluster cancels them, and slurmctld
     # writes one completion record per job (polled: the record follows the cancel).
-    _until(lambda: len(_sweep_jobs(slurm_lab)) >= before + 2, "two gpuplan-sweep job records",
-           timeout=180.0, every=0.5)
+    _until(
+        lambda: len(_sweep_jobs(slurm_lab)) >= before + 2,
+        "two gpuplan-sweep job records",
+        timeout=180.0,
+        every=0.5,
+    )
     records = _sweep_jobs(slurm_lab)[before:]
     assert all("Partition=gpu " in r for r in records), records
     assert all("NodeList=node" in r for r in records), records
@@ -348,8 +441,18 @@ def test_sweep_on_real_slurm_jobs_equals_the_in_process_reference(
 
 # --------------------------------------------------------------------------- plots
 def _result(name: str, bi: list[float]) -> RunResult:
-    samples = [Sample(time=3600.0 * i, queue_length=1, running=1, cluster_efficiency=0.5,
-                      blocking_index=b, gpus_allocated=2, capacity=4) for i, b in enumerate(bi)]
+    samples = [
+        Sample(
+            time=3600.0 * i,
+            queue_length=1,
+            running=1,
+            cluster_efficiency=0.5,
+            blocking_index=b,
+            gpus_allocated=2,
+            capacity=4,
+        )
+        for i, b in enumerate(bi)
+    ]
     return RunResult(scenario="tiny", policy=name, jobs=[], samples=samples)
 
 
@@ -361,9 +464,11 @@ def test_span_scale_switches_to_log_for_wide_series() -> None:
 
 
 def test_timeseries_names_its_scenario_and_logs_the_wide_bi_panel() -> None:
-    results = {"fifo": _result("fifo", [0.0, 150.0, 400.0]),
-               "srtf": _result("srtf", [0.0, 0.02, 0.5]),
-               "same": _result("same", [0.0, 0.02, 0.5])}
+    results = {
+        "fifo": _result("fifo", [0.0, 150.0, 400.0]),
+        "srtf": _result("srtf", [0.0, 0.02, 0.5]),
+        "same": _result("same", [0.0, 0.02, 0.5]),
+    }
     fig = timeseries_figure(results)
     axes = fig.axes
     assert "tiny" in fig.get_suptitle()

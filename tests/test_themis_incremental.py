@@ -57,8 +57,12 @@ class _Checked(Themis):
             assert book.total == sum(lease.gpus for lease in book.leases)
             assert book.first == min(lease.expires for lease in book.leases)
             assert shares.get(job_id, 0) == book.total  # every granted GPU is leased
-        live = [lease.expires for job_id in view.running for lease in self.leases_of(job_id)
-                if lease.expires > view.now + 1e-9]
+        live = [
+            lease.expires
+            for job_id in view.running
+            for lease in self.leases_of(job_id)
+            if lease.expires > view.now + 1e-9
+        ]
         assert self.next_wakeup(view) == (min(live) if live else None)
         self.decisions += 1
         return shares

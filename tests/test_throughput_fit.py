@@ -41,9 +41,16 @@ def _synthetic(params: PolluxPerfParams, *, with_sync: bool, accum: int = 0) -> 
         for bsz in BATCHES:
             step = predict_step_time(params, replicas, nodes, bsz, accum)
             compute = params.alpha_c + params.beta_c * bsz
-            out.append(PerfSample(nodes, replicas, float(bsz), step,
-                                  sync_time=step - compute if with_sync else None,
-                                  accum=accum))
+            out.append(
+                PerfSample(
+                    nodes,
+                    replicas,
+                    float(bsz),
+                    step,
+                    sync_time=step - compute if with_sync else None,
+                    accum=accum,
+                )
+            )
     return out
 
 
@@ -68,8 +75,7 @@ def test_predict_worked_example() -> None:
     T_sync = 0.3 + 0.02*6 = 0.42, T = (0.178^1.7 + 0.42^1.7)^(1/1.7); 1 GPU has no sync."""
     want = (0.178**1.7 + 0.42**1.7) ** (1 / 1.7)
     assert predict_step_time(TRUE, 8, 2, 32) == pytest.approx(want, rel=1e-12)
-    assert predict_step_time(TRUE, 8, 2, 32, accum=2) == pytest.approx(want + 2 * 0.178,
-                                                                        rel=1e-12)
+    assert predict_step_time(TRUE, 8, 2, 32, accum=2) == pytest.approx(want + 2 * 0.178, rel=1e-12)
     assert predict_step_time(TRUE, 1, 1, 32) == pytest.approx(0.178, rel=1e-12)
     # one node uses the local pair (alpha_r, beta_r): 4 GPUs -> T_sync = 0.04 + 0.01*2
     local = (0.178**1.7 + 0.06**1.7) ** (1 / 1.7)
@@ -117,10 +123,15 @@ def test_fit_quality_on_shared_profiles(fits: dict[str, FitResult], pollux_dir: 
         assert fit.success, (model, fit.message)
         assert fit.rmsle < 0.15, model
         samples = pollux_samples(pollux_dir / model)
-        rel = np.array([
-            abs(predict_step_time(fit.params, s.replicas, s.nodes, s.local_bsz) / s.step_time - 1)
-            for s in samples
-        ])
+        rel = np.array(
+            [
+                abs(
+                    predict_step_time(fit.params, s.replicas, s.nodes, s.local_bsz) / s.step_time
+                    - 1
+                )
+                for s in samples
+            ]
+        )
         # measured: median 4..7 %, 90th percentile 16..21 %, 93..98 % of rows within 25 %
         assert np.median(rel) < 0.08, model
         assert np.quantile(rel, 0.9) < 0.23, model
@@ -191,7 +202,8 @@ def test_fit_is_deterministic(pollux_dir: Path) -> None:
     first, second = fit_pollux_params(samples), fit_pollux_params(list(samples))
     assert first == second
     assert fitted_pollux_profile(pollux_dir / "yolov3", fit=first) == fitted_pollux_profile(
-        pollux_dir / "yolov3", fit=second)
+        pollux_dir / "yolov3", fit=second
+    )
 
 
 # --------------------------------------------------------------------------- (e) bad input
@@ -223,14 +235,16 @@ def test_bad_sample_names_field(change: dict[str, object], field: str) -> None:
 
 def test_bad_csv_names_file_row_field(tmp_path: Path) -> None:
     (tmp_path / "placements.csv").write_text(
-        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0.0\n2,8,nan,0.0\n")
+        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0.0\n2,8,nan,0.0\n"
+    )
     with pytest.raises(InputError) as err:
         pollux_samples(tmp_path)
     assert (err.value.field, err.value.row) == ("step_time", 3)
     assert "placements.csv" in str(err.value)
 
     (tmp_path / "placements.csv").write_text(
-        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0.0\n2,8,0.3,0.4\n")
+        "placement,local_bsz,step_time,sync_time\n1,8,0.5,0.0\n2,8,0.3,0.4\n"
+    )
     with pytest.raises(InputError) as err:
         fitted_pollux_profile(tmp_path)
     assert (err.value.field, err.value.row) == ("sync_time", 3)
@@ -248,8 +262,11 @@ def test_bad_csv_names_file_row_field(tmp_path: Path) -> None:
 def test_minimal_table_without_sync_column(tmp_path: Path) -> None:
     """Only step times, one node: the fit still runs, pins the cross-node pair, and the profile
     reproduces the table at its measured counts."""
-    rows = [(p, b, predict_step_time(TRUE, int(p), 1, b))
-            for p in ("1", "2", "3", "4") for b in (16, 32, 64)]
+    rows = [
+        (p, b, predict_step_time(TRUE, int(p), 1, b))
+        for p in ("1", "2", "3", "4")
+        for b in (16, 32, 64)
+    ]
     text = "placement,local_bsz,step_time\n" + "".join(f"{p},{b},{t!r}\n" for p, b, t in rows)
     (tmp_path / "placements.csv").write_text(text)
     fit = fit_pollux_params(pollux_samples(tmp_path))

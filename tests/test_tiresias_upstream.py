@@ -43,8 +43,17 @@ def test_gittins_index_by_hand() -> None:
     # the table holds the index at s_k - 1; a job takes the entry of the first sample above it
     assert g.table == [33333.3333, 31746.1905, 22727.2727, 0.0]
     assert [g(a) for a in (0, 9, 10, 19, 20, 29, 30, 39, 40, 10**6)] == [
-        33333.3333, 33333.3333, 31746.1905, 31746.1905, 22727.2727, 22727.2727, 0.0, 0.0,
-        0.0, 0.0]
+        33333.3333,
+        33333.3333,
+        31746.1905,
+        31746.1905,
+        22727.2727,
+        22727.2727,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_rounding_is_python2_half_away_from_zero() -> None:
@@ -60,13 +69,16 @@ def test_bundled_history_is_upstreams_file() -> None:
     assert g(0) == 299.701 and g(3000) == 89.4121 and g(53_294_624) == 0.0
 
 
-@pytest.mark.parametrize(("text", "where"), [
-    ("gput\n1\n", "needs a 'duration' column"),
-    ("duration\n5\nabc\n", "row 3"),
-    ("duration\n0.5\n", "row 2"),
-    ("duration\nnan\n", "row 2"),
-    ("duration\n", "no samples"),
-])
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("gput\n1\n", "needs a 'duration' column"),
+        ("duration\n5\nabc\n", "row 3"),
+        ("duration\n0.5\n", "row 2"),
+        ("duration\nnan\n", "row 2"),
+        ("duration\n", "no samples"),
+    ],
+)
 def test_bad_history_is_one_input_error(tmp_path: Path, text: str, where: str) -> None:
     path = tmp_path / "h.csv"
     path.write_text(text)
@@ -102,8 +114,15 @@ def test_bad_history_on_the_command_line_exits_2_with_one_line(capsys, tmp_path:
     path = tmp_path / "h.csv"
     path.write_text("duration\n100\n-3\n")
     path.chmod(0o644)
-    code = main(["simulate", "--scenario", "philly-default", "--policy",
-                 f"tiresias-gittins(history={path})"])
+    code = main(
+        [
+            "simulate",
+            "--scenario",
+            "philly-default",
+            "--policy",
+            f"tiresias-gittins(history={path})",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
@@ -138,8 +157,9 @@ def test_a_job_demoted_while_running_queues_behind_the_waiting_ones(run_sim) -> 
     jobs = [rigid("X", 0, 2, 1000), rigid("Y", 60, 2, 1000)]
     up = "tiresias-l(thresholds=[100],promote_knob=null,upstream_events=true)"
     ups, _, _ = run_sim(Cluster.uniform(1, 2), jobs, up)
-    cont, _, _ = run_sim(Cluster.uniform(1, 2), jobs,
-                         "tiresias-l(thresholds=[100],promote_knob=null)")
+    cont, _, _ = run_sim(
+        Cluster.uniform(1, 2), jobs, "tiresias-l(thresholds=[100],promote_knob=null)"
+    )
     u = {r.job_id: r.finish_time for r in ups.jobs}
     c = {r.job_id: r.finish_time for r in cont.jobs}
     assert u == {"X": 110.0 + 940.0, "Y": 2000.0}
@@ -153,8 +173,11 @@ def test_gittins_ranks_inside_a_queue(run_sim) -> None:
     the queue (upstream dlas-gpu) would keep A running."""
     jobs = [rigid("A", 0, 1, 5000), rigid("B", 3000, 1, 100)]
     g, _, _ = run_sim(Cluster.uniform(1, 1), jobs, "tiresias-gittins(thresholds=[100000])")
-    d, _, _ = run_sim(Cluster.uniform(1, 1), jobs, "tiresias-l(thresholds=[100000],"
-                      "promote_knob=null,upstream_events=true)")
+    d, _, _ = run_sim(
+        Cluster.uniform(1, 1),
+        jobs,
+        "tiresias-l(thresholds=[100000],promote_knob=null,upstream_events=true)",
+    )
     assert {r.job_id: r.finish_time for r in g.jobs} == {"A": 5100.0, "B": 3100.0}
     assert {r.job_id: r.finish_time for r in d.jobs} == {"A": 5000.0, "B": 5100.0}
 
@@ -180,20 +203,24 @@ def test_a_restored_stage_decides_exactly_as_the_original(policy: str) -> None:
     straight = _memory_run("philly-default", policy, None)
     for swap in (62, 150):
         restarted = _memory_run("philly-default", policy, swap)
-        assert [(r.job_id, r.finish_time, r.preemptions) for r in straight] == \
-            [(r.job_id, r.finish_time, r.preemptions) for r in restarted], swap
+        assert [(r.job_id, r.finish_time, r.preemptions) for r in straight] == [
+            (r.job_id, r.finish_time, r.preemptions) for r in restarted
+        ], swap
     assert sum(r.preemptions for r in straight) > 0  # the queues were in use
 
 
 # ------------------------------------------------------------------------- the references
 @pytest.mark.traces
 @pytest.mark.usefixtures("traces")
-@pytest.mark.parametrize(("policy", "upstream"), [
-    ("tiresias-gittins", 821.233),          # dlas-gpu-gittins, as shipped
-    ("dlas-gpu-500-upstream", 839.817),     # dlas-gpu, num_queue 2, queue_limit [500]
-    ("dlas-gpu", 715.267),                  # dlas-gpu, as shipped (exact before this change)
-    ("tiresias-gittins(thresholds=[500])", 1023.433),  # dlas-gpu-gittins, [500]
-])
+@pytest.mark.parametrize(
+    ("policy", "upstream"),
+    [
+        ("tiresias-gittins", 821.233),  # dlas-gpu-gittins, as shipped
+        ("dlas-gpu-500-upstream", 839.817),  # dlas-gpu, num_queue 2, queue_limit [500]
+        ("dlas-gpu", 715.267),  # dlas-gpu, as shipped (exact before this change)
+        ("tiresias-gittins(thresholds=[500])", 1023.433),  # dlas-gpu-gittins, [500]
+    ],
+)
 def test_tiresias_60_jobs_on_2x4_match_upstream(capsys, policy: str, upstream: float) -> None:
     assert _avg_jct(capsys, policy) == pytest.approx(upstream, abs=5e-4)
 
@@ -213,13 +240,15 @@ def test_documented_commands_print_the_documented_numbers(capsys) -> None:
     """Every ``gpuplan compare --scenario tiresias-60-n2g4 ...`` command in the fidelity doc
     prints (``avg_jct_s``, 3 decimals) the numbers its row gives, in the order given."""
     text = DOC.read_text(encoding="utf-8")
-    rows = re.findall(r"`gpuplan compare --scenario tiresias-60-n2g4 --policies (\S+) --json`"
-                      r"[^|]*\|[^|]*?\bprints ([\d., ]+?)\s*\|", text)
+    rows = re.findall(
+        r"`gpuplan compare --scenario tiresias-60-n2g4 --policies (\S+) --json`"
+        r"[^|]*\|[^|]*?\bprints ([\d., ]+?)\s*\|",
+        text,
+    )
     assert len(rows) >= 2, "the doc must name the commands (see this test's pattern)"
     for policies, numbers in rows:
         want = [float(x) for x in re.findall(r"\d+\.\d{3}", numbers)]
-        code = main(["compare", "--scenario", "tiresias-60-n2g4", "--policies", policies,
-                     "--json"])
+        code = main(["compare", "--scenario", "tiresias-60-n2g4", "--policies", policies, "--json"])
         out, _ = capsys.readouterr()
         assert code == 0
         got = [round(float(r["avg_jct_s"]), 3) for r in json.loads(out)]

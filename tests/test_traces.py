@@ -79,7 +79,16 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 def test_philly_total_and_gpu_histogram(philly: list[TraceJob]) -> None:
     assert len(philly) == 82_247
     assert Counter(j.gpus for j in philly) == {
-        1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 12: 7, 16: 199, 24: 7, 32: 67, 64: 6, 128: 3,
+        1: 76_627,
+        2: 1_818,
+        4: 1_870,
+        8: 1_643,
+        12: 7,
+        16: 199,
+        24: 7,
+        32: 67,
+        64: 6,
+        128: 3,
     }
     assert len({j.id for j in philly}) == len(philly)
     _assert_sorted(philly)
@@ -95,9 +104,21 @@ def test_philly_span_matches_documented_dates(philly: list[TraceJob]) -> None:
 
 
 PHILLY_VCS = {
-    "6214e9": 41_226, "11cb48": 16_091, "6c71a0": 9_953, "b436b2": 7_423, "103959": 1_934,
-    "ee9e8c": 1_511, "0e4a51": 1_435, "ed69ec": 1_137, "7f04ca": 723, "2869ce": 422,
-    "e13805": 374, "23dbec": 8, "51b7ef": 4, "925e2b": 3, "795a4c": 3,
+    "6214e9": 41_226,
+    "11cb48": 16_091,
+    "6c71a0": 9_953,
+    "b436b2": 7_423,
+    "103959": 1_934,
+    "ee9e8c": 1_511,
+    "0e4a51": 1_435,
+    "ed69ec": 1_137,
+    "7f04ca": 723,
+    "2869ce": 422,
+    "e13805": 374,
+    "23dbec": 8,
+    "51b7ef": 4,
+    "925e2b": 3,
+    "795a4c": 3,
 }
 
 
@@ -187,7 +208,12 @@ def test_itp_augmented_same_jobs_row_for_row() -> None:
         (j.id, j.submit_time, j.duration, j.gpus) for j in aug
     ]
     assert {j.model for j in aug} == {
-        "bert", "gpt2", "vgg16", "resnet50", "inception3", "deepspeech2"
+        "bert",
+        "gpt2",
+        "vgg16",
+        "resnet50",
+        "inception3",
+        "deepspeech2",
     }
     assert all(j.iterations and j.batch_size for j in aug)
 
@@ -220,8 +246,13 @@ def test_itp_window() -> None:
 
 # --- Pollux -------------------------------------------------------------------------------------
 
-POLLUX_SETS = {"workloads": 160, "workloads-0.5": 80, "workloads-1.5": 240, "workloads-2.0": 320,
-               "workloads-realistic": 160}
+POLLUX_SETS = {
+    "workloads": 160,
+    "workloads-0.5": 80,
+    "workloads-1.5": 240,
+    "workloads-2.0": 320,
+    "workloads-realistic": 160,
+}
 
 
 @pytest.mark.parametrize(("folder", "count"), sorted(POLLUX_SETS.items()))
@@ -233,7 +264,12 @@ def test_pollux_workload_counts(folder: str, count: int) -> None:
         assert len(jobs) == count
         _assert_sorted(jobs)
         assert {j.model for j in jobs} <= {
-            "cifar10", "ncf", "deepspeech2", "bert", "yolov3", "imagenet"
+            "cifar10",
+            "ncf",
+            "deepspeech2",
+            "bert",
+            "yolov3",
+            "imagenet",
         }
         assert all(j.duration is None and j.iterations is None for j in jobs)
         assert all(j.submit_time < 8 * 3600 for j in jobs)
@@ -248,7 +284,8 @@ def test_pollux_realistic_keeps_the_same_jobs_with_smaller_requests() -> None:
         real = load_pollux_workload(path)
         tuned = load_pollux_workload(POLLUX / "workloads" / path.name)
         assert [(j.id, j.submit_time, j.model) for j in real] == [
-            (j.id, j.submit_time, j.model) for j in tuned]
+            (j.id, j.submit_time, j.model) for j in tuned
+        ]
         assert sum(j.gpus for j in real) < sum(j.gpus for j in tuned)
         assert sum(j.gpus == 1 for j in real) > 0.9 * len(real)
 
@@ -256,13 +293,31 @@ def test_pollux_realistic_keeps_the_same_jobs_with_smaller_requests() -> None:
 # --- Gavel --------------------------------------------------------------------------------------
 
 GAVEL_VCS = {
-    "0e4a51": 1181, "103959": 986, "11cb48": 2000, "23dbec": 9, "2869ce": 533, "51b7ef": 18,
-    "6214e9": 2000, "6c71a0": 2000, "795a4c": 3, "7f04ca": 972, "925e2b": 4, "b436b2": 2000,
-    "e13805": 607, "ed69ec": 951, "ee9e8c": 2000,
+    "0e4a51": 1181,
+    "103959": 986,
+    "11cb48": 2000,
+    "23dbec": 9,
+    "2869ce": 533,
+    "51b7ef": 18,
+    "6214e9": 2000,
+    "6c71a0": 2000,
+    "795a4c": 3,
+    "7f04ca": 972,
+    "925e2b": 4,
+    "b436b2": 2000,
+    "e13805": 607,
+    "ed69ec": 951,
+    "ee9e8c": 2000,
 }
 GAVEL_PHYSICAL = {
-    "artifact_evaluation": 15, "debug": 14, "debug_v2": 14, "highmem_test": 8,
-    "max_min_fairness": 96, "medium_test": 20, "minimize_makespan": 100, "small_test": 20,
+    "artifact_evaluation": 15,
+    "debug": 14,
+    "debug_v2": 14,
+    "highmem_test": 8,
+    "max_min_fairness": 96,
+    "medium_test": 20,
+    "minimize_makespan": 100,
+    "small_test": 20,
 }
 
 
@@ -325,16 +380,28 @@ def test_tiresias_cluster_shapes() -> None:
 
 
 @pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])
-def test_missing_traces_fail_under_ci_and_skip_elsewhere(tmp_path: Path, ci: str,
-                                                         outcome: str) -> None:
+def test_missing_traces_fail_under_ci_and_skip_elsewhere(
+    tmp_path: Path, ci: str, outcome: str
+) -> None:
     import subprocess
     import sys
 
-    env = {**os.environ, "CI": ci, ENV_VAR: str(tmp_path / "absent"),
-           "GPUPLAN_REQUIRE_TRACES": ""}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          f"{__file__}::test_itp_195job"], env=env, capture_output=True,
-                         text=True, cwd=Path(__file__).parent.parent)
+    env = {**os.environ, "CI": ci, ENV_VAR: str(tmp_path / "absent"), "GPUPLAN_REQUIRE_TRACES": ""}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{__file__}::test_itp_195job",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
     assert outcome in run.stdout, run.stdout[-2000:]
     assert (run.returncode != 0) == (ci == "true")
     if ci:
@@ -445,8 +512,15 @@ def test_ties_keep_file_order(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "loader",
-    [load_philly, load_itp, load_itp_augmented, load_pollux_workload, load_gavel_trace,
-     load_tiresias, load_tiresias_cluster],
+    [
+        load_philly,
+        load_itp,
+        load_itp_augmented,
+        load_pollux_workload,
+        load_gavel_trace,
+        load_tiresias,
+        load_tiresias_cluster,
+    ],
 )
 def test_empty_file(tmp_path: Path, loader: Callable[[Path], object]) -> None:
     path = _write(tmp_path, "empty.csv", "")
@@ -461,8 +535,16 @@ def test_header_only_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "loader",
-    [load_philly, load_itp, load_itp_augmented, load_pollux_workload, load_gavel_trace,
-     load_tiresias, load_tiresias_cluster, philly_vcs],
+    [
+        load_philly,
+        load_itp,
+        load_itp_augmented,
+        load_pollux_workload,
+        load_gavel_trace,
+        load_tiresias,
+        load_tiresias_cluster,
+        philly_vcs,
+    ],
 )
 def test_missing_file_names_path(tmp_path: Path, loader: Callable[[Path], object]) -> None:
     path = tmp_path / "nowhere" / "trace.csv"

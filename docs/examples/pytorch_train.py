@@ -130,8 +130,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.down = None
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.bn1(self.conv1(x)))
@@ -140,8 +141,12 @@ class BasicBlock(nn.Module):
 
 
 def resnet18(classes: int = 1000) -> nn.Module:
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                               nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+    ]
     cin = 64
     for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
         layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
@@ -150,8 +155,9 @@ def resnet18(classes: int = 1000) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def batch(seed: int, step: int, size: int, pixels: int, device: torch.device
-          ) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(
+    seed: int, step: int, size: int, pixels: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic batch ``step``: the same for the same (seed, step) in every run."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
     images = torch.randn(size, 3, pixels, pixels, generator=gen)
@@ -200,9 +206,19 @@ class Job:
             for i in range(torch.cuda.device_count()):
                 uuid = getattr(torch.cuda.get_device_properties(i), "uuid", None)
                 seen.append(str(uuid) if uuid is not None else "?")
-        print(json.dumps({"event": "devices", "job": self.id, "pid": os.getpid(),
-                          "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                          "device": str(self.device), "cuda_uuids": seen}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "event": "devices",
+                    "job": self.id,
+                    "pid": os.getpid(),
+                    "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "device": str(self.device),
+                    "cuda_uuids": seen,
+                }
+            ),
+            flush=True,
+        )
 
     @staticmethod
     def _device(choice: str) -> torch.device:
@@ -225,28 +241,56 @@ class Job:
 
     def checkpoint(self, reason: str) -> None:
         """Model state first, then the JSON commit point, then the segment line."""
-        rng = {"torch": torch.get_rng_state(),
-               "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None}
+        rng = {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+        }
         tmp = self.model_path.with_name(f".{self.model_path.name}.{self.pid}.tmp")
-        torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-                    "step": self.step, "loss": self.loss, "rng": rng}, tmp)
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.opt.state_dict(),
+                "step": self.step,
+                "loss": self.loss,
+                "rng": rng,
+            },
+            tmp,
+        )
         os.replace(tmp, self.model_path)
         write_json_atomic(self.ckpt_json, {"done": self.done(), "loss": self.loss})
         now = time.time()
         if self.step > self.committed or reason == "complete":
-            line = {"start": min(float(self.committed), self.args.steps), "end": self.done(),
-                    "gpus": len(self.gpus), "pid": self.pid, "reason": reason,
-                    "t_start": self.t_commit, "t_end": now, "loss": self.loss}
+            line = {
+                "start": min(float(self.committed), self.args.steps),
+                "end": self.done(),
+                "gpus": len(self.gpus),
+                "pid": self.pid,
+                "reason": reason,
+                "t_start": self.t_commit,
+                "t_end": now,
+                "loss": self.loss,
+            }
             with open(self.log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line) + "\n")
         self.committed, self.t_commit = self.step, now
 
     def progress(self, rate: float | None) -> None:
-        write_json_atomic(self.progress_path, {
-            "done": self.done(), "gpus": len(self.gpus), "time": time.time(),
-            "pid": self.pid, "started": self.started, "work": self.args.steps,
-            "requests": self.requests, "loss": self.loss, "steps_per_s": rate,
-            "resumed_from": self.resumed_from, "resumed_loss": self.resumed_loss})
+        write_json_atomic(
+            self.progress_path,
+            {
+                "done": self.done(),
+                "gpus": len(self.gpus),
+                "time": time.time(),
+                "pid": self.pid,
+                "started": self.started,
+                "work": self.args.steps,
+                "requests": self.requests,
+                "loss": self.loss,
+                "steps_per_s": rate,
+                "resumed_from": self.resumed_from,
+                "resumed_loss": self.resumed_loss,
+            },
+        )
 
     def done(self) -> float:
         """Progress in the protocol's units: steps, capped at the target (an executor may
@@ -254,8 +298,9 @@ class Job:
         return min(float(self.step), self.args.steps)
 
     def train_step(self) -> None:
-        images, labels = batch(self.args.seed, self.step, self.args.batch_size,
-                               self.args.image_size, self.device)
+        images, labels = batch(
+            self.args.seed, self.step, self.args.batch_size, self.args.image_size, self.device
+        )
         self.opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(self.net(images), labels)
         loss.backward()
@@ -306,20 +351,32 @@ class Job:
     def complete(self) -> int:
         self.checkpoint("complete")
         self.progress(None)
-        self.done_path.write_text(json.dumps({"done": self.done(), "time": time.time(),
-                                              "loss": self.loss}))
+        self.done_path.write_text(
+            json.dumps({"done": self.done(), "time": time.time(), "loss": self.loss})
+        )
         return 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="pytorch_train.py",
-                                description="ResNet-18 on synthetic data, gpuplan job protocol")
+    p = argparse.ArgumentParser(
+        prog="pytorch_train.py", description="ResNet-18 on synthetic data, gpuplan job protocol"
+    )
     p.add_argument("--job-id", required=True)
     p.add_argument("--state-dir", required=True, type=Path)
-    p.add_argument("--steps", "--work", dest="steps", required=True, type=float,
-                   help="training steps to reach (the job's work)")
-    p.add_argument("--checkpoint-dir", type=Path, default=None,
-                   help="where the model checkpoint goes (default: --state-dir)")
+    p.add_argument(
+        "--steps",
+        "--work",
+        dest="steps",
+        required=True,
+        type=float,
+        help="training steps to reach (the job's work)",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        help="where the model checkpoint goes (default: --state-dir)",
+    )
     p.add_argument("--checkpoint-interval", type=float, default=None, metavar="S")
     p.add_argument("--progress-interval", type=float, default=1.0, metavar="S")
     p.add_argument("--rate-per-gpu", type=float, default=None, help=argparse.SUPPRESS)

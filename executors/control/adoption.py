@@ -45,9 +45,12 @@ class JobAdoption:
         ``InputError`` for values the engine refuses)."""
         if row is not None and row.spec is not None:
             return JobSpec.model_validate(row.spec)
-        return spec_from_slurm(sj, origin=self.journal.origin,
-                               cluster=cluster,
-                               default_duration_s=self.settings.default_duration_s)
+        return spec_from_slurm(
+            sj,
+            origin=self.journal.origin,
+            cluster=cluster,
+            default_duration_s=self.settings.default_duration_s,
+        )
 
     @staticmethod
     def submit_wall(sj: SlurmJob) -> float:
@@ -57,10 +60,16 @@ class JobAdoption:
 
     def add(self, sj: SlurmJob, spec: JobSpec | None, state: str, reason: str = "") -> None:
         """Journal a new job row (``spec`` None for a rejected job)."""
-        self.journal.add_job(engine_id(sj.job_id), sj.job_id, fingerprint(sj),
-                             self.submit_wall(sj),
-                             None if spec is None else spec.model_dump(mode="json"), state,
-                             restart_count=sj.restart_count, reason=reason)
+        self.journal.add_job(
+            engine_id(sj.job_id),
+            sj.job_id,
+            fingerprint(sj),
+            self.submit_wall(sj),
+            None if spec is None else spec.model_dump(mode="json"),
+            state,
+            restart_count=sj.restart_count,
+            reason=reason,
+        )
 
     def hold(self, sj: SlurmJob) -> SlurmJob:
         """Hold a released-but-not-started managed job; if it started meanwhile, say so."""
@@ -72,8 +81,16 @@ class JobAdoption:
             return sj
         return self.cli.job(sj.job_id) or sj
 
-    def adopt_running(self, engine: Engine, ex: ControllerExecutor, spec: JobSpec,
-                       sj: SlurmJob, row: JobRow | None, now: float, wall: float) -> bool:
+    def adopt_running(
+        self,
+        engine: Engine,
+        ex: ControllerExecutor,
+        spec: JobSpec,
+        sj: SlurmJob,
+        row: JobRow | None,
+        now: float,
+        wall: float,
+    ) -> bool:
         """Put a job running in Slurm into the engine's books as running (no restart), if its
         GPUs are free there; progress from the journal, extrapolated. False if not adoptable."""
         alloc = fit_observed(engine, spec.id, self.observed(sj))
@@ -83,11 +100,19 @@ class JobAdoption:
         done = 0.0
         if row is not None:
             # It kept running while nobody watched: extrapolate at its modelled speed.
-            done = row.done + (rate * max(0.0, wall - row.updated) if row.state == "running"
-                               else 0.0)
-        job = ActiveJob(spec=spec, status="running", done=min(done, spec.work),
-                        last_checkpoint_done=row.done if row else 0.0, anchor_time=now,
-                        resume_time=now, first_start=now, segment_start=now)
+            done = row.done + (
+                rate * max(0.0, wall - row.updated) if row.state == "running" else 0.0
+            )
+        job = ActiveJob(
+            spec=spec,
+            status="running",
+            done=min(done, spec.work),
+            last_checkpoint_done=row.done if row else 0.0,
+            anchor_time=now,
+            resume_time=now,
+            first_start=now,
+            segment_start=now,
+        )
         engine.adopt(job, alloc)
         job.rate = rate
         ex.adopt_running(job, sj)
@@ -112,8 +137,12 @@ class JobAdoption:
         placement collides with another job's GPUs in the books."""
         alloc = fit_observed(engine, job.id, self.observed(sj))
         if alloc is None:
-            log.warning("%s (Slurm %d) runs on %s, which the engine's books cannot hold",
-                        job.id, sj.job_id, ",".join(sj.nodes))
+            log.warning(
+                "%s (Slurm %d) runs on %s, which the engine's books cannot hold",
+                job.id,
+                sj.job_id,
+                ",".join(sj.nodes),
+            )
             return False
         if job.allocation is not None and alloc.placement == job.allocation.placement:
             return False
@@ -121,8 +150,13 @@ class JobAdoption:
         engine.adopt(job, alloc)
         job.rate = placement_rate(job.spec, engine.cluster, alloc)
         if allocation_counts(alloc) != before:
-            log.info("%s (Slurm %d): Slurm placed it as %s, not %s; books follow Slurm",
-                     job.id, sj.job_id, allocation_counts(alloc), before)
+            log.info(
+                "%s (Slurm %d): Slurm placed it as %s, not %s; books follow Slurm",
+                job.id,
+                sj.job_id,
+                allocation_counts(alloc),
+                before,
+            )
         return True
 
     def record_end(self, sj: SlurmJob, eid: str) -> None:
@@ -150,16 +184,28 @@ class JobAdoption:
                 self.cli.hold(sj.job_id)
             self.cli.update_job(sj.job_id, AdminComment=refused_marker(sj.admin_comment, reason))
         except (JobNotPending, InvalidJobId) as err:
-            log.warning("%s (Slurm %d) cannot be read (%s) and changed meanwhile: %s", eid,
-                        sj.job_id, reason, err)
+            log.warning(
+                "%s (Slurm %d) cannot be read (%s) and changed meanwhile: %s",
+                eid,
+                sj.job_id,
+                reason,
+                err,
+            )
             return
         except SlurmError as err:
-            log.error("%s (Slurm %d) cannot be read (%s); marking it refused failed: %s; "
-                      "retrying next poll", eid, sj.job_id, reason, err)
+            log.error(
+                "%s (Slurm %d) cannot be read (%s); marking it refused failed: %s; "
+                "retrying next poll",
+                eid,
+                sj.job_id,
+                reason,
+                err,
+            )
             self.journal.set_state(eid, "pending", f"marking refused failed: {err}"[:500])
             return
-        log.warning("%s (Slurm %d) cannot be read: %s; kept held, marked refused", eid,
-                    sj.job_id, reason)
+        log.warning(
+            "%s (Slurm %d) cannot be read: %s; kept held, marked refused", eid, sj.job_id, reason
+        )
 
     def reject(self, sj: SlurmJob, reason: str) -> None:
         """Fail open for one job: journal why, then hand it to Slurm's own scheduler (marker
@@ -170,17 +216,27 @@ class JobAdoption:
         try:
             release_to_slurm(self.cli, sj, REJECTED)
         except SlurmError as err:
-            log.error("%s (Slurm %d) cannot be scheduled (%s) and could not be released to "
-                      "Slurm: %s; retrying next poll", eid, sj.job_id, reason, err)
+            log.error(
+                "%s (Slurm %d) cannot be scheduled (%s) and could not be released to "
+                "Slurm: %s; retrying next poll",
+                eid,
+                sj.job_id,
+                reason,
+                err,
+            )
             self.journal.set_state(eid, "pending", f"release after rejection failed: {err}")
             return
-        log.warning("%s (Slurm %d) cannot be scheduled: %s; released to Slurm's own scheduler",
-                    eid, sj.job_id, reason)
+        log.warning(
+            "%s (Slurm %d) cannot be scheduled: %s; released to Slurm's own scheduler",
+            eid,
+            sj.job_id,
+            reason,
+        )
 
 
-
-def fit_observed(engine: Engine, job_id: str, observed: dict[str, tuple[int, ...]]
-                 ) -> JobAllocation | None:
+def fit_observed(
+    engine: Engine, job_id: str, observed: dict[str, tuple[int, ...]]
+) -> JobAllocation | None:
     """An allocation of ``job_id`` with Slurm's per-node counts, on Slurm's GPU indices where
     the engine's books have them free (the job's own GPUs count as free), else on other free
     GPUs of the same node (Slurm does not pin indices, so only the counts are binding). None

@@ -38,8 +38,9 @@ class ActionLog(Protocol):
 class ChangeLatencyProbe:
     """Measures each journaled change once, when Slurm first reports its job RUNNING again."""
 
-    def __init__(self, journal: ActionLog, costs: ChangeCosts,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, journal: ActionLog, costs: ChangeCosts, clock: Callable[[], float] = time.time
+    ) -> None:
         self.journal = journal
         self.costs = costs
         self.clock = clock
@@ -51,15 +52,23 @@ class ChangeLatencyProbe:
         if job.state != "RUNNING":
             return None
         rows = self.journal.actions(engine_id)
-        last = next((r for r in reversed(rows)
-                     if r.kind in (*CHANGE_KINDS, "start") and r.status == "applied"), None)
+        last = next(
+            (
+                r
+                for r in reversed(rows)
+                if r.kind in (*CHANGE_KINDS, "start") and r.status == "applied"
+            ),
+            None,
+        )
         if last is None or last.id in self._measured:
             return None
         kind, before = last.kind, last
         if kind == "start":
             # a start counts only after a preemption; its requeue is the preemption's
-            before = next((r for r in reversed(rows) if r.kind in ("preempt", "stop")
-                           and r.id < last.id), None)
+            before = next(
+                (r for r in reversed(rows) if r.kind in ("preempt", "stop") and r.id < last.id),
+                None,
+            )
             if before is None:
                 return None  # a first start is no change of a running job
             kind = "preempt"

@@ -51,8 +51,9 @@ def _seconds(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_SECONDS:g}], "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds in (0, {MAX_SECONDS:g}], got {text!r}"
+        )
     return value
 
 
@@ -66,16 +67,16 @@ def seed_arg(text: str) -> int:
     ASCII digits (``int`` reads Arabic-Indic and other Unicode digits: ``--seed`` U+0661
     silently meant seed 1)."""
     if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got "
-                                         f"{text[:30]!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be an integer in [0, {MAX_SEED}], got {text[:30]!r}"
+        )
     return int(text)
 
 
 def port_arg(text: str) -> int:
     """``--http``: a TCP port in [0, 65535] in ASCII digits (0: any free port, logged)."""
     if not (text.isascii() and text.isdigit()) or len(text) > 5 or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number in [0, 65535], got "
-                                         f"{text[:30]!r}")
+        raise argparse.ArgumentTypeError(f"must be a port number in [0, 65535], got {text[:30]!r}")
     return int(text)
 
 
@@ -94,76 +95,162 @@ def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "slurm-controller",
         help="schedule hook-held Slurm jobs with a gpuplan policy (daemon), or run the "
-             "fail-open watchdog",
+        "fail-open watchdog",
         description="Run the gpuplan controller for a Slurm cluster: adopt the jobs the "
-                    "job_submit hook holds, plan with POLICY, apply plans through "
-                    "scontrol/scancel, journal every action, and recover after any crash. "
-                    "See docs/controller.md.",
+        "job_submit hook holds, plan with POLICY, apply plans through "
+        "scontrol/scancel, journal every action, and recover after any crash. "
+        "See docs/controller.md.",
     )
-    p.add_argument("--policy", help="allocation policy (gpuplan policies); required unless "
-                   "--fail-open-check")
-    p.add_argument("--partition", action="append", default=[], metavar="NAME",
-                   help="manage jobs and nodes of this partition (repeat or comma-separate); "
-                        "default: every job the hook marked, every GPU node")
-    p.add_argument("--state-db", default=DEFAULT_STATE_DB, metavar="PATH",
-                   help=f"SQLite journal (default {DEFAULT_STATE_DB}); keep it on a local disk")
-    p.add_argument("--seed", type=seed_arg, default=0,
-                   help="seed of the policy's random choices (default 0)")
-    p.add_argument("--interval", type=_seconds, default=2.0, metavar="S",
-                   help="seconds between squeue/sinfo polls (default 2)")
-    p.add_argument("--wake-file", default=str(DEFAULT_WAKE_FILE), metavar="PATH",
-                   help="file the shipped EpilogSlurmctld hook (epilog_wake.sh) rewrites when a "
-                        "job ends: the controller polls at once when it changes (default "
-                        f"{DEFAULT_WAKE_FILE}; 'none': poll every --interval only)")
-    p.add_argument("--arrival-check", type=_seconds_or_zero, default=0.25, metavar="S",
-                   help="between polls, look this often at slurmctld's count of submitted jobs "
-                        "(sdiag) and poll at once when it moved, so new jobs are decided on "
-                        "without waiting for the next poll (default 0.25; 0: no look)")
-    p.add_argument("--heartbeat", default=None, metavar="PATH",
-                   help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read "
-                        "the same file")
-    p.add_argument("--default-duration", type=_seconds, default=3600.0, metavar="S",
-                   help="work estimate for jobs with neither work=/duration= in their comment "
-                        "nor a time limit (default 3600)")
-    p.add_argument("--stop-timeout", type=_seconds, default=60.0, metavar="S",
-                   help="time a job gets to checkpoint and exit after the signal (default 60)")
-    p.add_argument("--max-stall", type=_seconds, default=600.0, metavar="S",
-                   help="withhold the heartbeat when the main loop is stuck this long "
-                        "(default 600)")
-    p.add_argument("--connect-timeout", type=_seconds, default=DEFAULT_CONNECT_TIMEOUT_S,
-                   metavar="S",
-                   help="at start-up, wait at most S seconds for slurmctld to answer, then exit "
-                        f"2 (default {DEFAULT_CONNECT_TIMEOUT_S:g}); once running, the "
-                        "controller waits for slurmctld indefinitely")
-    p.add_argument("--fail-open-check", action="store_true",
-                   help="watchdog mode: if the heartbeat is older than --stale-after, release "
-                        "every engine-held job to Slurm's own scheduler")
-    p.add_argument("--stale-after", type=_seconds_or_zero, default=120.0, metavar="S",
-                   help="watchdog: heartbeat age that counts as 'controller down' (default 120)")
-    p.add_argument("--watch", type=_seconds, default=None, metavar="S",
-                   help="watchdog: repeat the check every S seconds instead of once")
-    p.add_argument("--no-restart-gate", dest="restart_gate", action="store_false",
-                   help="carry out every change the policy plans, even one whose restart costs "
-                   "more than it gains (default: the restart gate skips those)")
-    p.add_argument("--http", type=port_arg, default=None, metavar="PORT",
-                   help="serve Prometheus metrics (/metrics), the live page (/) and its data "
-                        "(/state.json) on this port (needs the 'slurm' extra; default: off)")
-    p.add_argument("--http-bind", type=address_arg, default="127.0.0.1", metavar="ADDR",
-                   help="address --http listens on (default 127.0.0.1: this host only)")
-    p.add_argument("--check", action="store_true",
-                   help="check the deployment instead of running: Slurm reachable, partitions, "
-                        "the job_submit.lua hook loaded and of this release, state directory "
-                        "private, journal schema, the --http port free; one line per check, "
-                        "exit 2 if any fails")
-    p.add_argument("--hook-file", default=None, metavar="PATH",
-                   help="--check: the hook file to compare (default: job_submit.lua next to "
-                        "the slurm.conf slurmctld reports)")
-    p.add_argument("--print-systemd-unit", action="store_true",
-                   help="print a hardened systemd unit that runs these options (the "
-                        "controller, or the watchdog with --fail-open-check) and exit")
-    p.add_argument("--log-level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="controller log verbosity (default INFO)")
+    p.add_argument(
+        "--policy", help="allocation policy (gpuplan policies); required unless --fail-open-check"
+    )
+    p.add_argument(
+        "--partition",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="manage jobs and nodes of this partition (repeat or comma-separate); "
+        "default: every job the hook marked, every GPU node",
+    )
+    p.add_argument(
+        "--state-db",
+        default=DEFAULT_STATE_DB,
+        metavar="PATH",
+        help=f"SQLite journal (default {DEFAULT_STATE_DB}); keep it on a local disk",
+    )
+    p.add_argument(
+        "--seed", type=seed_arg, default=0, help="seed of the policy's random choices (default 0)"
+    )
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=2.0,
+        metavar="S",
+        help="seconds between squeue/sinfo polls (default 2)",
+    )
+    p.add_argument(
+        "--wake-file",
+        default=str(DEFAULT_WAKE_FILE),
+        metavar="PATH",
+        help="file the shipped EpilogSlurmctld hook (epilog_wake.sh) rewrites when a "
+        "job ends: the controller polls at once when it changes (default "
+        f"{DEFAULT_WAKE_FILE}; 'none': poll every --interval only)",
+    )
+    p.add_argument(
+        "--arrival-check",
+        type=_seconds_or_zero,
+        default=0.25,
+        metavar="S",
+        help="between polls, look this often at slurmctld's count of submitted jobs "
+        "(sdiag) and poll at once when it moved, so new jobs are decided on "
+        "without waiting for the next poll (default 0.25; 0: no look)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        default=None,
+        metavar="PATH",
+        help="heartbeat file (default: STATE_DB.heartbeat); the watchdog must read the same file",
+    )
+    p.add_argument(
+        "--default-duration",
+        type=_seconds,
+        default=3600.0,
+        metavar="S",
+        help="work estimate for jobs with neither work=/duration= in their comment "
+        "nor a time limit (default 3600)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="time a job gets to checkpoint and exit after the signal (default 60)",
+    )
+    p.add_argument(
+        "--max-stall",
+        type=_seconds,
+        default=600.0,
+        metavar="S",
+        help="withhold the heartbeat when the main loop is stuck this long (default 600)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="S",
+        help="at start-up, wait at most S seconds for slurmctld to answer, then exit "
+        f"2 (default {DEFAULT_CONNECT_TIMEOUT_S:g}); once running, the "
+        "controller waits for slurmctld indefinitely",
+    )
+    p.add_argument(
+        "--fail-open-check",
+        action="store_true",
+        help="watchdog mode: if the heartbeat is older than --stale-after, release "
+        "every engine-held job to Slurm's own scheduler",
+    )
+    p.add_argument(
+        "--stale-after",
+        type=_seconds_or_zero,
+        default=120.0,
+        metavar="S",
+        help="watchdog: heartbeat age that counts as 'controller down' (default 120)",
+    )
+    p.add_argument(
+        "--watch",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="watchdog: repeat the check every S seconds instead of once",
+    )
+    p.add_argument(
+        "--no-restart-gate",
+        dest="restart_gate",
+        action="store_false",
+        help="carry out every change the policy plans, even one whose restart costs "
+        "more than it gains (default: the restart gate skips those)",
+    )
+    p.add_argument(
+        "--http",
+        type=port_arg,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics), the live page (/) and its data "
+        "(/state.json) on this port (needs the 'slurm' extra; default: off)",
+    )
+    p.add_argument(
+        "--http-bind",
+        type=address_arg,
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address --http listens on (default 127.0.0.1: this host only)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the deployment instead of running: Slurm reachable, partitions, "
+        "the job_submit.lua hook loaded and of this release, state directory "
+        "private, journal schema, the --http port free; one line per check, "
+        "exit 2 if any fails",
+    )
+    p.add_argument(
+        "--hook-file",
+        default=None,
+        metavar="PATH",
+        help="--check: the hook file to compare (default: job_submit.lua next to "
+        "the slurm.conf slurmctld reports)",
+    )
+    p.add_argument(
+        "--print-systemd-unit",
+        action="store_true",
+        help="print a hardened systemd unit that runs these options (the "
+        "controller, or the watchdog with --fail-open-check) and exit",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="controller log verbosity (default INFO)",
+    )
     p.set_defaults(func=run, controller_parser=p)
     return p
 
@@ -174,9 +261,11 @@ def _partitions(values: list[str]) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code (2: bad usage, 1: could not run)."""
-    logging.basicConfig(level=getattr(logging, args.log_level),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     # Imported here, not at module level, so that `gpuplan --help` does not load the Slurm stack.
     from gpuplan.executors.slurm.cli import SlurmCli
 
@@ -184,11 +273,13 @@ def run(args: argparse.Namespace) -> int:
     from .journal import JournalError, UnsafeStatePath
 
     state_db = Path(args.state_db)
-    heartbeat = Path(args.heartbeat) if args.heartbeat else \
-        state_db.with_name(state_db.name + ".heartbeat")
+    heartbeat = (
+        Path(args.heartbeat) if args.heartbeat else state_db.with_name(state_db.name + ".heartbeat")
+    )
     partitions = _partitions(args.partition)
     if args.check or args.print_systemd_unit:
         from . import deploy
+
         try:
             if args.print_systemd_unit:
                 return deploy.print_unit(args.controller_parser, args, state_db, heartbeat)
@@ -223,12 +314,21 @@ def run(args: argparse.Namespace) -> int:
         if args.http is not None:  # a missing extra: one line, before anything is touched
             from . import metrics_export  # noqa: F401
         settings = ControllerSettings(
-            policy=args.policy, state_db=state_db, partitions=partitions,
-            interval_s=args.interval, heartbeat=heartbeat,
-            default_duration_s=args.default_duration, stop_timeout_s=args.stop_timeout,
-            max_stall_s=args.max_stall, seed=args.seed, restart_gate=args.restart_gate,
-            arrival_check_s=args.arrival_check, http_port=args.http, http_bind=args.http_bind,
-            wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file))
+            policy=args.policy,
+            state_db=state_db,
+            partitions=partitions,
+            interval_s=args.interval,
+            heartbeat=heartbeat,
+            default_duration_s=args.default_duration,
+            stop_timeout_s=args.stop_timeout,
+            max_stall_s=args.max_stall,
+            seed=args.seed,
+            restart_gate=args.restart_gate,
+            arrival_check_s=args.arrival_check,
+            http_port=args.http,
+            http_bind=args.http_bind,
+            wake_file=None if args.wake_file.lower() == "none" else Path(args.wake_file),
+        )
         return SlurmController(settings, connect_timeout_s=args.connect_timeout).run()
     except UnsafeStatePath as err:  # a set-up error, found before anything was created
         print(f"error: {_one_line(err)}", file=sys.stderr)

@@ -117,16 +117,37 @@ from .reconcile import ReconcileMixin
 from .sdnotify import Notifier
 
 __all__ = [
-    "FAILOPEN", "MARK", "MAX_DURATION_S", "MAX_RATE", "MAX_WORK", "NO_LIMIT", "REJECTED",
-    "RUNNING_STATES", "STOP_KINDS", "ControllerExecutor", "ControllerSettings", "FailpointCli",
-    "Failpoints", "SlurmController", "comment_options", "engine_id", "fail_open_check",
-    "fingerprint", "heartbeat_age", "is_failopen", "is_managed", "marker", "release_to_slurm",
-    "requested_gpus", "spec_from_slurm", "watch_fail_open", "with_marker_state",
+    "FAILOPEN",
+    "MARK",
+    "MAX_DURATION_S",
+    "MAX_RATE",
+    "MAX_WORK",
+    "NO_LIMIT",
+    "REJECTED",
+    "RUNNING_STATES",
+    "STOP_KINDS",
+    "ControllerExecutor",
+    "ControllerSettings",
+    "FailpointCli",
+    "Failpoints",
+    "SlurmController",
+    "comment_options",
+    "engine_id",
+    "fail_open_check",
+    "fingerprint",
+    "heartbeat_age",
+    "is_failopen",
+    "is_managed",
+    "marker",
+    "release_to_slurm",
+    "requested_gpus",
+    "spec_from_slurm",
+    "watch_fail_open",
+    "with_marker_state",
     "write_heartbeat",
 ]
 
 log = logging.getLogger(__name__)
-
 
 
 class _Recycle(Exception):
@@ -136,8 +157,13 @@ class _Recycle(Exception):
 class SlurmController(ReconcileMixin, PollReadsMixin):
     """The ``slurm-controller`` daemon: reconcile, then loop engine <-> Slurm until stopped."""
 
-    def __init__(self, settings: ControllerSettings, cli: SlurmCli | None = None, *,
-                 connect_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        cli: SlurmCli | None = None,
+        *,
+        connect_timeout_s: float = 60.0,
+    ) -> None:
         self.settings = settings
         self.connect_timeout_s = connect_timeout_s
         """Longest start-up wait for slurmctld to answer (:meth:`preflight`)."""
@@ -207,8 +233,12 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self.preflight()
         if self.settings.http_port is not None:  # a port in use: refused before any state
             from .http_server import LiveHttpServer
-            self._http = LiveHttpServer(self.settings.http_bind, self.settings.http_port,
-                                        lambda: self._live.latest() if self._live else None)
+
+            self._http = LiveHttpServer(
+                self.settings.http_bind,
+                self.settings.http_port,
+                lambda: self._live.latest() if self._live else None,
+            )
         try:
             self.journal = Journal(self.settings.state_db, failpoints=self.failpoints)
         except BaseException:
@@ -218,16 +248,28 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self._adoption = JobAdoption(self.cli, self.journal, self.settings)
         self.run_id = self.journal.begin_run(self.settings.policy)
         if self._http is not None:
-            self._live = LivePublisher(self.journal.db, self.run_id, self.settings.policy,
-                                       self.settings.state_db, self.settings.heartbeat_path,
-                                       self.settings.max_stall_s)
+            self._live = LivePublisher(
+                self.journal.db,
+                self.run_id,
+                self.settings.policy,
+                self.settings.state_db,
+                self.settings.heartbeat_path,
+                self.settings.max_stall_s,
+            )
             self._http.start()
-        log.info("controller run %d: policy %s, journal %s (schema %d), heartbeat %s",
-                 self.run_id, self.settings.policy, self.settings.state_db,
-                 self.journal.schema_version, self.settings.heartbeat_path)
+        log.info(
+            "controller run %d: policy %s, journal %s (schema %d), heartbeat %s",
+            self.run_id,
+            self.settings.policy,
+            self.settings.state_db,
+            self.journal.schema_version,
+            self.settings.heartbeat_path,
+        )
         self.journal.prune(self.settings.retention_days * 86400.0)
-        previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM),
-                    signal.SIGINT: signal.getsignal(signal.SIGINT)}
+        previous = {
+            signal.SIGTERM: signal.getsignal(signal.SIGTERM),
+            signal.SIGINT: signal.getsignal(signal.SIGINT),
+        }
         for sig in previous:
             signal.signal(sig, self._on_signal)
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
@@ -247,10 +289,13 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                     # journal row, a bug) lands here instead of ending the process; the
                     # heartbeat is not refreshed by a failed cycle, so a fault that persists
                     # past --max-stall hands every held job to Slurm through the watchdog.
-                    log.error("controller cycle failed: %s: %s; reconciling again in %.0f s",
-                              type(err).__name__, err, backoff,
-                              exc_info=not isinstance(err, (SlurmError, GpuplanError,
-                                                            OSError)))
+                    log.error(
+                        "controller cycle failed: %s: %s; reconciling again in %.0f s",
+                        type(err).__name__,
+                        err,
+                        backoff,
+                        exc_info=not isinstance(err, (SlurmError, GpuplanError, OSError)),
+                    )
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 60.0)
         except BaseException as err:
@@ -277,8 +322,10 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         return self._adoption
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        log.info("%s: finishing the current step, then exiting (jobs keep running)",
-                 signal.Signals(signum).name)
+        log.info(
+            "%s: finishing the current step, then exiting (jobs keep running)",
+            signal.Signals(signum).name,
+        )
         self._stop.set()
         self._notifier.stopping()
         if self._executor is not None:
@@ -290,8 +337,11 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         notifier = self._notifier
         if notifier.watchdog_s is not None:  # systemd's WatchdogSec: ping twice per period
             period = max(0.1, min(period, notifier.watchdog_s / 2))
-        info = {"pid": os.getpid(), "host": socket.gethostname(),
-                "state_db": str(self.settings.state_db)}
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "state_db": str(self.settings.state_db),
+        }
         while not self._stop.is_set():
             if self._tick is None:
                 self._stop.wait(period)
@@ -315,14 +365,24 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
     def _cycle(self) -> None:
         assert self.journal is not None
         cluster = self._cluster()
-        executor = ControllerExecutor(cluster, cli=self.cli, journal=self.journal,
-                                      run_id=self.run_id, settings=self.settings,
-                                      failpoints=self.failpoints, on_poll=self._on_poll,
-                                      read_jobs=self._read_for_poll,
-                                      on_quiet_poll=self._quiet_poll)
-        engine = Engine(cluster, make_policy(self.settings.policy, seed=self.settings.seed),
-                        executor, sample_interval_s=None,
-                        restart_gate="auto" if self.settings.restart_gate else None)
+        executor = ControllerExecutor(
+            cluster,
+            cli=self.cli,
+            journal=self.journal,
+            run_id=self.run_id,
+            settings=self.settings,
+            failpoints=self.failpoints,
+            on_poll=self._on_poll,
+            read_jobs=self._read_for_poll,
+            on_quiet_poll=self._quiet_poll,
+        )
+        engine = Engine(
+            cluster,
+            make_policy(self.settings.policy, seed=self.settings.seed),
+            executor,
+            sample_interval_s=None,
+            restart_gate="auto" if self.settings.restart_gate else None,
+        )
         self._executor, self._engine = executor, engine
         self._reasons = ReasonPublisher(self.journal, self.cli)
         engine.reasons = DecisionReasons(engine.policy, self._reasons.take, changed_only=False)
@@ -361,16 +421,26 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                 t2 = time.perf_counter()
                 self._tick = time.monotonic()
                 # apply_s stays 0.0 when the plan had no action to carry out: no apply part
-                self._timed(executor.slurm.batch_poll_s, t1 - t0 - executor.apply_s,
-                            executor.apply_s or None, t2 - t1,
-                            len(engine.running) + len(engine.pending))
+                self._timed(
+                    executor.slurm.batch_poll_s,
+                    t1 - t0 - executor.apply_s,
+                    executor.apply_s or None,
+                    t2 - t1,
+                    len(engine.running) + len(engine.pending),
+                )
         finally:
             self._probe_calls += executor.probe_calls
             self._executor = self._engine = None
 
     # ------------------------------------------------------------------ cycle times
-    def _timed(self, poll_s: float | None, decide_s: float | None, apply_s: float | None,
-               sync_s: float | None, jobs: int) -> None:
+    def _timed(
+        self,
+        poll_s: float | None,
+        decide_s: float | None,
+        apply_s: float | None,
+        sync_s: float | None,
+        jobs: int,
+    ) -> None:
         """Record one cycle (:mod:`.cycle_times`); write the ring every ``FLUSH_S``."""
         full, self._full_reads = self._full_reads, 0
         self.times.add(poll_s, decide_s, apply_s, sync_s, jobs, full)
@@ -389,29 +459,44 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             if not (force or live.due()):
                 return
             gate = engine.restart_gate if engine is not None else None
-            live.publish(engine=engine, slurm_jobs=self._full, tick=self._tick,
-                         failopen_jobs=sum(not sj.finished and is_failopen(
-                             sj, self.settings.partitions) for sj in self._full.values()),
-                         gate=gate.summary() if gate is not None else None)
+            live.publish(
+                engine=engine,
+                slurm_jobs=self._full,
+                tick=self._tick,
+                failopen_jobs=sum(
+                    not sj.finished and is_failopen(sj, self.settings.partitions)
+                    for sj in self._full.values()
+                ),
+                gate=gate.summary() if gate is not None else None,
+            )
         except Exception:  # logged once until a snapshot succeeds again
-            log.log(logging.DEBUG if self._publish_failed else logging.WARNING,
-                    "publishing the live state failed; /metrics shows the previous one",
-                    exc_info=True)
+            log.log(
+                logging.DEBUG if self._publish_failed else logging.WARNING,
+                "publishing the live state failed; /metrics shows the previous one",
+                exc_info=True,
+            )
             self._publish_failed = True
         else:
             self._publish_failed = False
 
     def _quiet_poll(self, poll_s: float) -> None:
         """A poll that brought no event: a cycle without a decision."""
-        self._timed(poll_s, None, None, None,
-                    len(self._engine.running) + len(self._engine.pending)
-                    if self._engine is not None else 0)
+        self._timed(
+            poll_s,
+            None,
+            None,
+            None,
+            len(self._engine.running) + len(self._engine.pending)
+            if self._engine is not None
+            else 0,
+        )
 
     def _save_times(self) -> None:
         if self.journal is not None and self.times.cycles:
             counters = dict(getattr(self.cli, "commands", {}))
             counters["sdiag (arrival probe)"] = self._probe_calls + (
-                self._executor.probe_calls if self._executor is not None else 0)
+                self._executor.probe_calls if self._executor is not None else 0
+            )
             self.journal.set_meta(cycle_meta_key(self.run_id), self.times.to_json(counters))
             self.times.flushed()
 
@@ -432,11 +517,16 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         try:
             engine.policy.restore(json.loads(text))
         except Exception as err:  # a damaged or foreign snapshot: start fresh, say so
-            log.warning("policy memory in the journal could not be restored (%s: %s); the "
-                        "policy starts fresh", type(err).__name__, err)
+            log.warning(
+                "policy memory in the journal could not be restored (%s: %s); the "
+                "policy starts fresh",
+                type(err).__name__,
+                err,
+            )
             return
-        log.info("restored %s's memory from the journal (%d bytes)", self.settings.policy,
-                 len(text))
+        log.info(
+            "restored %s's memory from the journal (%d bytes)", self.settings.policy, len(text)
+        )
 
     def _save_policy(self, engine: Engine) -> None:
         """Journal the policy's memory when it changed (after every completed cycle)."""
@@ -458,8 +548,11 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             sj = by_eid.get(eid)
             if sj is None or sj.state != "RUNNING" or job.allocation is None:
                 continue
-            key = (sj.restart_count, sj.nodes,
-                   tuple(sorted(allocation_counts(job.allocation).items())))
+            key = (
+                sj.restart_count,
+                sj.nodes,
+                tuple(sorted(allocation_counts(job.allocation).items())),
+            )
             if self._read_back.get(eid) == key:
                 continue
             if self._latency is not None:  # once per incarnation: the gate's measured cost
@@ -475,16 +568,22 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             except SlurmError as err:
                 log.info("read-back of %s failed (%s); next poll", eid, err)
                 continue
-            self._read_back[eid] = (sj.restart_count, sj.nodes, tuple(sorted(
-                allocation_counts(job.allocation).items())))
+            self._read_back[eid] = (
+                sj.restart_count,
+                sj.nodes,
+                tuple(sorted(allocation_counts(job.allocation).items())),
+            )
         for eid in [e for e in self._read_back if e not in engine.running]:
             del self._read_back[eid]
 
     def _cluster(self) -> Cluster:
         nodes = self._retry_ctld(self.cli.nodes)
         wanted = set(self.settings.partitions)
-        names = [n.name for n in nodes if n.gpus > 0 and (
-            not wanted or wanted & set(n.raw.get("partitions") or []))]
+        names = [
+            n.name
+            for n in nodes
+            if n.gpus > 0 and (not wanted or wanted & set(n.raw.get("partitions") or []))
+        ]
         if not names:
             raise GpuplanError(f"no GPU node in partitions {sorted(wanted) or 'any'}")
         return cluster_from_slurm(self.cli, names)
@@ -515,8 +614,7 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         # it is judged at the next poll, from a fresh read.
         acted = self._snapshot_running if snapshot is not None else set()
         try:
-            jobs = {j.job_id: j for j in (snapshot if snapshot is not None
-                                          else self._poll_jobs())}
+            jobs = {j.job_id: j for j in (snapshot if snapshot is not None else self._poll_jobs())}
         except ControllerUnavailable as err:
             log.warning("squeue failed (%s); discovery skipped", err)
             return []
@@ -536,10 +634,15 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
                     raise
                 except Exception as err:  # the job at fault stays held; the rest are served
                     log.exception("adopting Slurm job %d failed", sj.job_id)
-                    self.adoption.refuse(sj, f"internal error while adopting it: "
-                                             f"{type(err).__name__}: {err}")
-            elif not tracked.running and not tracked.completed and sj.finished and \
-                    sj.job_id not in acted:
+                    self.adoption.refuse(
+                        sj, f"internal error while adopting it: {type(err).__name__}: {err}"
+                    )
+            elif (
+                not tracked.running
+                and not tracked.completed
+                and sj.finished
+                and sj.job_id not in acted
+            ):
                 reason = f"{sj.state.lower()} while pending"
                 ex.forget(eid, reason)
                 events.append(JobFailure(time=now, job_id=eid, reason=reason))
@@ -566,8 +669,9 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         self._tick = time.monotonic()
         return events
 
-    def _discovered(self, sj: SlurmJob, engine: Engine, ex: ControllerExecutor, now: float
-                    ) -> list[Event]:
+    def _discovered(
+        self, sj: SlurmJob, engine: Engine, ex: ControllerExecutor, now: float
+    ) -> list[Event]:
         """A managed job the engine does not know yet: normally a new held job (-> arrival).
         A marked job that someone released (an admin, a bypassed hook) is held back first; one
         that already runs — released behind our back, or a fail-open job taken back — is
@@ -592,13 +696,19 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             return []
         self.adoption.add(sj, spec, "pending")
         if sj.state in RUNNING_STATES and self.adoption.adopt_running(
-                engine, ex, spec, sj, None, now, time.time()):
-            log.info("adopted running job %s (Slurm %d) on %s", eid, sj.job_id,
-                     ",".join(sj.nodes))
+            engine, ex, spec, sj, None, now, time.time()
+        ):
+            log.info("adopted running job %s (Slurm %d) on %s", eid, sj.job_id, ",".join(sj.nodes))
             return [Timer(time=now, name="adopted")]
         ex.adopt_pending(spec, sj)
-        log.info("new job %s (Slurm %d, %s, GPUs %d..%d)", eid, sj.job_id, sj.state,
-                 spec.min_gpus, spec.max_gpus)
+        log.info(
+            "new job %s (Slurm %d, %s, GPUs %d..%d)",
+            eid,
+            sj.job_id,
+            sj.state,
+            spec.min_gpus,
+            spec.max_gpus,
+        )
         return [JobArrival(time=now, job=spec)]
 
     def _cluster_nodes_now(self, engine: Engine) -> set[str] | None:
@@ -611,16 +721,26 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         except ControllerUnavailable:
             return None
         wanted = set(self.settings.partitions)
-        return {n.name for n in nodes if n.gpus > 0 and (
-            not wanted or wanted & set(n.raw.get("partitions") or []))}
+        return {
+            n.name
+            for n in nodes
+            if n.gpus > 0 and (not wanted or wanted & set(n.raw.get("partitions") or []))
+        }
 
     def _sync(self, engine: Engine, now: float) -> None:
         """Journal every live job's state and progress, and the engine's new records."""
         journal = self.journal
         assert journal is not None
-        updates = [JobUpdate(engine_id=j.id, state="running", done=j.done_at(now), gpus=j.gpus,
-                             placement=allocation_counts(j.allocation))
-                   for j in engine.running.values()]
+        updates = [
+            JobUpdate(
+                engine_id=j.id,
+                state="running",
+                done=j.done_at(now),
+                gpus=j.gpus,
+                placement=allocation_counts(j.allocation),
+            )
+            for j in engine.running.values()
+        ]
         # A pending job's row changes only when its progress does (a stop): with hundreds
         # queued, rewriting every unchanged row twice a cycle was most of the journal's cost.
         # Running jobs are always written: a restart extrapolates their progress from the
@@ -633,20 +753,32 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             if written.get(j.id) != done:
                 updates.append(JobUpdate(engine_id=j.id, state="pending", done=done))
                 written[j.id] = done
-        for rec in engine.records[self._records_seen:]:
+        for rec in engine.records[self._records_seen :]:
             written.pop(rec.job_id, None)
             if rec.failed:
-                updates.append(JobUpdate(engine_id=rec.job_id, state="failed",
-                                         done=rec.done_iterations, reason=rec.failure or ""))
+                updates.append(
+                    JobUpdate(
+                        engine_id=rec.job_id,
+                        state="failed",
+                        done=rec.done_iterations,
+                        reason=rec.failure or "",
+                    )
+                )
             else:
-                updates.append(JobUpdate(engine_id=rec.job_id, state="completed",
-                                         done=rec.done_iterations, reason="completed"))
-            log.info("%s %s", rec.job_id, "failed: " + (rec.failure or "") if rec.failed
-                     else "completed")
+                updates.append(
+                    JobUpdate(
+                        engine_id=rec.job_id,
+                        state="completed",
+                        done=rec.done_iterations,
+                        reason="completed",
+                    )
+                )
+            log.info(
+                "%s %s", rec.job_id, "failed: " + (rec.failure or "") if rec.failed else "completed"
+            )
         for job_id, reason in engine.rejected:
             written.pop(job_id, None)
-            updates.append(JobUpdate(engine_id=job_id, state="rejected", done=0.0,
-                                     reason=reason))
+            updates.append(JobUpdate(engine_id=job_id, state="rejected", done=0.0, reason=reason))
         engine.rejected.clear()
         journal.update_jobs(updates)
         if self._reasons is not None and self._executor is not None:
@@ -663,4 +795,3 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
         if time.monotonic() - self._last_touch > 10.0:
             journal.touch_run(self.run_id)
             self._last_touch = time.monotonic()
-

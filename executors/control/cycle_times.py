@@ -52,27 +52,41 @@ class CycleTimes:
     """A bounded ring of per-cycle timings plus totals over the whole run."""
 
     ring: int = RING
-    rows: deque[tuple[float, float | None, float | None, float | None, float | None, int,
-                      int]] = field(init=False)
+    rows: deque[tuple[float, float | None, float | None, float | None, float | None, int, int]] = (
+        field(init=False)
+    )
     cycles: int = 0
     """Cycles recorded since the run began (the ring holds at most ``ring`` of them)."""
-    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("poll_s", "decide_s", "apply_s", "sync_s"), 0.0))
-    maxima: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("poll_s", "decide_s", "apply_s", "sync_s"), 0.0))
+    totals: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("poll_s", "decide_s", "apply_s", "sync_s"), 0.0)
+    )
+    maxima: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("poll_s", "decide_s", "apply_s", "sync_s"), 0.0)
+    )
     _flushed: float = 0.0
 
     def __post_init__(self) -> None:
         self.rows = deque(maxlen=self.ring)
 
-    def add(self, poll_s: float | None, decide_s: float | None, apply_s: float | None,
-            sync_s: float | None, jobs: int, full_reads: int = 0) -> None:
+    def add(
+        self,
+        poll_s: float | None,
+        decide_s: float | None,
+        apply_s: float | None,
+        sync_s: float | None,
+        jobs: int,
+        full_reads: int = 0,
+    ) -> None:
         """Record one cycle (wall seconds; None for a part the cycle did not have: no poll,
         or a poll that brought no event and so no decision)."""
         self.rows.append((time.time(), poll_s, decide_s, apply_s, sync_s, jobs, full_reads))
         self.cycles += 1
-        for key, value in (("poll_s", poll_s), ("decide_s", decide_s), ("apply_s", apply_s),
-                           ("sync_s", sync_s)):
+        for key, value in (
+            ("poll_s", poll_s),
+            ("decide_s", decide_s),
+            ("apply_s", apply_s),
+            ("sync_s", sync_s),
+        ):
             if value is None:
                 continue
             self.totals[key] += value
@@ -90,15 +104,20 @@ class CycleTimes:
     def to_json(self, counters: dict[str, int] | None = None) -> str:
         """The ring and totals as one JSON document (rounded to microseconds); ``counters``
         (e.g. Slurm commands run, by verb) are written beside them."""
-        return json.dumps({
-            "counters": dict(sorted((counters or {}).items())),
-            "columns": list(COLUMNS),
-            "rows": [[round(t, 3), *(None if v is None else round(v, 6) for v in r), n, f]
-                     for t, *r, n, f in self.rows],
-            "cycles": self.cycles,
-            "totals": {k: round(v, 6) for k, v in self.totals.items()},
-            "max": {k: round(v, 6) for k, v in self.maxima.items()},
-        }, separators=(",", ":"))
+        return json.dumps(
+            {
+                "counters": dict(sorted((counters or {}).items())),
+                "columns": list(COLUMNS),
+                "rows": [
+                    [round(t, 3), *(None if v is None else round(v, 6) for v in r), n, f]
+                    for t, *r, n, f in self.rows
+                ],
+                "cycles": self.cycles,
+                "totals": {k: round(v, 6) for k, v in self.totals.items()},
+                "max": {k: round(v, 6) for k, v in self.maxima.items()},
+            },
+            separators=(",", ":"),
+        )
 
 
 def load(text: str | None) -> list[dict[str, float | None]]:
@@ -108,8 +127,13 @@ def load(text: str | None) -> list[dict[str, float | None]]:
         return []
     doc = json.loads(text)
     cols = doc.get("columns") or list(COLUMNS)
-    return [{name: None if value is None else float(value)
-             for name, value in zip(cols, row, strict=False)} for row in doc.get("rows") or []]
+    return [
+        {
+            name: None if value is None else float(value)
+            for name, value in zip(cols, row, strict=False)
+        }
+        for row in doc.get("rows") or []
+    ]
 
 
 def percentile(values: list[float], q: float) -> float:

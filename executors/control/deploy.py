@@ -73,17 +73,27 @@ def _state_dir(state_db: Path) -> CheckResult:
     except FileNotFoundError:
         parent = next((p for p in directory.parents if p.exists()), Path("/"))
         if os.access(parent, os.W_OK):
-            return CheckResult("state-dir", True, f"{directory} does not exist yet; the "
-                               "controller creates it 0700 at its first start")
-        return CheckResult("state-dir", False, f"{directory} does not exist and this user "
-                           f"cannot create it in {parent} (systemd's StateDirectory= creates "
-                           "it, or: install -d -m 0700 -o USER DIR)")
+            return CheckResult(
+                "state-dir",
+                True,
+                f"{directory} does not exist yet; the "
+                "controller creates it 0700 at its first start",
+            )
+        return CheckResult(
+            "state-dir",
+            False,
+            f"{directory} does not exist and this user "
+            f"cannot create it in {parent} (systemd's StateDirectory= creates "
+            "it, or: install -d -m 0700 -o USER DIR)",
+        )
     mode = stat_mod.S_IMODE(st.st_mode)
     if mode & 0o077:
-        return CheckResult("state-dir", False, f"{directory} is not private (mode {mode:o}); "
-                           f"chmod 700 {directory}")
-    return CheckResult("state-dir", True, f"{directory} is this user's (uid {os.geteuid()}), "
-                       f"mode {mode:o}")
+        return CheckResult(
+            "state-dir", False, f"{directory} is not private (mode {mode:o}); chmod 700 {directory}"
+        )
+    return CheckResult(
+        "state-dir", True, f"{directory} is this user's (uid {os.geteuid()}), mode {mode:o}"
+    )
 
 
 def _journal(state_db: Path) -> CheckResult:
@@ -102,14 +112,22 @@ def _journal(state_db: Path) -> CheckResult:
     except sqlite3.Error as err:
         return CheckResult("journal", False, f"{state_db} cannot be read: {err}")
     if version > SCHEMA_VERSION:
-        return CheckResult("journal", False, f"{state_db} has schema {version}, written by a "
-                           f"newer gpuplan (this {__version__} knows {SCHEMA_VERSION})")
+        return CheckResult(
+            "journal",
+            False,
+            f"{state_db} has schema {version}, written by a "
+            f"newer gpuplan (this {__version__} knows {SCHEMA_VERSION})",
+        )
     if version < 1:
         return CheckResult("journal", False, f"{state_db} holds no gpuplan journal (schema 0)")
     if version < SCHEMA_VERSION:
-        return CheckResult("journal", True, f"{state_db} has schema {version}: migrated to "
-                           f"{SCHEMA_VERSION} at the next start (a copy is kept as "
-                           f"{state_db.name}.schema{version}.bak)")
+        return CheckResult(
+            "journal",
+            True,
+            f"{state_db} has schema {version}: migrated to "
+            f"{SCHEMA_VERSION} at the next start (a copy is kept as "
+            f"{state_db.name}.schema{version}.bak)",
+        )
     return CheckResult("journal", True, f"{state_db} has schema {version} (current)")
 
 
@@ -130,8 +148,9 @@ def _port(args: argparse.Namespace, state_db: Path) -> CheckResult:
     except OSError as err:
         run = _serving_run(host, int(port))
         if run is not None and run == _live_run(state_db):
-            return CheckResult("port", True, f"{where} is served by this journal's running "
-                               f"controller (run {run})")
+            return CheckResult(
+                "port", True, f"{where} is served by this journal's running controller (run {run})"
+            )
         return CheckResult("port", False, f"cannot bind {where}: {err.strerror}")
     return CheckResult("port", True, f"{where} is free")
 
@@ -171,8 +190,13 @@ def _live_run(state_db: Path) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def run_checks(args: argparse.Namespace, partitions: tuple[str, ...], state_db: Path,
-               heartbeat: Path, out: Callable[[str], None] = print) -> int:
+def run_checks(
+    args: argparse.Namespace,
+    partitions: tuple[str, ...],
+    state_db: Path,
+    heartbeat: Path,
+    out: Callable[[str], None] = print,
+) -> int:
     """Every check, one line each through ``out``; 0 when none failed, else 2 (the failing
     checks named on stderr)."""
     from gpuplan.executors.slurm.cli import SlurmCli, SlurmError, SlurmSetupError
@@ -188,6 +212,7 @@ def run_checks(args: argparse.Namespace, partitions: tuple[str, ...], state_db: 
     out(f"gpuplan {__version__}")
     if args.policy:
         from gpuplan.solver_core.registry import make_policy
+
         try:
             make_policy(args.policy)
             add(CheckResult("policy", True, args.policy))
@@ -199,8 +224,13 @@ def run_checks(args: argparse.Namespace, partitions: tuple[str, ...], state_db: 
         nodes = cli.check_setup((), args.connect_timeout)
         config = cli.show_config()
         reachable = True
-        add(CheckResult("slurm", True, f"slurmctld answers (Slurm "
-                        f"{config.get('SLURM_VERSION', '?')}, {len(nodes)} nodes)"))
+        add(
+            CheckResult(
+                "slurm",
+                True,
+                f"slurmctld answers (Slurm {config.get('SLURM_VERSION', '?')}, {len(nodes)} nodes)",
+            )
+        )
     except (SlurmSetupError, SlurmError) as err:
         add(CheckResult("slurm", False, str(err)))
     if not reachable:
@@ -210,10 +240,19 @@ def run_checks(args: argparse.Namespace, partitions: tuple[str, ...], state_db: 
         try:
             found = cli.check_setup(partitions, args.connect_timeout)
             wanted = set(partitions)
-            gpus = [n for n in found if n.gpus > 0 and (
-                not wanted or wanted & set(n.raw.get("partitions") or []))]
-            add(CheckResult("partition", True, f"{', '.join(partitions) or 'every partition'}: "
-                            f"{len(gpus)} GPU nodes, {sum(n.gpus for n in gpus)} GPUs"))
+            gpus = [
+                n
+                for n in found
+                if n.gpus > 0 and (not wanted or wanted & set(n.raw.get("partitions") or []))
+            ]
+            add(
+                CheckResult(
+                    "partition",
+                    True,
+                    f"{', '.join(partitions) or 'every partition'}: "
+                    f"{len(gpus)} GPU nodes, {sum(n.gpus for n in gpus)} GPUs",
+                )
+            )
         except (SlurmSetupError, SlurmError) as err:
             add(CheckResult("partition", False, str(err)))
         add(_hook(config, args.hook_file))
@@ -238,29 +277,46 @@ def _hook(config: dict[str, str], hook_file: str | None) -> CheckResult:
     ``--hook-file``) carries this release's ``GPUPLAN_HOOK_VERSION``."""
     plugins = config.get("JobSubmitPlugins", "")
     if not any(p.strip().split("/")[-1] == "lua" for p in plugins.split(",")):
-        return CheckResult("hook", False, f"slurmctld does not load the lua hook "
-                           f"(JobSubmitPlugins={plugins or 'none'}; set JobSubmitPlugins=lua)")
+        return CheckResult(
+            "hook",
+            False,
+            f"slurmctld does not load the lua hook "
+            f"(JobSubmitPlugins={plugins or 'none'}; set JobSubmitPlugins=lua)",
+        )
     if hook_file:
         path = Path(hook_file)
     else:
         conf = config.get("SLURM_CONF", "")
         if not conf or conf == "(null)":
-            return CheckResult("hook", False, "scontrol show config names no SLURM_CONF; pass "
-                               "--hook-file PATH")
+            return CheckResult(
+                "hook", False, "scontrol show config names no SLURM_CONF; pass --hook-file PATH"
+            )
         path = Path(conf).parent / "job_submit.lua"
     try:
         text = path.read_text(errors="replace")
     except OSError as err:
-        return CheckResult("hook", False, f"cannot read {path}: {err.strerror} (on another host "
-                           "than slurmctld, pass --hook-file with a copy of its hook)")
+        return CheckResult(
+            "hook",
+            False,
+            f"cannot read {path}: {err.strerror} (on another host "
+            "than slurmctld, pass --hook-file with a copy of its hook)",
+        )
     found = hook_version(text)
     if found is None:
-        return CheckResult("hook", False, f"{path} has no GPUPLAN_HOOK_VERSION line (older "
-                           f"than gpuplan 0.1.0?); install this release's job_submit.lua")
+        return CheckResult(
+            "hook",
+            False,
+            f"{path} has no GPUPLAN_HOOK_VERSION line (older "
+            f"than gpuplan 0.1.0?); install this release's job_submit.lua",
+        )
     if found != __version__:
-        return CheckResult("hook", False, f"{path} is gpuplan {found}'s hook, this is "
-                           f"{__version__}; install this release's job_submit.lua and run "
-                           "scontrol reconfigure")
+        return CheckResult(
+            "hook",
+            False,
+            f"{path} is gpuplan {found}'s hook, this is "
+            f"{__version__}; install this release's job_submit.lua and run "
+            "scontrol reconfigure",
+        )
     return CheckResult("hook", True, f"{path} (gpuplan {found}), JobSubmitPlugins={plugins}")
 
 
@@ -275,9 +331,11 @@ _NOT_PASSED = {"help", "check", "hook_file", "print_systemd_unit", "controller_p
 
 def _word(text: str, what: str) -> str:
     if not _SAFE.fullmatch(text):
-        raise InputError(f"--print-systemd-unit: {what} {text[:80]!r} holds characters a unit "
-                         "file would interpret (only letters, digits and _./:,=@+- are "
-                         "written)")
+        raise InputError(
+            f"--print-systemd-unit: {what} {text[:80]!r} holds characters a unit "
+            "file would interpret (only letters, digits and _./:,=@+- are "
+            "written)"
+        )
     return text
 
 
@@ -290,8 +348,11 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[
         value = getattr(args, action.dest, None)
         if value == action.default:
             continue
-        flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") \
+        flag = (
+            action.option_strings[-1]
+            if action.option_strings[-1].startswith("--")
             else action.option_strings[0]
+        )
         if isinstance(action, argparse._StoreConstAction):
             words.append(flag)
         elif isinstance(value, list):
@@ -334,8 +395,9 @@ RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
 """
 
 
-def systemd_unit(parser: argparse.ArgumentParser, args: argparse.Namespace, state_db: Path,
-                 heartbeat: Path) -> str:
+def systemd_unit(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, state_db: Path, heartbeat: Path
+) -> str:
     """The ``gpuplan-controller.service`` (or, with ``--fail-open-check``,
     ``gpuplan-failopen.service``) unit for these options, hardened (see the module
     docstring). Raises :class:`InputError` for a path or value a unit file cannot hold."""
@@ -359,10 +421,14 @@ def systemd_unit(parser: argparse.ArgumentParser, args: argparse.Namespace, stat
     rw = f"ReadWritePaths={' '.join(paths)}\n" if paths else ""
     exec_start = " ".join(argv)
     if args.fail_open_check:
-        kind = ("Type=simple\nRestart=always\nRestartSec=5\n" if args.watch is not None
-                else "Type=oneshot\n")
-        how = ("as a long-running service" if args.watch is not None
-               else "from gpuplan-failopen.timer")
+        kind = (
+            "Type=simple\nRestart=always\nRestartSec=5\n"
+            if args.watch is not None
+            else "Type=oneshot\n"
+        )
+        how = (
+            "as a long-running service" if args.watch is not None else "from gpuplan-failopen.timer"
+        )
         return f"""\
 # gpuplan-failopen.service: written by gpuplan {__version__} (`gpuplan slurm-controller
 # --print-systemd-unit --fail-open-check ...`). Run it on another host than the controller,
@@ -381,7 +447,7 @@ ExecStart={exec_start}
 # gpuplan-controller.service: written by gpuplan {__version__} (`gpuplan slurm-controller
 # --print-systemd-unit ...`); see docs/controller.md § 2.
 [Unit]
-Description=gpuplan Slurm controller ({_word(args.policy, '--policy')})
+Description=gpuplan Slurm controller ({_word(args.policy, "--policy")})
 After=network-online.target munge.service
 Wants=network-online.target
 
@@ -408,8 +474,9 @@ WantedBy=multi-user.target
 """
 
 
-def print_unit(parser: argparse.ArgumentParser, args: argparse.Namespace, state_db: Path,
-               heartbeat: Path) -> int:
+def print_unit(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, state_db: Path, heartbeat: Path
+) -> int:
     """``--print-systemd-unit``: the unit on stdout; exit 0."""
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.write(systemd_unit(parser, args, state_db, heartbeat))

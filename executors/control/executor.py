@@ -107,11 +107,19 @@ class ControllerExecutor(Executor):
     and uses only their public methods and hooks.
     """
 
-    def __init__(self, cluster: Cluster, *, cli: SlurmCli, journal: Journal, run_id: int,
-                 settings: ControllerSettings, failpoints: Failpoints,
-                 on_poll: Callable[[float], list[Event]] | None = None,
-                 read_jobs: Callable[[list[int]], list[SlurmJob]] | None = None,
-                 on_quiet_poll: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        cli: SlurmCli,
+        journal: Journal,
+        run_id: int,
+        settings: ControllerSettings,
+        failpoints: Failpoints,
+        on_poll: Callable[[float], list[Event]] | None = None,
+        read_jobs: Callable[[list[int]], list[SlurmJob]] | None = None,
+        on_quiet_poll: Callable[[float], None] | None = None,
+    ) -> None:
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         self.cli = cli
         self.journal = journal
@@ -129,14 +137,25 @@ class ControllerExecutor(Executor):
         self.arrivals: SubmitProbe | None = None
         """The arrival probe (None with ``arrival_check_s`` 0); its ``wakes`` count is logged."""
         self.slurm = SlurmExecutor(
-            cluster, (), cli=cli, state_dir=settings.work_dir, command=never_submit,
-            protocol="exit", poll_interval_s=settings.interval_s,
-            stop_timeout_s=settings.stop_timeout_s, max_wall_s=float("inf"),
+            cluster,
+            (),
+            cli=cli,
+            state_dir=settings.work_dir,
+            command=never_submit,
+            protocol="exit",
+            poll_interval_s=settings.interval_s,
+            stop_timeout_s=settings.stop_timeout_s,
+            max_wall_s=float("inf"),
             run_tag="controller",
             epoch=journal.origin,  # one engine clock across controller restarts
-            on_poll=on_poll, shape_hook=self._keep_untyped, stop_guard=self._journaled_stop,
+            on_poll=on_poll,
+            shape_hook=self._keep_untyped,
+            stop_guard=self._journaled_stop,
             until=lambda: self._shutdown,
-            wake=self._wake(settings), read_jobs=read_jobs, on_quiet_poll=on_quiet_poll)
+            wake=self._wake(settings),
+            read_jobs=read_jobs,
+            on_quiet_poll=on_quiet_poll,
+        )
         self.jobs = self.slurm.jobs
 
     def _wake(self, settings: ControllerSettings) -> Wake | None:
@@ -149,8 +168,7 @@ class ControllerExecutor(Executor):
             # Its own client with a short timeout: a hung look must not hold the idle loop.
             probe_cli = SlurmCli(self.cli.env, timeout=PROBE_TIMEOUT_S, bindir=self.cli.bindir)
             self._probe_cli = probe_cli
-            self.arrivals = SubmitProbe(lambda: probe_cli.run(["sdiag"]),
-                                        settings.arrival_check_s)
+            self.arrivals = SubmitProbe(lambda: probe_cli.run(["sdiag"]), settings.arrival_check_s)
             sources.append(self.arrivals)
         return AnyWake(*sources) if sources else None
 
@@ -194,8 +212,7 @@ class ControllerExecutor(Executor):
     def tracked_ids(self) -> list[str]:
         return list(self.jobs.tracked)
 
-    def adopt_pending(self, spec: JobSpec, sj: SlurmJob, *, stopped_at: float = 0.0
-                      ) -> TrackedJob:
+    def adopt_pending(self, spec: JobSpec, sj: SlurmJob, *, stopped_at: float = 0.0) -> TrackedJob:
         """Track a held Slurm job the engine will start (``prepare`` updates its shape,
         ``release`` sets ``StartTime=now`` and releases it)."""
         tracked = self.jobs.track_spec(spec)
@@ -219,9 +236,12 @@ class ControllerExecutor(Executor):
         tracked = self.jobs.tracked[job.id] = TrackedJob(spec=job.spec, key=file_key(job.id))
         tracked.job = job
         tracked.slurm_id = sj.job_id
-        tracked.shape = JobShape(nodes=tuple(sorted(shape)),
-                                 per_node=counts.pop() if len(counts) == 1 else None,
-                                 total=sum(shape.values()), gpu_type=typed)
+        tracked.shape = JobShape(
+            nodes=tuple(sorted(shape)),
+            per_node=counts.pop() if len(counts) == 1 else None,
+            total=sum(shape.values()),
+            gpu_type=typed,
+        )
         tracked.running = True
         tracked.restart_count = sj.restart_count
         self._typed[job.id] = typed is not None
@@ -257,8 +277,9 @@ class ControllerExecutor(Executor):
         restarted controller compares against to know whether the stop got as far as the
         requeue."""
         tracked = self.jobs.tracked
-        ids = {tracked[e].slurm_id: e for e in eids
-               if e in tracked and tracked[e].slurm_id is not None}
+        ids = {
+            tracked[e].slurm_id: e for e in eids if e in tracked and tracked[e].slurm_id is not None
+        }
         if not ids:
             return {}
         jobs = self.jobs.retry(lambda: self.cli.jobs(list(ids)))  # type: ignore[arg-type]
@@ -278,16 +299,24 @@ class ControllerExecutor(Executor):
         if not actions:
             return
         counts = self._restart_counts(a.job_id for a in actions if a.kind != "start")
-        intents = [ActionIntent(
-            engine_id=a.job_id, slurm_id=self._slurm_id_of(a.job_id), kind=a.kind,
-            before=allocation_counts(a.before), after=allocation_counts(a.after),
-            restart_count=counts.get(a.job_id, self._rc_of(a.job_id))) for a in actions]
+        intents = [
+            ActionIntent(
+                engine_id=a.job_id,
+                slurm_id=self._slurm_id_of(a.job_id),
+                kind=a.kind,
+                before=allocation_counts(a.before),
+                after=allocation_counts(a.after),
+                restart_count=counts.get(a.job_id, self._rc_of(a.job_id)),
+            )
+            for a in actions
+        ]
         try:
             plan_json = plan.model_dump_json(exclude={"stats"})
         except ValueError:  # a model_construct'ed plan the serializer rejects: keep the actions
             plan_json = json.dumps({"time": plan.time, "policy": plan.policy})
-        self.last_epoch, ids = self.journal.record_plan(self.run_id, plan.time, plan.policy,
-                                                        plan_json, intents)
+        self.last_epoch, ids = self.journal.record_plan(
+            self.run_id, plan.time, plan.policy, plan_json, intents
+        )
         self.plans += 1
         self.failpoints.hit("intent")
         try:
@@ -298,8 +327,9 @@ class ControllerExecutor(Executor):
         self.journal.settle(ids, "applied")
         self.failpoints.hit("applied")
 
-    def _journaled_stop(self, items: list[TrackedJob], reasons: Mapping[str, str],
-                        stop: Callable[[], None]) -> None:
+    def _journaled_stop(
+        self, items: list[TrackedJob], reasons: Mapping[str, str], stop: Callable[[], None]
+    ) -> None:
         """Every checkpoint-stop — planned, eviction, reconciliation or the Slurm executor's
         "running behind our back" path — gets its own intent, with the restart count just
         before the signal (the Slurm executor's ``stop_guard``)."""
@@ -308,17 +338,30 @@ class ControllerExecutor(Executor):
             stop()
             return
         counts = self._restart_counts(t.spec.id for t in live)
-        ids = self.journal.intend(self.run_id, [ActionIntent(
-            engine_id=t.spec.id, slurm_id=t.slurm_id, kind="stop",
-            before=shape_counts(t.shape),
-            after={}, restart_count=counts.get(t.spec.id, t.restart_count)) for t in live])
+        ids = self.journal.intend(
+            self.run_id,
+            [
+                ActionIntent(
+                    engine_id=t.spec.id,
+                    slurm_id=t.slurm_id,
+                    kind="stop",
+                    before=shape_counts(t.shape),
+                    after={},
+                    restart_count=counts.get(t.spec.id, t.restart_count),
+                )
+                for t in live
+            ],
+        )
         try:
             stop()
         except BaseException as err:
             self.journal.settle(ids, "failed", f"{type(err).__name__}: {err}"[:2000])
             raise
-        self.journal.settle(ids, "applied", ", ".join(
-            f"{t.spec.id}: {reasons.get(t.spec.id, 'stop')}" for t in live)[:2000])
+        self.journal.settle(
+            ids,
+            "applied",
+            ", ".join(f"{t.spec.id}: {reasons.get(t.spec.id, 'stop')}" for t in live)[:2000],
+        )
 
     def _slurm_id_of(self, eid: str) -> int | None:
         tracked = self.jobs.tracked.get(eid)
@@ -334,4 +377,3 @@ class ControllerExecutor(Executor):
             items = getattr(self.slurm, name)
             if len(items) > keep:
                 del items[:-keep]
-

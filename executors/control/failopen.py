@@ -69,8 +69,7 @@ def read_heartbeat(path: Path) -> dict[str, Any] | None:
         if not stat.S_ISREG(st.st_mode):
             raise BadHeartbeat("not a regular file")
         if st.st_mode & 0o022:
-            raise BadHeartbeat(f"writable by group or others (mode "
-                               f"{stat.S_IMODE(st.st_mode):o})")
+            raise BadHeartbeat(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
         chunks: list[bytes] = []
         size = 0
         while size <= HEARTBEAT_MAX_BYTES:
@@ -103,8 +102,11 @@ def heartbeat_age(path: Path, now: float | None = None) -> float:
         if info is None:
             return float("inf")
         stamp = info.get("time")
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) \
-                or not math.isfinite(stamp):
+        if (
+            isinstance(stamp, bool)
+            or not isinstance(stamp, (int, float))
+            or not math.isfinite(stamp)
+        ):
             raise BadHeartbeat("no finite 'time'")
     except BadHeartbeat as err:
         log.warning("heartbeat %s is not usable (%s): treated as stale", path, err)
@@ -115,8 +117,9 @@ def heartbeat_age(path: Path, now: float | None = None) -> float:
     return max(0.0, (time.time() if now is None else now) - float(stamp))
 
 
-def fail_open_check(cli: SlurmCli, heartbeat: Path, stale_after_s: float,
-                    partitions: Sequence[str] = ()) -> list[int]:
+def fail_open_check(
+    cli: SlurmCli, heartbeat: Path, stale_after_s: float, partitions: Sequence[str] = ()
+) -> list[int]:
     """Release engine-held jobs to Slurm's own scheduler if the controller's heartbeat is stale.
 
     Each held managed job gets ``AdminComment=gpuplan:failopen;...`` (so a returning controller
@@ -140,14 +143,17 @@ def fail_open_check(cli: SlurmCli, heartbeat: Path, stale_after_s: float,
         except SlurmError as err:
             # Still held and still marked "held": the next pass tries it again. One failure
             # must not strand the jobs after it.
-            log.error("fail-open: releasing job %d failed (%s); next pass retries", sj.job_id,
-                      err)
+            log.error("fail-open: releasing job %d failed (%s); next pass retries", sj.job_id, err)
             continue
         released.append(sj.job_id)
     if released:
-        log.warning("controller heartbeat %s is %s: released %d held job(s) to Slurm: %s",
-                    heartbeat, "missing" if age == float("inf") else f"{age:.0f} s old",
-                    len(released), " ".join(map(str, released)))
+        log.warning(
+            "controller heartbeat %s is %s: released %d held job(s) to Slurm: %s",
+            heartbeat,
+            "missing" if age == float("inf") else f"{age:.0f} s old",
+            len(released),
+            " ".join(map(str, released)),
+        )
     return released
 
 
@@ -165,8 +171,14 @@ def release_to_slurm(cli: SlurmCli, sj: SlurmJob, state: str) -> None:
     cli.update_job(sj.job_id, AdminComment=with_marker_state(sj.admin_comment, state))
 
 
-def watch_fail_open(cli: SlurmCli, heartbeat: Path, stale_after_s: float, every_s: float,
-                    partitions: Sequence[str] = (), stop: threading.Event | None = None) -> None:
+def watch_fail_open(
+    cli: SlurmCli,
+    heartbeat: Path,
+    stale_after_s: float,
+    every_s: float,
+    partitions: Sequence[str] = (),
+    stop: threading.Event | None = None,
+) -> None:
     """:func:`fail_open_check` every ``every_s`` seconds until ``stop`` is set."""
     stop = stop or threading.Event()
     while not stop.is_set():

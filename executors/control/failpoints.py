@@ -64,11 +64,11 @@ class FailpointCli(SlurmCli):
         """Successful commands by verb (``squeue``, ``update``, ``release``...): the
         controller journals them with its cycle times."""
 
-    def run(self, argv: Sequence[str], *, retry: bool = False, input_text: str | None = None
-            ) -> str:
+    def run(
+        self, argv: Sequence[str], *, retry: bool = False, input_text: str | None = None
+    ) -> str:
         out = super().run(argv, retry=retry, input_text=input_text)
         verb = _verb(argv)
         self.commands[verb] = self.commands.get(verb, 0) + 1
         self.failpoints.hit(f"cli.{verb}")
         return out
-

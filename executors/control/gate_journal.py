@@ -45,8 +45,7 @@ def restore_gate(engine: Engine, journal: MetaStore) -> None:
     gate.costs.restore(data)
 
 
-def save_gate(engine: Engine, journal: MetaStore, run_id: int, saved: dict[str, str]
-              ) -> None:
+def save_gate(engine: Engine, journal: MetaStore, run_id: int, saved: dict[str, str]) -> None:
     """Journal the gate's counters and costs when they changed since ``saved`` (the texts last
     written, updated in place)."""
     gate = engine.restart_gate

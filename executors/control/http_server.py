@@ -70,7 +70,7 @@ def host_allowed(header: str | None, names: frozenset[str]) -> bool:
         end = host.find("]")
         if end < 0:
             return False
-        literal, rest = host[1:end], host[end + 1:]
+        literal, rest = host[1:end], host[end + 1 :]
         if rest and not (rest.startswith(":") and rest[1:].isdigit()):
             return False
         try:
@@ -112,8 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found\n", "text/plain; charset=utf-8", JSON_CSP)
 
     def _not_allowed(self) -> None:
-        self._send(405, b"GET only\n", "text/plain; charset=utf-8", JSON_CSP,
-                   {"Allow": "GET"})
+        self._send(405, b"GET only\n", "text/plain; charset=utf-8", JSON_CSP, {"Allow": "GET"})
 
     def __getattr__(self, name: str) -> Any:
         # Every method but GET (HEAD, POST, PUT, OPTIONS, any made-up verb) is refused alike.
@@ -121,8 +120,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._not_allowed
         raise AttributeError(name)
 
-    def _send(self, code: int, body: bytes, ctype: str, csp: str,
-              extra: dict[str, str] | None = None) -> None:
+    def _send(
+        self, code: int, body: bytes, ctype: str, csp: str, extra: dict[str, str] | None = None
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -147,8 +147,9 @@ class LiveHttpServer(HTTPServer):
 
     allow_reuse_address = True
 
-    def __init__(self, bind: str, port: int, source: Callable[[], LiveSnapshot | None],
-                 **collector: Any) -> None:
+    def __init__(
+        self, bind: str, port: int, source: Callable[[], LiveSnapshot | None], **collector: Any
+    ) -> None:
         self.address_family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self.source = source
         self.registry = make_registry(source, **collector)
@@ -180,8 +181,7 @@ class LiveHttpServer(HTTPServer):
         doc: dict[str, Any] = snap.to_json() if snap is not None else {"starting": True}
         # < > & only occur inside JSON strings: escaped, no byte of it reads as markup
         text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
-        body = text.replace("<", "\\u003c").replace(">", "\\u003e").replace(
-            "&", "\\u0026").encode()
+        body = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
         self._json = (snap, body)
         return body
 
@@ -190,11 +190,14 @@ class LiveHttpServer(HTTPServer):
         return int(self.server_address[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="http", daemon=True
+        )
         self._thread.start()
-        log.info("serving metrics and the live page on http://%s/ (GET /metrics, /, "
-                 "/state.json)", _url_host(self.server_address))
+        log.info(
+            "serving metrics and the live page on http://%s/ (GET /metrics, /, /state.json)",
+            _url_host(self.server_address),
+        )
 
     def stop(self) -> None:
         if self._thread is not None:

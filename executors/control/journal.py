@@ -188,8 +188,14 @@ class Journal:
     controller.
     """
 
-    def __init__(self, path: str | Path, *, writer: bool = True, lock_timeout_s: float = 0.0,
-                 failpoints: Failpoints | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        writer: bool = True,
+        lock_timeout_s: float = 0.0,
+        failpoints: Failpoints | None = None,
+    ) -> None:
         self.path = Path(path)
         self.writer = writer
         self._lock: IO[str] | None = None
@@ -197,8 +203,7 @@ class Journal:
         if writer:
             check_state_path(self.path)  # before anything is created
             _private_dir(self.path.parent)
-            self._lock = _take_lock(self.path.with_name(self.path.name + ".lock"),
-                                    lock_timeout_s)
+            self._lock = _take_lock(self.path.with_name(self.path.name + ".lock"), lock_timeout_s)
             try:
                 remove_leftovers(self.path)
                 if _check_existing(self.path):
@@ -217,8 +222,9 @@ class Journal:
         try:
             # isolation_level=None: no implicit transactions; every write goes through
             # transaction() with an explicit BEGIN IMMEDIATE, so what is atomic is visible here.
-            self.db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0,
-                                      check_same_thread=False)
+            self.db = sqlite3.connect(
+                uri, uri=True, isolation_level=None, timeout=30.0, check_same_thread=False
+            )
         except sqlite3.Error as err:
             self.close()
             raise JournalError(f"cannot open journal {self.path}: {err}") from err
@@ -227,26 +233,34 @@ class Journal:
             if writer:
                 mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
-                    raise JournalError(f"{self.path}: SQLite refused WAL mode ({mode}); is it on "
-                                       "a network file system?")
+                    raise JournalError(
+                        f"{self.path}: SQLite refused WAL mode ({mode}); is it on "
+                        "a network file system?"
+                    )
                 # FULL: an intent is on disk before the action it announces starts, even if the
                 # machine (not only the process) dies right after.
                 self.db.execute("PRAGMA synchronous=FULL")
                 self.db.execute("PRAGMA foreign_keys=ON")
                 check = self.db.execute("PRAGMA quick_check").fetchone()[0]
                 if str(check).lower() != "ok":
-                    raise JournalError(f"journal {self.path} is damaged ({check}); "
-                                       "refusing to use it")
+                    raise JournalError(
+                        f"journal {self.path} is damaged ({check}); refusing to use it"
+                    )
                 self._migrate()
             else:
                 version = self.db.execute("PRAGMA user_version").fetchone()[0]
                 if version != SCHEMA_VERSION:
                     # A reader never migrates (it may run beside an older controller that
                     # still writes this journal); the upgraded controller's writer does.
-                    hint = (": the controller of this release migrates it when it starts"
-                            if 0 < version < SCHEMA_VERSION else "")
-                    raise JournalError(f"{self.path}: schema version {version}, this gpuplan "
-                                       f"reads {SCHEMA_VERSION}{hint}")
+                    hint = (
+                        ": the controller of this release migrates it when it starts"
+                        if 0 < version < SCHEMA_VERSION
+                        else ""
+                    )
+                    raise JournalError(
+                        f"{self.path}: schema version {version}, this gpuplan "
+                        f"reads {SCHEMA_VERSION}{hint}"
+                    )
         except sqlite3.DatabaseError as err:
             self.close()
             raise JournalError(f"{self.path} is not a usable journal: {err}") from err
@@ -293,8 +307,10 @@ class Journal:
         the journal exactly as the previous release wrote it."""
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise JournalError(f"{self.path}: written by a newer gpuplan (schema {version}; this "
-                               f"one knows {SCHEMA_VERSION}); refusing to touch it")
+            raise JournalError(
+                f"{self.path}: written by a newer gpuplan (schema {version}; this "
+                f"one knows {SCHEMA_VERSION}); refusing to touch it"
+            )
         if version == SCHEMA_VERSION:
             return
         if version == 0:
@@ -302,35 +318,51 @@ class Journal:
             # here is not one gpuplan created (an empty SQLite database someone made, or our
             # file with its header lost). Creating tables in it would silently start over and
             # forget every open intent.
-            raise JournalError(f"{self.path} exists but holds no gpuplan journal (schema 0); "
-                               "refusing to start a fresh journal over it: move it away, or "
-                               "restore the real one")
+            raise JournalError(
+                f"{self.path} exists but holds no gpuplan journal (schema 0); "
+                "refusing to start a fresh journal over it: move it away, or "
+                "restore the real one"
+            )
         missing = [v for v in range(version, SCHEMA_VERSION) if v not in MIGRATIONS]
         if missing:
-            raise JournalError(f"{self.path}: no migration from schema {missing[0]}; "
-                               "refusing to touch it")
+            raise JournalError(
+                f"{self.path}: no migration from schema {missing[0]}; refusing to touch it"
+            )
         try:
             backup = backup_copy(self.db, self.path, version)
         except (OSError, sqlite3.Error) as err:
-            raise JournalError(f"cannot back up journal {self.path} before migrating it from "
-                               f"schema {version}: {err}; nothing was changed") from err
+            raise JournalError(
+                f"cannot back up journal {self.path} before migrating it from "
+                f"schema {version}: {err}; nothing was changed"
+            ) from err
         try:
             with self.transaction() as db:
                 for step in range(version, SCHEMA_VERSION):
                     MIGRATIONS[step](db)
                 self._failpoints.hit("journal.migrate")
-                db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO "
-                           "UPDATE SET value = excluded.value",
-                           (f"migrated:{version}->{SCHEMA_VERSION}",
-                            json.dumps({"time": time.time(), "by": __version__,
-                                        "backup": backup.name})))
+                db.execute(
+                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO "
+                    "UPDATE SET value = excluded.value",
+                    (
+                        f"migrated:{version}->{SCHEMA_VERSION}",
+                        json.dumps({"time": time.time(), "by": __version__, "backup": backup.name}),
+                    ),
+                )
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as err:
-            raise JournalError(f"migrating journal {self.path} from schema {version} to "
-                               f"{SCHEMA_VERSION} failed: {err}; the journal is unchanged "
-                               f"(backup {backup})") from err
-        log.info("journal %s migrated from schema %d to %d (the schema-%d copy is %s)",
-                 self.path, version, SCHEMA_VERSION, version, backup)
+            raise JournalError(
+                f"migrating journal {self.path} from schema {version} to "
+                f"{SCHEMA_VERSION} failed: {err}; the journal is unchanged "
+                f"(backup {backup})"
+            ) from err
+        log.info(
+            "journal %s migrated from schema %d to %d (the schema-%d copy is %s)",
+            self.path,
+            version,
+            SCHEMA_VERSION,
+            version,
+            backup,
+        )
 
     @property
     def schema_version(self) -> int:
@@ -343,8 +375,11 @@ class Journal:
 
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as db:
-            db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
-                       "SET value = excluded.value", (key, value))
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                "SET value = excluded.value",
+                (key, value),
+            )
 
     @property
     def origin(self) -> float:
@@ -356,9 +391,11 @@ class Journal:
     def begin_run(self, policy: str) -> int:
         now = time.time()
         with self.transaction() as db:
-            cur = db.execute("INSERT INTO runs(pid, host, policy, started, last_seen, version) "
-                             "VALUES (?, ?, ?, ?, ?, ?)", (os.getpid(), socket.gethostname(),
-                                                           policy, now, now, __version__))
+            cur = db.execute(
+                "INSERT INTO runs(pid, host, policy, started, last_seen, version) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (os.getpid(), socket.gethostname(), policy, now, now, __version__),
+            )
             return int(cur.lastrowid)  # type: ignore[arg-type]
 
     def touch_run(self, run_id: int) -> None:
@@ -368,17 +405,28 @@ class Journal:
     def end_run(self, run_id: int, exit_: str) -> None:
         now = time.time()
         with self.transaction() as db:
-            db.execute("UPDATE runs SET ended = ?, last_seen = ?, exit = ? WHERE run_id = ?",
-                       (now, now, exit_, run_id))
+            db.execute(
+                "UPDATE runs SET ended = ?, last_seen = ?, exit = ? WHERE run_id = ?",
+                (now, now, exit_, run_id),
+            )
 
     def runs(self) -> list[RunRow]:
-        return [RunRow(**dict(r)) for r in
-                self.db.execute("SELECT * FROM runs ORDER BY run_id")]
+        return [RunRow(**dict(r)) for r in self.db.execute("SELECT * FROM runs ORDER BY run_id")]
 
     # ------------------------------------------------------------------ jobs
-    def add_job(self, engine_id: str, slurm_id: int, fingerprint: str, submit_time: float,
-                spec: Mapping[str, Any] | None, state: str, *, done: float = 0.0,
-                restart_count: int = 0, reason: str = "") -> None:
+    def add_job(
+        self,
+        engine_id: str,
+        slurm_id: int,
+        fingerprint: str,
+        submit_time: float,
+        spec: Mapping[str, Any] | None,
+        state: str,
+        *,
+        done: float = 0.0,
+        restart_count: int = 0,
+        reason: str = "",
+    ) -> None:
         """Insert a job, or refresh an existing row of the *same* Slurm job.
 
         A row with this engine id but another ``fingerprint`` (what the job is: owner, name,
@@ -390,31 +438,59 @@ class Journal:
         now = time.time()
         spec_json = None if spec is None else json.dumps(spec, sort_keys=True)
         with self.transaction() as db:
-            old = db.execute("SELECT fingerprint, first_seen FROM jobs WHERE engine_id = ?",
-                             (engine_id,)).fetchone()
+            old = db.execute(
+                "SELECT fingerprint, first_seen FROM jobs WHERE engine_id = ?", (engine_id,)
+            ).fetchone()
             if old is not None and old[0] != fingerprint:
-                db.execute("UPDATE jobs SET engine_id = ?, state = CASE WHEN state IN "
-                           "('pending', 'running') THEN 'gone' ELSE state END WHERE "
-                           "engine_id = ?", (f"{engine_id}~{float(old[1]):.0f}", engine_id))
+                db.execute(
+                    "UPDATE jobs SET engine_id = ?, state = CASE WHEN state IN "
+                    "('pending', 'running') THEN 'gone' ELSE state END WHERE "
+                    "engine_id = ?",
+                    (f"{engine_id}~{float(old[1]):.0f}", engine_id),
+                )
                 old = None
             if old is None:
                 db.execute(
                     "INSERT INTO jobs(engine_id, slurm_id, fingerprint, submit_time, spec, state, "
                     "done, restart_count, first_seen, updated, reason) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (engine_id, slurm_id, fingerprint, submit_time, spec_json, state, done,
-                     restart_count, now, now, reason))
+                    (
+                        engine_id,
+                        slurm_id,
+                        fingerprint,
+                        submit_time,
+                        spec_json,
+                        state,
+                        done,
+                        restart_count,
+                        now,
+                        now,
+                        reason,
+                    ),
+                )
             else:
-                db.execute("UPDATE jobs SET spec = COALESCE(?, spec), state = ?, "
-                           "restart_count = ?, updated = ?, reason = ? WHERE engine_id = ?",
-                           (spec_json, state, restart_count, now, reason, engine_id))
+                db.execute(
+                    "UPDATE jobs SET spec = COALESCE(?, spec), state = ?, "
+                    "restart_count = ?, updated = ?, reason = ? WHERE engine_id = ?",
+                    (spec_json, state, restart_count, now, reason, engine_id),
+                )
 
     def update_jobs(self, updates: Iterable[JobUpdate]) -> int:
         """Record state/progress of many jobs in one transaction; returns rows changed."""
         now = time.time()
-        rows = [(u.state, float(u.done), int(u.gpus),
-                 json.dumps(dict(u.placement or {}), sort_keys=True), u.restart_count,
-                 u.reason, now, u.engine_id) for u in updates]
+        rows = [
+            (
+                u.state,
+                float(u.done),
+                int(u.gpus),
+                json.dumps(dict(u.placement or {}), sort_keys=True),
+                u.restart_count,
+                u.reason,
+                now,
+                u.engine_id,
+            )
+            for u in updates
+        ]
         for u in rows:
             _check_state(u[0])
         if not rows:
@@ -423,14 +499,18 @@ class Journal:
             cur = db.executemany(
                 "UPDATE jobs SET state = ?, done = ?, gpus = ?, placement = ?, "
                 "restart_count = COALESCE(?, restart_count), reason = COALESCE(?, reason), "
-                "updated = ? WHERE engine_id = ?", rows)
+                "updated = ? WHERE engine_id = ?",
+                rows,
+            )
             return int(cur.rowcount)
 
     def set_state(self, engine_id: str, state: str, reason: str = "") -> None:
         _check_state(state)
         with self.transaction() as db:
-            db.execute("UPDATE jobs SET state = ?, reason = ?, updated = ? WHERE engine_id = ?",
-                       (state, reason, time.time(), engine_id))
+            db.execute(
+                "UPDATE jobs SET state = ?, reason = ?, updated = ? WHERE engine_id = ?",
+                (state, reason, time.time(), engine_id),
+            )
 
     def jobs(self, states: Sequence[str] | None = None) -> dict[str, JobRow]:
         sql = "SELECT * FROM jobs"
@@ -445,15 +525,23 @@ class Journal:
         return None if r is None else _job_row(r)
 
     # ------------------------------------------------------------------ plans and actions
-    def record_plan(self, run_id: int, engine_time: float, policy: str, plan_json: str,
-                    intents: Sequence[ActionIntent]) -> tuple[int, list[int]]:
+    def record_plan(
+        self,
+        run_id: int,
+        engine_time: float,
+        policy: str,
+        plan_json: str,
+        intents: Sequence[ActionIntent],
+    ) -> tuple[int, list[int]]:
         """Write a plan and one ``intended`` row per action in ONE transaction, before acting.
 
         Returns (epoch, action ids)."""
         now = time.time()
         with self.transaction() as db:
-            cur = db.execute("INSERT INTO plans(run_id, time, engine_time, policy, plan) VALUES "
-                             "(?, ?, ?, ?, ?)", (run_id, now, engine_time, policy, plan_json))
+            cur = db.execute(
+                "INSERT INTO plans(run_id, time, engine_time, policy, plan) VALUES (?, ?, ?, ?, ?)",
+                (run_id, now, engine_time, policy, plan_json),
+            )
             epoch = int(cur.lastrowid)  # type: ignore[arg-type]
             ids = [self._insert_intent(db, run_id, epoch, i, now) for i in intents]
         return epoch, ids
@@ -465,14 +553,24 @@ class Journal:
             return [self._insert_intent(db, run_id, None, i, now) for i in intents]
 
     @staticmethod
-    def _insert_intent(db: sqlite3.Connection, run_id: int, epoch: int | None,
-                       intent: ActionIntent, now: float) -> int:
+    def _insert_intent(
+        db: sqlite3.Connection, run_id: int, epoch: int | None, intent: ActionIntent, now: float
+    ) -> int:
         cur = db.execute(
             "INSERT INTO actions(epoch, run_id, engine_id, slurm_id, kind, before, after, "
             "restart_count, status, intended_at) VALUES (?,?,?,?,?,?,?,?,'intended',?)",
-            (epoch, run_id, intent.engine_id, intent.slurm_id, intent.kind,
-             json.dumps(dict(intent.before), sort_keys=True),
-             json.dumps(dict(intent.after), sort_keys=True), intent.restart_count, now))
+            (
+                epoch,
+                run_id,
+                intent.engine_id,
+                intent.slurm_id,
+                intent.kind,
+                json.dumps(dict(intent.before), sort_keys=True),
+                json.dumps(dict(intent.after), sort_keys=True),
+                intent.restart_count,
+                now,
+            ),
+        )
         return int(cur.lastrowid)  # type: ignore[arg-type]
 
     def settle(self, action_ids: Sequence[int], status: str, detail: str = "") -> None:
@@ -483,27 +581,36 @@ class Journal:
             return
         now = time.time()
         with self.transaction() as db:
-            db.executemany("UPDATE actions SET status = ?, settled_at = ?, detail = ? "
-                           "WHERE id = ? AND status = 'intended'",
-                           [(status, now, detail, i) for i in action_ids])
+            db.executemany(
+                "UPDATE actions SET status = ?, settled_at = ?, detail = ? "
+                "WHERE id = ? AND status = 'intended'",
+                [(status, now, detail, i) for i in action_ids],
+            )
 
     def open_actions(self) -> list[ActionRow]:
         """Actions with an intent and no outcome, oldest first."""
-        return [_action_row(r) for r in self.db.execute(
-            "SELECT * FROM actions WHERE status = 'intended' ORDER BY id")]
+        return [
+            _action_row(r)
+            for r in self.db.execute("SELECT * FROM actions WHERE status = 'intended' ORDER BY id")
+        ]
 
     def actions(self, engine_id: str | None = None) -> list[ActionRow]:
         if engine_id is None:
             rows = self.db.execute("SELECT * FROM actions ORDER BY id")
         else:
-            rows = self.db.execute("SELECT * FROM actions WHERE engine_id = ? ORDER BY id",
-                                   (engine_id,))
+            rows = self.db.execute(
+                "SELECT * FROM actions WHERE engine_id = ? ORDER BY id", (engine_id,)
+            )
         return [_action_row(r) for r in rows]
 
     # ------------------------------------------------------------------ reasons (schema 3)
-    def record_reasons(self, epoch: int | None, actions: Mapping[str, str],
-                       waiting: Mapping[str, str],
-                       history: Sequence[tuple[float, str, str, str]]) -> None:
+    def record_reasons(
+        self,
+        epoch: int | None,
+        actions: Mapping[str, str],
+        waiting: Mapping[str, str],
+        history: Sequence[tuple[float, str, str, str]],
+    ) -> None:
         """One decision's reasons in ONE transaction: ``actions`` (engine id -> reason JSON)
         onto the actions of plan ``epoch``; ``waiting`` (engine id -> reason JSON, ``''`` to
         clear) onto the jobs; ``history`` rows ``(engine time, engine id, kind, reason
@@ -513,23 +620,38 @@ class Journal:
         now = time.time()
         with self.transaction() as db:
             if epoch is not None and actions:
-                db.executemany("UPDATE actions SET reason = ? WHERE epoch = ? AND engine_id = ?",
-                               [(r, epoch, e) for e, r in actions.items()])
+                db.executemany(
+                    "UPDATE actions SET reason = ? WHERE epoch = ? AND engine_id = ?",
+                    [(r, epoch, e) for e, r in actions.items()],
+                )
             if waiting:
-                db.executemany("UPDATE jobs SET waiting = ? WHERE engine_id = ?",
-                               [(r, e) for e, r in waiting.items()])
+                db.executemany(
+                    "UPDATE jobs SET waiting = ? WHERE engine_id = ?",
+                    [(r, e) for e, r in waiting.items()],
+                )
             if history:
-                db.executemany("INSERT INTO reasons(time, engine_time, engine_id, kind, reason) "
-                               "VALUES (?, ?, ?, ?, ?)",
-                               [(now, t, e, k, r) for t, e, k, r in history])
+                db.executemany(
+                    "INSERT INTO reasons(time, engine_time, engine_id, kind, reason) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(now, t, e, k, r) for t, e, k, r in history],
+                )
 
     def reasons(self, engine_id: str) -> list[ReasonRow]:
         """A job's reason history, oldest first."""
-        rows = self.db.execute("SELECT * FROM reasons WHERE engine_id = ? ORDER BY id",
-                               (engine_id,))
-        return [ReasonRow(id=int(r["id"]), time=float(r["time"]),
-                          engine_time=float(r["engine_time"]), engine_id=r["engine_id"],
-                          kind=r["kind"], reason=r["reason"]) for r in rows]
+        rows = self.db.execute(
+            "SELECT * FROM reasons WHERE engine_id = ? ORDER BY id", (engine_id,)
+        )
+        return [
+            ReasonRow(
+                id=int(r["id"]),
+                time=float(r["time"]),
+                engine_time=float(r["engine_time"]),
+                engine_id=r["engine_id"],
+                kind=r["kind"],
+                reason=r["reason"],
+            )
+            for r in rows
+        ]
 
     def plan_count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM plans").fetchone()[0])
@@ -539,21 +661,31 @@ class Journal:
         since; open intents and live jobs are never deleted. Returns rows removed."""
         cutoff = time.time() - older_than_s
         with self.transaction() as db:
-            n = db.execute("DELETE FROM actions WHERE status != 'intended' AND intended_at < ?",
-                           (cutoff,)).rowcount
-            n += db.execute("DELETE FROM plans WHERE time < ? AND NOT EXISTS (SELECT 1 FROM "
-                            "actions a WHERE a.epoch = plans.epoch)", (cutoff,)).rowcount
-            n += db.execute("DELETE FROM reasons WHERE time < ? AND engine_id NOT IN (SELECT "
-                            "engine_id FROM jobs WHERE state IN ('pending', 'running'))",
-                            (cutoff,)).rowcount
-            n += db.execute("DELETE FROM jobs WHERE state IN ('completed','failed','gone',"
-                            "'failopen') AND updated < ?", (cutoff,)).rowcount
-            n += db.execute("DELETE FROM runs WHERE ended IS NOT NULL AND ended < ? AND NOT "
-                            "EXISTS (SELECT 1 FROM plans p WHERE p.run_id = runs.run_id) AND "
-                            "NOT EXISTS (SELECT 1 FROM actions a WHERE a.run_id = runs.run_id)",
-                            (cutoff,)).rowcount
+            n = db.execute(
+                "DELETE FROM actions WHERE status != 'intended' AND intended_at < ?", (cutoff,)
+            ).rowcount
+            n += db.execute(
+                "DELETE FROM plans WHERE time < ? AND NOT EXISTS (SELECT 1 FROM "
+                "actions a WHERE a.epoch = plans.epoch)",
+                (cutoff,),
+            ).rowcount
+            n += db.execute(
+                "DELETE FROM reasons WHERE time < ? AND engine_id NOT IN (SELECT "
+                "engine_id FROM jobs WHERE state IN ('pending', 'running'))",
+                (cutoff,),
+            ).rowcount
+            n += db.execute(
+                "DELETE FROM jobs WHERE state IN ('completed','failed','gone',"
+                "'failopen') AND updated < ?",
+                (cutoff,),
+            ).rowcount
+            n += db.execute(
+                "DELETE FROM runs WHERE ended IS NOT NULL AND ended < ? AND NOT "
+                "EXISTS (SELECT 1 FROM plans p WHERE p.run_id = runs.run_id) AND "
+                "NOT EXISTS (SELECT 1 FROM actions a WHERE a.run_id = runs.run_id)",
+                (cutoff,),
+            ).rowcount
         return int(n)
-
 
 
 def _check_state(state: str) -> None:
@@ -563,18 +695,37 @@ def _check_state(state: str) -> None:
 
 def _job_row(r: sqlite3.Row) -> JobRow:
     return JobRow(
-        engine_id=r["engine_id"], slurm_id=int(r["slurm_id"]), fingerprint=r["fingerprint"],
+        engine_id=r["engine_id"],
+        slurm_id=int(r["slurm_id"]),
+        fingerprint=r["fingerprint"],
         submit_time=float(r["submit_time"]),
-        spec=json.loads(r["spec"]) if r["spec"] else None, state=r["state"],
-        done=float(r["done"]), gpus=int(r["gpus"]), placement=json.loads(r["placement"] or "{}"),
-        restart_count=int(r["restart_count"]), first_seen=float(r["first_seen"]),
-        updated=float(r["updated"]), reason=r["reason"], waiting=r["waiting"])
+        spec=json.loads(r["spec"]) if r["spec"] else None,
+        state=r["state"],
+        done=float(r["done"]),
+        gpus=int(r["gpus"]),
+        placement=json.loads(r["placement"] or "{}"),
+        restart_count=int(r["restart_count"]),
+        first_seen=float(r["first_seen"]),
+        updated=float(r["updated"]),
+        reason=r["reason"],
+        waiting=r["waiting"],
+    )
 
 
 def _action_row(r: sqlite3.Row) -> ActionRow:
     return ActionRow(
-        id=int(r["id"]), epoch=r["epoch"], run_id=int(r["run_id"]), engine_id=r["engine_id"],
-        slurm_id=r["slurm_id"], kind=r["kind"], before=json.loads(r["before"] or "{}"),
-        after=json.loads(r["after"] or "{}"), restart_count=r["restart_count"],
-        status=r["status"], intended_at=float(r["intended_at"]), settled_at=r["settled_at"],
-        detail=r["detail"], reason=r["reason"])
+        id=int(r["id"]),
+        epoch=r["epoch"],
+        run_id=int(r["run_id"]),
+        engine_id=r["engine_id"],
+        slurm_id=r["slurm_id"],
+        kind=r["kind"],
+        before=json.loads(r["before"] or "{}"),
+        after=json.loads(r["after"] or "{}"),
+        restart_count=r["restart_count"],
+        status=r["status"],
+        intended_at=float(r["intended_at"]),
+        settled_at=r["settled_at"],
+        detail=r["detail"],
+        reason=r["reason"],
+    )

@@ -49,11 +49,14 @@ def _owner_problem(st: os.stat_result, what: str, path: Path) -> str | None:
     when it is): owned by another user, or writable by group/others (sticky or not: in a sticky
     ``/tmp`` another user still owns what they created first)."""
     if st.st_uid != os.geteuid():
-        return (f"{what} {path} belongs to uid {st.st_uid}, not to this controller's user "
-                f"(uid {os.geteuid()})")
+        return (
+            f"{what} {path} belongs to uid {st.st_uid}, not to this controller's user "
+            f"(uid {os.geteuid()})"
+        )
     if st.st_mode & 0o022:
-        return (f"{what} {path} is writable by group or others (mode "
-                f"{stat_mod.S_IMODE(st.st_mode):o})")
+        return (
+            f"{what} {path} is writable by group or others (mode {stat_mod.S_IMODE(st.st_mode):o})"
+        )
     return None
 
 
@@ -68,8 +71,7 @@ def check_state_path(path: str | Path) -> None:
     access). Raises :class:`UnsafeStatePath` naming the path."""
     path = Path(path)
     check_private_dir(path.parent)
-    for file, what in ((path, "journal"), (path.with_name(path.name + ".lock"),
-                                           "journal lock")):
+    for file, what in ((path, "journal"), (path.with_name(path.name + ".lock"), "journal lock")):
         try:
             st = os.lstat(file)
         except FileNotFoundError:
@@ -89,8 +91,10 @@ def check_private_dir(parent: Path, what: str = "journal directory") -> None:
     except OSError as err:
         raise UnsafeStatePath(f"{what} {parent}: {err.strerror}") from None
     if stat_mod.S_ISLNK(link.st_mode) and link.st_uid not in (0, os.geteuid()):
-        raise UnsafeStatePath(f"{what} {parent} is a symlink owned by uid {link.st_uid}; use "
-                              "a directory of this controller's user")
+        raise UnsafeStatePath(
+            f"{what} {parent} is a symlink owned by uid {link.st_uid}; use "
+            "a directory of this controller's user"
+        )
     try:
         st = os.stat(parent)
     except OSError as err:
@@ -109,8 +113,9 @@ def _check_private_file(st: os.stat_result, what: str, path: Path) -> None:
         raise UnsafeStatePath(f"{what} {path} is not a regular file; refusing to open it")
     problem = _owner_problem(st, what, path)
     if problem is None and st.st_mode & 0o077:
-        problem = (f"{what} {path} is readable by group or others (mode "
-                   f"{stat_mod.S_IMODE(st.st_mode):o})")
+        problem = (
+            f"{what} {path} is readable by group or others (mode {stat_mod.S_IMODE(st.st_mode):o})"
+        )
     if problem:
         raise UnsafeStatePath(f"{problem}; it must be a private file (0600) of this user")
 
@@ -158,8 +163,9 @@ def _create(path: Path, failpoints: Failpoints | None) -> None:
     file at ``path``."""
     hit = failpoints.hit if failpoints is not None else (lambda _name: None)
     tmp = path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(8)}")
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600))
+    os.close(
+        os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    )
     hit("journal.tmp")
     db = sqlite3.connect(_sqlite_uri(tmp, "rw"), uri=True, isolation_level=None)
     try:
@@ -172,15 +178,18 @@ def _create(path: Path, failpoints: Failpoints | None) -> None:
             if statement.strip():
                 db.execute(statement)
         now = time.time()
-        db.execute("INSERT INTO meta(key, value) VALUES ('created', ?), ('origin', ?)",
-                   (repr(now), repr(now)))
+        db.execute(
+            "INSERT INTO meta(key, value) VALUES ('created', ?), ('origin', ?)",
+            (repr(now), repr(now)),
+        )
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
         hit("journal.schema")
         busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         if busy:
-            raise JournalError(f"cannot create journal {path}: checkpoint of the new journal "
-                               "did not complete")
+            raise JournalError(
+                f"cannot create journal {path}: checkpoint of the new journal did not complete"
+            )
     finally:
         db.close()
     _fsync_file(tmp)
@@ -209,8 +218,9 @@ def backup_copy(db: sqlite3.Connection, path: Path, version: int) -> Path:
     a downgrade. Returns its path."""
     dest = path.with_name(f"{path.name}.schema{version}.bak")
     tmp = path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(8)}")
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600))
+    os.close(
+        os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    )
     try:
         copy = sqlite3.connect(_sqlite_uri(tmp, "rw"), uri=True, isolation_level=None)
         try:
@@ -248,18 +258,22 @@ def _check_existing(path: Path, *, private: bool = True) -> bool:
     if private:
         _check_private_file(st, "journal", path)
     elif not stat_mod.S_ISREG(st.st_mode):
-        raise JournalError(f"journal {path} is not a regular file (a symlink or device?); "
-                           "refusing to open it")
+        raise JournalError(
+            f"journal {path} is not a regular file (a symlink or device?); refusing to open it"
+        )
     if st.st_size == 0:
-        raise JournalError(f"journal {path} is empty (0 bytes): the real journal was lost or "
-                           "truncated; refusing to start over (open intents would be lost). "
-                           "Move it away to start a fresh journal")
+        raise JournalError(
+            f"journal {path} is empty (0 bytes): the real journal was lost or "
+            "truncated; refusing to start over (open intents would be lost). "
+            "Move it away to start a fresh journal"
+        )
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as fh:
         header = fh.read(16)
     if header != b"SQLite format 3\x00":
-        raise JournalError(f"journal {path} is not a SQLite database (damaged header); "
-                           "refusing to open it")
+        raise JournalError(
+            f"journal {path} is not a SQLite database (damaged header); refusing to open it"
+        )
     return False
 
 
@@ -271,8 +285,9 @@ def _sqlite_uri(path: Path, mode: str) -> str:
 
 def _take_lock(path: Path, timeout_s: float) -> IO[str]:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
     except OSError as err:
         raise UnsafeStatePath(f"journal lock {path}: {err.strerror}") from None
     try:
@@ -284,6 +299,7 @@ def _take_lock(path: Path, timeout_s: float) -> IO[str]:
     if not lock_with_pid(fh, timeout_s, poll_s=0.2):
         holder = path.read_text().strip() if path.exists() else "?"
         fh.close()
-        raise JournalError(f"journal {path.with_suffix('')} is in use by another "
-                           f"controller (pid {holder or '?'})")
+        raise JournalError(
+            f"journal {path.with_suffix('')} is in use by another controller (pid {holder or '?'})"
+        )
     return fh

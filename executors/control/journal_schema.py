@@ -128,14 +128,16 @@ def _v2_to_v3(db: sqlite3.Connection) -> None:
     Rows written before the upgrade read ``''``: no reason was recorded."""
     db.execute("ALTER TABLE jobs ADD COLUMN waiting TEXT NOT NULL DEFAULT ''")
     db.execute("ALTER TABLE actions ADD COLUMN reason TEXT NOT NULL DEFAULT ''")
-    db.execute("CREATE TABLE reasons (\n"
-               "    id          INTEGER PRIMARY KEY AUTOINCREMENT,\n"
-               "    time        REAL    NOT NULL,\n"
-               "    engine_time REAL    NOT NULL,\n"
-               "    engine_id   TEXT    NOT NULL,\n"
-               "    kind        TEXT    NOT NULL,\n"
-               "    reason      TEXT    NOT NULL\n"
-               ")")
+    db.execute(
+        "CREATE TABLE reasons (\n"
+        "    id          INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+        "    time        REAL    NOT NULL,\n"
+        "    engine_time REAL    NOT NULL,\n"
+        "    engine_id   TEXT    NOT NULL,\n"
+        "    kind        TEXT    NOT NULL,\n"
+        "    reason      TEXT    NOT NULL\n"
+        ")"
+    )
     db.execute("CREATE INDEX reasons_job ON reasons(engine_id)")
 
 

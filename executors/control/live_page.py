@@ -140,10 +140,12 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-CSP = ("default-src 'none'; "
-       f"script-src {_sha256(_SCRIPT)}; style-src {_sha256(_STYLE)}; "
-       "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
-       "frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; "
+    f"script-src {_sha256(_SCRIPT)}; style-src {_sha256(_STYLE)}; "
+    "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 """The page's Content-Security-Policy: only its own two inline blocks, only fetches to its
 own origin. ``/metrics`` and ``/state.json`` are served with ``default-src 'none'``."""
 

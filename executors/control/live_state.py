@@ -149,24 +149,53 @@ class LiveSnapshot:
     def to_json(self) -> dict[str, Any]:
         """The ``/state.json`` document (bounded by :data:`MAX_JOBS`, :data:`MAX_TEXT`)."""
         return {
-            "gpuplan": self.version, "policy": self.policy, "run": self.run_id,
+            "gpuplan": self.version,
+            "policy": self.policy,
+            "run": self.run_id,
             "time": round(self.time, 3),
             "nodes": [{"name": n, "gpus": g} for n, g in self.nodes],
-            "jobs": [{"id": j.engine_id, "slurm": j.slurm_id, "name": j.name, "user": j.user,
-                      "state": j.state, "gpus": j.gpus, "requested": j.requested,
-                      "placement": {n: list(g) for n, g in j.placement},
-                      "reason": j.reason, "submitted": round(j.submit_time, 3)}
-                     for j in self.jobs],
+            "jobs": [
+                {
+                    "id": j.engine_id,
+                    "slurm": j.slurm_id,
+                    "name": j.name,
+                    "user": j.user,
+                    "state": j.state,
+                    "gpus": j.gpus,
+                    "requested": j.requested,
+                    "placement": {n: list(g) for n, g in j.placement},
+                    "reason": j.reason,
+                    "submitted": round(j.submit_time, 3),
+                }
+                for j in self.jobs
+            ],
             "jobs_omitted": self.jobs_omitted,
-            "actions": [{"id": a.id, "time": round(a.time, 3), "job": a.engine_id,
-                         "slurm": a.slurm_id, "kind": a.kind, "before": dict(a.before),
-                         "after": dict(a.after), "status": a.status, "detail": a.detail,
-                         "reason": a.reason} for a in reversed(self.recent)],
-            "summary": {"queue": self.queue, "running": self.running,
-                        "held_refused": self.held_refused, "gpus_total": self.gpus_total,
-                        "gpus_allocated": self.gpus_allocated, "decisions": self.decisions,
-                        "plans": self.plans, "actions_open": self.actions_open,
-                        "failopen_jobs": self.failopen_jobs},
+            "actions": [
+                {
+                    "id": a.id,
+                    "time": round(a.time, 3),
+                    "job": a.engine_id,
+                    "slurm": a.slurm_id,
+                    "kind": a.kind,
+                    "before": dict(a.before),
+                    "after": dict(a.after),
+                    "status": a.status,
+                    "detail": a.detail,
+                    "reason": a.reason,
+                }
+                for a in reversed(self.recent)
+            ],
+            "summary": {
+                "queue": self.queue,
+                "running": self.running,
+                "held_refused": self.held_refused,
+                "gpus_total": self.gpus_total,
+                "gpus_allocated": self.gpus_allocated,
+                "decisions": self.decisions,
+                "plans": self.plans,
+                "actions_open": self.actions_open,
+                "failopen_jobs": self.failopen_jobs,
+            },
         }
 
 
@@ -184,8 +213,9 @@ class _Hist:
                 self.counts[i] += 1
 
     def frozen(self) -> Histogram:
-        return Histogram(tuple(zip(LATENCY_BUCKETS, self.counts, strict=True)), self.count,
-                         self.total)
+        return Histogram(
+            tuple(zip(LATENCY_BUCKETS, self.counts, strict=True)), self.count, self.total
+        )
 
 
 def _pairs(raw: str | None) -> tuple[tuple[str, int], ...]:
@@ -201,8 +231,13 @@ _JOB_COLUMNS = "engine_id, slurm_id, state, gpus, placement, reason, submit_time
 they are read once per job, :meth:`LivePublisher._spec_fields`)."""
 
 
-def _job_view(row: tuple[Any, ...], name: str, books: tuple[tuple[str, tuple[int, ...]], ...],
-              user: object, requested: object) -> JobView:
+def _job_view(
+    row: tuple[Any, ...],
+    name: str,
+    books: tuple[tuple[str, tuple[int, ...]], ...],
+    user: object,
+    requested: object,
+) -> JobView:
     """A job's view from its journal row (:data:`_JOB_COLUMNS`), Slurm name and, when it runs,
     the engine's GPU indices (node -> indices; used where they agree with the journal's
     node -> count, else the map shows the first GPUs of the node)."""
@@ -212,16 +247,26 @@ def _job_view(row: tuple[Any, ...], name: str, books: tuple[tuple[str, tuple[int
     placed: tuple[tuple[str, tuple[int, ...]], ...] = ()
     if state == "running":
         indices = dict(books)
-        placed = tuple((n, indices[n] if len(indices.get(n, ())) == c else tuple(range(c)))
-                       for n, c in _pairs(placement))
+        placed = tuple(
+            (n, indices[n] if len(indices.get(n, ())) == c else tuple(range(c)))
+            for n, c in _pairs(placement)
+        )
     try:
         asked = int(requested or 0)
     except (TypeError, ValueError):
         asked = 0
-    return JobView(engine_id=_text(eid), slurm_id=int(slurm_id), name=_text(name),
-                   user=_text(user or ""), state="held" if state == "rejected" else state,
-                   gpus=int(gpus) if state == "running" else 0, requested=asked,
-                   placement=placed, reason=_text(reason), submit_time=float(submit))
+    return JobView(
+        engine_id=_text(eid),
+        slurm_id=int(slurm_id),
+        name=_text(name),
+        user=_text(user or ""),
+        state="held" if state == "rejected" else state,
+        gpus=int(gpus) if state == "running" else 0,
+        requested=asked,
+        placement=placed,
+        reason=_text(reason),
+        submit_time=float(submit),
+    )
 
 
 def _waiting_text(raw: object) -> str:
@@ -238,8 +283,15 @@ class LivePublisher:
     """Builds :class:`LiveSnapshot` s in the control loop (its thread only) and hands the
     latest one to readers in other threads (one reference swap: no lock needed)."""
 
-    def __init__(self, db: sqlite3.Connection, run_id: int, policy: str, state_db: Path,
-                 heartbeat: Path, max_stall_s: float) -> None:
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        run_id: int,
+        policy: str,
+        state_db: Path,
+        heartbeat: Path,
+        max_stall_s: float,
+    ) -> None:
         self._db = db
         self.run_id, self.policy = run_id, policy
         self.state_db, self.heartbeat, self.max_stall_s = state_db, heartbeat, max_stall_s
@@ -247,13 +299,18 @@ class LivePublisher:
         self._published = float("-inf")
         # Actions and plans journaled before this run are history: count from here on, but
         # the open intents of an earlier run are followed (their reconciliation counts).
-        self._last_action = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM actions")
-                                .fetchone()[0])
-        self._last_epoch = int(db.execute("SELECT COALESCE(MAX(epoch), 0) FROM plans")
-                               .fetchone()[0])
+        self._last_action = int(
+            db.execute("SELECT COALESCE(MAX(id), 0) FROM actions").fetchone()[0]
+        )
+        self._last_epoch = int(
+            db.execute("SELECT COALESCE(MAX(epoch), 0) FROM plans").fetchone()[0]
+        )
         self._open: dict[int, ActionView] = {
-            a.id: a for a in self._views(db.execute(
-                "SELECT * FROM actions WHERE status = 'intended' ORDER BY id"))}
+            a.id: a
+            for a in self._views(
+                db.execute("SELECT * FROM actions WHERE status = 'intended' ORDER BY id")
+            )
+        }
         self._recent: deque[ActionView] = deque(maxlen=RECENT_ACTIONS)
         self._settled: Counter[tuple[str, str]] = Counter()
         self._plans = 0
@@ -285,8 +342,15 @@ class LivePublisher:
         """Whether :data:`MIN_PUBLISH_S` passed since the last snapshot."""
         return time.monotonic() - self._published >= MIN_PUBLISH_S
 
-    def publish(self, *, engine: Any, slurm_jobs: Mapping[int, Any], failopen_jobs: int,
-                tick: float | None, gate: Mapping[str, Any] | None) -> LiveSnapshot:
+    def publish(
+        self,
+        *,
+        engine: Any,
+        slurm_jobs: Mapping[int, Any],
+        failopen_jobs: int,
+        tick: float | None,
+        gate: Mapping[str, Any] | None,
+    ) -> LiveSnapshot:
         """Build and publish a snapshot: ``engine`` is the live engine (GPU indices, cluster;
         None between engines), ``slurm_jobs`` the last full Slurm records by id (names,
         refused held jobs), ``gate`` the restart gate's ``summary()``. Call
@@ -310,8 +374,7 @@ class LivePublisher:
         for _t, poll_s, decide_s, apply_s, _sync, _jobs, _full in rows:
             if decide_s is not None:
                 self._decisions += 1
-            for name, value in (("poll_s", poll_s), ("decide_s", decide_s),
-                                ("apply_s", apply_s)):
+            for name, value in (("poll_s", poll_s), ("decide_s", decide_s), ("apply_s", apply_s)):
                 if value is not None:
                     self._hists[name].add(value)
 
@@ -320,24 +383,34 @@ class LivePublisher:
         out = []
         for r in rows:
             keys = r.keys()
-            out.append(ActionView(
-                id=int(r["id"]), time=float(r["intended_at"]), engine_id=_text(r["engine_id"]),
-                slurm_id=r["slurm_id"], kind=_text(r["kind"]), before=_pairs(r["before"]),
-                after=_pairs(r["after"]), status=_text(r["status"]),
-                detail=_text(r["detail"]),
-                reason=_text(r["reason"]) if "reason" in keys else ""))
+            out.append(
+                ActionView(
+                    id=int(r["id"]),
+                    time=float(r["intended_at"]),
+                    engine_id=_text(r["engine_id"]),
+                    slurm_id=r["slurm_id"],
+                    kind=_text(r["kind"]),
+                    before=_pairs(r["before"]),
+                    after=_pairs(r["after"]),
+                    status=_text(r["status"]),
+                    detail=_text(r["detail"]),
+                    reason=_text(r["reason"]) if "reason" in keys else "",
+                )
+            )
         return out
 
     def _take_actions(self) -> None:
         """New plans and actions since the last publish, and the outcome of open intents
         (each read by primary key or the journal's open-intent index)."""
         db = self._db
-        for epoch, run_id in db.execute("SELECT epoch, run_id FROM plans WHERE epoch > ? "
-                                        "ORDER BY epoch", (self._last_epoch,)):
+        for epoch, run_id in db.execute(
+            "SELECT epoch, run_id FROM plans WHERE epoch > ? ORDER BY epoch", (self._last_epoch,)
+        ):
             self._last_epoch = int(epoch)
             self._plans += int(run_id) == self.run_id
-        for view in self._views(db.execute("SELECT * FROM actions WHERE id > ? ORDER BY id",
-                                           (self._last_action,))):
+        for view in self._views(
+            db.execute("SELECT * FROM actions WHERE id > ? ORDER BY id", (self._last_action,))
+        ):
             self._last_action = view.id
             if view.status == "intended":
                 self._open[view.id] = view
@@ -347,32 +420,50 @@ class LivePublisher:
         if self._open:
             ids = list(self._open)
             marks = ",".join("?" * len(ids))
-            done = self._views(db.execute(
-                f"SELECT * FROM actions WHERE id IN ({marks}) AND status != 'intended'", ids))
+            done = self._views(
+                db.execute(
+                    f"SELECT * FROM actions WHERE id IN ({marks}) AND status != 'intended'", ids
+                )
+            )
             for view in done:
                 del self._open[view.id]
                 self._settled[(view.kind, view.status)] += 1
-                self._recent = deque((view if a.id == view.id else a for a in self._recent),
-                                     maxlen=RECENT_ACTIONS)
+                self._recent = deque(
+                    (view if a.id == view.id else a for a in self._recent), maxlen=RECENT_ACTIONS
+                )
 
     def _spec_fields(self, eid: str) -> tuple[object, object]:
-        row = self._db.execute("SELECT json_extract(spec, '$.user'), json_extract(spec, "
-                               "'$.requested_gpus') FROM jobs WHERE engine_id = ?",
-                               (eid,)).fetchone()
+        row = self._db.execute(
+            "SELECT json_extract(spec, '$.user'), json_extract(spec, "
+            "'$.requested_gpus') FROM jobs WHERE engine_id = ?",
+            (eid,),
+        ).fetchone()
         return (row[0], row[1]) if row is not None else ("", 0)
 
-    def _build(self, engine: Any, slurm_jobs: Mapping[int, Any], failopen_jobs: int,
-               tick: float | None, gate: Mapping[str, Any] | None) -> LiveSnapshot:
+    def _build(
+        self,
+        engine: Any,
+        slurm_jobs: Mapping[int, Any],
+        failopen_jobs: int,
+        tick: float | None,
+        gate: Mapping[str, Any] | None,
+    ) -> LiveSnapshot:
         from .markers import MARK, REFUSED, engine_id
 
         db = self._db
-        rows = list(db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN "
-                               "('pending', 'running')"))
+        rows = list(
+            db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ('pending', 'running')")
+        )
         refused = f"{MARK}{REFUSED}"
         for sj in slurm_jobs.values():
             if sj.state == "PENDING" and sj.admin_comment.startswith(refused):
-                rows.extend(db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE engine_id = ? "
-                                       "AND state = 'rejected'", (engine_id(sj.job_id),)))
+                rows.extend(
+                    db.execute(
+                        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE engine_id = ? "
+                        "AND state = 'rejected'",
+                        (engine_id(sj.job_id),),
+                    )
+                )
         running_books = getattr(engine, "running", {}) if engine is not None else {}
         cache, self._views_cache = self._views_cache, {}
         specs, self._specs = self._specs, {}
@@ -399,29 +490,43 @@ class LivePublisher:
         changes: list[tuple[str, str, int]] = []
         costs: list[tuple[str, int, float]] = []
         for kind, row in sorted(((gate or {}).get("changes") or {}).items()):
-            for key, label in (("proposed", "proposed"), ("done", "carried_out"),
-                               ("skipped", "skipped")):
+            for key, label in (
+                ("proposed", "proposed"),
+                ("done", "carried_out"),
+                ("skipped", "skipped"),
+            ):
                 changes.append((_text(kind), label, int(row.get(key, 0))))
         for kind, row in sorted(((gate or {}).get("costs") or {}).items()):
-            costs.append((_text(kind), int(row.get("samples", 0)),
-                          float(row.get("median_s", 0.0))))
+            costs.append((_text(kind), int(row.get("samples", 0)), float(row.get("median_s", 0.0))))
         size = 0
         for suffix in ("", "-wal"):
             with contextlib.suppress(OSError):
                 size += os.stat(f"{self.state_db}{suffix}").st_size
         return LiveSnapshot(
-            time=time.time(), run_id=self.run_id, policy=self.policy, nodes=nodes,
-            jobs=tuple(views[:MAX_JOBS]), jobs_omitted=max(0, len(views) - MAX_JOBS),
+            time=time.time(),
+            run_id=self.run_id,
+            policy=self.policy,
+            nodes=nodes,
+            jobs=tuple(views[:MAX_JOBS]),
+            jobs_omitted=max(0, len(views) - MAX_JOBS),
             queue=sum(v.state == "pending" for v in views),
             running=sum(v.state == "running" for v in views),
             held_refused=sum(v.state == "held" for v in views),
             gpus_total=sum(g for _, g in nodes),
             gpus_allocated=sum(v.gpus for v in views if v.state == "running"),
-            decisions=self._decisions, plans=self._plans,
+            decisions=self._decisions,
+            plans=self._plans,
             actions=tuple((k, s, n) for (k, s), n in sorted(self._settled.items())),
-            actions_open=len(self._open), recent=tuple(self._recent),
+            actions_open=len(self._open),
+            recent=tuple(self._recent),
             histograms=tuple((name, h.frozen()) for name, h in self._hists.items()),
             solver_calls=tuple((b, s, n) for (b, s), n in sorted(self._solver.items())),
-            solver_fallbacks=self._fallbacks, gate_changes=tuple(changes),
-            change_costs=tuple(costs), journal_bytes=size, failopen_jobs=failopen_jobs,
-            loop_tick=tick, max_stall_s=self.max_stall_s, heartbeat=self.heartbeat)
+            solver_fallbacks=self._fallbacks,
+            gate_changes=tuple(changes),
+            change_costs=tuple(costs),
+            journal_bytes=size,
+            failopen_jobs=failopen_jobs,
+            loop_tick=tick,
+            max_stall_s=self.max_stall_s,
+            heartbeat=self.heartbeat,
+        )

@@ -46,15 +46,16 @@ Slurm's own scheduler, which would let whoever wrote it skip the engine's queue 
 marker's ``why=`` tells its owner (``scontrol show job``) what to fix before resubmitting."""
 NO_LIMIT = 0xFFFFFFFE
 STOP_KINDS = frozenset({"resize", "migrate", "preempt", "evict", "stop"})
-RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "SIGNALING", "RESIZING",
-                            "STAGE_OUT"})
+RUNNING_STATES = frozenset(
+    {"RUNNING", "CONFIGURING", "SUSPENDED", "SIGNALING", "RESIZING", "STAGE_OUT"}
+)
 
 
 def marker(admin_comment: str) -> tuple[str, dict[str, str]] | None:
     """``gpuplan:held;gpus=2;min=1;max=4`` -> ("held", {"gpus": "2", ...}); None if unmarked."""
     if not admin_comment.startswith(MARK):
         return None
-    head, _, rest = admin_comment[len(MARK):].partition(";")
+    head, _, rest = admin_comment[len(MARK) :].partition(";")
     return head, dict(re.findall(r"([A-Za-z_]+)=([^,;]*)", rest))
 
 
@@ -63,7 +64,7 @@ def with_marker_state(admin_comment: str, state: str) -> str:
     found = marker(admin_comment)
     if found is None:
         return admin_comment
-    _, _, rest = admin_comment[len(MARK):].partition(";")
+    _, _, rest = admin_comment[len(MARK) :].partition(";")
     return f"{MARK}{state};{rest}" if rest else f"{MARK}{state}"
 
 
@@ -79,8 +80,11 @@ def refused_marker(admin_comment: str, reason: str) -> str:
     safe for a marker field and for Slurm's line-based output (printable ASCII, no ``,``/``;``
     that would split it, at most 200 characters)."""
     why = re.sub(r"[^ -~]", "?", reason).replace(", ", " ").replace(",", " ").replace(";", " ")
-    base = with_marker_state(admin_comment, REFUSED) if marker(admin_comment) is not None \
+    base = (
+        with_marker_state(admin_comment, REFUSED)
+        if marker(admin_comment) is not None
         else f"{MARK}{REFUSED}"
+    )
     base = re.sub(r";why=.*$", "", base)
     return f"{base};why={why[:200]}"
 
@@ -104,9 +108,17 @@ def fingerprint(sj: SlurmJob) -> str:
     requeues — unlike its submit time, which Slurm resets at every requeue — so a journal row
     can tell its job from a later one that got the same id after slurmctld lost its state."""
     raw = sj.raw
-    text = "\0".join(str(x) for x in (sj.user_id, sj.name, sj.comment, raw.get("command"),
-                                      raw.get("current_working_directory"),
-                                      raw.get("standard_output")))
+    text = "\0".join(
+        str(x)
+        for x in (
+            sj.user_id,
+            sj.name,
+            sj.comment,
+            raw.get("command"),
+            raw.get("current_working_directory"),
+            raw.get("standard_output"),
+        )
+    )
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
@@ -129,8 +141,11 @@ def is_failopen(sj: SlurmJob, partitions: Iterable[str] = ()) -> bool:
     """Released to Slurm's own scheduler by the fail-open watchdog (and in ``partitions``)."""
     found = marker(sj.admin_comment)
     wanted = set(partitions)
-    return found is not None and found[0] == FAILOPEN and (
-        not wanted or bool(_partitions(sj) & wanted))
+    return (
+        found is not None
+        and found[0] == FAILOPEN
+        and (not wanted or bool(_partitions(sj) & wanted))
+    )
 
 
 def requested_type(sj: SlurmJob) -> str | None:
@@ -153,8 +168,9 @@ def requested_gpus(sj: SlurmJob) -> int:
     return gpus_in_tres(sj.tres_per_job)
 
 
-def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
-                    default_duration_s: float) -> JobSpec:
+def spec_from_slurm(
+    sj: SlurmJob, *, origin: float, cluster: Cluster, default_duration_s: float
+) -> JobSpec:
     """The engine's view of a hook-marked Slurm job.
 
     * GPU range: the hook's marker (``min``/``max``; rigid when equal);
@@ -174,13 +190,19 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
     requested = requested_gpus(sj)
     capacity = cluster.total_gpus
     if not 1 <= requested <= capacity:
-        raise InputError(f"Slurm job {sj.job_id} requests {requested} GPUs; the managed "
-                         f"partition has {capacity}", field="gpus")
+        raise InputError(
+            f"Slurm job {sj.job_id} requests {requested} GPUs; the managed "
+            f"partition has {capacity}",
+            field="gpus",
+        )
     lo = bounded_int(fields.get("min"), requested, 1, capacity, sj.job_id, "min")
     hi = bounded_int(fields.get("max"), requested, 1, capacity, sj.job_id, "max")
     if not lo <= requested <= hi:
-        raise InputError(f"Slurm job {sj.job_id}: GPU request {requested} is outside its range "
-                         f"min={lo} max={hi}", field="min")
+        raise InputError(
+            f"Slurm job {sj.job_id}: GPU request {requested} is outside its range "
+            f"min={lo} max={hi}",
+            field="min",
+        )
     shape = node_shape(sj, fields, opts, requested, cluster)
     if shape.max_nodes == 1:
         # A single-node job can never use more GPUs than the largest node has.
@@ -203,12 +225,17 @@ def spec_from_slurm(sj: SlurmJob, *, origin: float, cluster: Cluster,
     submit_wall = float(submit) if isinstance(submit, int | float) else time.time()
     user = str(sj.raw.get("user_name") or sj.user_id or "")
     return JobSpec(
-        id=engine_id(sj.job_id), user=user, submit_time=max(0.0, submit_wall - origin),
+        id=engine_id(sj.job_id),
+        user=user,
+        submit_time=max(0.0, submit_wall - origin),
         requested_gpus=requested,
         elasticity=Elasticity(min_gpus=lo, max_gpus=hi) if hi > lo else None,
         node_shape=shape,
-        throughput=throughput, gpu_type=gtype, checkpoint=Checkpointing(on_signal=True),
-        model=str(opts["model"]) if "model" in opts else None, **work,
+        throughput=throughput,
+        gpu_type=gtype,
+        checkpoint=Checkpointing(on_signal=True),
+        model=str(opts["model"]) if "model" in opts else None,
+        **work,
     )
 
 
@@ -219,8 +246,9 @@ def starts_ranks(fields: dict[str, str], opts: dict[str, Value]) -> bool:
     return fields.get("ranks") == "1" or opts.get("ranks") == 1
 
 
-def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, Value], requested: int,
-               cluster: Cluster) -> NodeShape:
+def node_shape(
+    sj: SlurmJob, fields: dict[str, str], opts: dict[str, Value], requested: int, cluster: Cluster
+) -> NodeShape:
     """How the job's GPUs may spread over nodes, from the hook's ``nodes=``/``gpn=``/``ranks=``.
 
     A batch script that does not start its own ranks sees only its first node's GPUs, so it is
@@ -229,13 +257,17 @@ def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, Value], req
     per-node request (``--nodes=N --gpus-per-node=G``) every node it uses holds G GPUs.
     """
     gpn = fields.get("gpn", "")
-    per_node = int(gpn) if gpn.isdigit() and 0 < int(gpn) <= 64 else (
-        gpus_in_tres(sj.tres_per_node) or None)  # a marker from an older hook: the TRES
+    per_node = (
+        int(gpn)
+        if gpn.isdigit() and 0 < int(gpn) <= 64
+        else (gpus_in_tres(sj.tres_per_node) or None)
+    )  # a marker from an older hook: the TRES
     nodes_text = fields.get("nodes", "") or str(sj.raw.get("node_count") or "")
     nodes = int(nodes_text) if nodes_text.isdigit() and 0 < int(nodes_text) <= 4096 else 1
     if starts_ranks(fields, opts):
-        even = per_node if nodes > 1 and per_node is not None and \
-            requested % per_node == 0 else None
+        even = (
+            per_node if nodes > 1 and per_node is not None and requested % per_node == 0 else None
+        )
         return NodeShape(starts_ranks=True, gpus_per_node=even)
     if requested <= max(n.gpus for n in cluster.nodes):
         return NodeShape(max_nodes=1)
@@ -244,14 +276,15 @@ def node_shape(sj: SlurmJob, fields: dict[str, str], opts: dict[str, Value], req
     return NodeShape()  # an uneven multi-node request: Slurm picks the split, so may we
 
 
-def bounded_int(text: str | None, default: int, lo: int, hi: int, job_id: int,
-                 field: str) -> int:
+def bounded_int(text: str | None, default: int, lo: int, hi: int, job_id: int, field: str) -> int:
     """A hook-supplied integer in ``[lo, hi]`` (``default`` when absent); else InputError."""
     if text is None or text == "":
         return default
     if not text.isdigit() or len(text) > 9 or not lo <= int(text) <= hi:
-        raise InputError(f"Slurm job {job_id}: {field}={text[:20]!r} must be an integer in "
-                         f"[{lo}, {hi}]", field=field)
+        raise InputError(
+            f"Slurm job {job_id}: {field}={text[:20]!r} must be an integer in [{lo}, {hi}]",
+            field=field,
+        )
     return int(text)
 
 
@@ -272,4 +305,3 @@ def slurm_shape(sj: SlurmJob) -> dict[str, int]:
     total = gpus_in_tres(sj.tres_per_job)
     base, extra = divmod(total, len(nodes))
     return {n: base + (1 if i < extra else 0) for i, n in enumerate(nodes)}
-

@@ -74,12 +74,16 @@ class PollReadsMixin:
             except ControllerUnavailable:
                 raise
             except SlurmError as err:  # a Slurm without these fields: JSON from now on
-                log.warning("narrow squeue read not available (%s); polls read --json",
-                            one_line(str(err)))
+                log.warning(
+                    "narrow squeue read not available (%s); polls read --json", one_line(str(err))
+                )
                 self._narrow_ok = False
         full = self._full
-        if states is None or time.monotonic() - self._full_at >= FULL_READ_S or any(
-                st.job_id not in full for st in states):
+        if (
+            states is None
+            or time.monotonic() - self._full_at >= FULL_READ_S
+            or any(st.job_id not in full for st in states)
+        ):
             jobs = self.cli.jobs()
             self._full_reads += 1
             self._full = {j.job_id: j for j in jobs}

@@ -49,7 +49,7 @@ def wait_field(text: str) -> str:
     (``;`` ``,`` ``=``) that would split it or forge a field, at most :data:`WAIT_CHARS`."""
     clean = re.sub(r"[^ -~]", "?", text).replace(";", " ").replace(",", " ").replace("=", ":")
     clean = " ".join(clean.split())
-    return clean if len(clean) <= WAIT_CHARS else clean[:WAIT_CHARS - 3] + "..."
+    return clean if len(clean) <= WAIT_CHARS else clean[: WAIT_CHARS - 3] + "..."
 
 
 def with_wait(admin_comment: str, text: str) -> str:
@@ -108,8 +108,14 @@ class ReasonPublisher:
         for rec in records:
             for a in rec.actions:
                 if a.carried:
-                    log.info("%s %s (%d -> %d GPUs): %s", a.kind, a.job_id, a.gpus_before,
-                             a.gpus_after, a.reason.text)
+                    log.info(
+                        "%s %s (%d -> %d GPUs): %s",
+                        a.kind,
+                        a.job_id,
+                        a.gpus_before,
+                        a.gpus_after,
+                        a.reason.text,
+                    )
                     actions[a.job_id] = reason_json(a.reason)
                 else:
                     log.info("skipped %s %s: %s", a.kind, a.job_id, a.reason.text)

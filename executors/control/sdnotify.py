@@ -77,8 +77,12 @@ class Notifier:
                 sock.sendall(message.encode("utf-8", "replace"))
         except OSError as err:
             if not self._warned:
-                log.warning("sd_notify to %r failed (%s); systemd may not see this controller "
-                            "as ready or alive", self.address.replace("\0", "@"), err)
+                log.warning(
+                    "sd_notify to %r failed (%s); systemd may not see this controller "
+                    "as ready or alive",
+                    self.address.replace("\0", "@"),
+                    err,
+                )
                 self._warned = True
             return False
         return True

@@ -66,12 +66,14 @@ def bind_node(node: Node, inventory: NodeInventory) -> NodeBinding:
         warnings.append(
             f"node {node.name}: declared {node.gpus} x {node.gpu_type}, NVML reports "
             f"{len(found)} GPU(s) ({', '.join(models) or 'none'}), {len(matching)} of the "
-            f"declared type: using the intersection")
-    bound = matching[:node.gpus]
+            f"declared type: using the intersection"
+        )
+    bound = matching[: node.gpus]
     uuids = [g.uuid for g in bound]
     devices = tuple(str(u) for u in uuids) if None not in uuids else None
-    out = [f"GPU {g.index} ({g.uuid or 'no UUID'}): {g.unusable_reason}"
-           for g in bound if not g.usable]
+    out = [
+        f"GPU {g.index} ({g.uuid or 'no UUID'}): {g.unusable_reason}" for g in bound if not g.usable
+    ]
     if len(bound) < node.gpus:
         out.insert(0, f"only {len(bound)} of {node.gpus} declared GPUs found")
     if devices is None and not out:
@@ -102,17 +104,21 @@ def check_gres(node: str, gres: str | None, inventory: NodeInventory) -> list[st
     count = sum(n for _, n in declared)
     problems = []
     if count != len(inventory.gpus):
-        problems.append(f"node {node}: GRES declares {count} GPU(s), NVML reports "
-                        f"{len(inventory.gpus)}")
+        problems.append(
+            f"node {node}: GRES declares {count} GPU(s), NVML reports {len(inventory.gpus)}"
+        )
     for gpu_type, n in declared:
         if gpu_type is None:
             continue
-        fits = sum(g.model is None or model_matches(gpu_type, g.model)
-                   for g in inventory.gpus)  # an unnamed (lost) GPU is reported below
+        fits = sum(
+            g.model is None or model_matches(gpu_type, g.model) for g in inventory.gpus
+        )  # an unnamed (lost) GPU is reported below
         if fits < n:
             models = sorted({g.model or "?" for g in inventory.gpus})
-            problems.append(f"node {node}: GRES declares {n} x {gpu_type}, NVML reports "
-                            f"{fits} of that type ({', '.join(models) or 'none'})")
+            problems.append(
+                f"node {node}: GRES declares {n} x {gpu_type}, NVML reports "
+                f"{fits} of that type ({', '.join(models) or 'none'})"
+            )
     for gpu in inventory.gpus:
         if not gpu.usable:
             problems.append(f"node {node}: GPU {gpu.index} ({gpu.uuid}): {gpu.unusable_reason}")

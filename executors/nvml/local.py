@@ -30,5 +30,4 @@ def note_no_nvml(where: str, reason: str | None) -> None:
     if where in _said:
         return
     _said.add(where)
-    log.info("%s: no NVML (%s): using the declared GPU inventory", where,
-             reason or "not available")
+    log.info("%s: no NVML (%s): using the declared GPU inventory", where, reason or "not available")

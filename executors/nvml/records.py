@@ -40,8 +40,11 @@ HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 63/64 row-remap event/failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit ECC
 rate, 94/95 contained/uncontained ECC error, 119/120 GSP errors."""
 
-THROTTLE_HW = {0x8: "hardware slowdown", 0x40: "hardware thermal slowdown",
-               0x80: "hardware power-brake slowdown"}
+THROTTLE_HW = {
+    0x8: "hardware slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power-brake slowdown",
+}
 """Clock-throttle bits (``nvmlClocksThrottleReason*``) that point at the hardware."""
 
 
@@ -117,8 +120,11 @@ def _ints(gpu: dict[str, Any], key: str, length: int, where: str) -> list[int] |
     value = gpu.get(key)
     if value is None:
         return None
-    if (not isinstance(value, list) or len(value) != length
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != length
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         raise BadInventory(f"{where}: {key} must be a list of {length} integers")
     return value
 
@@ -169,9 +175,14 @@ def parse_gpu(gpu: Any, position: int) -> GpuRecord:
         raise BadInventory(f"{where}: no index")
     memory = _int(gpu, "memory_total", where)
     mig = _ints(gpu, "mig", 2, where)
-    return GpuRecord(index=index, uuid=_str(gpu, "uuid", where), model=_str(gpu, "name", where),
-                     memory_mib=None if memory is None else memory // (1 << 20),
-                     mig_enabled=bool(mig and mig[0] == 1), health=judge(gpu, where))
+    return GpuRecord(
+        index=index,
+        uuid=_str(gpu, "uuid", where),
+        model=_str(gpu, "name", where),
+        memory_mib=None if memory is None else memory // (1 << 20),
+        mig_enabled=bool(mig and mig[0] == 1),
+        health=judge(gpu, where),
+    )
 
 
 def parse_inventory(answers: Any) -> NodeInventory:
@@ -194,5 +205,8 @@ def parse_inventory(answers: Any) -> NodeInventory:
     t = answers.get("time")
     if t is not None and not (isinstance(t, int | float) and math.isfinite(t)):
         raise BadInventory("inventory: 'time' must be a number")
-    return NodeInventory(nvml=True, gpus=tuple(sorted(records, key=lambda r: r.index)),
-                         driver=driver if isinstance(driver, str) else None)
+    return NodeInventory(
+        nvml=True,
+        gpus=tuple(sorted(records, key=lambda r: r.index)),
+        driver=driver if isinstance(driver, str) else None,
+    )

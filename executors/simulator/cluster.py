@@ -162,11 +162,15 @@ class SimulatedCluster(Executor):
                         self._close_segment(job_id, time)
                     if self._colocated:  # else the job held no shared GPU: nothing to re-rate
                         self._leave_shared(job_id, time)
-                    batch.append(construct(JobCompletion, time=time, kind="completion",
-                                                               job_id=job_id))
+                    batch.append(
+                        construct(JobCompletion, time=time, kind="completion", job_id=job_id)
+                    )
                 elif kind == _ARRIVAL:
-                    batch.append(construct(JobArrival, time=time, kind="arrival",
-                                                            job=self._believed(payload)))
+                    batch.append(
+                        construct(
+                            JobArrival, time=time, kind="arrival", job=self._believed(payload)
+                        )
+                    )
                 elif kind == _SWITCH:
                     self._switch(time, payload)  # type: ignore[arg-type]
                 elif kind == _INTERNAL:
@@ -190,8 +194,12 @@ class SimulatedCluster(Executor):
         if self.learning is None:
             return spec
         one = spec.throughput.rate(1)
-        belief = ThroughputProfile(points={1: one}, reference_gpu=spec.throughput.reference_gpu,
-                                   extrapolation="linear", source="linear assumption")
+        belief = ThroughputProfile(
+            points={1: one},
+            reference_gpu=spec.throughput.reference_gpu,
+            extrapolation="linear",
+            source="linear assumption",
+        )
         return spec.model_copy(update={"throughput": belief})
 
     def true_rate(self, job: ActiveJob) -> float:
@@ -203,8 +211,11 @@ class SimulatedCluster(Executor):
         worst = 1.0
         for node, gpus in alloc.placement.items():
             for g in gpus:
-                others = [self._true.get(o) or self._jobs_by_id[o].spec
-                          for o in sorted(self._colocated.get((node, g), ())) if o != job.id]
+                others = [
+                    self._true.get(o) or self._jobs_by_id[o].spec
+                    for o in sorted(self._colocated.get((node, g), ()))
+                    if o != job.id
+                ]
                 if others:
                     worst = min(worst, self.interference.factor(spec, others))
         return rate * worst
@@ -262,17 +273,22 @@ class SimulatedCluster(Executor):
         self._apply_actions(plan, jobs, now)
         self._rerate(touched, {a.job_id for a in plan.actions}, now)
 
-    def _apply_actions(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob],
-                       now: float) -> None:
+    def _apply_actions(
+        self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob], now: float
+    ) -> None:
         ov = self.overheads
         # SideCar early initialisation: a shrink in a plan that also starts a job is delayed
         # while the new job's container comes up (off unless early_init_s > 0).
-        early = ov.early_init_s if ov.early_init_s > 0 and any(
-            a.kind == "start" for a in plan.actions) else 0.0
+        early = (
+            ov.early_init_s
+            if ov.early_init_s > 0 and any(a.kind == "start" for a in plan.actions)
+            else 0.0
+        )
         early_pause = 0.0
         if early:
-            shrinks = [a for a in plan.actions
-                       if a.kind == "resize" and a.gpus_after < a.gpus_before]
+            shrinks = [
+                a for a in plan.actions if a.kind == "resize" and a.gpus_after < a.gpus_before
+            ]
             early = early if shrinks else 0.0
             early_pause = early + ov.resize_cost_for(False) if shrinks else 0.0
         for action in plan.actions:
@@ -299,8 +315,11 @@ class SimulatedCluster(Executor):
             if kind != "start":
                 begin = max(begin, self._starting_until.get(job.id, now))
             grow_concurrently = (
-                kind == "resize" and ov.resize_mode == "stop_free" and ov.expand_prep_s > 0
-                and action.gpus_after > action.gpus_before and job.rate > 0
+                kind == "resize"
+                and ov.resize_mode == "stop_free"
+                and ov.expand_prep_s > 0
+                and action.gpus_after > action.gpus_before
+                and job.rate > 0
             )
             self._close_segment(job.id, now)
             job.segment_start = now
@@ -312,8 +331,12 @@ class SimulatedCluster(Executor):
                 self._busy_until[job.id] = switch_at + ov.stop_free_s
                 self._measure(job, switch_at + ov.stop_free_s)
                 continue
-            if early and kind == "resize" and action.gpus_after < action.gpus_before \
-                    and job.rate > 0:
+            if (
+                early
+                and kind == "resize"
+                and action.gpus_after < action.gpus_before
+                and job.rate > 0
+            ):
                 # Keep the old rate until the incoming job is initialised, then stop.
                 down = ov.resize_cost_for(False)
                 switch_at = begin + early
@@ -367,14 +390,18 @@ class SimulatedCluster(Executor):
         if self.learning is None:
             return
         done = self._reported.setdefault(job.id, set())
-        units = [u for u in allocatable_units(job.gpus, self.cluster.gpus_per_node)
-                 if u not in done]
+        units = [
+            u for u in allocatable_units(job.gpus, self.cluster.gpus_per_node) if u not in done
+        ]
         if not units:
             return
         done.update(units)
         true = self._true.get(job.id, job.spec).throughput
-        event = ThroughputMeasured(time=ready_at + self.learning.measure_s, job_id=job.id,
-                                   points={u: true.rate(u) for u in units})
+        event = ThroughputMeasured(
+            time=ready_at + self.learning.measure_s,
+            job_id=job.id,
+            points={u: true.rate(u) for u in units},
+        )
         self._push(event.time, _OTHER, event)
 
     def evict(self, job: ActiveJob, now: float, graceful: bool) -> None:

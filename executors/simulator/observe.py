@@ -52,14 +52,13 @@ class ObservedInterference(Mapping[Gpu, float]):
         sample = getattr(model, "observe", None)
         out: dict[Gpu, float] = {}
         for key in sorted(sim._colocated):
-            ids = sorted(j for j in sim._colocated[key]
-                         if sim._jobs_by_id[j].status == "running")
+            ids = sorted(j for j in sim._colocated[key] if sim._jobs_by_id[j].status == "running")
             if not ids:
                 continue
             specs = [sim._true.get(j) or sim._jobs_by_id[j].spec for j in ids]
             worst = 0.0
             for n, spec in enumerate(specs):
-                others = specs[:n] + specs[n + 1:]
+                others = specs[:n] + specs[n + 1 :]
                 if not others:
                     continue
                 if sample is not None:
@@ -82,4 +81,3 @@ class ObservedInterference(Mapping[Gpu, float]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._all()
-

@@ -61,9 +61,17 @@ def simulate(
     """
     if getattr(policy, "needs_future", False):
         policy.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal only
-    executor = SimulatedCluster(cluster, jobs, overheads, events, record_segments=record_segments,
-                                learning=learning, horizon_s=horizon_s,
-                                interference=interference, seed=seed)
+    executor = SimulatedCluster(
+        cluster,
+        jobs,
+        overheads,
+        events,
+        record_segments=record_segments,
+        learning=learning,
+        horizon_s=horizon_s,
+        interference=interference,
+        seed=seed,
+    )
     engine = Engine(
         cluster,
         policy,

@@ -69,8 +69,14 @@ class StragglerDetector:
         return {w for w, n in self.slow.items() if n >= self.window and w in times}
 
 
-def batches_to_detect(speeds: Mapping[str, float], threshold: float, window: int,
-                      jitter: float, seed: int, limit: int = 10_000) -> tuple[int, set[str]]:
+def batches_to_detect(
+    speeds: Mapping[str, float],
+    threshold: float,
+    window: int,
+    jitter: float,
+    seed: int,
+    limit: int = 10_000,
+) -> tuple[int, set[str]]:
     """Mini-batches until the detector flags someone, and whom (``(limit, set())`` if never).
     Times are relative: a worker at speed ``s`` takes ``1 / s`` x (1 ± jitter)."""
     rng = random.Random(seed)
@@ -98,11 +104,22 @@ class Detection:
 class StragglerCluster(SimulatedCluster):
     """The simulated cluster with injected stragglers and (optionally) EDL's mitigation."""
 
-    def __init__(self, cluster: Cluster, jobs: Iterable[JobSpec],
-                 stragglers: Sequence[Straggler], overheads: Overheads | None = None,
-                 events: Iterable[Event] = (), *, mitigate: bool = True,
-                 threshold: float = 1.2, window: int = 10, removal_s: float = 2.0,
-                 jitter: float = 0.02, seed: int = 0, **kwargs: object) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Iterable[JobSpec],
+        stragglers: Sequence[Straggler],
+        overheads: Overheads | None = None,
+        events: Iterable[Event] = (),
+        *,
+        mitigate: bool = True,
+        threshold: float = 1.2,
+        window: int = 10,
+        removal_s: float = 2.0,
+        jitter: float = 0.02,
+        seed: int = 0,
+        **kwargs: object,
+    ) -> None:
         super().__init__(cluster, jobs, overheads, events, **kwargs)  # type: ignore[arg-type]
         self.stragglers = {(s.node, s.gpu): s for s in stragglers}
         self.mitigate = mitigate
@@ -121,8 +138,9 @@ class StragglerCluster(SimulatedCluster):
         gone = self.removed.get(job.id, set())
         if alloc is None:
             return []
-        return [(n, g) for n, gs in sorted(alloc.placement.items()) for g in gs
-                if (n, g) not in gone]
+        return [
+            (n, g) for n, gs in sorted(alloc.placement.items()) for g in gs if (n, g) not in gone
+        ]
 
     def _speed(self, key: tuple[str, int]) -> float:
         s = self.stragglers.get(key)
@@ -141,8 +159,9 @@ class StragglerCluster(SimulatedCluster):
             placement: dict[str, list[int]] = {}
             for n, g in workers:
                 placement.setdefault(n, []).append(g)
-            reduced = JobAllocation.fast(job.id, {n: tuple(g) for n, g in placement.items()},
-                                         alloc.share, alloc.efficiency)
+            reduced = JobAllocation.fast(
+                job.id, {n: tuple(g) for n, g in placement.items()}, alloc.share, alloc.efficiency
+            )
             rate = placement_rate(self._true.get(job.id, job.spec), self.cluster, reduced)
         return rate * min(self._speed(w) for w in workers)
 
@@ -164,8 +183,9 @@ class StragglerCluster(SimulatedCluster):
         speeds = {f"{n}:{g}": self._speed((n, g)) for n, g in workers}
         if all(s >= 1.0 for s in speeds.values()):
             return
-        batches, flagged = batches_to_detect(speeds, self.threshold, self.window, self.jitter,
-                                             self.seed)
+        batches, flagged = batches_to_detect(
+            speeds, self.threshold, self.window, self.jitter, self.seed
+        )
         if not flagged:
             return
         start = max(now, job.resume_time)
@@ -188,8 +208,9 @@ class StragglerCluster(SimulatedCluster):
             job = self._jobs_by_id.get(job_id)
             if job is None or job.status != "running" or job.allocation != alloc:
                 return
-            self.detections.append(Detection(job_id, time, time + self.removal_s, gone,
-                                             rate_before=job.rate))
+            self.detections.append(
+                Detection(job_id, time, time + self.removal_s, gone, rate_before=job.rate)
+            )
             self._push_internal(time + self.removal_s, ("remove", job_id, alloc, gone))
         elif kind == "remove":
             _, job_id, alloc, gone = payload  # type: ignore[misc]

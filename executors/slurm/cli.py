@@ -52,8 +52,14 @@ from .cli_parsing import (  # noqa: F401  (re-exported: importers use this modul
 class SlurmError(GpuplanError):
     """A Slurm command failed. ``argv``, ``returncode`` and ``stderr`` say which and how."""
 
-    def __init__(self, message: str, *, argv: Sequence[str] = (), returncode: int | None = None,
-                 stderr: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        argv: Sequence[str] = (),
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
@@ -110,21 +116,32 @@ class SlurmSetupError(SlurmError):
 _PATTERNS: tuple[tuple[re.Pattern[str], type[SlurmError]], ...] = tuple(
     (re.compile(p, re.IGNORECASE), cls)
     for p, cls in (
-        (r"unable to contact slurm controller|connection refused|socket timed out|"
-         r"slurm_receive_msg|zero bytes were transmitted|communication connection failure|"
-         r"controller is not responding|slurmctld.*not responding", ControllerUnavailable),
-        (r"access/permission denied|access denied|not authorized|permission denied",
-         AccessDenied),
+        (
+            r"unable to contact slurm controller|connection refused|socket timed out|"
+            r"slurm_receive_msg|zero bytes were transmitted|communication connection failure|"
+            r"controller is not responding|slurmctld.*not responding",
+            ControllerUnavailable,
+        ),
+        (r"access/permission denied|access denied|not authorized|permission denied", AccessDenied),
         (r"invalid job id|job id .* not found|no such job|unknown job", InvalidJobId),
         (r"no longer pending|job is not pending", JobNotPending),
         (r"job is pending execution|job is still pending", JobPending),
-        (r"already completing or completed|job has already finished|job is already finished|"
-         r"already complete", JobFinished),
-        (r"db index is being set|job update not available right now|"
-         r"presently disabled|try again later|resource temporarily unavailable", JobBusy),
+        (
+            r"already completing or completed|job has already finished|job is already finished|"
+            r"already complete",
+            JobFinished,
+        ),
+        (
+            r"db index is being set|job update not available right now|"
+            r"presently disabled|try again later|resource temporarily unavailable",
+            JobBusy,
+        ),
         (r"node count specification invalid", InvalidNodeCount),
-        (r"invalid node name|node .* (is )?down|requested node configuration is not available|"
-         r"required node not available|nodes? required for job are down", NodeDown),
+        (
+            r"invalid node name|node .* (is )?down|requested node configuration is not available|"
+            r"required node not available|nodes? required for job are down",
+            NodeDown,
+        ),
         (r"batch job submission failed|sbatch: error", SubmitRejected),
     )
 )
@@ -145,7 +162,7 @@ def classify(stderr: str) -> type[SlurmError]:
 def one_line(text: str, limit: int = 300) -> str:
     """Slurm's multi-line complaints as one line (for one-line refusals), bounded."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 CLIENT_COMMANDS = ("sinfo", "squeue", "scontrol", "scancel")
@@ -166,8 +183,14 @@ class SlurmCli:
     submission went through).
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, timeout: float = 30.0,
-                 unavailable_retry_s: float = 0.0, bindir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        timeout: float = 30.0,
+        unavailable_retry_s: float = 0.0,
+        bindir: str | Path | None = None,
+    ) -> None:
         self.env = dict(os.environ)
         if env:
             self.env.update(env)
@@ -180,8 +203,9 @@ class SlurmCli:
     def _exe(self, name: str) -> str:
         return str(self.bindir / name) if self.bindir else name
 
-    def run(self, argv: Sequence[str], *, retry: bool = False, input_text: str | None = None
-            ) -> str:
+    def run(
+        self, argv: Sequence[str], *, retry: bool = False, input_text: str | None = None
+    ) -> str:
         """Run ``argv`` (a list: never a shell string) and return stdout; raise on failure."""
         if isinstance(argv, str):  # a string here would be a bug: refuse rather than split it
             raise TypeError("SlurmCli.run takes an argument list, not a string")
@@ -201,24 +225,35 @@ class SlurmCli:
         self.calls += 1
         try:
             proc = subprocess.run(
-                argv, env=self.env, capture_output=True, text=True, timeout=self.timeout,
-                input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
-                shell=False, check=False,
+                argv,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                input=input_text,
+                stdin=None if input_text is not None else subprocess.DEVNULL,
+                shell=False,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise ControllerUnavailable(f"{argv[0]} timed out after {self.timeout:g} s",
-                                        argv=argv) from exc
+            raise ControllerUnavailable(
+                f"{argv[0]} timed out after {self.timeout:g} s", argv=argv
+            ) from exc
         except FileNotFoundError as exc:
-            raise SlurmError(f"{argv[0]} not found: is Slurm's client installed?",
-                             argv=argv) from exc
+            raise SlurmError(
+                f"{argv[0]} not found: is Slurm's client installed?", argv=argv
+            ) from exc
         if proc.returncode != 0:
             stderr = (proc.stderr or proc.stdout or "").strip()
             cls = classify(stderr)
-            raise cls(f"{' '.join(argv[:2])} failed ({proc.returncode}): {stderr}", argv=argv,
-                      returncode=proc.returncode, stderr=stderr)
+            raise cls(
+                f"{' '.join(argv[:2])} failed ({proc.returncode}): {stderr}",
+                argv=argv,
+                returncode=proc.returncode,
+                stderr=stderr,
+            )
         # Some scontrol failures exit 0 but print the error (e.g. per-job errors in a list).
-        if proc.stderr and classify(proc.stderr) is not SlurmError and \
-                argv[0].endswith("scontrol"):
+        if proc.stderr and classify(proc.stderr) is not SlurmError and argv[0].endswith("scontrol"):
             stderr = proc.stderr.strip()
             cls = classify(stderr)
             raise cls(f"{' '.join(argv[:2])}: {stderr}", argv=argv, returncode=0, stderr=stderr)
@@ -240,14 +275,19 @@ class SlurmCli:
                 try:
                     data = json.loads(out or "{}")
                 except ValueError as exc:
-                    raise SlurmError(f"{argv[0]} printed invalid JSON: {exc}",
-                                     argv=list(argv)) from exc
+                    raise SlurmError(
+                        f"{argv[0]} printed invalid JSON: {exc}", argv=list(argv)
+                    ) from exc
                 errors = data.get("errors") or []
                 if errors:
-                    text = "; ".join(str(e.get("description") or e.get("error") or e)
-                                     for e in errors if isinstance(e, dict)) or str(errors)
-                    raise ControllerUnavailable(f"{argv[0]} reported errors: {text}",
-                                                argv=list(argv), stderr=text)
+                    text = "; ".join(
+                        str(e.get("description") or e.get("error") or e)
+                        for e in errors
+                        if isinstance(e, dict)
+                    ) or str(errors)
+                    raise ControllerUnavailable(
+                        f"{argv[0]} reported errors: {text}", argv=list(argv), stderr=text
+                    )
                 return data
             except ControllerUnavailable:
                 if time.monotonic() + delay > deadline:
@@ -264,8 +304,9 @@ class SlurmCli:
             return False
         return "UP" in out
 
-    def jobs(self, job_ids: Iterable[int] | None = None, *, all_states: bool = True
-             ) -> list[SlurmJob]:
+    def jobs(
+        self, job_ids: Iterable[int] | None = None, *, all_states: bool = True
+    ) -> list[SlurmJob]:
         """Jobs from ``squeue --json`` (finished ones too while slurmctld remembers them)."""
         argv = ["squeue", "--json"]
         ids = sorted(set(job_ids)) if job_ids is not None else None
@@ -328,8 +369,12 @@ class SlurmCli:
         path = self.env.get("PATH", os.defpath)
         return [n for n in names if shutil.which(n, path=path) is None]
 
-    def check_setup(self, partitions: Sequence[str] = (), wait_s: float = 60.0,
-                    stop: threading.Event | None = None) -> list[SlurmNode]:
+    def check_setup(
+        self,
+        partitions: Sequence[str] = (),
+        wait_s: float = 60.0,
+        stop: threading.Event | None = None,
+    ) -> list[SlurmNode]:
         """Fail fast on a set-up that cannot work, before a daemon creates any state.
 
         1. every :data:`CLIENT_COMMANDS` is installed;
@@ -345,9 +390,11 @@ class SlurmCli:
         (when set) ends the wait early."""
         missing = self.missing_commands()
         if missing:
-            raise SlurmSetupError(f"Slurm client not found: {', '.join(missing)} not on PATH "
-                                  "(install Slurm's client commands, e.g. the slurm-client "
-                                  "package, or fix PATH)")
+            raise SlurmSetupError(
+                f"Slurm client not found: {', '.join(missing)} not on PATH "
+                "(install Slurm's client commands, e.g. the slurm-client "
+                "package, or fix PATH)"
+            )
         stop = stop or threading.Event()
         deadline = time.monotonic() + wait_s
         delay = 0.5
@@ -369,26 +416,35 @@ class SlurmCli:
             except SlurmSetupError:
                 raise
             except SlurmError as err:
-                raise SlurmSetupError(f"Slurm client cannot work: "
-                                      f"{one_line(err.stderr or str(err))}") from None
+                raise SlurmSetupError(
+                    f"Slurm client cannot work: {one_line(err.stderr or str(err))}"
+                ) from None
         wanted = list(dict.fromkeys(partitions))
         if wanted:
             try:
                 known = self.partitions()
             except SlurmError as err:
-                raise SlurmSetupError(f"cannot list partitions: "
-                                      f"{one_line(err.stderr or str(err))}") from None
+                raise SlurmSetupError(
+                    f"cannot list partitions: {one_line(err.stderr or str(err))}"
+                ) from None
             unknown = [p for p in wanted if p not in known]
             if unknown:
                 raise SlurmSetupError(
                     f"unknown partition{'s' if len(unknown) > 1 else ''} "
                     f"{', '.join(map(repr, unknown))} (slurmctld has: "
-                    f"{one_line(', '.join(sorted(known)) or 'none', 200)})")
-        gpu_nodes = [n for n in nodes if n.gpus > 0 and (
-            not wanted or set(wanted) & set(n.raw.get("partitions") or []))]
+                    f"{one_line(', '.join(sorted(known)) or 'none', 200)})"
+                )
+        gpu_nodes = [
+            n
+            for n in nodes
+            if n.gpus > 0 and (not wanted or set(wanted) & set(n.raw.get("partitions") or []))
+        ]
         if not gpu_nodes:
-            where = f"partition{'s' if len(wanted) > 1 else ''} {', '.join(wanted)}" \
-                if wanted else "the cluster"
+            where = (
+                f"partition{'s' if len(wanted) > 1 else ''} {', '.join(wanted)}"
+                if wanted
+                else "the cluster"
+            )
             raise SlurmSetupError(f"no GPU node in {where} (no node with Gres=gpu:N)")
         return nodes
 
@@ -403,8 +459,12 @@ class SlurmCli:
         return result
 
     # ------------------------------------------------------------------ actions
-    def sbatch(self, script: str | Path | None, script_args: Sequence[str] = (),
-               options: Sequence[str] = ()) -> int:
+    def sbatch(
+        self,
+        script: str | Path | None,
+        script_args: Sequence[str] = (),
+        options: Sequence[str] = (),
+    ) -> int:
         """Submit ``script`` with ``options``; return the job id.
 
         ``script_args`` reach the batch script as its argv, byte for byte: sbatch stops option
@@ -453,8 +513,9 @@ class SlurmCli:
                 raise ValueError(f"newline in scontrol field {pair!r}")
         self.run(["scontrol", "update", f"JobId={job_id}", *pairs], retry=True)
 
-    def update_node(self, names: str | Sequence[str], state: str, reason: str | None = None
-                    ) -> None:
+    def update_node(
+        self, names: str | Sequence[str], state: str, reason: str | None = None
+    ) -> None:
         node_list = names if isinstance(names, str) else compress_hostlist(names)
         argv = ["scontrol", "update", f"NodeName={node_list}", f"State={state}"]
         if reason is not None:

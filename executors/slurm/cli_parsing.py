@@ -14,19 +14,50 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-    "DEADLINE", "PREEMPTED", "SPECIAL_EXIT",
-})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "SPECIAL_EXIT",
+    }
+)
 """Job states after which nothing runs (the record stays in slurmctld for ``MinJobAge``)."""
 
-ACTIVE_STATES = frozenset({
-    "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING",
-})
+ACTIVE_STATES = frozenset(
+    {
+        "RUNNING",
+        "COMPLETING",
+        "CONFIGURING",
+        "SUSPENDED",
+        "STAGE_OUT",
+        "SIGNALING",
+        "RESIZING",
+    }
+)
 """States in which some of the job's processes may still hold GPUs."""
 
-NODE_BAD_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
-                             "FUTURE", "UNKNOWN", "POWERED_DOWN", "POWER_DOWN", "INVAL"})
+NODE_BAD_STATES = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "FUTURE",
+        "UNKNOWN",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "INVAL",
+    }
+)
 
 
 def _first(value: Any) -> str:

@@ -54,11 +54,14 @@ MAX_RATE = 1e9
 """Largest ``rate=`` (iterations per second per GPU)."""
 
 KEYS: dict[str, tuple[str, float]] = {
-    "min": ("count", 0.0), "max": ("count", 0.0),
-    "work": ("decimal", MAX_WORK), "duration": ("decimal", MAX_DURATION_S),
+    "min": ("count", 0.0),
+    "max": ("count", 0.0),
+    "work": ("decimal", MAX_WORK),
+    "duration": ("decimal", MAX_DURATION_S),
     "rate": ("decimal", MAX_RATE),
     "ranks": ("flag", 0.0),
-    "model": ("name", 0.0), "run": ("name", 0.0),
+    "model": ("name", 0.0),
+    "run": ("name", 0.0),
     "id": ("encoded", 0.0),
 }
 """key -> (type, upper bound for decimals)."""
@@ -97,11 +100,9 @@ def _value(key: str, kind: str, bound: float, text: str | None) -> Value:
             raise CommentError(f"{key}={_show(text)} must be a whole number in [1, 999999]")
         return int(text)
     if kind == "decimal":
-        value = float(text) if len(text) <= MAX_DECIMAL and _DECIMAL.fullmatch(text) \
-            else math.nan
+        value = float(text) if len(text) <= MAX_DECIMAL and _DECIMAL.fullmatch(text) else math.nan
         if not (math.isfinite(value) and 0 < value <= bound):
-            raise CommentError(f"{key}={_show(text)} must be a decimal number in "
-                               f"(0, {bound:g}]")
+            raise CommentError(f"{key}={_show(text)} must be a decimal number in (0, {bound:g}]")
         return value
     if kind == "flag":
         if text not in ("0", "1"):
@@ -109,12 +110,12 @@ def _value(key: str, kind: str, bound: float, text: str | None) -> Value:
         return int(text)
     if kind == "name":
         if len(text) > MAX_NAME or not _NAME.fullmatch(text):
-            raise CommentError(f"{key}={_show(text)} must be 1 to {MAX_NAME} of "
-                               "A-Z a-z 0-9 _ . -")
+            raise CommentError(f"{key}={_show(text)} must be 1 to {MAX_NAME} of A-Z a-z 0-9 _ . -")
         return text
     if len(text) > MAX_ENCODED or not _ENCODED.fullmatch(text):
-        raise CommentError(f"{key}={_show(text)} must be 1 to {MAX_ENCODED} of "
-                           "A-Z a-z 0-9 % _ . ~ -")
+        raise CommentError(
+            f"{key}={_show(text)} must be 1 to {MAX_ENCODED} of A-Z a-z 0-9 % _ . ~ -"
+        )
     return text
 
 
@@ -130,7 +131,7 @@ def parse_comment(comment: str | None) -> dict[str, Value]:
         raise CommentError("comment must be printable ASCII without spaces")
     if len(comment) > MAX_COMMENT:
         raise CommentError(f"comment is longer than {MAX_COMMENT} characters")
-    rest = comment[len(TAG):]
+    rest = comment[len(TAG) :]
     if rest == "":
         return {}
     if rest[0] != ":":
@@ -144,8 +145,9 @@ def parse_comment(comment: str | None) -> dict[str, Value]:
             raise CommentError("empty field (two separators in a row, or one at an end)")
         key, eq, text = item.partition("=")
         if len(key) > MAX_KEY or not _KEY.fullmatch(key):
-            raise CommentError(f"key '{_show(key)}' must be a letter followed by letters, "
-                               "digits or _")
+            raise CommentError(
+                f"key '{_show(key)}' must be a letter followed by letters, digits or _"
+            )
         if key not in KEYS:
             raise CommentError(f"unknown key '{key}'")
         if key in fields:

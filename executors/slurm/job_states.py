@@ -31,8 +31,20 @@ from .cli_parsing import SlurmJob, expand_hostlist
 
 SEP = "\x1f"
 """Field terminator: ASCII unit separator, printed by ``squeue -O name:<suffix>`` after each."""
-FIELDS = ("JobID", "State", "RestartCnt", "PriorityLong", "NodeList", "BatchHost", "Partition",
-          "tres-per-node", "tres-per-job", "exit_code", "Reason", "admin_comment")
+FIELDS = (
+    "JobID",
+    "State",
+    "RestartCnt",
+    "PriorityLong",
+    "NodeList",
+    "BatchHost",
+    "Partition",
+    "tres-per-node",
+    "tres-per-job",
+    "exit_code",
+    "Reason",
+    "admin_comment",
+)
 _EMPTY = {"N/A", "n/a", "(null)"}
 
 
@@ -74,10 +86,21 @@ def parse(text: str) -> list[JobState] | None:
         parts = line.split(SEP)
         if len(parts) != len(FIELDS) + 1 or parts[-1].strip():
             return None
-        (job_id, state, restarts, priority, nodes, batch_host, partition, per_node, per_job,
-         exit_code, reason, admin) = parts[:-1]
-        if not job_id.isdigit() or not state.replace("_", "").isalpha() or \
-                not restarts.isdigit():
+        (
+            job_id,
+            state,
+            restarts,
+            priority,
+            nodes,
+            batch_host,
+            partition,
+            per_node,
+            per_job,
+            exit_code,
+            reason,
+            admin,
+        ) = parts[:-1]
+        if not job_id.isdigit() or not state.replace("_", "").isalpha() or not restarts.isdigit():
             return None
         jid = int(job_id)
         if jid in seen:
@@ -87,30 +110,59 @@ def parse(text: str) -> list[JobState] | None:
             hosts = tuple(expand_hostlist(_text(nodes)))
         except ValueError:
             return None
-        found.append(JobState(
-            job_id=jid, state=state.upper(), restart_count=int(restarts),
-            priority=int(priority) if priority.isdigit() else None,
-            nodes=hosts, batch_host=_text(batch_host), partition=_text(partition),
-            tres_per_node=_text(per_node), tres_per_job=_text(per_job),
-            exit_code=int(exit_code) if exit_code.isdigit() else None,
-            reason=_text(reason), admin_comment=_text(admin)))
+        found.append(
+            JobState(
+                job_id=jid,
+                state=state.upper(),
+                restart_count=int(restarts),
+                priority=int(priority) if priority.isdigit() else None,
+                nodes=hosts,
+                batch_host=_text(batch_host),
+                partition=_text(partition),
+                tres_per_node=_text(per_node),
+                tres_per_job=_text(per_job),
+                exit_code=int(exit_code) if exit_code.isdigit() else None,
+                reason=_text(reason),
+                admin_comment=_text(admin),
+            )
+        )
     return found
 
 
-_RAW_KEYS = {"state": "job_state", "restart_count": "restart_cnt", "priority": "priority",
-             "batch_host": "batch_host", "partition": "partition",
-             "tres_per_node": "tres_per_node", "tres_per_job": "tres_per_job",
-             "exit_code": "exit_code", "reason": "state_reason",
-             "admin_comment": "admin_comment"}
+_RAW_KEYS = {
+    "state": "job_state",
+    "restart_count": "restart_cnt",
+    "priority": "priority",
+    "batch_host": "batch_host",
+    "partition": "partition",
+    "tres_per_node": "tres_per_node",
+    "tres_per_job": "tres_per_job",
+    "exit_code": "exit_code",
+    "reason": "state_reason",
+    "admin_comment": "admin_comment",
+}
 
 
 def merge(full: SlurmJob, now: JobState) -> SlurmJob:
     """``full`` (the job's last ``--json`` record) with the per-poll fields of ``now``; the
     same object when none changed. ``raw`` follows the fields it has a key for."""
-    changes = {name: getattr(now, name) for name in (
-        "state", "restart_count", "priority", "nodes", "batch_host", "partition",
-        "tres_per_node", "tres_per_job", "exit_code", "reason", "admin_comment")
-        if getattr(full, name) != getattr(now, name)}
+    changes = {
+        name: getattr(now, name)
+        for name in (
+            "state",
+            "restart_count",
+            "priority",
+            "nodes",
+            "batch_host",
+            "partition",
+            "tres_per_node",
+            "tres_per_job",
+            "exit_code",
+            "reason",
+            "admin_comment",
+        )
+        if getattr(full, name) != getattr(now, name)
+    }
     if not changes:
         return full
     raw = dict(full.raw)

@@ -49,13 +49,28 @@ must call); the controller journals an intent around it."""
 class SlurmJobs:
     """Tracked engine jobs and the Slurm commands that carry out their actions."""
 
-    def __init__(self, cli: SlurmCli, cluster: Cluster, core: ProgressCore, *,
-                 state_dir: Path, launcher: Path, command: CommandBuilder, protocol: str,
-                 partition: str | None, stop_timeout_s: float, requeue_guard_s: float,
-                 checkpoint_signal: str, run_tag: str, extra_sbatch: list[str],
-                 clock: Callable[[], float], to_engine: Callable[[float], float],
-                 node_up: Mapping[str, bool], shape_hook: ShapeHook | None = None,
-                 stop_guard: StopGuard | None = None) -> None:
+    def __init__(
+        self,
+        cli: SlurmCli,
+        cluster: Cluster,
+        core: ProgressCore,
+        *,
+        state_dir: Path,
+        launcher: Path,
+        command: CommandBuilder,
+        protocol: str,
+        partition: str | None,
+        stop_timeout_s: float,
+        requeue_guard_s: float,
+        checkpoint_signal: str,
+        run_tag: str,
+        extra_sbatch: list[str],
+        clock: Callable[[], float],
+        to_engine: Callable[[float], float],
+        node_up: Mapping[str, bool],
+        shape_hook: ShapeHook | None = None,
+        stop_guard: StopGuard | None = None,
+    ) -> None:
         self.cli = cli
         self.cluster = cluster
         self.core = core
@@ -111,13 +126,18 @@ class SlurmJobs:
         per = {n: len(g) for n, g in alloc.placement.items()}
         nodes = tuple(sorted(per))
         counts = set(per.values())
-        types = {self.cluster.node_by_name[n].gpu_type for n in nodes
-                 if n in self.cluster.node_by_name}
+        types = {
+            self.cluster.node_by_name[n].gpu_type for n in nodes if n in self.cluster.node_by_name
+        }
         gtype = types.pop() if len(types) == 1 else None
         if gtype == "gpu":
             gtype = None
-        shape = JobShape(nodes=nodes, per_node=counts.pop() if len(counts) == 1 else None,
-                         total=sum(per.values()), gpu_type=gtype)
+        shape = JobShape(
+            nodes=nodes,
+            per_node=counts.pop() if len(counts) == 1 else None,
+            total=sum(per.values()),
+            gpu_type=gtype,
+        )
         return self.shape_hook(alloc, shape) if self.shape_hook is not None else shape
 
     def _rate_per_gpu(self, spec: JobSpec, alloc: JobAllocation) -> float:
@@ -125,9 +145,10 @@ class SlurmJobs:
         return placement_rate(spec, self.cluster, one)
 
     def _comment(self, spec: JobSpec) -> str:
-        return (f"{COMMENT_TAG}:run={self.run_tag};id={quote(spec.id, safe='')};"
-                f"min={spec.min_gpus};max={spec.max_gpus}")
-
+        return (
+            f"{COMMENT_TAG}:run={self.run_tag};id={quote(spec.id, safe='')};"
+            f"min={spec.min_gpus};max={spec.max_gpus}"
+        )
 
     # ------------------------------------------------------------------ launching
     def prepare(self, tracked: TrackedJob, alloc: JobAllocation, kind: str) -> None:
@@ -138,8 +159,10 @@ class SlurmJobs:
             tracked.slurm_id = self._submit(tracked, alloc, shape)
             return
         tpn, tpj = shape.tres()
-        fields: dict[str, str | int] = {"NumNodes": f"{len(shape.nodes)}-{len(shape.nodes)}",
-                                        "NodeList": compress_hostlist(shape.nodes)}
+        fields: dict[str, str | int] = {
+            "NumNodes": f"{len(shape.nodes)}-{len(shape.nodes)}",
+            "NodeList": compress_hostlist(shape.nodes),
+        }
         # Set the non-empty one last so clearing the other cannot wipe it.
         if tpn:
             fields.update(TresPerJob="", TresPerNode=tpn)
@@ -155,21 +178,32 @@ class SlurmJobs:
         except JobNotPending:
             # Someone (a user without the hook, an admin) started it behind our back: stop it
             # properly first, then reshape the pending job.
-            log.warning("job %s (Slurm %s) was running unexpectedly; stopping it to reshape",
-                        tracked.spec.id, job_id)
+            log.warning(
+                "job %s (Slurm %s) was running unexpectedly; stopping it to reshape",
+                tracked.spec.id,
+                job_id,
+            )
             self.stop([tracked], self.clock(), graceful=True, reasons={tracked.spec.id: kind})
             self.retry(update)
 
     def _submit(self, tracked: TrackedJob, alloc: JobAllocation, shape: JobShape) -> int:
         spec = tracked.spec
-        ctx = LaunchContext(spec=spec, key=tracked.key, state_dir=self.state_dir,
-                            rate_per_gpu=self._rate_per_gpu(spec, alloc))
+        ctx = LaunchContext(
+            spec=spec,
+            key=tracked.key,
+            state_dir=self.state_dir,
+            rate_per_gpu=self._rate_per_gpu(spec, alloc),
+        )
         argv = [str(a) for a in self.command(ctx)]
         options = [
-            "--hold", "--requeue", f"--job-name={job_name(spec.id)}",
+            "--hold",
+            "--requeue",
+            f"--job-name={job_name(spec.id)}",
             f"--comment={self._comment(spec)}",
-            f"--output={self.state_dir / tracked.key}.out", "--open-mode=append",
-            f"--chdir={self.state_dir}", f"--signal=B:{self.checkpoint_signal}@60",
+            f"--output={self.state_dir / tracked.key}.out",
+            "--open-mode=append",
+            f"--chdir={self.state_dir}",
+            f"--signal=B:{self.checkpoint_signal}@60",
             *shape.sbatch_options(),
         ]
         if self.partition:
@@ -197,8 +231,10 @@ class SlurmJobs:
         """``StartTime=now`` + ``release`` for each (job, why) after the credential guard."""
         if not items:
             return
-        guard_until = max((t.stopped_at + self.requeue_guard_s for t, _ in items.values()
-                           if t.requeued), default=0.0)
+        guard_until = max(
+            (t.stopped_at + self.requeue_guard_s for t, _ in items.values() if t.requeued),
+            default=0.0,
+        )
         wait = guard_until - time.time()
         if wait > 0:
             log.debug("release: credential guard %.2f s", wait)
@@ -214,11 +250,18 @@ class SlurmJobs:
             tracked.requeued = False
             shape = tracked.shape
             assert shape is not None
-            start_done = self.checkpoint(tracked) if self.protocol == "standin" else \
-                tracked.job.done
-            tracked.segment = Segment(job_id=tracked.spec.id, slurm_id=job_id,
-                                      gpus=shape.total, nodes=shape.nodes,
-                                      start_done=start_done, released=time.time(), kind=kind)
+            start_done = (
+                self.checkpoint(tracked) if self.protocol == "standin" else tracked.job.done
+            )
+            tracked.segment = Segment(
+                job_id=tracked.spec.id,
+                slurm_id=job_id,
+                gpus=shape.total,
+                nodes=shape.nodes,
+                start_done=start_done,
+                released=time.time(),
+                kind=kind,
+            )
             tracked.last_progress = None
             tracked.rate_probe = None
             job = tracked.job
@@ -227,14 +270,18 @@ class SlurmJobs:
                 job.done = start_done
                 job.last_checkpoint_done = start_done
             job.rate = placement_rate(job.spec, self.cluster, job.allocation)
-            latency = self.core.capabilities.restart_latency_s if kind != "start" else (
-                self.core.start_estimate(1.0))
+            latency = (
+                self.core.capabilities.restart_latency_s
+                if kind != "start"
+                else (self.core.start_estimate(1.0))
+            )
             job.resume_time = now + latency
             job.segment_start = now
 
     # ------------------------------------------------------------------ stopping
-    def stop(self, items: list[TrackedJob], now: float, *, graceful: bool,
-             reasons: Mapping[str, str]) -> None:
+    def stop(
+        self, items: list[TrackedJob], now: float, *, graceful: bool, reasons: Mapping[str, str]
+    ) -> None:
         """Checkpoint-stop the Slurm jobs of ``items`` and leave them PENDING + held.
 
         ``graceful``: send the checkpoint signal and wait up to ``stop_timeout_s`` for the exits
@@ -243,11 +290,13 @@ class SlurmJobs:
         if self.stop_guard is None:
             self._stop_now(items, now, graceful=graceful, reasons=reasons)
             return
-        self.stop_guard(items, reasons, lambda: self._stop_now(items, now, graceful=graceful,
-                                                               reasons=reasons))
+        self.stop_guard(
+            items, reasons, lambda: self._stop_now(items, now, graceful=graceful, reasons=reasons)
+        )
 
-    def _stop_now(self, items: list[TrackedJob], now: float, *, graceful: bool,
-                  reasons: Mapping[str, str]) -> None:
+    def _stop_now(  # noqa: C901 (a named exception to the complexity gate)
+        self, items: list[TrackedJob], now: float, *, graceful: bool, reasons: Mapping[str, str]
+    ) -> None:
         items = [t for t in items if t.slurm_id is not None and not t.completed]
         if not items:
             return
@@ -271,11 +320,15 @@ class SlurmJobs:
             sj = state.get(tracked.slurm_id)  # type: ignore[arg-type]
             if graceful and sj is not None and sj.state in ("RUNNING", "CONFIGURING"):
                 with contextlib.suppress(JobPending, JobFinished, InvalidJobId):
-                    self.retry(lambda j=tracked.slurm_id: self.cli.signal(
-                        j, self.checkpoint_signal))  # type: ignore[arg-type]
+                    self.retry(
+                        lambda j=tracked.slurm_id: self.cli.signal(j, self.checkpoint_signal)
+                    )  # type: ignore[arg-type]
         # Wait for the checkpoint exits (the stand-in exits within ~0.2 s).
-        exited = self.wait(by_id, lambda j: not j.active and j.state != "RUNNING",
-                            self.stop_timeout_s if graceful else 0.0)
+        exited = self.wait(
+            by_id,
+            lambda j: not j.active and j.state != "RUNNING",
+            self.stop_timeout_s if graceful else 0.0,
+        )
         log.debug("stop %s: exited after %.2f s", sorted(by_id), time.time() - wall)
         requeued: dict[int | None, TrackedJob] = {}
         for tracked in items:
@@ -302,8 +355,12 @@ class SlurmJobs:
                 # Our own requeue counts as a restart in Slurm; only later ones are unplanned.
                 tracked.restart_count = sj.restart_count
                 if sj.state != "PENDING":
-                    log.warning("job %s (Slurm %s) still %s after requeuehold", tracked.spec.id,
-                                tracked.slurm_id, sj.state)
+                    log.warning(
+                        "job %s (Slurm %s) still %s after requeuehold",
+                        tracked.spec.id,
+                        tracked.slurm_id,
+                        sj.state,
+                    )
             if self.reached_end(tracked):
                 # It completed while being killed by the requeue: nothing is left to run, so
                 # drop the requeued (held) Slurm job instead of leaving it in the queue.
@@ -340,8 +397,11 @@ class SlurmJobs:
         seg = tracked.segment
         if seg is None:
             return
-        seg.end_done = self.checkpoint(tracked) if self.protocol == "standin" else (
-            tracked.job.done if tracked.job else None)
+        seg.end_done = (
+            self.checkpoint(tracked)
+            if self.protocol == "standin"
+            else (tracked.job.done if tracked.job else None)
+        )
         seg.ended = time.time()
         seg.how = how
         self.segments.append(seg)
@@ -366,8 +426,12 @@ class SlurmJobs:
         else:  # cancelled by its owner, vanished, or crashed past the restart budget
             self.core.fail(self.clock(), job_id, self.core.failures.get(job_id, how))
 
-    def wait(self, by_id: Mapping[int | None, TrackedJob], done: Callable[[SlurmJob], bool],
-             timeout_s: float) -> dict[int, SlurmJob]:
+    def wait(
+        self,
+        by_id: Mapping[int | None, TrackedJob],
+        done: Callable[[SlurmJob], bool],
+        timeout_s: float,
+    ) -> dict[int, SlurmJob]:
         """Poll squeue until ``done`` holds for every job (or the timeout); return last states."""
         ids = [i for i in by_id if i is not None]
         deadline = time.time() + timeout_s
@@ -403,8 +467,13 @@ class SlurmJobs:
         """The job stopped without the engine asking. If its nodes are fine, restart it in place
         from its checkpoint; if a node is down, hold it and let the NodeFailure replan it."""
         tracked.restart_count = sj.restart_count
-        log.warning("job %s (Slurm %s) stopped unplanned: %s %s", tracked.spec.id,
-                    tracked.slurm_id, sj.state, sj.reason)
+        log.warning(
+            "job %s (Slurm %s) stopped unplanned: %s %s",
+            tracked.spec.id,
+            tracked.slurm_id,
+            sj.state,
+            sj.reason,
+        )
         try:
             if sj.state == "PENDING":
                 if not sj.held:
@@ -463,13 +532,15 @@ class SlurmJobs:
             seg.observed_gpus = int(data.get("gpus", 0)) or None
             if seg.kind != "start" and tracked.stop_wall is not None:
                 # stop signal -> first progress of the relaunched run: what a resize costs
-                self.core.record_restart_latency(seg.first_progress - tracked.stop_wall,
-                                                 tracked.spec.id, seg.kind)
+                self.core.record_restart_latency(
+                    seg.first_progress - tracked.stop_wall, tracked.spec.id, seg.kind
+                )
             else:
                 self.core.record_start_latency(seg.first_progress - seg.released)
                 if tracked.stop_wall is not None:  # back after a preemption: its restart cost
-                    self.core.change_costs.record(tracked.spec.id, "preempt",
-                                                  seg.first_progress - seg.released)
+                    self.core.change_costs.record(
+                        tracked.spec.id, "preempt", seg.first_progress - seg.released
+                    )
         job = tracked.job
         assert job is not None
         rate = job.rate
@@ -483,4 +554,3 @@ class SlurmJobs:
         job.rate = rate
         job.done = min(job.spec.work, extrapolate(done, rate, now - self.to_engine(wall)))
         job.resume_time = min(job.resume_time, now)
-

@@ -73,8 +73,18 @@ from .lab_install import install_packages
 from .lab_procs import MUNGED, LabProcesses, _munge_works, _other_slurm_daemons, _tail
 from .lab_render import choose_cgroup, render_files
 
-__all__ = ["MUNGED", "PACKAGES", "ROOT_MODE", "LabConfig", "LabError", "SlurmLab", "iter_lab_logs",
-           "lock_path", "main", "open_lock"]
+__all__ = [
+    "MUNGED",
+    "PACKAGES",
+    "ROOT_MODE",
+    "LabConfig",
+    "LabError",
+    "SlurmLab",
+    "iter_lab_logs",
+    "lock_path",
+    "main",
+    "open_lock",
+]
 
 ROOT_MODE = 0o711
 """The lab root's mode: private to its owner, except that other users may traverse it to read
@@ -169,8 +179,10 @@ class SlurmLab(LabProcesses):
                 try:
                     sock.bind(("0.0.0.0", port))
                 except OSError:
-                    raise LabError(f"port {port} is in use by another process; give this lab "
-                                   "another --root (ports follow the root) or free it") from None
+                    raise LabError(
+                        f"port {port} is in use by another process; give this lab "
+                        "another --root (ports follow the root) or free it"
+                    ) from None
 
     def up(self, timeout_s: float = 90.0, owner: str = "cli") -> float:
         """Install, configure and start the lab if needed; return the seconds it took.
@@ -192,15 +204,19 @@ class SlurmLab(LabProcesses):
             self.reused = True
             self.owner = running_owner
             return time.monotonic() - t0
-        live = [name for name, entry in self._manifest().items()
-                if name != "munged" and self._alive(name, entry)]
+        live = [
+            name
+            for name, entry in self._manifest().items()
+            if name != "munged" and self._alive(name, entry)
+        ]
         if live and running_owner != owner:
             # Someone else's lab with another configuration: never stop what we did not start.
             raise LabError(
                 f"a Slurm lab with another configuration runs under {self.root} (started by "
                 f"{running_owner or 'unknown'}: {', '.join(sorted(live))}); stop it first "
                 f"(python -m gpuplan.executors.slurm.lab down --root {self.root}) or use "
-                "another --root")
+                "another --root"
+            )
         self.reused = False
         self.owner = owner
         self.down()
@@ -213,8 +229,7 @@ class SlurmLab(LabProcesses):
         self._start_munge(deadline)
         self._start_ctld(deadline)
         for name in self.node_names:
-            self._start(f"slurmd-{name}",
-                        ["slurmd", "-D", "-f", str(self.conf_path), "-N", name])
+            self._start(f"slurmd-{name}", ["slurmd", "-D", "-f", str(self.conf_path), "-N", name])
         self._wait_nodes(deadline)
         return time.monotonic() - t0
 
@@ -276,20 +291,22 @@ class SlurmLab(LabProcesses):
     def is_up(self) -> bool:
         started = self._manifest()
         names = ["slurmctld", *(f"slurmd-{n}" for n in self.node_names)]
-        return all(n in started and self._alive(n, started[n]) for n in names) and \
-            self.cli().ping()
+        return all(n in started and self._alive(n, started[n]) for n in names) and self.cli().ping()
 
     def status(self) -> dict[str, object]:
         started = self._manifest()
         result: dict[str, object] = {
             "root": str(self.root),
             "slurm_conf": str(self.conf_path),
-            "processes": {k: {"pid": v.pid, "alive": self._alive(k, v)}
-                          for k, v in started.items()},
+            "processes": {
+                k: {"pid": v.pid, "alive": self._alive(k, v)} for k, v in started.items()
+            },
         }
         try:
-            result["nodes"] = {n.name: n.state + "".join("+" + f for f in n.flags)
-                               for n in self.cli(timeout=10).nodes()}
+            result["nodes"] = {
+                n.name: n.state + "".join("+" + f for f in n.flags)
+                for n in self.cli(timeout=10).nodes()
+            }
         except SlurmError as err:
             result["nodes"] = f"unavailable: {err}"
         return result
@@ -309,8 +326,10 @@ class SlurmLab(LabProcesses):
         fh = open_lock(path)
         with fh:
             if not lock_with_pid(fh, timeout_s, poll_s=0.5):
-                raise LabError(f"lab {self.root} still in use by another process after "
-                               f"{timeout_s:g} s (lock {path})")
+                raise LabError(
+                    f"lab {self.root} still in use by another process after "
+                    f"{timeout_s:g} s (lock {path})"
+                )
             try:
                 yield
             finally:
@@ -368,8 +387,9 @@ class SlurmLab(LabProcesses):
             if stale.name not in files:
                 stale.unlink()  # a link is removed, never followed
         for name, text in files.items():
-            write_file(etc / name, text, mode=0o755 if name.endswith(".sh") else 0o644,
-                       error=LabError)
+            write_file(
+                etc / name, text, mode=0o755 if name.endswith(".sh") else 0o644, error=LabError
+            )
         write_file(self.root / "run" / "config.sha256", fingerprint, mode=0o644, error=LabError)
         # Fake GPUs: c 195 N like /dev/nvidiaN. Opening one fails (no driver), which is fine:
         # Slurm only needs the device numbers for gres accounting and cgroup rules.
@@ -379,13 +399,15 @@ class SlurmLab(LabProcesses):
                 st = os.lstat(dev)
             except FileNotFoundError:
                 st = None
-            if st is not None and (not stat.S_ISCHR(st.st_mode) or st.st_uid != os.geteuid()
-                                   or st.st_rdev != os.makedev(195, i)):
+            if st is not None and (
+                not stat.S_ISCHR(st.st_mode)
+                or st.st_uid != os.geteuid()
+                or st.st_rdev != os.makedev(195, i)
+            ):
                 os.unlink(dev)
                 st = None
             if st is None:
                 os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
-
 
     def _running_with(self, files: Mapping[str, str], fingerprint: str) -> bool:
         """The running lab has this configuration: same fingerprint, and the files slurmctld
@@ -394,8 +416,9 @@ class SlurmLab(LabProcesses):
         if self._read_text(self.root / "run" / "config.sha256") != fingerprint:
             return False
         try:
-            intact = all(self._read_text(self.root / "etc" / name) == text
-                         for name, text in files.items())
+            intact = all(
+                self._read_text(self.root / "etc" / name) == text for name, text in files.items()
+            )
         except LabError:
             intact = False
         return intact and self.is_up()
@@ -419,8 +442,13 @@ class SlurmLab(LabProcesses):
         # --num-threads=10".
         munge = pwd.getpwnam("munge")
         argv, _uid = self._expected("munged")  # type: ignore[misc]
-        self._start("munged", argv, user=munge.pw_uid, group=munge.pw_gid,
-                    extra_groups=os.getgrouplist("munge", munge.pw_gid))
+        self._start(
+            "munged",
+            argv,
+            user=munge.pw_uid,
+            group=munge.pw_gid,
+            extra_groups=os.getgrouplist("munge", munge.pw_gid),
+        )
         while not _munge_works():
             if time.monotonic() > deadline:
                 raise LabError("munged did not start; see log/munged.stdio")
@@ -431,10 +459,10 @@ class SlurmLab(LabProcesses):
         cli = self.cli(timeout=5)
         while not cli.ping():
             entry = self._manifest().get("slurmctld")
-            if entry is None or not self._alive("slurmctld", entry) or \
-                    time.monotonic() > deadline:
+            if entry is None or not self._alive("slurmctld", entry) or time.monotonic() > deadline:
                 tail = _tail(self.log_dir / "slurmctld.log") or _tail(
-                    self.log_dir / "slurmctld.stdio")
+                    self.log_dir / "slurmctld.stdio"
+                )
                 raise LabError(f"slurmctld did not come up:\n{tail}")
             time.sleep(0.1)
 
@@ -446,16 +474,20 @@ class SlurmLab(LabProcesses):
             try:
                 nodes = {n.name: n for n in cli.nodes() if n.name in wanted}
                 ok = wanted <= nodes.keys() and all(
-                    n.usable and n.gpus == self.config.gpus_per_node for n in nodes.values())
-                last = ", ".join(f"{k}={v.state}{''.join('+' + f for f in v.flags)} gres={v.gres}"
-                                 for k, v in sorted(nodes.items()))
+                    n.usable and n.gpus == self.config.gpus_per_node for n in nodes.values()
+                )
+                last = ", ".join(
+                    f"{k}={v.state}{''.join('+' + f for f in v.flags)} gres={v.gres}"
+                    for k, v in sorted(nodes.items())
+                )
             except SlurmError as err:
                 ok, last = False, str(err)
             if ok:
                 return
             if time.monotonic() > deadline:
-                raise LabError(f"nodes not usable in time: {last}\n"
-                               f"{_tail(self.log_dir / 'slurmctld.log')}")
+                raise LabError(
+                    f"nodes not usable in time: {last}\n{_tail(self.log_dir / 'slurmctld.log')}"
+                )
             time.sleep(0.2)
 
     def _cancel_all_jobs(self, timeout_s: float) -> None:
@@ -473,8 +505,9 @@ class SlurmLab(LabProcesses):
         except SlurmError:
             pass  # a dead controller cannot cancel; the slurmds are stopped next anyway
 
-    def _clean_cgroups(self, base: Path = Path("/sys/fs/cgroup"),
-                       others_running: bool | None = None) -> None:
+    def _clean_cgroups(
+        self, base: Path = Path("/sys/fs/cgroup"), others_running: bool | None = None
+    ) -> None:
         """Remove the cgroup directories this lab's jobs left behind (a MULTIPLE_SLURMD lab's
         slurmstepd does not always). Every lab on the machine shares
         ``<controller>/slurm_<node>/uid_<u>/``, so only ``job_<id>`` directories with ids in
@@ -486,8 +519,7 @@ class SlurmLab(LabProcesses):
             return
         lo = self.config.first_job_id or 1
         band = range(lo, lo + JOB_ID_BAND)
-        shared_levels = not (_other_slurm_daemons() if others_running is None
-                             else others_running)
+        shared_levels = not (_other_slurm_daemons() if others_running is None else others_running)
         for ctrl in base.iterdir():
             for name in self.node_names:
                 top = ctrl / f"slurm_{name}"
@@ -519,33 +551,50 @@ def _remove_tree(top: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpuplan.executors.slurm.lab up|down|status|env``."""
-    parser = argparse.ArgumentParser(prog="python -m gpuplan.executors.slurm.lab",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuplan.executors.slurm.lab", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("action", choices=["up", "down", "status", "env", "restart-ctld"])
     default = LabConfig()
     parser.add_argument("--root", default=str(default.root))
     parser.add_argument("--nodes", type=int, default=default.nodes)
     parser.add_argument("--gpus", type=int, default=default.gpus_per_node)
     parser.add_argument("--gpu-type", default=default.gpu_type)
-    parser.add_argument("--job-submit-lua", action="store_true",
-                        help="load the shipped job_submit.lua hook")
-    parser.add_argument("--wait", type=float, default=0.0, metavar="S",
-                        help="wait up to S seconds for a test session using the lab to finish")
+    parser.add_argument(
+        "--job-submit-lua", action="store_true", help="load the shipped job_submit.lua hook"
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for a test session using the lab to finish",
+    )
     args = parser.parse_args(argv)
-    lab = SlurmLab(LabConfig(root=Path(args.root), nodes=args.nodes, gpus_per_node=args.gpus,
-                             gpu_type=args.gpu_type, job_submit_lua=args.job_submit_lua))
+    lab = SlurmLab(
+        LabConfig(
+            root=Path(args.root),
+            nodes=args.nodes,
+            gpus_per_node=args.gpus,
+            gpu_type=args.gpu_type,
+            job_submit_lua=args.job_submit_lua,
+        )
+    )
     try:
         if args.action in ("up", "down", "restart-ctld"):
             with lab.exclusive(timeout_s=args.wait):  # never pull the lab from under a test run
                 if args.action == "up":
                     took = lab.up()
-                    print(f"lab up in {took:.1f} s; export SLURM_CONF={lab.conf_path}",
-                          file=sys.stderr)
+                    print(
+                        f"lab up in {took:.1f} s; export SLURM_CONF={lab.conf_path}",
+                        file=sys.stderr,
+                    )
                 elif args.action == "down":
                     lab.down()
                 else:
-                    print(f"controller back after {lab.restart_controller():.1f} s",
-                          file=sys.stderr)
+                    print(
+                        f"controller back after {lab.restart_controller():.1f} s", file=sys.stderr
+                    )
         elif args.action == "env":
             for key, value in lab.env.items():
                 print(f"export {key}={value}")

@@ -15,8 +15,9 @@ from .lab_config import PACKAGES, LabError
 
 
 def _installed(package: str) -> bool:
-    proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
+    )
     return proc.returncode == 0 and "ok installed" in proc.stdout
 
 
@@ -34,8 +35,7 @@ def install_packages(install: bool) -> None:
         guard.chmod(0o755)
     try:  # both wait (bounded) for another apt/dpkg holding the locks
         apt_get(["update", "-qq"], error=LabError)
-        apt_get(["install", "-y", "-qq", "--no-install-recommends", *missing],
-                error=LabError)
+        apt_get(["install", "-y", "-qq", "--no-install-recommends", *missing], error=LabError)
     finally:
         if own_guard:
             guard.unlink(missing_ok=True)

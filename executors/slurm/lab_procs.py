@@ -40,7 +40,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    rest = raw[raw.rfind(")") + 2:].split()
+    rest = raw[raw.rfind(")") + 2 :].split()
     return rest[0], int(rest[19])
 
 
@@ -70,8 +70,9 @@ def _munge_works() -> bool:
         cred = subprocess.run(["munge", "-n"], capture_output=True, timeout=5, check=False)
         if cred.returncode != 0:
             return False
-        back = subprocess.run(["unmunge"], input=cred.stdout, capture_output=True, timeout=5,
-                              check=False)
+        back = subprocess.run(
+            ["unmunge"], input=cred.stdout, capture_output=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return back.returncode == 0
@@ -124,9 +125,12 @@ class LabProcesses:
 
     def _save_manifest(self, started: Mapping[str, _Started]) -> None:
         self._dir("run")
-        write_file(self._manifest_path(),
-                   json.dumps({k: asdict(v) for k, v in started.items()}, indent=1),
-                   mode=0o644, error=LabError)
+        write_file(
+            self._manifest_path(),
+            json.dumps({k: asdict(v) for k, v in started.items()}, indent=1),
+            mode=0o644,
+            error=LabError,
+        )
 
     def _expected(self, name: str) -> tuple[list[str], int] | None:
         """The command line and uid the lab's daemon ``name`` runs with, derived from the
@@ -134,8 +138,8 @@ class LabProcesses:
         conf = str(self.conf_path)
         if name == "slurmctld":
             return ["slurmctld", "-D", "-f", conf], os.geteuid()
-        if name.startswith("slurmd-") and name[len("slurmd-"):] in self.node_names:
-            return ["slurmd", "-D", "-f", conf, "-N", name[len("slurmd-"):]], os.geteuid()
+        if name.startswith("slurmd-") and name[len("slurmd-") :] in self.node_names:
+            return ["slurmd", "-D", "-f", conf, "-N", name[len("slurmd-") :]], os.geteuid()
         if name == "munged":
             try:
                 return [MUNGED, "-F", "--num-threads=10"], pwd.getpwnam("munge").pw_uid
@@ -152,17 +156,24 @@ class LabProcesses:
         if expected is None:
             return False
         argv, uid = expected
-        return process_is(entry.pid, exe=argv[0], uid=uid, argv=argv,
-                          start_ticks=entry.start_ticks)
+        return process_is(entry.pid, exe=argv[0], uid=uid, argv=argv, start_ticks=entry.start_ticks)
 
     def _start(self, name: str, argv: list[str], **popen: object) -> _Started:
         self._dir("log")
-        fd = os.open(self.root / "log" / f"{name}.stdio",
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            self.root / "log" / f"{name}.stdio",
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+        )
         try:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                env={**os.environ, **self.env}, start_new_session=True, umask=0o022,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=fd,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+                umask=0o022,
                 **popen,  # type: ignore[arg-type]
             )
         finally:
@@ -182,8 +193,9 @@ class LabProcesses:
         self._save_manifest(started)
         return entry
 
-    def _stop(self, names: list[str], started: dict[str, _Started],
-              timeout_s: float = 10.0) -> None:
+    def _stop(
+        self, names: list[str], started: dict[str, _Started], timeout_s: float = 10.0
+    ) -> None:
         """SIGTERM all of ``names`` at once (each Slurm daemon needs ~2 s), SIGKILL stragglers."""
         live = [n for n in names if n in started and self._alive(n, started[n])]
         for name in live:

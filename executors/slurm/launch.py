@@ -51,9 +51,12 @@ class LaunchContext:
 CommandBuilder = Callable[[LaunchContext], Sequence[str]]
 
 
-def standin_command(python: str = sys.executable, module: str | None = STANDIN_MODULE,
-                    script: str | Path | None = None, checkpoint_interval_s: float | None = None
-                    ) -> CommandBuilder:
+def standin_command(
+    python: str = sys.executable,
+    module: str | None = STANDIN_MODULE,
+    script: str | Path | None = None,
+    checkpoint_interval_s: float | None = None,
+) -> CommandBuilder:
     """Command builder for the stand-in training job (``python script`` or ``python -m module``).
 
     The argv is fixed at submit time and Slurm replays it on every requeue, so it carries the
@@ -72,9 +75,16 @@ def standin_command(python: str = sys.executable, module: str | None = STANDIN_M
     def build(ctx: LaunchContext) -> list[str]:
         head = [python, str(script)] if script is not None else [python, "-m", str(module)]
         # "--job-id=X", not "--job-id X": an id starting with "-" is not an option
-        argv = [*head, f"--job-id={ctx.key}", "--work", repr(float(ctx.spec.work)),
-                "--rate-per-gpu", repr(float(ctx.rate_per_gpu)), "--state-dir",
-                str(ctx.state_dir)]
+        argv = [
+            *head,
+            f"--job-id={ctx.key}",
+            "--work",
+            repr(float(ctx.spec.work)),
+            "--rate-per-gpu",
+            repr(float(ctx.rate_per_gpu)),
+            "--state-dir",
+            str(ctx.state_dir),
+        ]
         if checkpoint_interval_s is not None:
             argv += ["--checkpoint-interval", repr(float(checkpoint_interval_s))]
         return argv
@@ -126,4 +136,3 @@ def cluster_from_slurm(cli: SlurmCli, nodes: Iterable[str] | None = None) -> Clu
     if not found:
         raise SlurmError("no Slurm node with GPUs found (sinfo --json)")
     return Cluster(nodes=found, gpu_types=types)
-

@@ -72,10 +72,12 @@ class JobShape:
     def sbatch_options(self) -> list[str]:
         """``--nodes``, ``--nodelist`` and the GPU request of ``sbatch``."""
         t = f"{self.gpu_type}:" if self.gpu_type else ""
-        gpus = (f"--gres=gpu:{t}{self.per_node}" if self.per_node is not None
-                else f"--gpus={t}{self.total}")
-        return [f"--nodes={len(self.nodes)}", f"--nodelist={compress_hostlist(self.nodes)}",
-                gpus]
+        gpus = (
+            f"--gres=gpu:{t}{self.per_node}"
+            if self.per_node is not None
+            else f"--gpus={t}{self.total}"
+        )
+        return [f"--nodes={len(self.nodes)}", f"--nodelist={compress_hostlist(self.nodes)}", gpus]
 
 
 @dataclass(slots=True)
@@ -100,7 +102,6 @@ class TrackedJob:
     rate_probe: tuple[float, float] | None = None
     restart_count: int = 0
     stop_wall: float | None = None
-
 
 
 def shape_counts(shape: JobShape | None) -> dict[str, int]:

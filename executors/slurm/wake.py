@@ -38,6 +38,7 @@ class Wake(Protocol):
 
     def changed(self) -> bool: ...
 
+
 SCRIPT_NAME = "epilog_wake.sh"
 
 
@@ -93,8 +94,15 @@ class SubmitProbe:
     next poll, as without it. ``wakes`` counts the wake-ups it gave.
     """
 
-    def __init__(self, read: Callable[[], str], every_s: float, *, max_failures: int = 5,
-                 rest_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        read: Callable[[], str],
+        every_s: float,
+        *,
+        max_failures: int = 5,
+        rest_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if every_s <= 0:
             raise ValueError("every_s must be positive")
         self._read = read
@@ -131,9 +139,13 @@ class SubmitProbe:
         if count is None:
             self._failures += 1
             if self._failures == self.max_failures:
-                log.warning("arrival probe: %d failed looks in a row (%s); looking every %g s "
-                            "until it works, new jobs are seen at the next poll meanwhile",
-                            self._failures, why[:300], self.rest_s)
+                log.warning(
+                    "arrival probe: %d failed looks in a row (%s); looking every %g s "
+                    "until it works, new jobs are seen at the next poll meanwhile",
+                    self._failures,
+                    why[:300],
+                    self.rest_s,
+                )
             if self.resting:
                 self._next = self._clock() + self.rest_s
             return False

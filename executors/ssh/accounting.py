@@ -38,8 +38,14 @@ def rank_state(run: JobRun, rank: RankRun, entry: dict[str, Any] | None) -> str:
     return "running"  # includes a child that just died and is not reaped yet
 
 
-def measure_progress(run: JobRun, job: ActiveJob, entries: Mapping[str, dict[str, Any] | None],
-                     t: float, core: ProgressCore, wall: float) -> None:
+def measure_progress(
+    run: JobRun,
+    job: ActiveJob,
+    entries: Mapping[str, dict[str, Any] | None],
+    t: float,
+    core: ProgressCore,
+    wall: float,
+) -> None:
     """Re-anchor the job's progress at engine time ``t`` on what its ranks report (read at wall
     time ``wall``); record
     the start latency of each new rank and, once every rank of a restarted job progresses,
@@ -54,8 +60,11 @@ def measure_progress(run: JobRun, job: ActiveJob, entries: Mapping[str, dict[str
         progress = (entry.get("files") or {}).get("progress")
         state = entry.get("state") or {}
         cap = rank.target if rank.target is not None else run.spec.work
-        if (isinstance(progress, dict) and state.get("phase") == "completed"
-                and state.get("gen") == run.gen):
+        if (
+            isinstance(progress, dict)
+            and state.get("phase") == "completed"
+            and state.get("gen") == run.gen
+        ):
             total += min(float(progress["done"]), cap)  # this rank is done, others not yet
         elif isinstance(progress, dict) and progress.get("pid") == state.get("child_pid"):
             share = job.rate * len(rank.gpus) / total_gpus if total_gpus else 0.0
@@ -65,7 +74,8 @@ def measure_progress(run: JobRun, job: ActiveJob, entries: Mapping[str, dict[str
             if not rank.startup_measured and state.get("child_started_at"):
                 rank.startup_measured = True
                 core.record_start_latency(
-                    max(0.0, float(progress["started"]) - float(state["child_started_at"])))
+                    max(0.0, float(progress["started"]) - float(state["child_started_at"]))
+                )
         else:
             fresh = False
             total += rank.start_done
@@ -88,4 +98,3 @@ def reported_progress(run: JobRun, status: Statuses) -> float:
         done = float(progress["done"]) if isinstance(progress, dict) else 0.0
         total += max(done, rank.start_done)
     return total
-

@@ -98,9 +98,20 @@ from .remote import (
 from .state import FoundJob, JobRun, RankRun, SshSettings, classify_found, run_from_found
 
 __all__ = [
-    "SIDECAR_DIGEST", "SIDECAR_SOURCE", "UPLOAD_SCRIPT", "CommandLauncher", "FoundJob", "JobRun",
-    "Launcher", "RankRun", "SshExecutor", "SshSettings", "StandinLauncher", "UnsafeRunRoot",
-    "WorkerCommand", "safe_name",
+    "SIDECAR_DIGEST",
+    "SIDECAR_SOURCE",
+    "UPLOAD_SCRIPT",
+    "CommandLauncher",
+    "FoundJob",
+    "JobRun",
+    "Launcher",
+    "RankRun",
+    "SshExecutor",
+    "SshSettings",
+    "StandinLauncher",
+    "UnsafeRunRoot",
+    "WorkerCommand",
+    "safe_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -134,16 +145,23 @@ class SshExecutor(Executor, PlanApplier):
         self.addresses = dict(nodes)
         self.launcher = launcher
         self.settings = settings
-        self.pool = SshPool(self.addresses, known_hosts=settings.known_hosts,
-                            client_keys=settings.client_keys,
-                            connect_timeout_s=settings.connect_timeout_s,
-                            ssh_config=settings.ssh_config)
+        self.pool = SshPool(
+            self.addresses,
+            known_hosts=settings.known_hosts,
+            client_keys=settings.client_keys,
+            connect_timeout_s=settings.connect_timeout_s,
+            ssh_config=settings.ssh_config,
+        )
         in_place = settings.in_place_resize and launcher.resizes_in_place
         self.core = ProgressCore(
-            ExecutorCapabilities(resize="in_place" if in_place else "restart", pin_gpus=True,
-                                 preempt_modes=("checkpoint",),
-                                 restart_latency_s=settings.restart_estimate_s),
-            max_restarts=settings.max_restarts)
+            ExecutorCapabilities(
+                resize="in_place" if in_place else "restart",
+                pin_gpus=True,
+                preempt_modes=("checkpoint",),
+                restart_latency_s=settings.restart_estimate_s,
+            ),
+            max_restarts=settings.max_restarts,
+        )
         root = settings.run_root.rstrip("/") or "/"
         self.nodes = SidecarNodes(self.pool, settings, root, self.now, self.addresses)
         self.gpus = NodeGpus(cluster)
@@ -256,7 +274,8 @@ class SshExecutor(Executor, PlanApplier):
         caps = self.core.capabilities
         if self.in_place_pauses:
             caps = dataclasses.replace(
-                caps, in_place_latency_s=statistics.median(self.in_place_pauses))
+                caps, in_place_latency_s=statistics.median(self.in_place_pauses)
+            )
         return caps
 
     @property
@@ -291,8 +310,9 @@ class SshExecutor(Executor, PlanApplier):
             return
         self._started = True
         names = [n.name for n in self.cluster.nodes]
-        results = await asyncio.gather(*(self.nodes.poll_node(n) for n in names),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.nodes.poll_node(n) for n in names), return_exceptions=True
+        )
         statuses: dict[str, dict[str, dict[str, Any]]] = {}
         for name, res in zip(names, results, strict=True):
             if isinstance(res, BaseException):
@@ -313,20 +333,27 @@ class SshExecutor(Executor, PlanApplier):
         self._found.update(found.found)
         if found.fenced:
             self.fenced_at_start |= found.fenced
-            log.warning("jobs %s fenced themselves before this executor renewed their nodes' "
-                        "leases (lease ages %s, lease_s %.1f s): they restart from their "
-                        "checkpoints instead of being adopted", sorted(found.fenced),
-                        {n: None if a is None else round(a, 2)
-                         for n, a in sorted(self.nodes.lease_ages.items())},
-                        self.settings.lease_s)
+            log.warning(
+                "jobs %s fenced themselves before this executor renewed their nodes' "
+                "leases (lease ages %s, lease_s %.1f s): they restart from their "
+                "checkpoints instead of being adopted",
+                sorted(found.fenced),
+                {
+                    n: None if a is None else round(a, 2)
+                    for n, a in sorted(self.nodes.lease_ages.items())
+                },
+                self.settings.lease_s,
+            )
         await asyncio.gather(*(self.nodes.kill(n, d) for n, d in found.stale))
         self._claims_open = any(f.kind == "running" for f in self._found.values())
 
-    async def _close_claims(self, stops: dict[str, tuple[JobRun, set[str]]] | None = None
-                            ) -> None:
+    async def _close_claims(self, stops: dict[str, tuple[JobRun, set[str]]] | None = None) -> None:
         """Stop found jobs the new engine did not start where they run."""
-        orphans = {job_id: (run_from_found(f, None), set[str]())
-                   for job_id, f in self._found.items() if f.kind == "running"}
+        orphans = {
+            job_id: (run_from_found(f, None), set[str]())
+            for job_id, f in self._found.items()
+            if f.kind == "running"
+        }
         self._found.clear()
         self._claims_open = False
         if stops is not None:
@@ -341,14 +368,16 @@ class SshExecutor(Executor, PlanApplier):
             if self._claims_open and self._delivered:
                 await self._close_claims()
             if self._end_requested.is_set():
-                log.info("run ended on request with jobs %s outstanding",
-                         sorted(self._outstanding))
+                log.info("run ended on request with jobs %s outstanding", sorted(self._outstanding))
                 return None
             t = self.now()
             limit = self.settings.deadline_s
             if limit is not None and t > limit:
-                log.error("deadline %.1f s reached with jobs %s outstanding", limit,
-                          sorted(self._outstanding))
+                log.error(
+                    "deadline %.1f s reached with jobs %s outstanding",
+                    limit,
+                    sorted(self._outstanding),
+                )
                 return None
             events: list[Event] = list(self._pending_events)
             self._pending_events.clear()
@@ -401,8 +430,9 @@ class SshExecutor(Executor, PlanApplier):
         if self.settings.inventory_interval_s > 0 and t >= self._next_inventory:
             inventory = asyncio.ensure_future(self._ask_inventory())
             self._next_inventory = t + self.settings.inventory_interval_s
-        results = await asyncio.gather(*(self.nodes.poll_node(n) for n in names),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.nodes.poll_node(n) for n in names), return_exceptions=True
+        )
         events: list[Event] = []
         for name, res in zip(names, results, strict=True):
             if isinstance(res, BaseException):
@@ -410,8 +440,12 @@ class SshExecutor(Executor, PlanApplier):
                     raise res
                 since = self._unreachable.setdefault(name, t)
                 if name not in self._down and t - since >= self.settings.fail_after:
-                    log.error("node %s unreachable for %.1f s: reporting it failed (%s)",
-                              name, t - since, res)
+                    log.error(
+                        "node %s unreachable for %.1f s: reporting it failed (%s)",
+                        name,
+                        t - since,
+                        res,
+                    )
                     self._down.add(name)
                     if name not in self.gpus.out:  # already reported failed for its GPUs
                         events.append(NodeFailure(time=t, node=name))
@@ -439,15 +473,20 @@ class SshExecutor(Executor, PlanApplier):
     async def _ask_inventory(self) -> dict[str, Any]:
         """Every reachable node's NVML inventory answer (``gpus.py``); unreachable nodes are
         the status poll's business."""
-        names = [n.name for n in self.cluster.nodes
-                 if n.name not in self._down and n.name not in self._unreachable]
-        answers = await asyncio.gather(*(self.nodes.call(n, "inventory") for n in names),
-                                       return_exceptions=True)
+        names = [
+            n.name
+            for n in self.cluster.nodes
+            if n.name not in self._down and n.name not in self._unreachable
+        ]
+        answers = await asyncio.gather(
+            *(self.nodes.call(n, "inventory") for n in names), return_exceptions=True
+        )
         for answer in answers:
             if isinstance(answer, BaseException) and not isinstance(answer, REMOTE_ERRORS):
                 raise answer
-        return {n: a for n, a in zip(names, answers, strict=True)
-                if not isinstance(a, BaseException)}
+        return {
+            n: a for n, a in zip(names, answers, strict=True) if not isinstance(a, BaseException)
+        }
 
     def gpu_events(self, t: float, answers: Mapping[str, Any]) -> list[Event]:
         """Events for the nodes whose usability changed with these ``inventory`` answers."""
@@ -462,20 +501,28 @@ class SshExecutor(Executor, PlanApplier):
 
     async def _clean_node(self, node: str, entries: Mapping[str, dict[str, Any]]) -> None:
         """A node came back: stop whatever still runs there that no running job owns."""
-        owned = {r.dir for run in self._runs.values() if run.state == "running"
-                 for r in run.ranks.values() if r.node == node}
-        stale = [d for d, e in entries.items()
-                 if d not in owned and (e["sidecar_alive"] or e["child_alive"])]
+        owned = {
+            r.dir
+            for run in self._runs.values()
+            if run.state == "running"
+            for r in run.ranks.values()
+            if r.node == node
+        }
+        stale = [
+            d
+            for d, e in entries.items()
+            if d not in owned and (e["sidecar_alive"] or e["child_alive"])
+        ]
         await asyncio.gather(*(self.nodes.kill(node, d) for d in stale))
 
     async def _evaluate(self, run: JobRun, t: float) -> list[Event]:
         job_id = run.spec.id
         if any(node in self._unreachable for node in run.ranks):
             return []  # judged when the node answers or is reported failed
-        entries = {node: self._status.get(node, {}).get(rank.dir)
-                   for node, rank in run.ranks.items()}
-        states = {node: rank_state(run, rank, entries[node])
-                  for node, rank in run.ranks.items()}
+        entries = {
+            node: self._status.get(node, {}).get(rank.dir) for node, rank in run.ranks.items()
+        }
+        states = {node: rank_state(run, rank, entries[node]) for node, rank in run.ranks.items()}
         if states and all(s == "completed" for s in states.values()):
             run.state = "completed"
             run.ranks = {}
@@ -489,8 +536,7 @@ class SshExecutor(Executor, PlanApplier):
         self._measure(run, entries, t)
         return []
 
-    def _measure(self, run: JobRun, entries: Mapping[str, dict[str, Any] | None],
-                 t: float) -> None:
+    def _measure(self, run: JobRun, entries: Mapping[str, dict[str, Any] | None], t: float) -> None:
         """Re-anchor the job's progress on what its ranks report."""
         job = self._jobs.get(run.spec.id)
         if job is None or not self.launcher.accounts_progress or not run.ranks:
@@ -505,8 +551,13 @@ class SshExecutor(Executor, PlanApplier):
         """A rank crashed or lost its sidecar: restart the job from its checkpoints."""
         job = self._jobs.get(run.spec.id)
         used = self.core.spend_restart(run.spec.id)
-        log.warning("job %r failed (%s), restart %d/%d", run.spec.id, reason, used,
-                    self.settings.max_restarts)
+        log.warning(
+            "job %r failed (%s), restart %d/%d",
+            run.spec.id,
+            reason,
+            used,
+            self.settings.max_restarts,
+        )
         if job is None or job.allocation is None or self.core.over_budget(run.spec.id):
             await self.nodes.stop_run(run)
             run.state = "failed"
@@ -535,7 +586,8 @@ class SshExecutor(Executor, PlanApplier):
         patterns = self.launcher.checkpoint_patterns(spec)
         candidates = [*prefer, *(n.name for n in self.cluster.nodes)]
         found = await self.nodes.read_checkpoints(
-            spec.id, patterns, [n for n in candidates if n not in self._down])
+            spec.id, patterns, [n for n in candidates if n not in self._down]
+        )
         if found is not None:
             return found
         run = self._runs.get(spec.id)
@@ -557,16 +609,14 @@ class SshExecutor(Executor, PlanApplier):
         job.done = kept
         job.last_checkpoint_done = job.done
 
-    async def _launch(self, job: ActiveJob, alloc: JobAllocation,
-                      ckpts: dict[str, float]) -> None:
+    async def _launch(self, job: ActiveJob, alloc: JobAllocation, ckpts: dict[str, float]) -> None:
         """Start every rank of ``job`` on ``alloc`` (reusing sidecars kept by a stop)."""
         spec = job.spec
         run = self._runs.setdefault(spec.id, JobRun(spec=spec))
         run.spec = spec
         gen = self._gen[spec.id] = self._gen.get(spec.id, 0) + 1
         run.gen = gen
-        run.ranks = await self.nodes.start_ranks(spec, run.ranks, gen, alloc, ckpts,
-                                                 self.launcher)
+        run.ranks = await self.nodes.start_ranks(spec, run.ranks, gen, alloc, ckpts, self.launcher)
         run.state = "running"
         self._set_done(run, job, ckpts)
         job.rate = placement_rate(spec, self.cluster, alloc)

@@ -58,8 +58,9 @@ class NodeGpus:
         try:
             inventory = parse_inventory(answers)
         except BadInventory as exc:
-            self._once(f"node {node}: unusable NVML inventory answer ({exc}): keeping the "
-                       "previous binding")
+            self._once(
+                f"node {node}: unusable NVML inventory answer ({exc}): keeping the previous binding"
+            )
             return None
         if not inventory.nvml:
             note_no_nvml(f"node {node}", inventory.reason)
@@ -67,8 +68,7 @@ class NodeGpus:
         for text in binding.warnings:
             self._once(text)
         for gpu in degraded(inventory):
-            self._once(f"node {node}: GPU {gpu.index} ({gpu.uuid}) degraded: "
-                       f"{gpu.health.reason}")
+            self._once(f"node {node}: GPU {gpu.index} ({gpu.uuid}) degraded: {gpu.health.reason}")
         self.bindings[node] = binding
         before = self.out.get(node)
         reason = binding.out_reason

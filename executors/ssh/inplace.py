@@ -39,8 +39,9 @@ class InPlaceResult:
     pid_after: int | None
 
 
-def in_place_blocker(run: JobRun | None, action: Action, launcher: Launcher,
-                     settings: SshSettings) -> str | None:
+def in_place_blocker(
+    run: JobRun | None, action: Action, launcher: Launcher, settings: SshSettings
+) -> str | None:
     """Why ``action`` cannot be an in-place resize (None: it can)."""
     if not settings.in_place_resize or not launcher.resizes_in_place:
         return "in-place resizing is off"
@@ -57,19 +58,28 @@ def in_place_blocker(run: JobRun | None, action: Action, launcher: Launcher,
     return None
 
 
-async def resize_in_place(nodes: SidecarNodes, run: JobRun, alloc: JobAllocation,
-                          settings: SshSettings) -> InPlaceResult:
+async def resize_in_place(
+    nodes: SidecarNodes, run: JobRun, alloc: JobAllocation, settings: SshSettings
+) -> InPlaceResult:
     """Ask the job's only rank to switch to ``alloc``'s GPUs on its node (see the module
     docstring); updates the rank's GPUs when the sidecar acknowledged either way."""
     node, rank = next(iter(run.ranks.items()))
     gpus = tuple(alloc.placement[node])
-    control = {"action": "run", "in_place": True, "gen": run.gen, "rank": rank.rank,
-               "nranks": 1, "gpus": list(gpus), "devices": nodes.bind(node, gpus),
-               "files": dict(rank.files)}
+    control = {
+        "action": "run",
+        "in_place": True,
+        "gen": run.gen,
+        "rank": rank.rank,
+        "nranks": 1,
+        "gpus": list(gpus),
+        "devices": nodes.bind(node, gpus),
+        "files": dict(rank.files),
+    }
     t0 = time.time()
     try:
-        res = await nodes.control(node, rank, control,
-                                  settings.stop_wait + settings.command_timeout_s)
+        res = await nodes.control(
+            node, rank, control, settings.stop_wait + settings.command_timeout_s
+        )
     except REMOTE_ERRORS:
         return InPlaceResult("failed", time.time() - t0, None, None)
     seq = nodes.seq.get(rank.dir)

@@ -80,7 +80,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = raw[raw.rfind(")") + 2:].split()
+    fields = raw[raw.rfind(")") + 2 :].split()
     return fields[0], int(fields[1])
 
 
@@ -128,15 +128,23 @@ def port_is_free(host: str, port: int) -> bool:
 class SshLab:
     """N ``sshd`` "nodes" on ``127.0.1.{first..first+N-1}:port`` configured under ``root``."""
 
-    def __init__(self, root: str | Path = DEFAULT_DIR, nodes: int = 2, port: int = DEFAULT_PORT,
-                 user: str = "gpuuser", first_address: int = 1) -> None:
+    def __init__(
+        self,
+        root: str | Path = DEFAULT_DIR,
+        nodes: int = 2,
+        port: int = DEFAULT_PORT,
+        user: str = "gpuuser",
+        first_address: int = 1,
+    ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
         self.root = Path(os.path.abspath(root))
         self.port = port
         self.user = user
-        self.nodes = [LabNode(f"node{k}", k, f"127.0.1.{first_address + k - 1}", port)
-                      for k in range(1, nodes + 1)]
+        self.nodes = [
+            LabNode(f"node{k}", k, f"127.0.1.{first_address + k - 1}", port)
+            for k in range(1, nodes + 1)
+        ]
 
     # ------------------------------------------------------------------ paths
     @property
@@ -183,8 +191,17 @@ class SshLab:
             made_guard = True
         try:  # both wait (bounded) for another apt/dpkg holding the locks
             apt_get(["update", "-qq"], error=LabError)
-            apt_get(["install", "-y", "-qq", "--no-install-recommends", "openssh-server",
-                     "openssh-client"], error=LabError)
+            apt_get(
+                [
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    "openssh-server",
+                    "openssh-client",
+                ],
+                error=LabError,
+            )
         finally:
             if made_guard:
                 guard.unlink(missing_ok=True)
@@ -222,8 +239,12 @@ class SshLab:
             pub = read_file(key.with_suffix(".pub"), limit=4096, error=LabError)
         except (FileNotFoundError, LabError):
             return False
-        return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
-                and stat.S_IMODE(st.st_mode) == 0o600 and pub is not None)
+        return (
+            stat.S_ISREG(st.st_mode)
+            and st.st_uid == os.geteuid()
+            and stat.S_IMODE(st.st_mode) == 0o600
+            and pub is not None
+        )
 
     def prepare(self) -> bool:
         """Check or create the private root and write keys, ``authorized_keys``, known_hosts
@@ -233,25 +254,37 @@ class SshLab:
             private_dir(self.root, sub, error=LabError, mode=0o700)
         # sshd reads a user's authorized_keys with that user's rights: traversable by gpuuser.
         private_dir(self.root, "authorized_keys", error=LabError, mode=0o755)
-        for key, comment in ((self.host_key, "gpuplan-lab-host"),
-                             (self.client_key, "gpuplan-lab-client")):
+        for key, comment in (
+            (self.host_key, "gpuplan-lab-host"),
+            (self.client_key, "gpuplan-lab-client"),
+        ):
             if new or not self._key_is_ours(key):  # never reuse a key this lab did not make
                 for stale in (key, key.with_suffix(".pub")):
                     stale.unlink(missing_ok=True)
-                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
-                      "-f", str(key)], umask=0o077)
-        pub = (read_file(self.client_key.with_suffix(".pub"), limit=4096, error=LabError)
-               or b"").decode()
+                _run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
+                    umask=0o077,
+                )
+        pub = (
+            read_file(self.client_key.with_suffix(".pub"), limit=4096, error=LabError) or b""
+        ).decode()
         for user in ("root", self.user):
             # root-owned, 0644: sshd (as USER) reads it, nobody but root can change it
             write_file(self.root / "authorized_keys" / user, pub, mode=0o644, error=LabError)
         host_raw = read_file(self.host_key.with_suffix(".pub"), limit=4096, error=LabError)
         host_pub = " ".join((host_raw or b"").decode().split()[:2])
-        write_file(self.known_hosts,
-                   "".join(f"[{n.host}]:{n.port} {host_pub}\n" for n in self.nodes),
-                   mode=0o644, error=LabError)
+        write_file(
+            self.known_hosts,
+            "".join(f"[{n.host}]:{n.port} {host_pub}\n" for n in self.nodes),
+            mode=0o644,
+            error=LabError,
+        )
         for node in self.nodes:
-            write_file(self.config_path(node), mode=0o644, error=LabError, data=f"""\
+            write_file(
+                self.config_path(node),
+                mode=0o644,
+                error=LabError,
+                data=f"""\
 # generated by gpuplan.executors.ssh.lab ({node.name})
 ListenAddress {node.host}:{node.port}
 HostKey {self.host_key}
@@ -270,9 +303,14 @@ PrintMotd no
 MaxSessions 128
 MaxStartups 64:30:128
 LogLevel VERBOSE
-""")
-        write_file(self.root / "lab.json", json.dumps(self.describe(), indent=1), mode=0o644,
-                   error=LabError)
+""",
+            )
+        write_file(
+            self.root / "lab.json",
+            json.dumps(self.describe(), indent=1),
+            mode=0o644,
+            error=LabError,
+        )
         return bool(new)
 
     def describe(self) -> dict[str, object]:
@@ -296,8 +334,9 @@ LogLevel VERBOSE
             pid = int((raw or b"").split()[0])
         except (ValueError, IndexError):
             return None
-        if process_is(pid, exe=SSHD, uid=os.geteuid(),
-                      cmdline_contains=f"-f {self.config_path(node)} "):
+        if process_is(
+            pid, exe=SSHD, uid=os.geteuid(), cmdline_contains=f"-f {self.config_path(node)} "
+        ):
             return pid
         return None
 
@@ -314,8 +353,12 @@ LogLevel VERBOSE
         if check.returncode != 0:
             raise LabError(f"sshd -t {cfg}: {check.stderr.strip()}")
         # sshd daemonises and writes its PidFile; -E keeps its log out of syslog.
-        started = subprocess.run([SSHD, "-f", cfg, "-E", str(self.log_path(node))],
-                                 capture_output=True, text=True, umask=0o022)
+        started = subprocess.run(
+            [SSHD, "-f", cfg, "-E", str(self.log_path(node))],
+            capture_output=True,
+            text=True,
+            umask=0o022,
+        )
         if started.returncode != 0:
             raise LabError(f"sshd {node.name}: {started.stderr.strip()}")
         deadline = time.monotonic() + timeout
@@ -403,8 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             t0 = time.monotonic()
             lab.up()
-            print(json.dumps({**lab.describe(), "up_s": round(time.monotonic() - t0, 2)},
-                             indent=1))
+            print(json.dumps({**lab.describe(), "up_s": round(time.monotonic() - t0, 2)}, indent=1))
         elif args.command == "down":
             lab.down()
         else:

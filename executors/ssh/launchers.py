@@ -93,9 +93,15 @@ class StandinLauncher(Launcher):
     accounts_progress = True
     resizes_in_place = True
 
-    def __init__(self, state_dir: str | Path, rate_per_gpu: float, *, python: str = "python3",
-                 checkpoint_interval_s: float | None = None,
-                 progress_interval_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        state_dir: str | Path,
+        rate_per_gpu: float,
+        *,
+        python: str = "python3",
+        checkpoint_interval_s: float | None = None,
+        progress_interval_s: float = 0.25,
+    ) -> None:
         if not rate_per_gpu > 0:
             raise ValueError("rate_per_gpu must be > 0")
         self.state_dir = str(state_dir)
@@ -114,11 +120,21 @@ class StandinLauncher(Launcher):
         return standin_paths(self.state_dir, self.worker_id(job_id, rank))
 
     def worker(self, spec: JobSpec, rank: int, nranks: int, target: float) -> WorkerCommand:
-        argv = [self.python, "-m", "gpuplan.executors.standin",
-                # "--job-id=X", not "--job-id X": an id starting with "-" is not an option
-                f"--job-id={self.worker_id(spec.id, rank)}", "--work", repr(float(target)),
-                "--rate-per-gpu", repr(float(self.rate_per_gpu)), "--state-dir", self.state_dir,
-                "--progress-interval", repr(float(self.progress_interval_s))]
+        argv = [
+            self.python,
+            "-m",
+            "gpuplan.executors.standin",
+            # "--job-id=X", not "--job-id X": an id starting with "-" is not an option
+            f"--job-id={self.worker_id(spec.id, rank)}",
+            "--work",
+            repr(float(target)),
+            "--rate-per-gpu",
+            repr(float(self.rate_per_gpu)),
+            "--state-dir",
+            self.state_dir,
+            "--progress-interval",
+            repr(float(self.progress_interval_s)),
+        ]
         if self.checkpoint_interval_s:
             argv += ["--checkpoint-interval", repr(float(self.checkpoint_interval_s))]
         paths = self.paths(spec.id, rank)
@@ -140,8 +156,11 @@ class StandinLauncher(Launcher):
 class CommandLauncher(Launcher):
     """Runs an arbitrary command per rank: ``argv(spec, rank, nranks)`` or a fixed argv."""
 
-    def __init__(self, argv: Callable[[JobSpec, int, int], Sequence[str]] | Sequence[str],
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        argv: Callable[[JobSpec, int, int], Sequence[str]] | Sequence[str],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self._argv = argv
         self._env = dict(env or {})
 

@@ -40,14 +40,19 @@ class PlanApplier:
 
     # ------------------------------------------------------------------ plans
     def _log_action(self, now: float, action: Action) -> None:
-        self.action_log.append({
-            "t": now, "kind": action.kind, "job": action.job_id,
-            "before": action.gpus_before, "after": action.gpus_after,
-            "before_placement": dict(action.before.placement) if action.before else {},
-            "after_placement": dict(action.after.placement) if action.after else {},
-        })
+        self.action_log.append(
+            {
+                "t": now,
+                "kind": action.kind,
+                "job": action.job_id,
+                "before": action.gpus_before,
+                "after": action.gpus_after,
+                "before_placement": dict(action.before.placement) if action.before else {},
+                "after_placement": dict(action.after.placement) if action.after else {},
+            }
+        )
 
-    async def _apply(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob]) -> None:
+    async def _apply(self, plan: AllocationPlan, jobs: Mapping[str, ActiveJob]) -> None:  # noqa: C901 (a named exception to the complexity gate)
         await self._ensure_started()
         now = plan.time
         stops: dict[str, tuple[JobRun, set[str]]] = {}
@@ -66,8 +71,9 @@ class PlanApplier:
                 assert action.after is not None
                 found = self._found.pop(job.id, None)
                 if found is not None and found.kind == "completed":
-                    self._runs[job.id] = JobRun(spec=job.spec, gen=found.gen,
-                                                state="completed_unreported", adopted=True)
+                    self._runs[job.id] = JobRun(
+                        spec=job.spec, gen=found.gen, state="completed_unreported", adopted=True
+                    )
                     self.adopted.add(job.id)
                     continue
                 if found is not None and found.placement == dict(action.after.placement):
@@ -83,18 +89,35 @@ class PlanApplier:
                     stops[job.id] = (run, set())
             else:  # resize / migrate
                 assert action.after is not None
-                blocker = (in_place_blocker(run, action, self.launcher, self.settings)
-                           if job.id not in self._found else "found at start-up")
+                blocker = (
+                    in_place_blocker(run, action, self.launcher, self.settings)
+                    if job.id not in self._found
+                    else "found at start-up"
+                )
                 if blocker is None and run is not None:
                     grow = action.gpus_after - action.gpus_before
                     in_place.append((job, run, action.after, grow))
                     continue
                 if self.capabilities.resize == "in_place":
                     mode, cost = self.capabilities.resize_cost(in_place_possible=False)
-                    log.warning("job %r: %s by %s (~%.2f s), not in place: %s", job.id,
-                                action.kind, mode, cost, blocker)
-                    self.resize_log.append({"t": now, "job": job.id, "kind": action.kind,
-                                            "mode": mode, "pause_s": None, "why": blocker})
+                    log.warning(
+                        "job %r: %s by %s (~%.2f s), not in place: %s",
+                        job.id,
+                        action.kind,
+                        mode,
+                        cost,
+                        blocker,
+                    )
+                    self.resize_log.append(
+                        {
+                            "t": now,
+                            "job": job.id,
+                            "kind": action.kind,
+                            "mode": mode,
+                            "pause_s": None,
+                            "why": blocker,
+                        }
+                    )
                 before = set(action.before.placement) if action.before else set()
                 keep = before & set(action.after.placement)
                 if run is not None:
@@ -110,8 +133,9 @@ class PlanApplier:
         starting = {job.id: list(alloc.placement) for job, alloc in launches}
         read_for = {job_id for job_id in stops if job_id in self._jobs} | set(starting)
         specs = {j: (self._jobs[j].spec) for j in read_for}
-        found_ckpts = await asyncio.gather(*(
-            self._read_ckpts(specs[j], starting.get(j, [])) for j in sorted(read_for)))
+        found_ckpts = await asyncio.gather(
+            *(self._read_ckpts(specs[j], starting.get(j, [])) for j in sorted(read_for))
+        )
         ckpts = dict(zip(sorted(read_for), found_ckpts, strict=True))
         for job_id, (run, _) in stops.items():
             job = self._jobs.get(job_id)
@@ -129,34 +153,55 @@ class PlanApplier:
             self._measure(run, found.ranks, now)
         for job, _ in launches:
             self._runs.setdefault(job.id, JobRun(spec=job.spec)).restart_t0 = (
-                wall if job.id in stops else None)
+                wall if job.id in stops else None
+            )
         # In-place shrinks before grows, both before launches: a GPU changes hands only after
         # its previous user acknowledged it no longer uses it.
         for shrink in (True, False):
             batch = [x for x in in_place if (x[3] < 0) == shrink]
-            await asyncio.gather(*(self._resize_in_place(job, run, alloc, now)
-                                   for job, run, alloc, _ in batch))
+            await asyncio.gather(
+                *(self._resize_in_place(job, run, alloc, now) for job, run, alloc, _ in batch)
+            )
         t_read = time.time()
-        await asyncio.gather(*(self._launch(job, alloc, ckpts.get(job.id, {}))
-                               for job, alloc in launches))
-        log.debug("plan at %.2f: %d stops %.3f s, checkpoints %.3f s, %d launches %.3f s",
-                  now, len(stops), t_stopped - wall, t_read - t_stopped, len(launches),
-                  time.time() - t_read)
+        await asyncio.gather(
+            *(self._launch(job, alloc, ckpts.get(job.id, {})) for job, alloc in launches)
+        )
+        log.debug(
+            "plan at %.2f: %d stops %.3f s, checkpoints %.3f s, %d launches %.3f s",
+            now,
+            len(stops),
+            t_stopped - wall,
+            t_read - t_stopped,
+            len(launches),
+            time.time() - t_read,
+        )
 
-    async def _resize_in_place(self, job: ActiveJob, run: JobRun, alloc: JobAllocation,
-                               now: float) -> None:
+    async def _resize_in_place(
+        self, job: ActiveJob, run: JobRun, alloc: JobAllocation, now: float
+    ) -> None:
         """One in-place resize (see :mod:`.inplace`) and its accounting."""
         result = await resize_in_place(self.nodes, run, alloc, self.settings)
-        self.resize_log.append({"t": now, "job": job.id, "kind": "resize", "mode": result.mode,
-                                "pause_s": result.pause_s, "why": None})
+        self.resize_log.append(
+            {
+                "t": now,
+                "job": job.id,
+                "kind": "resize",
+                "mode": result.mode,
+                "pause_s": result.pause_s,
+                "why": None,
+            }
+        )
         job.rate = placement_rate(job.spec, self.cluster, alloc)
         if result.mode == "in_place":
             self.in_place_pauses.append(result.pause_s)
             job.resume_time = now + result.pause_s
             return
-        log.warning("job %r: in-place resize %s after %.2f s", job.id,
-                    "fell back to a checkpoint-restart" if result.mode == "restart"
-                    else "got no answer", result.pause_s)
+        log.warning(
+            "job %r: in-place resize %s after %.2f s",
+            job.id,
+            "fell back to a checkpoint-restart" if result.mode == "restart" else "got no answer",
+            result.pause_s,
+        )
         if result.mode == "restart":
             ckpts = await self._read_ckpts(job.spec, list(alloc.placement))
             for rank in run.ranks.values():
@@ -167,9 +212,17 @@ class PlanApplier:
         await self._ensure_started()
         self._jobs[job.id] = job
         run = self._runs.get(job.id)
-        self.action_log.append({"t": self.now(), "kind": "evict", "job": job.id,
-                                "before": job.gpus, "after": 0, "before_placement": {},
-                                "after_placement": {}})
+        self.action_log.append(
+            {
+                "t": self.now(),
+                "kind": "evict",
+                "job": job.id,
+                "before": job.gpus,
+                "after": 0,
+                "before_placement": {},
+                "after_placement": {},
+            }
+        )
         if run is None:
             return
         await self.nodes.stop_run(run)

@@ -115,9 +115,14 @@ class SshPool:
             try:
                 conn = await asyncio.wait_for(
                     asyncssh.connect(
-                        addr.host, port=addr.port, username=addr.username,
-                        known_hosts=self.known_hosts, client_keys=self.client_keys,
-                        config=self.ssh_config, agent_path=None, password=None,
+                        addr.host,
+                        port=addr.port,
+                        username=addr.username,
+                        known_hosts=self.known_hosts,
+                        client_keys=self.client_keys,
+                        config=self.ssh_config,
+                        agent_path=None,
+                        password=None,
                         preferred_auth="publickey",
                         keepalive_interval=self.keepalive_s,
                         keepalive_count_max=self.keepalive_count,
@@ -140,14 +145,21 @@ class SshPool:
         if conn is not None:
             conn.abort()
 
-    async def run(self, node: str, argv: Sequence[str], *, input: str | None = None,
-                  timeout: float | None = 30.0) -> RemoteResult:
+    async def run(
+        self,
+        node: str,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RemoteResult:
         """Run ``argv`` on ``node`` (each element one shell word, via :func:`shlex.join`)."""
         command = shlex.join([str(a) for a in argv])
         conn = await self.connection(node)
         try:
-            done = await asyncio.wait_for(conn.run(command, input=input, check=False),
-                                          timeout=timeout)
+            done = await asyncio.wait_for(
+                conn.run(command, input=input, check=False), timeout=timeout
+            )
         except (TimeoutError, OSError, asyncssh.Error) as exc:
             # A broken channel usually means a broken connection: start afresh next time.
             self.drop(node)
@@ -157,25 +169,32 @@ class SshPool:
         err = done.stderr if isinstance(done.stderr, str) else (done.stderr or b"").decode()
         return RemoteResult(done.exit_status, out, err)
 
-    async def run_json(self, node: str, argv: Sequence[str], *, input: str | None = None,
-                       timeout: float | None = 30.0) -> Any:
+    async def run_json(
+        self,
+        node: str,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> Any:
         """Run a command that prints one JSON document; raise on failure."""
         result = await self.run(node, argv, input=input, timeout=timeout)
         if result.exit_status != 0:
             raise RemoteCommandError(
-                f"{node}: {argv[:3]} exited {result.exit_status}: {result.stderr.strip()[-500:]}")
+                f"{node}: {argv[:3]} exited {result.exit_status}: {result.stderr.strip()[-500:]}"
+            )
         try:
             return json.loads(result.stdout)
         except ValueError as exc:
-            raise RemoteCommandError(f"{node}: unparsable output {result.stdout[:200]!r}"
-                                     ) from exc
+            raise RemoteCommandError(f"{node}: unparsable output {result.stdout[:200]!r}") from exc
 
     async def open_rpc(self, node: str, argv: Sequence[str]) -> RpcChannel:
         """Start ``argv`` on ``node`` as a long-running JSON-lines server (see RpcChannel)."""
         conn = await self.connection(node)
         try:
-            process = await conn.create_process(shlex.join([str(a) for a in argv]),
-                                                stderr=asyncssh.DEVNULL)
+            process = await conn.create_process(
+                shlex.join([str(a) for a in argv]), stderr=asyncssh.DEVNULL
+            )
         except (OSError, asyncssh.Error) as exc:
             self.drop(node)
             raise NodeUnreachable(node, f"cannot start {argv[:2]}: {exc!r}") from exc
@@ -237,8 +256,9 @@ class RpcChannel:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            self._process.stdin.write(json.dumps({"id": request_id, "cmd": cmd,
-                                                  "args": args}) + "\n")
+            self._process.stdin.write(
+                json.dumps({"id": request_id, "cmd": cmd, "args": args}) + "\n"
+            )
             reply = await asyncio.wait_for(future, timeout=timeout)
         except (OSError, asyncssh.Error) as exc:
             raise NodeUnreachable(self.node, f"{cmd}: {exc!r}") from exc

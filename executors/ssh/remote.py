@@ -93,8 +93,14 @@ class SidecarNodes:
     ``unreachable`` (node -> engine time first seen unreachable) is shared with the executor,
     which reports a node failed once it has been unreachable for ``settings.fail_after``."""
 
-    def __init__(self, pool: SshPool, settings: SshSettings, root: str,
-                 clock: Callable[[], float], addresses: Mapping[str, NodeAddress]) -> None:
+    def __init__(
+        self,
+        pool: SshPool,
+        settings: SshSettings,
+        root: str,
+        clock: Callable[[], float],
+        addresses: Mapping[str, NodeAddress],
+    ) -> None:
         self.pool = pool
         self.addresses = addresses
         self.settings = settings
@@ -150,9 +156,17 @@ class SidecarNodes:
         if self._uploaded.get(node) == self.pool.connects.get(node):
             return
         result = await self.pool.run(
-            node, [self.settings.remote_python, "-c", UPLOAD_SCRIPT, self.sidecar_path,
-                   self.lease_file(node)],
-            input=SIDECAR_SOURCE, timeout=self.settings.command_timeout_s)
+            node,
+            [
+                self.settings.remote_python,
+                "-c",
+                UPLOAD_SCRIPT,
+                self.sidecar_path,
+                self.lease_file(node),
+            ],
+            input=SIDECAR_SOURCE,
+            timeout=self.settings.command_timeout_s,
+        )
         if result.exit_status != 0:
             detail = " ".join(str(result.stderr or "").split())[:500]
             if result.exit_status == 3:
@@ -167,14 +181,20 @@ class SidecarNodes:
             age = json.loads(stdout.strip().splitlines()[-1])["lease_age"]
             age = None if age is None else float(age)
         except (ValueError, KeyError, IndexError, TypeError):
-            log.warning("%s: unreadable lease report from the install step: %r", node,
-                        stdout[-200:])
+            log.warning(
+                "%s: unreadable lease report from the install step: %r", node, stdout[-200:]
+            )
             return
         self.lease_ages[node] = age
         lease_s = self.settings.lease_s
         if age is not None and lease_s > 0 and age > lease_s:
-            log.info("%s: lease renewed after %.1f s (lease_s %.1f s): sidecars running there "
-                     "have fenced their jobs", node, age, lease_s)
+            log.info(
+                "%s: lease renewed after %.1f s (lease_s %.1f s): sidecars running there "
+                "have fenced their jobs",
+                node,
+                age,
+                lease_s,
+            )
 
     async def agent(self, node: str) -> RpcChannel:
         """The node's sidecar-agent channel (opened, after the upload, when needed). One
@@ -189,8 +209,16 @@ class SidecarNodes:
         if agent is not None and not agent.closed:
             return agent
         await self.ensure_uploaded(node)
-        agent = await self.pool.open_rpc(node, [self.settings.remote_python, self.sidecar_path,
-                                                "agent", "--lease", self.lease_file(node)])
+        agent = await self.pool.open_rpc(
+            node,
+            [
+                self.settings.remote_python,
+                self.sidecar_path,
+                "agent",
+                "--lease",
+                self.lease_file(node),
+            ],
+        )
         self._agents[node] = agent
         return agent
 
@@ -199,8 +227,9 @@ class SidecarNodes:
         the next call; a failure surfaces as NodeUnreachable / RemoteCommandError)."""
         agent = await self.agent(node)
         try:
-            return await agent.call(cmd, {**args, "wait": wait},
-                                    timeout=self.settings.command_timeout_s + wait)
+            return await agent.call(
+                cmd, {**args, "wait": wait}, timeout=self.settings.command_timeout_s + wait
+            )
         except NodeUnreachable:
             agent.close()
             self._agents.pop(node, None)
@@ -210,11 +239,11 @@ class SidecarNodes:
         """Status of every sidecar of ``node``: directory -> status entry."""
         out = await self.call(node, "status", root=self.root)
         # Only this node's sidecars (a shared run root lists every node's dirs).
-        return {entry["dir"]: entry for entry in out["jobs"]
-                if entry["spec"].get("node") == node}
+        return {entry["dir"]: entry for entry in out["jobs"] if entry["spec"].get("node") == node}
 
-    async def control(self, node: str, rank: RankRun, control: dict[str, Any],
-                      wait: float) -> dict[str, Any]:
+    async def control(
+        self, node: str, rank: RankRun, control: dict[str, Any], wait: float
+    ) -> dict[str, Any]:
         """Write a rank's desired state and wait up to ``wait`` s for the acknowledgement."""
         control = {**control, "seq": self.next_seq(rank.dir)}
         return await self.call(node, "control", dir=rank.dir, control=control, wait=wait)
@@ -230,25 +259,23 @@ class SidecarNodes:
         """Wait until sidecars on an unreachable ``node`` must have fenced themselves."""
         since = self.unreachable.setdefault(node, self.clock())
         if self.settings.lease_s <= 0:
-            log.error("node %s unreachable and fencing is disabled: its jobs may still run",
-                      node)
+            log.error("node %s unreachable and fencing is disabled: its jobs may still run", node)
             return
         remaining = since + self.settings.fail_after - self.clock()
         if remaining > 0:
-            log.warning("node %s unreachable: waiting %.1f s for its sidecars to fence",
-                        node, remaining)
+            log.warning(
+                "node %s unreachable: waiting %.1f s for its sidecars to fence", node, remaining
+            )
             await asyncio.sleep(remaining)
 
-
     # ------------------------------------------------------------------ whole runs
-    async def stop_run(self, run: JobRun, keep: set[str] | frozenset[str] = frozenset()
-                       ) -> None:
+    async def stop_run(self, run: JobRun, keep: set[str] | frozenset[str] = frozenset()) -> None:
         """Checkpoint-stop every rank; sidecars on ``keep`` nodes stay for a restart."""
+
         async def one(node: str, rank: RankRun) -> None:
             action = "stop" if node in keep else "exit"
             try:
-                res = await self.control(node, rank, {"action": action},
-                                         self.settings.stop_wait)
+                res = await self.control(node, rank, {"action": action}, self.settings.stop_wait)
             except REMOTE_ERRORS as exc:
                 log.warning("stop %s on %s: %s", rank.dir, node, exc)
                 rank.sidecar_alive = False
@@ -265,8 +292,9 @@ class SidecarNodes:
         if run.state == "running":
             run.state = "stopped"
 
-    async def read_checkpoints(self, job_id: str, patterns: list[str],
-                               candidates: Sequence[str]) -> dict[str, float] | None:
+    async def read_checkpoints(
+        self, job_id: str, patterns: list[str], candidates: Sequence[str]
+    ) -> dict[str, float] | None:
         """Every file matching ``patterns`` (path -> its ``done``), read through the first
         reachable of ``candidates``; None when none could read them."""
         seen: set[str] = set()
@@ -279,13 +307,22 @@ class SidecarNodes:
             except REMOTE_ERRORS as exc:
                 log.warning("reading checkpoints of %r on %s: %s", job_id, node, exc)
                 continue
-            return {p: float(v["done"]) for p, v in out["files"].items()
-                    if isinstance(v, dict) and "done" in v}
+            return {
+                p: float(v["done"])
+                for p, v in out["files"].items()
+                if isinstance(v, dict) and "done" in v
+            }
         return None
 
-    async def start_ranks(self, spec: JobSpec, kept: Mapping[str, RankRun], gen: int,
-                          alloc: JobAllocation, ckpts: Mapping[str, float], launcher: Launcher
-                          ) -> dict[str, RankRun]:
+    async def start_ranks(
+        self,
+        spec: JobSpec,
+        kept: Mapping[str, RankRun],
+        gen: int,
+        alloc: JobAllocation,
+        ckpts: Mapping[str, float],
+        launcher: Launcher,
+    ) -> dict[str, RankRun]:
         """Start generation ``gen`` of every rank of ``spec`` on ``alloc`` (reusing the sidecars
         in ``kept``). Each rank runs from its checkpoint to its share of the remaining work
         (proportional to its GPUs)."""
@@ -294,10 +331,14 @@ class SidecarNodes:
         total_gpus = alloc.gpus
         remaining = max(0.0, spec.work - sum(ckpts.values()))
         master = self.addresses[order[0][0]].host
-        port = 20000 + int(hashlib.sha256(spec.id.encode("utf-8", "surrogatepass"))
-                           .hexdigest()[:8], 16) % 20000
+        port = (
+            20000
+            + int(hashlib.sha256(spec.id.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16)
+            % 20000
+        )
         sidecar_spec = {
-            "protocol": sidecar_module.PROTOCOL, "job_id": spec.id,
+            "protocol": sidecar_module.PROTOCOL,
+            "job_id": spec.id,
             "lease_s": self.settings.lease_s,
             "ckpt_grace_s": self.settings.ckpt_grace_s,
             "term_grace_s": self.settings.term_grace_s,
@@ -310,35 +351,53 @@ class SidecarNodes:
             start_done = ckpts.get(path, 0.0) if path else 0.0
             target = start_done + remaining * len(gpus) / total_gpus
             cmd = launcher.worker(spec, rank_idx, nranks, target)
-            env = {**cmd.env, "GPUPLAN_JOB_ID": spec.id, "GPUPLAN_RANK": str(rank_idx),
-                   "GPUPLAN_NRANKS": str(nranks), "GPUPLAN_GEN": str(gen),
-                   "NODE_RANK": str(rank_idx), "NNODES": str(nranks),
-                   "MASTER_ADDR": master, "MASTER_PORT": str(port)}
+            env = {
+                **cmd.env,
+                "GPUPLAN_JOB_ID": spec.id,
+                "GPUPLAN_RANK": str(rank_idx),
+                "GPUPLAN_NRANKS": str(nranks),
+                "GPUPLAN_GEN": str(gen),
+                "NODE_RANK": str(rank_idx),
+                "NNODES": str(nranks),
+                "MASTER_ADDR": master,
+                "MASTER_PORT": str(port),
+            }
             no_nul([*cmd.argv, *env.keys(), *env.values()], f"job {spec.id!r}")
-            control = {"action": "run", "gen": gen, "rank": rank_idx, "nranks": nranks,
-                       "gpus": list(gpus), "devices": self.bind(node, gpus),
-                       "argv": list(cmd.argv), "env": env, "cwd": None,
-                       "files": dict(cmd.files)}
+            control = {
+                "action": "run",
+                "gen": gen,
+                "rank": rank_idx,
+                "nranks": nranks,
+                "gpus": list(gpus),
+                "devices": self.bind(node, gpus),
+                "argv": list(cmd.argv),
+                "env": env,
+                "cwd": None,
+                "files": dict(cmd.files),
+            }
             rank = kept.get(node)
             res: dict[str, Any] | None = None
             if rank is None:
-                rank = RankRun(node=node, rank=rank_idx, gpus=gpus,
-                               dir=self.job_dir(spec.id, node))
+                rank = RankRun(node=node, rank=rank_idx, gpus=gpus, dir=self.job_dir(spec.id, node))
             try:
                 if rank.sidecar_alive:
-                    res = await self.control(node, rank, control,
-                                             self.settings.command_timeout_s)
+                    res = await self.control(node, rank, control, self.settings.command_timeout_s)
                     if not res["alive"]:
                         res = None
                 if res is None:
-                    bundle = {"spec": {**sidecar_spec, "node": node,
-                                       "lease_file": self.lease_file(node)},
-                              "control": {**control, "seq": self.next_seq(rank.dir)}}
-                    res = await self.call(node, "launch", dir=rank.dir, bundle=bundle,
-                                          wait=self.settings.command_timeout_s)
+                    bundle = {
+                        "spec": {**sidecar_spec, "node": node, "lease_file": self.lease_file(node)},
+                        "control": {**control, "seq": self.next_seq(rank.dir)},
+                    }
+                    res = await self.call(
+                        node,
+                        "launch",
+                        dir=rank.dir,
+                        bundle=bundle,
+                        wait=self.settings.command_timeout_s,
+                    )
             except REMOTE_ERRORS as exc:
-                log.warning("launch of %r rank %d on %s failed: %s", spec.id, rank_idx, node,
-                            exc)
+                log.warning("launch of %r rank %d on %s failed: %s", spec.id, rank_idx, node, exc)
                 res = {"ok": False, "alive": False}
             rank.rank, rank.gpus, rank.target = rank_idx, gpus, target
             rank.start_done, rank.files = start_done, dict(cmd.files)

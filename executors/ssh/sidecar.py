@@ -116,7 +116,7 @@ def parse_proc_stat(text: str) -> tuple[str, int]:
     The command name (field 2) is in parentheses and may itself contain spaces and ')', so
     split after the *last* ')'. Then field 3 is the state and field 22 the start time.
     """
-    rest = text[text.rfind(")") + 2:].split()
+    rest = text[text.rfind(")") + 2 :].split()
     return rest[0], int(rest[19])
 
 
@@ -206,34 +206,61 @@ class Sidecar:
         env["GPUPLAN_RESIZE_FILE"] = str(self.dir / "resize.json")
         argv = [str(a) for a in control["argv"]]
         # Record which run this is before trying, so a failed start is attributed to it.
-        self.state.update(gen=control.get("gen"), rank=control.get("rank"),
-                          gpus=control.get("gpus", []))
+        self.state.update(
+            gen=control.get("gen"), rank=control.get("rank"), gpus=control.get("gpus", [])
+        )
         try:
             with open(self.dir / "train.log", "ab") as log:
                 # start_new_session: the job leads its own session and process group
                 # (PID == PGID), so the whole group can be signalled and nothing the job
                 # starts outlives a stop.
                 self.proc = subprocess.Popen(
-                    argv, env=env, cwd=control.get("cwd") or str(self.dir),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True,
+                    argv,
+                    env=env,
+                    cwd=control.get("cwd") or str(self.dir),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
                 )
         except (OSError, ValueError) as exc:
             self.proc = None
             append_event(self.events, event="start_failed", error=str(exc))
-            self.save(phase="failed", exit_code=127, error=f"cannot start {argv[:1]}: {exc}",
-                      child_pid=None, child_start=None)
+            self.save(
+                phase="failed",
+                exit_code=127,
+                error=f"cannot start {argv[:1]}: {exc}",
+                child_pid=None,
+                child_start=None,
+            )
             return
         info = proc_info(self.proc.pid)
         self.child_start = info[1] if info else None
         started = time.time()
-        append_event(self.events, t=started, event="start", pid=self.proc.pid,
-                     gpus=control.get("gpus", []), gen=control.get("gen"),
-                     rank=control.get("rank"), node=self.spec.get("node"))
-        self.save(phase="running", gpus=control.get("gpus", []), gen=control.get("gen"),
-                  rank=control.get("rank"), child_pid=self.proc.pid,
-                  child_start=self.child_start, child_started_at=started, exit_code=None,
-                  error=None, launches=self.state["launches"] + 1, reason=None)
+        append_event(
+            self.events,
+            t=started,
+            event="start",
+            pid=self.proc.pid,
+            gpus=control.get("gpus", []),
+            gen=control.get("gen"),
+            rank=control.get("rank"),
+            node=self.spec.get("node"),
+        )
+        self.save(
+            phase="running",
+            gpus=control.get("gpus", []),
+            gen=control.get("gen"),
+            rank=control.get("rank"),
+            child_pid=self.proc.pid,
+            child_start=self.child_start,
+            child_started_at=started,
+            exit_code=None,
+            error=None,
+            launches=self.state["launches"] + 1,
+            reason=None,
+        )
 
     def _wait_exit(self, timeout: float) -> bool:
         assert self.proc is not None
@@ -262,8 +289,14 @@ class Sidecar:
         if proc.poll() is None:
             self.save(phase="stopping", reason=reason)
             sig_name = self.spec.get("checkpoint_signal", "SIGUSR1")
-            append_event(self.events, t=t_req, event="stop_request", pid=proc.pid,
-                         reason=reason, signal=sig_name)
+            append_event(
+                self.events,
+                t=t_req,
+                event="stop_request",
+                pid=proc.pid,
+                reason=reason,
+                signal=sig_name,
+            )
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(getattr(signal, sig_name))
             how = "checkpoint"
@@ -277,13 +310,32 @@ class Sidecar:
         rc = proc.wait()
         self._killpg(pgid, signal.SIGKILL)  # leftovers of the group (the job's own children)
         t_exit = time.time()
-        append_event(self.events, t=t_exit, event="exit", pid=pgid, rc=rc, requested=True,
-                     how=how, gpus=self.state.get("gpus"), node=self.spec.get("node"))
-        stops = ([*self.state["stops"], {"t_request": t_req, "t_exit": t_exit, "how": how,
-                                         "rc": rc, "reason": reason}])[-HISTORY:]
+        append_event(
+            self.events,
+            t=t_exit,
+            event="exit",
+            pid=pgid,
+            rc=rc,
+            requested=True,
+            how=how,
+            gpus=self.state.get("gpus"),
+            node=self.spec.get("node"),
+        )
+        stops = (
+            [
+                *self.state["stops"],
+                {"t_request": t_req, "t_exit": t_exit, "how": how, "rc": rc, "reason": reason},
+            ]
+        )[-HISTORY:]
         self.proc = None
-        self.save(phase="stopped", exit_code=rc, stops=stops, child_pid=None, child_start=None,
-                  reason=reason)
+        self.save(
+            phase="stopped",
+            exit_code=rc,
+            stops=stops,
+            child_pid=None,
+            child_start=None,
+            reason=reason,
+        )
 
     def resize_child(self, control: dict[str, Any]) -> bool:
         """In-place resize (EDL stop-free scaling): name the new GPU set in ``resize.json``,
@@ -300,8 +352,11 @@ class Sidecar:
         if self.proc is not None and progress:
             # A process still starting has no SIGUSR2 handler yet (the default action would
             # kill it): signal only once it has reported progress, i.e. runs its main loop.
-            while (time.monotonic() < deadline and self.proc.poll() is None
-                   and (read_json(progress) or {}).get("pid") != self.proc.pid):
+            while (
+                time.monotonic() < deadline
+                and self.proc.poll() is None
+                and (read_json(progress) or {}).get("pid") != self.proc.pid
+            ):
                 time.sleep(ACK_POLL_S)
         if self.proc is not None and self.proc.poll() is None and progress:
             names = [str(d) for d in control.get("devices") or gpus]
@@ -310,18 +365,32 @@ class Sidecar:
                 self.proc.send_signal(signal.SIGUSR2)
             while time.monotonic() < deadline and self.proc.poll() is None:
                 report = read_json(progress)
-                if (isinstance(report, dict) and report.get("pid") == self.proc.pid
-                        and report.get("gpus") == len(gpus)
-                        and float(report.get("time", 0.0)) >= t_req):
+                if (
+                    isinstance(report, dict)
+                    and report.get("pid") == self.proc.pid
+                    and report.get("gpus") == len(gpus)
+                    and float(report.get("time", 0.0)) >= t_req
+                ):
                     ok = True
                     break
                 time.sleep(ACK_POLL_S)
         t_ack = time.time()
-        record = {"t_request": t_req, "t_ack": t_ack, "before": before, "after": gpus,
-                  "ok": ok, "seq": control.get("seq")}
-        append_event(self.events, t=t_ack, event="resize", pid=self.state.get("child_pid"),
-                     node=self.spec.get("node"), **{k: v for k, v in record.items()
-                                                    if k != "seq"})
+        record = {
+            "t_request": t_req,
+            "t_ack": t_ack,
+            "before": before,
+            "after": gpus,
+            "ok": ok,
+            "seq": control.get("seq"),
+        }
+        append_event(
+            self.events,
+            t=t_ack,
+            event="resize",
+            pid=self.state.get("child_pid"),
+            node=self.spec.get("node"),
+            **{k: v for k, v in record.items() if k != "seq"},
+        )
         resizes = [*(self.state.get("resizes") or []), record][-HISTORY:]
         if ok:
             self.applied = {**self.applied, "gpus": gpus}
@@ -338,13 +407,25 @@ class Sidecar:
         pgid = self.proc.pid
         self._killpg(pgid, signal.SIGKILL)
         self.proc = None
-        append_event(self.events, event="exit", pid=pgid, rc=rc, requested=False,
-                     gpus=self.state.get("gpus"), node=self.spec.get("node"))
+        append_event(
+            self.events,
+            event="exit",
+            pid=pgid,
+            rc=rc,
+            requested=False,
+            gpus=self.state.get("gpus"),
+            node=self.spec.get("node"),
+        )
         if rc == 0:
             self.save(phase="completed", exit_code=0, child_pid=None, child_start=None)
             return True
-        self.save(phase="failed", exit_code=rc, child_pid=None, child_start=None,
-                  error=f"training process exited with {rc}")
+        self.save(
+            phase="failed",
+            exit_code=rc,
+            child_pid=None,
+            child_start=None,
+            error=f"training process exited with {rc}",
+        )
         return False
 
     # ---------------------------------------------------------------- control
@@ -443,8 +524,9 @@ class Sidecar:
 # --------------------------------------------------------------------------- client commands
 
 
-def _wait_ack(jobdir: Path, seq: int, wait: float,
-              spawned: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
+def _wait_ack(
+    jobdir: Path, seq: int, wait: float, spawned: subprocess.Popen[bytes] | None = None
+) -> dict[str, Any]:
     """Wait until the sidecar acknowledges control ``seq``, dies, or ``wait`` runs out.
 
     ``spawned``: a sidecar this process just started; until it writes its own state its
@@ -476,14 +558,20 @@ def cmd_launch(jobdir: Path, bundle: dict[str, Any], wait: float) -> dict[str, A
         return cmd_control(jobdir, control, wait)
     write_json_atomic(jobdir / "spec.json", bundle["spec"])
     write_json_atomic(jobdir / "control.json", control)
-    write_json_atomic(jobdir / "state.json", {"phase": "launching", "seq": -1,
-                                              "job_id": bundle["spec"].get("job_id")})
+    write_json_atomic(
+        jobdir / "state.json",
+        {"phase": "launching", "seq": -1, "job_id": bundle["spec"].get("job_id")},
+    )
     with open(jobdir / "sidecar.log", "ab") as log:
         # Own session: the sidecar outlives this command, the agent and the SSH connection.
         spawned = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "serve", str(jobdir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True)
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     return _wait_ack(jobdir, int(control["seq"]), wait, spawned)
 
 
@@ -515,16 +603,22 @@ def cmd_status(root: Path) -> dict[str, Any]:
                 continue
             state = read_json(entry / "state.json") or {}
             control = read_json(entry / "control.json") or {}
-            jobs.append({
-                "dir": str(entry),
-                "spec": spec,
-                "control": {k: control.get(k) for k in
-                            ("seq", "action", "gen", "rank", "nranks", "gpus", "files")},
-                "state": state,
-                "sidecar_alive": pid_alive(state.get("sidecar_pid"), state.get("sidecar_start")),
-                "child_alive": pid_alive(state.get("child_pid"), state.get("child_start")),
-                "files": _file_view(control.get("files")),
-            })
+            jobs.append(
+                {
+                    "dir": str(entry),
+                    "spec": spec,
+                    "control": {
+                        k: control.get(k)
+                        for k in ("seq", "action", "gen", "rank", "nranks", "gpus", "files")
+                    },
+                    "state": state,
+                    "sidecar_alive": pid_alive(
+                        state.get("sidecar_pid"), state.get("sidecar_start")
+                    ),
+                    "child_alive": pid_alive(state.get("child_pid"), state.get("child_start")),
+                    "files": _file_view(control.get("files")),
+                }
+            )
     return {"protocol": PROTOCOL, "time": time.time(), "jobs": jobs}
 
 
@@ -623,8 +717,9 @@ class NvmlReader:
                 self._events = nv.nvmlEventSetCreate()
                 for handle in handles:
                     with contextlib.suppress(Exception):  # not every GPU supports events
-                        nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError,
-                                                    self._events)
+                        nv.nvmlDeviceRegisterEvents(
+                            handle, nv.nvmlEventTypeXidCriticalError, self._events
+                        )
             except Exception:
                 self._events = False  # no events on this node: the other signals still count
         if self._events:
@@ -638,8 +733,7 @@ class NvmlReader:
                     uuid = _text(nv.nvmlDeviceGetUUID(data.device))
                 except Exception:
                     uuid = "?"
-                self._xids.setdefault(uuid, []).append({"xid": int(data.eventData),
-                                                        "time": now})
+                self._xids.setdefault(uuid, []).append({"xid": int(data.eventData), "time": now})
         for uuid in list(self._xids):
             kept = [x for x in self._xids[uuid] if now - x["time"] <= XID_KEEP_S]
             self._xids[uuid] = kept
@@ -661,8 +755,12 @@ class NvmlReader:
             self._drain_xids(handles, now)
             gpus = [self._gpu(i, h) for i, h in enumerate(handles)]
             driver = self._call("nvmlSystemGetDriverVersion")
-            return {"nvml": True, "time": now, "driver": _text(driver) if driver else None,
-                    "gpus": gpus}
+            return {
+                "nvml": True,
+                "time": now,
+                "driver": _text(driver) if driver else None,
+                "gpus": gpus,
+            }
 
     def _gpu(self, index: int, handle: Any) -> dict[str, Any]:
         gpu: dict[str, Any] = {"index": index}
@@ -674,15 +772,17 @@ class NvmlReader:
             mig = self._call("nvmlDeviceGetMigMode", handle)
             gpu["mig"] = [int(m) for m in mig] if mig is not None else None
             gpu["ecc_uncorrected_volatile"] = self._call(
-                "nvmlDeviceGetTotalEccErrors", handle, 1, 0)  # UNCORRECTED, VOLATILE_ECC
+                "nvmlDeviceGetTotalEccErrors", handle, 1, 0
+            )  # UNCORRECTED, VOLATILE_ECC
             pages = self._call("nvmlDeviceGetRetiredPages", handle, 1)  # double-bit ECC
             gpu["retired_pages_dbe"] = len(pages) if pages is not None else None
             pending = self._call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
             gpu["retired_pending"] = bool(pending) if pending is not None else None
             rows = self._call("nvmlDeviceGetRemappedRows", handle)
             gpu["remapped_rows"] = [int(r) for r in rows] if rows is not None else None
-            gpu["throttle_reasons"] = self._call("nvmlDeviceGetCurrentClocksThrottleReasons",
-                                                 handle)
+            gpu["throttle_reasons"] = self._call(
+                "nvmlDeviceGetCurrentClocksThrottleReasons", handle
+            )
         except Exception as exc:
             if getattr(exc, "value", None) != NVML_ERROR_GPU_IS_LOST:
                 raise
@@ -755,8 +855,9 @@ def serve_agent(lease: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sidecar.py")
-    parser.add_argument("command", choices=["agent", "launch", "control", "status", "read",
-                                            "kill", "serve"])
+    parser.add_argument(
+        "command", choices=["agent", "launch", "control", "status", "read", "kill", "serve"]
+    )
     parser.add_argument("paths", nargs="*")
     parser.add_argument("--lease", default=None, help="touch this lease file first")
     parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for an ack")

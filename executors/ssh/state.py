@@ -17,6 +17,7 @@ from gpuplan.models import JobSpec
 
 log = logging.getLogger("gpuplan.executors.ssh.executor")
 
+
 @dataclass(frozen=True)
 class SshSettings:
     """Knobs of the SSH executor. Times in seconds."""
@@ -113,7 +114,6 @@ class FoundJob:
         return {n: tuple(e["control"]["gpus"]) for n, e in self.ranks.items()}
 
 
-
 @dataclass
 class Reconciled:
     """What the sidecars on the nodes say at start-up (see :func:`classify_found`)."""
@@ -148,22 +148,30 @@ def classify_found(statuses: Mapping[str, Mapping[str, dict[str, Any]]]) -> Reco
         gen = max(int(e["control"].get("gen") or 0) for _, e in items)
         out.gens[job_id] = gen
         latest = {n: e for n, e in items if int(e["control"].get("gen") or 0) == gen}
-        out.stale += [(n, e["dir"]) for n, e in items
-                      if int(e["control"].get("gen") or 0) != gen and e["sidecar_alive"]]
+        out.stale += [
+            (n, e["dir"])
+            for n, e in items
+            if int(e["control"].get("gen") or 0) != gen and e["sidecar_alive"]
+        ]
         nranks = int(next(iter(latest.values()))["control"].get("nranks") or 1)
         complete = len(latest) == nranks and all(
             e["state"].get("phase") == "completed" and e["files"].get("done", True)
-            for e in latest.values())
+            for e in latest.values()
+        )
         running = len(latest) == nranks and all(
-            e["sidecar_alive"] and e["child_alive"] and e["state"].get("phase") == "running"
-            and e["control"].get("action") == "run" for e in latest.values())
+            e["sidecar_alive"]
+            and e["child_alive"]
+            and e["state"].get("phase") == "running"
+            and e["control"].get("action") == "run"
+            for e in latest.values()
+        )
         kind = "completed" if complete else "running" if running else "partial"
-        if kind == "partial" and any(e["state"].get("phase") == "fenced"
-                                     for e in latest.values()):
+        if kind == "partial" and any(e["state"].get("phase") == "fenced" for e in latest.values()):
             out.fenced.add(job_id)
         if kind == "partial":
-            out.stale += [(n, e["dir"]) for n, e in latest.items() if e["sidecar_alive"]
-                          or e["child_alive"]]
+            out.stale += [
+                (n, e["dir"]) for n, e in latest.items() if e["sidecar_alive"] or e["child_alive"]
+            ]
         if kind != "partial":
             out.found[job_id] = FoundJob(job_id, gen, kind, latest)
         log.info("reconcile: job %r gen %d on %s: %s", job_id, gen, sorted(latest), kind)
@@ -173,15 +181,24 @@ def classify_found(statuses: Mapping[str, Mapping[str, dict[str, Any]]]) -> Reco
 def run_from_found(found: FoundJob, spec: JobSpec | None) -> JobRun:
     """The executor's record of a job found running (``spec`` None: a placeholder for a job the
     new engine does not know, only to stop it)."""
-    run = JobRun(spec=spec or JobSpec(id=found.job_id, submit_time=0, requested_gpus=1,
-                                      total_iterations=1.0),
-                 gen=found.gen, state="running", adopted=True)
+    run = JobRun(
+        spec=spec
+        or JobSpec(id=found.job_id, submit_time=0, requested_gpus=1, total_iterations=1.0),
+        gen=found.gen,
+        state="running",
+        adopted=True,
+    )
     for node, entry in found.ranks.items():
         ctl = entry["control"]
         ckpt = entry["files"].get("checkpoint")
         run.ranks[node] = RankRun(
-            node=node, rank=int(ctl.get("rank") or 0), gpus=tuple(ctl.get("gpus") or ()),
-            dir=entry["dir"], target=None,
+            node=node,
+            rank=int(ctl.get("rank") or 0),
+            gpus=tuple(ctl.get("gpus") or ()),
+            dir=entry["dir"],
+            target=None,
             start_done=float(ckpt["done"]) if isinstance(ckpt, dict) else 0.0,
-            files=dict(ctl.get("files") or {}), sidecar_alive=bool(entry["sidecar_alive"]))
+            files=dict(ctl.get("files") or {}),
+            sidecar_alive=bool(entry["sidecar_alive"]),
+        )
     return run

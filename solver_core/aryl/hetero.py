@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-__all__ = ["ADVANCED_EFFICIENCY", "IDEAL_EFFICIENCY", "mixed_efficiency",
-           "theoretical_throughput"]
+__all__ = ["ADVANCED_EFFICIENCY", "IDEAL_EFFICIENCY", "mixed_efficiency", "theoretical_throughput"]
 
 ADVANCED_EFFICIENCY = 0.7
 """§7.1 "Advanced": heterogeneous jobs at <= 70 % of theoretical (Tab. 10: -27 % measured)."""
@@ -39,8 +38,9 @@ IDEAL_EFFICIENCY = 1.0
 """§7.1 "Ideal": heterogeneous training at ideal performance."""
 
 
-def theoretical_throughput(homogeneous: float, gpus: Mapping[str, int],
-                           speed: Mapping[str, float]) -> float:
+def theoretical_throughput(
+    homogeneous: float, gpus: Mapping[str, int], speed: Mapping[str, float]
+) -> float:
     """Tab. 10's theoretical throughput: ``homogeneous`` (the job's throughput on N reference
     GPUs) x (sum of its GPUs in reference units) / N, for ``gpus`` = GPU type -> count and
     ``speed`` = GPU type -> compute relative to the reference type (V100 1, T4 1/4)."""

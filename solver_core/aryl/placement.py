@@ -44,8 +44,13 @@ class ServerBook:
     GPUs of flexible workers (re-decided every round, so they may be stolen or released).
     """
 
-    def __init__(self, nodes: Mapping[str, Node], free: Mapping[str, Sequence[int]],
-                 loan: Iterable[str] = (), grouped: bool = True) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        free: Mapping[str, Sequence[int]],
+        loan: Iterable[str] = (),
+        grouped: bool = True,
+    ) -> None:
         self.nodes = nodes
         self.free: dict[str, list[int]] = {n: sorted(free.get(n, ())) for n in nodes}
         self.loan = set(loan)
@@ -96,8 +101,8 @@ class ServerBook:
         """Give back ``count`` of ``job``'s flexible GPUs on ``node`` (highest indices first)."""
         gpus = self.soft[node][job]
         gpus.sort()
-        back = gpus[len(gpus) - count:]
-        del gpus[len(gpus) - count:]
+        back = gpus[len(gpus) - count :]
+        del gpus[len(gpus) - count :]
         if not gpus:
             del self.soft[node][job]
         self.free[node].extend(back)
@@ -121,8 +126,15 @@ class ServerBook:
             return free
         return 0 if self.group(node) == "flex" else free
 
-    def worker_slots(self, nodes: Iterable[str], per_worker: int, role: Role = "base", *,
-                     relax: bool = False, steal: bool = False) -> int:
+    def worker_slots(
+        self,
+        nodes: Iterable[str],
+        per_worker: int,
+        role: Role = "base",
+        *,
+        relax: bool = False,
+        steal: bool = False,
+    ) -> int:
         """Workers of ``per_worker`` GPUs that :meth:`place` could fit on ``nodes`` now (with
         the same ``relax`` / ``steal``), so a caller can split a job over node lists first."""
         return sum(self._room(n, role, relax or steal, steal) // per_worker for n in nodes)
@@ -205,8 +217,9 @@ class ServerBook:
             return None
         return self._commit(job, plan, per_worker, role, steal)
 
-    def _commit(self, job: str, plan: Mapping[str, int], per_worker: int, role: Role,
-                steal: bool) -> Placement:
+    def _commit(
+        self, job: str, plan: Mapping[str, int], per_worker: int, role: Role, steal: bool
+    ) -> Placement:
         out: Placement = {}
         book = self.hard if role == "base" else self.soft
         for node, workers in plan.items():

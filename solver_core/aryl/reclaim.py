@@ -81,8 +81,9 @@ __all__ = [
 RECLAIM_METHODS = ("aryl", "exact", "scf", "random")
 
 
-def select(inst: ReclaimInstance, count: int, method: str = "aryl", *, seed: int = 0,
-           **kw: object) -> tuple[list[str], SolverStats]:
+def select(
+    inst: ReclaimInstance, count: int, method: str = "aryl", *, seed: int = 0, **kw: object
+) -> tuple[list[str], SolverStats]:
     """Dispatch by name (:data:`RECLAIM_METHODS`): the servers and how they were chosen.
 
     The stats say whether the answer is proven: ``optimal`` from the exact method, ``feasible``
@@ -101,8 +102,12 @@ def select(inst: ReclaimInstance, count: int, method: str = "aryl", *, seed: int
         chosen = select_random(inst, count, seed)
     else:
         raise ValueError(f"unknown reclaim method {method!r}; choose one of {RECLAIM_METHODS}")
-    return chosen, SolverStats(stage="reclaim", backend=method, status="heuristic",
-                               wall_ms=(time.perf_counter() - t0) * 1000.0)
+    return chosen, SolverStats(
+        stage="reclaim",
+        backend=method,
+        status="heuristic",
+        wall_ms=(time.perf_counter() - t0) * 1000.0,
+    )
 
 
 class Reclaimer:
@@ -113,12 +118,17 @@ class Reclaimer:
     whole run, so a run is reproducible.
     """
 
-    def __init__(self, method: str = "aryl", *, seed: int = 0, backend: str = "cp-sat",
-                 limits: SolveLimits | None = None,
-                 flexible_first: bool | None = None) -> None:
+    def __init__(
+        self,
+        method: str = "aryl",
+        *,
+        seed: int = 0,
+        backend: str = "cp-sat",
+        limits: SolveLimits | None = None,
+        flexible_first: bool | None = None,
+    ) -> None:
         if method not in RECLAIM_METHODS:
-            raise ValueError(f"unknown reclaim method {method!r}; choose one of "
-                             f"{RECLAIM_METHODS}")
+            raise ValueError(f"unknown reclaim method {method!r}; choose one of {RECLAIM_METHODS}")
         self.method = method
         self.backend = backend
         self.limits = limits
@@ -126,8 +136,7 @@ class Reclaimer:
         self.flexible_first = method == "aryl" if flexible_first is None else flexible_first
         self.rng = random.Random(seed)
         self.outcomes: list[ReclaimOutcome] = []
-        self.flexible_source: Callable[[], Mapping[str, Mapping[str, Sequence[int]]]] | None = \
-            None
+        self.flexible_source: Callable[[], Mapping[str, Mapping[str, Sequence[int]]]] | None = None
         """Set by a scheduler that knows its flexible workers (Aryl's policy does)."""
 
     def choose(self, inst: ReclaimInstance, count: int) -> tuple[list[str], SolverStats | None]:

@@ -71,13 +71,16 @@ def components(inst: ReclaimInstance) -> list[list[str]]:
     graph.add_nodes_from(("server", s) for s in inst.servers)
     for k, job in enumerate(inst.jobs):
         graph.add_edges_from((("job", k), ("server", s)) for s in job.gpus if s in rank)
-    groups = [sorted((name for kind, name in comp if kind == "server"), key=rank.__getitem__)
-              for comp in nx.connected_components(graph)]
+    groups = [
+        sorted((name for kind, name in comp if kind == "server"), key=rank.__getitem__)
+        for comp in nx.connected_components(graph)
+    ]
     return sorted((g for g in groups if g), key=lambda g: rank[g[0]])
 
 
-def _enumerate_component(servers: list[str], jobs: list[ReclaimJob], big: int, upto: int
-                         ) -> list[tuple[int, int, int]]:
+def _enumerate_component(
+    servers: list[str], jobs: list[ReclaimJob], big: int, upto: int
+) -> list[tuple[int, int, int]]:
     """For m = 0..upto: (preemptions, busy GPUs, bit mask) of the best m-subset of ``servers``.
 
     Every subset is scored at once with numpy: bit i of a mask = ``servers[i]`` returned; a
@@ -93,7 +96,7 @@ def _enumerate_component(servers: list[str], jobs: list[ReclaimJob], big: int, u
             lost = np.concatenate((lost, lost + job.gpus.get(s, 0)))
         total = job.total
         ok = np.zeros(total + 1, dtype=bool)
-        for a in (job.allowed or {total}):
+        for a in job.allowed or {total}:
             if 0 < a <= total:
                 ok[a] = True
         preempted += ~ok[total - lost]
@@ -111,7 +114,7 @@ def _enumerate_component(servers: list[str], jobs: list[ReclaimJob], big: int, u
     return out
 
 
-def select_exact(
+def select_exact(  # noqa: C901 (a named exception to the complexity gate)
     inst: ReclaimInstance,
     count: int,
     *,
@@ -224,23 +227,41 @@ def select_exact(
 
     budget = resolve_limits(time_limit_s, limits, RECLAIM_WORK_S)
     polish = backend == "cp-sat"
-    ilp_budget = budget if budget.work_s is not None or not polish \
-        else SolveLimits.wall(budget.wall_s / 2)
-    chosen, stats = solve_with_fallback(build, lambda: select_aryl(inst, count), decode,
-                                        backend, limits=ilp_budget, stage="reclaim")
+    ilp_budget = (
+        budget if budget.work_s is not None or not polish else SolveLimits.wall(budget.wall_s / 2)
+    )
+    chosen, stats = solve_with_fallback(
+        build, lambda: select_aryl(inst, count), decode, backend, limits=ilp_budget, stage="reclaim"
+    )
     if not polish or stats.status == "optimal":
         return chosen, stats
     # unproven (Aryl's answer after a timeout, or CP-SAT's incumbent): improve it
-    rest = budget if budget.work_s is not None else \
-        SolveLimits.wall(max(0.05, budget.wall_s - stats.wall_ms / 1000.0))
-    return _select_lns(inst, count, rest, start=chosen,
-                       before=f"ILP {stats.status} ({stats.message or 'no proof'}), then ",
-                       spent_ms=stats.wall_ms, fell_back=stats.fell_back)
+    rest = (
+        budget
+        if budget.work_s is not None
+        else SolveLimits.wall(max(0.05, budget.wall_s - stats.wall_ms / 1000.0))
+    )
+    return _select_lns(
+        inst,
+        count,
+        rest,
+        start=chosen,
+        before=f"ILP {stats.status} ({stats.message or 'no proof'}), then ",
+        spent_ms=stats.wall_ms,
+        fell_back=stats.fell_back,
+    )
 
 
-def _select_lns(inst: ReclaimInstance, count: int, budget: SolveLimits, *,
-                start: list[str] | None = None, before: str = "", spent_ms: float = 0.0,
-                fell_back: bool = False) -> tuple[list[str], SolverStats]:
+def _select_lns(
+    inst: ReclaimInstance,
+    count: int,
+    budget: SolveLimits,
+    *,
+    start: list[str] | None = None,
+    before: str = "",
+    spent_ms: float = 0.0,
+    fell_back: bool = False,
+) -> tuple[list[str], SolverStats]:
     """``start`` (default Aryl's servers) improved by :func:`.reclaim_lns.improve` and then a
     RINS sub-MIP (:func:`.reclaim_rins.rins`) around the tight model's LP solution, with that
     LP's bound. ``before``/``spent_ms``: what ran first (the ILP), for the message and time;
@@ -276,8 +297,7 @@ def _select_lns(inst: ReclaimInstance, count: int, budget: SolveLimits, *,
         t_sub = time.perf_counter()
         sub = rins(model, lp_x, servers, node_limit=nodes, time_limit_s=left())
         t_sub = time.perf_counter() - t_sub
-        note = (f"RINS sub-MIP over {sub.freed} free servers in {t_sub * 1000:.0f} ms: "
-                f"{sub.message}")
+        note = f"RINS sub-MIP over {sub.freed} free servers in {t_sub * 1000:.0f} ms: {sub.message}"
         if sub.servers is not None and len(sub.servers) == count:
             got = len(evaluate(inst, sub.servers).preempted)
             note += f" ({got} preemptions)"
@@ -286,13 +306,22 @@ def _select_lns(inst: ReclaimInstance, count: int, budget: SolveLimits, *,
     optimal = bound is not None and obj <= bound
     gap = None if bound is None else (obj - bound) / max(1.0, abs(obj))
     stats = SolverStats(
-        stage="reclaim", backend="cp-sat-lns", status="optimal" if optimal else "feasible",
-        objective=float(obj), bound=float(obj) if optimal else bound,
+        stage="reclaim",
+        backend="cp-sat-lns",
+        status="optimal" if optimal else "feasible",
+        objective=float(obj),
+        bound=float(obj) if optimal else bound,
         gap=0.0 if optimal else gap,
-        wall_ms=(time.perf_counter() - t0) * 1000.0, time_limit_s=budget.wall_s,
-        work_limit_s=budget.work_s, deterministic=budget.deterministic, fell_back=fell_back,
-        message=(f"{before}tight LP in {t_lp * 1000:.0f} ms, large-neighbourhood search "
-                 f"({res.steps} CP-SAT steps, {res.improving} improving, {res.preempted} "
-                 f"preemptions, {t_search * 1000:.0f} ms), then {note}; objective and bound "
-                 "count preemptions (bound: the tight LP rounded up)"))
+        wall_ms=(time.perf_counter() - t0) * 1000.0,
+        time_limit_s=budget.wall_s,
+        work_limit_s=budget.work_s,
+        deterministic=budget.deterministic,
+        fell_back=fell_back,
+        message=(
+            f"{before}tight LP in {t_lp * 1000:.0f} ms, large-neighbourhood search "
+            f"({res.steps} CP-SAT steps, {res.improving} improving, {res.preempted} "
+            f"preemptions, {t_search * 1000:.0f} ms), then {note}; objective and bound "
+            "count preemptions (bound: the tight LP rounded up)"
+        ),
+    )
     return servers, stats

@@ -33,8 +33,7 @@ def select_scf(inst: ReclaimInstance, count: int) -> list[str]:
     return sorted(inst.servers, key=lambda s: (len(on[s]), order[s]))[:count]
 
 
-def select_random(inst: ReclaimInstance, count: int, rng: random.Random | int = 0
-                  ) -> list[str]:
+def select_random(inst: ReclaimInstance, count: int, rng: random.Random | int = 0) -> list[str]:
     """``count`` servers drawn uniformly without replacement (seeded)."""
     count = clamp_count(inst, count)
     r = rng if isinstance(rng, random.Random) else random.Random(rng)
@@ -200,8 +199,9 @@ class _GreedyState:
         return sum(self.kept[j] - self.g[j][s] for j in self.on[s] if self.at_risk(j, s))
 
 
-def preemption_costs(inst: ReclaimInstance, returned: Sequence[str] = ()
-                     ) -> dict[str, tuple[float, int]]:
+def preemption_costs(
+    inst: ReclaimInstance, returned: Sequence[str] = ()
+) -> dict[str, tuple[float, int]]:
     """Alg. 1's view after ``returned`` servers went back (in that order): for every other
     on-loan server, (server preemption cost, # jobs its return would preempt). Jobs preempted
     by earlier returns no longer count, e.g. on Fig. 5 returning server 1 leaves server 2 at 0.
@@ -212,8 +212,9 @@ def preemption_costs(inst: ReclaimInstance, returned: Sequence[str] = ()
     return {s: st.cost(s) for s in inst.servers if s in st.avail}
 
 
-def _flexible_phase(st: _GreedyState, count: int,
-                    flexible: Mapping[str, Mapping[str, int]] | None = None) -> list[str]:
+def _flexible_phase(
+    st: _GreedyState, count: int, flexible: Mapping[str, Mapping[str, int]] | None = None
+) -> list[str]:
     """Phase A: servers whose return preempts nobody -- idle ones, then flexible-only ones
     (per the ``flexible`` hint), then any other, fewest used GPUs first within each tier.
     Returning one only ever lowers other jobs' slack, so a server that stops being free never
@@ -249,8 +250,14 @@ _LAZY = -math.inf
 so it is computed exactly when the server could be the next pick."""
 
 
-def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = True,
-                look_ahead: bool = True, dynamic: bool = True) -> list[str]:
+def select_aryl(
+    inst: ReclaimInstance,
+    count: int,
+    *,
+    flexible_first: bool = True,
+    look_ahead: bool = True,
+    dynamic: bool = True,
+) -> list[str]:
     """Aryl's reclaim: phase A (no-preemption servers), then Alg. 1 ``SelectServers``.
 
     Alg. 1 pops the server with the lowest cost, then ``UpdateCost`` removes its preempted jobs
@@ -290,15 +297,19 @@ def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = Tru
         multi = set()  # the look-ahead only matters for servers sharing a job with another one
     version: dict[str, int] = dict.fromkeys(st.avail, 0)
     order = st.order
-    heap = [(round(costs[s], 9), risks[s], _LAZY if s in multi else math.inf, order[s], 0, s)
-            for s in st.avail]
+    heap = [
+        (round(costs[s], 9), risks[s], _LAZY if s in multi else math.inf, order[s], 0, s)
+        for s in st.avail
+    ]
     heapq.heapify(heap)
 
     while len(picked) < count:
         if count - len(picked) == 1:  # FindBestServer (``risks`` is current for every server)
             fewest = min(risks[s] for s in st.avail)
-            best = min((s for s in st.avail if risks[s] == fewest),
-                       key=lambda s: (st.collateral(s), order[s]))
+            best = min(
+                (s for s in st.avail if risks[s] == fewest),
+                key=lambda s: (st.collateral(s), order[s]),
+            )
             st.take(best)
             picked.append(best)
             break
@@ -326,8 +337,17 @@ def select_aryl(inst: ReclaimInstance, count: int, *, flexible_first: bool = Tru
                 rekey |= st.neighbours(t)
         for t in rekey:
             version[t] += 1
-            heapq.heappush(heap, (round(costs[t], 9), risks[t],
-                                  _LAZY if t in multi else math.inf, order[t], version[t], t))
+            heapq.heappush(
+                heap,
+                (
+                    round(costs[t], 9),
+                    risks[t],
+                    _LAZY if t in multi else math.inf,
+                    order[t],
+                    version[t],
+                    t,
+                ),
+            )
     return picked
 
 
@@ -340,8 +360,12 @@ def take_flexible(inst: ReclaimInstance, count: int) -> tuple[list[str], Reclaim
     picked = _flexible_phase(st, count, inst.flexible)
     if len(picked) == count:
         return picked, inst
-    rest = ReclaimInstance(tuple(s for s in inst.servers if s not in set(picked)),
-                           inst.jobs, inst.server_gpus, inst.flexible)
+    rest = ReclaimInstance(
+        tuple(s for s in inst.servers if s not in set(picked)),
+        inst.jobs,
+        inst.server_gpus,
+        inst.flexible,
+    )
     return picked, _after(rest, st)
 
 

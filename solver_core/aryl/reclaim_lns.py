@@ -98,8 +98,9 @@ def _score(jobs: list[_Job], chosen: list[bool], used: list[int], big: int) -> t
     return dead, dead * big + busy
 
 
-def improve(inst: ReclaimInstance, start: list[str], limits: SolveLimits, *,
-            seed: int = 0) -> LnsResult:
+def improve(
+    inst: ReclaimInstance, start: list[str], limits: SolveLimits, *, seed: int = 0
+) -> LnsResult:
     """Best answer found from ``start`` (``len(start)`` servers) within ``limits``.
 
     Two phases on one state: simulated annealing over single swaps (one returned server for one
@@ -141,8 +142,11 @@ def improve(inst: ReclaimInstance, start: list[str], limits: SolveLimits, *,
     step_cap = min(LNS_STEP_WORK_S, limits.work_s or LNS_STEP_WORK_S)
     steps = improving = 0
     work = 0.0
-    while (max_steps is None or steps < max_steps) and time.perf_counter() < deadline \
-            and 0 < len(start) < n:
+    while (
+        (max_steps is None or steps < max_steps)
+        and time.perf_counter() < deadline
+        and 0 < len(start) < n
+    ):
         steps += 1
         hood = _neighbourhood(rng, touching, jobs, n)
         res = _solve_hood(hood, jobs, touching, chosen, used, big, step_cap, seed)
@@ -162,8 +166,15 @@ def improve(inst: ReclaimInstance, start: list[str], limits: SolveLimits, *,
     return LnsResult(servers, dead, steps, improving, work)
 
 
-def _anneal(jobs: list[_Job], touching: list[list[int]], chosen: list[bool], moves: int,
-            rng: random.Random, start: float, deadline: float) -> list[bool]:
+def _anneal(  # noqa: C901 (a named exception to the complexity gate)
+    jobs: list[_Job],
+    touching: list[list[int]],
+    chosen: list[bool],
+    moves: int,
+    rng: random.Random,
+    start: float,
+    deadline: float,
+) -> list[bool]:
     """The best answer seen in ``moves`` annealing swaps (or until ``deadline``); with
     ``moves`` = 0, swaps until ``deadline`` with the temperature following the clock from
     ``start`` (wall-clock budgets only: not deterministic).
@@ -181,8 +192,7 @@ def _anneal(jobs: list[_Job], touching: list[list[int]], chosen: list[bool], mov
     for job in jobs:
         ok = set(job.survivable)
         fatal.append(bytes(v not in ok for v in range(sum(g for _, g in job.gpus) + 1)))
-    near = [sorted({t for k in touching[s] for t, _ in jobs[k].gpus if t != s})
-            for s in range(n)]
+    near = [sorted({t for k in touching[s] for t, _ in jobs[k].gpus if t != s}) for s in range(n)]
     lost = [sum(g for s, g in job.gpus if chosen[s]) for job in jobs]
     returned = [s for s in range(n) if chosen[s]]
     state = chosen[:]
@@ -236,8 +246,9 @@ def _anneal(jobs: list[_Job], touching: list[list[int]], chosen: list[bool], mov
     return out
 
 
-def _neighbourhood(rng: random.Random, touching: list[list[int]], jobs: list[_Job],
-                   n: int) -> list[int]:
+def _neighbourhood(
+    rng: random.Random, touching: list[list[int]], jobs: list[_Job], n: int
+) -> list[int]:
     """A random server and the servers it shares jobs with, breadth-first, up to the size;
     random servers make up the rest. With ``n`` <= the size it is every server."""
     first = rng.randrange(n)
@@ -258,9 +269,16 @@ def _neighbourhood(rng: random.Random, touching: list[list[int]], jobs: list[_Jo
     return sorted(seen)
 
 
-def _solve_hood(hood: list[int], jobs: list[_Job], touching: list[list[int]],
-                chosen: list[bool], used: list[int], big: int, cap_s: float,
-                seed: int) -> tuple[list[bool], float] | None:
+def _solve_hood(
+    hood: list[int],
+    jobs: list[_Job],
+    touching: list[list[int]],
+    chosen: list[bool],
+    used: list[int],
+    big: int,
+    cap_s: float,
+    seed: int,
+) -> tuple[list[bool], float] | None:
     """Best choice inside ``hood`` with the rest fixed; None when CP-SAT returns nothing."""
     model = cp_model.CpModel()
     xs = {s: model.new_bool_var(f"x{s}") for s in hood}
@@ -279,8 +297,7 @@ def _solve_hood(hood: list[int], jobs: list[_Job], touching: list[list[int]],
             continue
         lost = sum(g * x for x, g in free)
         y = model.new_bool_var(f"y{k}")
-        model.add_linear_expression_in_domain(
-            lost, Domain.from_values(reach)).only_enforce_if(~y)
+        model.add_linear_expression_in_domain(lost, Domain.from_values(reach)).only_enforce_if(~y)
         terms.append(big * y)
     model.minimize(sum(terms))
     solver = cp_model.CpSolver()

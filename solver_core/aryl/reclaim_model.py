@@ -44,8 +44,9 @@ class ReclaimJob:
     def __post_init__(self) -> None:
         for server, gpus in self.gpus.items():
             if isinstance(gpus, bool) or int(gpus) != gpus or gpus < 0:
-                raise ValueError(f"job {self.id!r}: GPUs on {server!r} must be an int >= 0, "
-                                 f"got {gpus}")
+                raise ValueError(
+                    f"job {self.id!r}: GPUs on {server!r} must be an int >= 0, got {gpus}"
+                )
         for a in self.allowed:
             if isinstance(a, bool) or int(a) != a or a < 0:
                 raise ValueError(f"job {self.id!r}: allowed count {a} must be an int >= 0")
@@ -113,18 +114,23 @@ class ReclaimInstance:
                 items = jobs.items() if isinstance(jobs, Mapping) else ((j, 1) for j in jobs)
                 for job, gpus in items:
                     if gpus > 0:
-                        per_job.setdefault(job, {})[server] = \
+                        per_job.setdefault(job, {})[server] = (
                             per_job.get(job, {}).get(server, 0) + gpus
+                        )
         allowed = allowed or {}
         jobs = tuple(ReclaimJob(j, g, frozenset(allowed.get(j, ()))) for j, g in per_job.items())
-        sizes = ({s: server_gpus for s in layout} if isinstance(server_gpus, int)
-                 else dict(server_gpus))
+        sizes = (
+            {s: server_gpus for s in layout} if isinstance(server_gpus, int) else dict(server_gpus)
+        )
         return cls(tuple(layout), jobs, sizes)
 
     @classmethod
-    def from_view(cls, view: ClusterView, on_loan: Sequence[str],
-                  flexible: Mapping[str, Mapping[str, Sequence[int]]] | None = None,
-                  ) -> ReclaimInstance:
+    def from_view(
+        cls,
+        view: ClusterView,
+        on_loan: Sequence[str],
+        flexible: Mapping[str, Mapping[str, Sequence[int]]] | None = None,
+    ) -> ReclaimInstance:
         """The running jobs of ``view`` that hold GPUs on any of the ``on_loan`` servers.
 
         ``allowed`` is the job's ``allowed_counts()``: the engine keeps a job that loses a node
@@ -142,8 +148,9 @@ class ReclaimInstance:
             jobs.append(ReclaimJob(job.id, gpus, frozenset(job.spec.allowed_counts())))
             hint = (flexible or {}).get(job.id)
             if hint:
-                counts = {n: len(set(hint[n]) & set(g)) for n, g in alloc.placement.items()
-                          if n in hint}
+                counts = {
+                    n: len(set(hint[n]) & set(g)) for n, g in alloc.placement.items() if n in hint
+                }
                 flex[job.id] = {n: c for n, c in counts.items() if c}
         sizes = {s: view.nodes[s].gpus for s in on_loan if s in view.nodes}
         return cls(tuple(on_loan), tuple(jobs), sizes, flex)
@@ -218,9 +225,13 @@ def evaluate(inst: ReclaimInstance, servers: Sequence[str]) -> ReclaimOutcome:
     idle = sum(1 for s in servers if not on[s])
     flexible = sum(1 for s in servers if on[s] and not any(j.id in dead for j in on[s]))
     return ReclaimOutcome(
-        servers=list(servers), preempted=preempted, scaled_in=scaled,
-        collateral_gpus=collateral, returned_gpus=sum(inst.size(s) for s in servers),
-        idle_servers=idle, flexible_servers=flexible,
+        servers=list(servers),
+        preempted=preempted,
+        scaled_in=scaled,
+        collateral_gpus=collateral,
+        returned_gpus=sum(inst.size(s) for s in servers),
+        idle_servers=idle,
+        flexible_servers=flexible,
     )
 
 
@@ -236,9 +247,17 @@ def reclaim_metrics(outcomes: Sequence[ReclaimOutcome]) -> dict[str, float]:
     collateral damage (Fig. 8), mean share of demand met by the flexible group (§7.2: 52.6 %
     in the paper's Basic scenario) and without any preemption, decision latency."""
     if not outcomes:
-        return {"events": 0, "servers": 0, "preemptions": 0, "collateral_gpus": 0,
-                "mean_collateral_damage": 0.0, "met_by_flexible": 0.0,
-                "met_without_preemption": 0.0, "decision_p50_ms": 0.0, "decision_max_ms": 0.0}
+        return {
+            "events": 0,
+            "servers": 0,
+            "preemptions": 0,
+            "collateral_gpus": 0,
+            "mean_collateral_damage": 0.0,
+            "met_by_flexible": 0.0,
+            "met_without_preemption": 0.0,
+            "decision_p50_ms": 0.0,
+            "decision_max_ms": 0.0,
+        }
     lat = np.asarray([o.wall_ms for o in outcomes])
     return {
         "events": len(outcomes),

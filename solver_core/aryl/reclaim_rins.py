@@ -38,8 +38,14 @@ from scipy.sparse import csr_matrix
 
 from .reclaim_model import ReclaimInstance, ReclaimJob
 
-__all__ = ["RINS_NODES_PER_WORK_S", "RinsResult", "TightModel", "lp_relaxation", "rins",
-           "tight_model"]
+__all__ = [
+    "RINS_NODES_PER_WORK_S",
+    "RinsResult",
+    "TightModel",
+    "lp_relaxation",
+    "rins",
+    "tight_model",
+]
 
 RINS_NODES_PER_WORK_S = 200
 """HiGHS branch-and-bound nodes of the RINS sub-MIP per deterministic second. Measured on the
@@ -120,20 +126,24 @@ def tight_model(inst: ReclaimInstance, count: int) -> TightModel:
         row([*lost, *off, (y, float(reach))], 0.0, math.inf)
     size = len(cost)
     a = csr_matrix((vals, (rows, cols)), shape=(len(lo), size))
-    return TightModel(tuple(inst.servers), a, np.asarray(lo), np.asarray(hi),
-                      np.asarray(cost))
+    return TightModel(tuple(inst.servers), a, np.asarray(lo), np.asarray(hi), np.asarray(cost))
 
 
-def lp_relaxation(model: TightModel, time_limit_s: float = 60.0
-                  ) -> tuple[float | None, np.ndarray | None]:
+def lp_relaxation(
+    model: TightModel, time_limit_s: float = 60.0
+) -> tuple[float | None, np.ndarray | None]:
     """(lower bound on the preemptions, the LP's server values), or (None, None) on failure.
 
     Preemptions are integral, so the bound is the LP value rounded up."""
-    res = milp(model.cost, constraints=LinearConstraint(model.a, model.lo, model.hi),
-               bounds=Bounds(0.0, 1.0), options={"time_limit": time_limit_s})
+    res = milp(
+        model.cost,
+        constraints=LinearConstraint(model.a, model.lo, model.hi),
+        bounds=Bounds(0.0, 1.0),
+        options={"time_limit": time_limit_s},
+    )
     if res.status != 0 or res.x is None:
         return None, None
-    return float(math.ceil(res.fun - _EPS)), np.asarray(res.x[:model.n])
+    return float(math.ceil(res.fun - _EPS)), np.asarray(res.x[: model.n])
 
 
 @dataclass
@@ -146,8 +156,14 @@ class RinsResult:
     message: str
 
 
-def rins(model: TightModel, lp_x: np.ndarray, incumbent: list[str], *,
-         node_limit: int | None, time_limit_s: float) -> RinsResult:
+def rins(
+    model: TightModel,
+    lp_x: np.ndarray,
+    incumbent: list[str],
+    *,
+    node_limit: int | None,
+    time_limit_s: float,
+) -> RinsResult:
     """The best answer HiGHS finds with every server fixed where the LP value is integral and
     equal to the incumbent's, the others free. The incumbent is feasible there, so a sub-MIP
     run to its end is never worse; the caller still keeps the better of the two."""
@@ -157,15 +173,20 @@ def rins(model: TightModel, lp_x: np.ndarray, incumbent: list[str], *,
     fixed = integral & (np.round(lp_x) == inc)
     lb = np.zeros(len(model.cost))
     ub = np.ones(len(model.cost))
-    lb[:model.n][fixed & (inc == 1.0)] = 1.0
-    ub[:model.n][fixed & (inc == 0.0)] = 0.0
+    lb[: model.n][fixed & (inc == 1.0)] = 1.0
+    ub[: model.n][fixed & (inc == 0.0)] = 0.0
     options: dict[str, float | int] = {"time_limit": time_limit_s}
     if node_limit is not None:
         options["node_limit"] = node_limit
-    res = milp(model.cost, constraints=LinearConstraint(model.a, model.lo, model.hi),
-               integrality=np.ones(len(model.cost)), bounds=Bounds(lb, ub), options=options)
+    res = milp(
+        model.cost,
+        constraints=LinearConstraint(model.a, model.lo, model.hi),
+        integrality=np.ones(len(model.cost)),
+        bounds=Bounds(lb, ub),
+        options=options,
+    )
     freed = int(model.n - fixed.sum())
     if res.x is None:
         return RinsResult(None, freed, str(res.message))
-    servers = [s for s, v in zip(model.servers, res.x[:model.n], strict=True) if v > 0.5]
+    servers = [s for s, v in zip(model.servers, res.x[: model.n], strict=True) if v > 0.5]
     return RinsResult(servers, freed, str(res.message))

@@ -62,27 +62,40 @@ class ArylJob:
 
     def __post_init__(self) -> None:
         if not 1 <= self.w_min <= self.w_max:
-            raise ValueError(f"job {self.id}: need 1 <= w_min <= w_max, got "
-                             f"[{self.w_min}, {self.w_max}]")
+            raise ValueError(
+                f"job {self.id}: need 1 <= w_min <= w_max, got [{self.w_min}, {self.w_max}]"
+            )
         if self.run_time < 0:
             raise ValueError(f"job {self.id}: negative running time")
         if self.values is not None and len(self.values) != self.w_max - self.w_min:
             raise ValueError(f"job {self.id}: values needs w_max - w_min entries")
 
     @classmethod
-    def inelastic(cls, job_id: str, workers: int, run_time: float, gpus_per_worker: int = 1,
-                  submit: float = 0.0) -> ArylJob:
+    def inelastic(
+        cls,
+        job_id: str,
+        workers: int,
+        run_time: float,
+        gpus_per_worker: int = 1,
+        submit: float = 0.0,
+    ) -> ArylJob:
         return cls(job_id, workers, workers, run_time, gpus_per_worker, submit)
 
     @classmethod
-    def elastic_from_min_time(cls, job_id: str, w_min: int, w_max: int, min_running_time: float,
-                              gpus_per_worker: int = 1, submit: float = 0.0) -> ArylJob:
+    def elastic_from_min_time(
+        cls,
+        job_id: str,
+        w_min: int,
+        w_max: int,
+        min_running_time: float,
+        gpus_per_worker: int = 1,
+        submit: float = 0.0,
+    ) -> ArylJob:
         """From the paper's table form: the running time at ``w_max`` ("min. running time").
 
         Linear scaling: T^max = T^min * w_max / w_min.
         """
-        return cls(job_id, w_min, w_max, min_running_time * w_max / w_min, gpus_per_worker,
-                   submit)
+        return cls(job_id, w_min, w_max, min_running_time * w_max / w_min, gpus_per_worker, submit)
 
     @property
     def elastic(self) -> bool:
@@ -111,8 +124,7 @@ def sort_jobs(jobs: Iterable[ArylJob]) -> list[ArylJob]:
     return sorted(jobs, key=lambda j: (j.run_time, j.submit, j.id))
 
 
-def allocate_inelastic(jobs: Sequence[ArylJob], capacity: int
-                       ) -> tuple[list[ArylJob], int]:
+def allocate_inelastic(jobs: Sequence[ArylJob], capacity: int) -> tuple[list[ArylJob], int]:
     """Phase 1: SJF over base demands, skipping jobs that do not fit. Returns (admitted, C*)."""
     admitted: list[ArylJob] = []
     left = capacity
@@ -126,12 +138,15 @@ def allocate_inelastic(jobs: Sequence[ArylJob], capacity: int
 
 def elastic_group(job: ArylJob) -> MckpGroup:
     """The MCKP group of one elastic job: items k = 1 .. w_max - w_min, weight k * D."""
-    return MckpGroup(job.id, tuple((k * job.gpus_per_worker, job.value(k))
-                                   for k in range(1, job.w_max - job.w_min + 1)))
+    return MckpGroup(
+        job.id,
+        tuple((k * job.gpus_per_worker, job.value(k)) for k in range(1, job.w_max - job.w_min + 1)),
+    )
 
 
-def allocate_elastic(jobs: Sequence[ArylJob], capacity: int, method: str = "dp",
-                     **kw: object) -> tuple[dict[str, int], MckpResult]:
+def allocate_elastic(
+    jobs: Sequence[ArylJob], capacity: int, method: str = "dp", **kw: object
+) -> tuple[dict[str, int], MckpResult]:
     """Phase 2: extra workers per elastic job from the MCKP over ``capacity`` GPUs."""
     elastic = [j for j in jobs if j.elastic]
     groups = [elastic_group(j) for j in elastic]
@@ -178,8 +193,7 @@ def two_phase_allocate(
     return TwoPhaseResult(workers, [j.id for j in admitted], left, flexible, value, stats)
 
 
-def linear_jct(jobs: Sequence[ArylJob], workers: dict[str, int], capacity: int
-               ) -> dict[str, float]:
+def linear_jct(jobs: Sequence[ArylJob], workers: dict[str, int], capacity: int) -> dict[str, float]:
     """JCTs of jobs that all start at t=0 with ``workers``, under linear scaling, when "once a
     job finishes, the others are immediately allocated more resources as much as possible"
     (§5.1, Tab. 3): freed workers go to the unfinished jobs in the given order, up to w_max.

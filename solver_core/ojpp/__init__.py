@@ -31,8 +31,7 @@ from .heuristic import run_heuristic
 from .milp import MIP_BACKENDS, solve_milp
 from .pattern_greedy import run_heuristic_pg
 
-__all__ = ["EXACT_SOLVERS", "HEURISTIC_SOLVERS", "SOLVERS", "OjppAnswer", "check_solution",
-           "solve"]
+__all__ = ["EXACT_SOLVERS", "HEURISTIC_SOLVERS", "SOLVERS", "OjppAnswer", "check_solution", "solve"]
 
 EXACT_SOLVERS = ("cp-sat", *MIP_BACKENDS)
 HEURISTIC_SOLVERS = ("heuristic", "heuristic-ls", "heuristic-pg", "greedy", *BASELINE_RULES)
@@ -53,14 +52,26 @@ def _heuristic(inst: OjppInstance, solver: str) -> OjppAnswer:
         gpus = run_baseline(inst, solver)
     wall_ms = (time.perf_counter() - start) * 1000.0
     if gpus is None:
-        stats = SolverStats(stage="ojpp", backend=solver, status="infeasible", wall_ms=wall_ms,
-                            message="a worker does not fit on a GPU even alone")
+        stats = SolverStats(
+            stage="ojpp",
+            backend=solver,
+            status="infeasible",
+            wall_ms=wall_ms,
+            message="a worker does not fit on a GPU even alone",
+        )
         return OjppAnswer(stats, None)
     lb = float(lower_bound(inst))
     gap = abs(len(gpus) - lb) / max(1.0, len(gpus))
-    stats = SolverStats(stage="ojpp", backend=solver, status="heuristic",
-                        objective=float(len(gpus)), bound=lb, gap=gap, wall_ms=wall_ms,
-                        deterministic=True)
+    stats = SolverStats(
+        stage="ojpp",
+        backend=solver,
+        status="heuristic",
+        objective=float(len(gpus)),
+        bound=lb,
+        gap=gap,
+        wall_ms=wall_ms,
+        deterministic=True,
+    )
     return OjppAnswer(stats, gpus)
 
 
@@ -72,5 +83,6 @@ def solve(inst: OjppInstance, solver: str, limits: SolveLimits | None = None) ->
         return solve_exact(inst, "cp-sat", limits)
     if solver in MIP_BACKENDS:
         return solve_milp(inst, solver, limits)
-    raise InputError(f"unknown ojpp solver {solver!r}; choose from {', '.join(SOLVERS)}",
-                     field="solvers")
+    raise InputError(
+        f"unknown ojpp solver {solver!r}; choose from {', '.join(SOLVERS)}", field="solvers"
+    )

@@ -45,7 +45,7 @@ def _slowdown(own_type: str, others: list[str], inst: OjppInstance) -> float:
     return prod - 1.0
 
 
-def check_solution(inst: OjppInstance, gpus: list[list[str]]) -> list[str]:
+def check_solution(inst: OjppInstance, gpus: list[list[str]]) -> list[str]:  # noqa: C901 (a named exception to the complexity gate)
     """Every rule the solution ``gpus`` (worker ids per GPU) breaks; empty when valid."""
     jobs = {job.id: job for job in inst.jobs}
     problems: list[str] = []
@@ -56,8 +56,12 @@ def check_solution(inst: OjppInstance, gpus: list[list[str]]) -> list[str]:
         for w in gpu:
             job_id, _, index = w.rpartition("#")
             job = jobs.get(job_id)
-            if job is None or not index.isdigit() or not 0 <= int(index) < job.workers \
-                    or str(int(index)) != index:
+            if (
+                job is None
+                or not index.isdigit()
+                or not 0 <= int(index) < job.workers
+                or str(int(index)) != index
+            ):
                 problems.append(f"GPU {k}: {w!r} is not a worker of the instance")
                 continue
             if w in seen:
@@ -92,6 +96,7 @@ def check_solution(inst: OjppInstance, gpus: list[list[str]]) -> list[str]:
     for job_id, values in slow.items():
         spread = max(values) - min(values)
         if spread > inst.theta_balance + TOL:
-            problems.append(f"job {job_id}: spread of slowdowns {spread:.6g} > "
-                            f"{inst.theta_balance}")
+            problems.append(
+                f"job {job_id}: spread of slowdowns {spread:.6g} > {inst.theta_balance}"
+            )
     return problems

@@ -38,8 +38,15 @@ from .model import OjppModel, build_model, device_violation
 from .packer import Packer, Rules
 from .patterns import build_pattern_model, enumerate_patterns, hint_patterns
 
-__all__ = ["MAX_ROUNDS", "OjppAnswer", "best_packing", "clique", "clique_bound", "lower_bound",
-           "solve_exact"]
+__all__ = [
+    "MAX_ROUNDS",
+    "OjppAnswer",
+    "best_packing",
+    "clique",
+    "clique_bound",
+    "lower_bound",
+    "solve_exact",
+]
 
 MAX_ROUNDS = 40
 """Lazy-cut rounds before giving up (each round adds at least one cut)."""
@@ -64,8 +71,9 @@ def lower_bound(inst: OjppInstance) -> int:
     # every used GPU holds a worker, so its largest delta is at least the smallest of all
     room = 1.0 + OJPP_TOL - min(j.delta for j in inst.jobs)
     memory = math.ceil(gamma / room - 1e-9) if room > 0 else 1
-    return max(1, math.ceil(alpha - OJPP_TOL), math.ceil(gamma - OJPP_TOL), memory,
-               clique_bound(inst))
+    return max(
+        1, math.ceil(alpha - OJPP_TOL), math.ceil(gamma - OJPP_TOL), memory, clique_bound(inst)
+    )
 
 
 def clique_bound(inst: OjppInstance, seeds: int = CLIQUE_SEEDS) -> int:
@@ -99,10 +107,12 @@ def clique(inst: OjppInstance, seeds: int = CLIQUE_SEEDS) -> tuple[int, list[int
     # two workers of jobs i and j (i == j on the diagonal: two of one job)
     p0 = np.outer(1.0 - p, 1.0 - p)
     p1 = np.outer(p, 1.0 - p) + np.outer(1.0 - p, p)
-    conflict = ((a[:, None] + a[None, :] > 1 + tol)
-                | (g[:, None] + g[None, :] + np.maximum(d[:, None], d[None, :]) > 1 + tol)
-                | (np.maximum(m, m.T) > inst.theta_max + tol)
-                | (np.maximum(0.0, 1.0 - p0 - p1) > inst.tau_max + tol))
+    conflict = (
+        (a[:, None] + a[None, :] > 1 + tol)
+        | (g[:, None] + g[None, :] + np.maximum(d[:, None], d[None, :]) > 1 + tol)
+        | (np.maximum(m, m.T) > inst.theta_max + tol)
+        | (np.maximum(0.0, 1.0 - p0 - p1) > inst.tau_max + tol)
+    )
     workers = np.array([j.workers for j in jobs])
     weight = np.where(np.diagonal(conflict) & (workers >= 2), workers, 1)
     np.fill_diagonal(conflict, False)
@@ -175,27 +185,50 @@ def _violation(om: OjppModel, counts: dict[int, int]) -> bool:
     return True
 
 
-def _solve_patterns(inst: OjppInstance, patterns: list[dict[int, int]],
-                    heuristic: list[list[str]], lb: int, backend: str, limits: SolveLimits,
-                    start: float, done: Callable[..., OjppAnswer]) -> OjppAnswer:
+def _solve_patterns(
+    inst: OjppInstance,
+    patterns: list[dict[int, int]],
+    heuristic: list[list[str]],
+    lb: int,
+    backend: str,
+    limits: SolveLimits,
+    start: float,
+    done: Callable[..., OjppAnswer],
+) -> OjppAnswer:
     """One solve of the configuration model of :mod:`.patterns` (every device rule is
     settled by the enumeration, so no lazy round), hinted with the best packing."""
     pm = build_pattern_model(inst, patterns, len(heuristic), lb)
     counts = _counts_of(inst, heuristic)
-    hint_patterns(pm, inst, [{i: counts[i][k] for i in range(len(inst.jobs)) if counts[i][k]}
-                             for k in range(len(heuristic))])
+    hint_patterns(
+        pm,
+        inst,
+        [
+            {i: counts[i][k] for i in range(len(inst.jobs)) if counts[i][k]}
+            for k in range(len(heuristic))
+        ],
+    )
     left = start + limits.wall_s - time.perf_counter()
     if left <= 0:
-        return done("timeout", heuristic, float(lb), "budget spent enumerating patterns",
-                    fell_back=True)
-    sol = mip_solve(pm.model, backend, stage="ojpp",
-                    limits=SolveLimits(wall_s=left, work_s=limits.work_s, nodes=limits.nodes))
+        return done(
+            "timeout", heuristic, float(lb), "budget spent enumerating patterns", fell_back=True
+        )
+    sol = mip_solve(
+        pm.model,
+        backend,
+        stage="ojpp",
+        limits=SolveLimits(wall_s=left, work_s=limits.work_s, nodes=limits.nodes),
+    )
     st = sol.stats
     bound = float(lb) if st.bound is None else max(float(lb), math.ceil(st.bound - 1e-6))
     note = f"pattern model: {len(patterns)} patterns"
     if not sol.ok:
-        return done("timeout", heuristic, bound, f"{note}; {backend}: {st.status} "
-                    f"{st.message}".strip(), fell_back=True)
+        return done(
+            "timeout",
+            heuristic,
+            bound,
+            f"{note}; {backend}: {st.status} {st.message}".strip(),
+            fell_back=True,
+        )
     gpus: list[list[str]] = []
     nxt = [0] * len(inst.jobs)
     for t, pat in enumerate(patterns):
@@ -206,16 +239,26 @@ def _solve_patterns(inst: OjppInstance, patterns: list[dict[int, int]],
                 nxt[i] += c
             gpus.append(gpu)
     if check_solution(inst, gpus):
-        return done("feasible", heuristic, bound, f"{note}; the model's answer failed the "
-                    "checker; kept the heuristic's", fell_back=True)
+        return done(
+            "feasible",
+            heuristic,
+            bound,
+            f"{note}; the model's answer failed the checker; kept the heuristic's",
+            fell_back=True,
+        )
     if st.status == "optimal":
         return done("optimal", gpus, float(len(gpus)), note)
     best = gpus if len(gpus) <= len(heuristic) else heuristic
     return done("feasible", best, bound, note)
 
 
-def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits | None = None,
-                shortcut: bool = True, use_patterns: bool = True) -> OjppAnswer:
+def solve_exact(  # noqa: C901 (a named exception to the complexity gate)
+    inst: OjppInstance,
+    backend: str = "cp-sat",
+    limits: SolveLimits | None = None,
+    shortcut: bool = True,
+    use_patterns: bool = True,
+) -> OjppAnswer:
     """Proven-optimal GPUs when the budget allows; the heuristic's answer otherwise.
 
     The configuration model (:mod:`.patterns`) when its patterns number at most
@@ -223,18 +266,38 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
     :mod:`.model`, kept for instances with more patterns and as a cross-check)."""
     start = time.perf_counter()
     limits = limits or SolveLimits.deterministic_budget(10.0)
-    base = dict(stage="ojpp", backend=backend, time_limit_s=limits.wall_s,
-                work_limit_s=limits.work_s, node_limit=limits.nodes,
-                deterministic=limits.deterministic)
+    base = dict(
+        stage="ojpp",
+        backend=backend,
+        time_limit_s=limits.wall_s,
+        work_limit_s=limits.work_s,
+        node_limit=limits.nodes,
+        deterministic=limits.deterministic,
+    )
 
-    def done(status: str, gpus: list[list[str]] | None, bound: float | None,
-             message: str = "", fell_back: bool = False) -> OjppAnswer:
+    def done(
+        status: str,
+        gpus: list[list[str]] | None,
+        bound: float | None,
+        message: str = "",
+        fell_back: bool = False,
+    ) -> OjppAnswer:
         objective = float(len(gpus)) if gpus is not None else None
-        gap = (None if objective is None or bound is None
-               else abs(objective - bound) / max(1.0, objective))
-        stats = SolverStats(status=status, objective=objective, bound=bound, gap=gap,  # type: ignore[arg-type]
-                            wall_ms=(time.perf_counter() - start) * 1000.0, message=message,
-                            fell_back=fell_back, **base)  # type: ignore[arg-type]
+        gap = (
+            None
+            if objective is None or bound is None
+            else abs(objective - bound) / max(1.0, objective)
+        )
+        stats = SolverStats(
+            status=status,
+            objective=objective,
+            bound=bound,
+            gap=gap,  # type: ignore[arg-type]
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            message=message,
+            fell_back=fell_back,
+            **base,
+        )  # type: ignore[arg-type]
         return OjppAnswer(stats, gpus)
 
     heuristic = best_packing(inst)
@@ -242,37 +305,66 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
         return done("infeasible", None, None, "a worker does not fit on a GPU even alone")
     lb = lower_bound(inst)
     if not heuristic or (shortcut and len(heuristic) <= lb):
-        return done("optimal", heuristic, float(len(heuristic)),
-                    "the heuristic's answer meets the lower bound")
+        return done(
+            "optimal",
+            heuristic,
+            float(len(heuristic)),
+            "the heuristic's answer meets the lower bound",
+        )
     patterns = enumerate_patterns(inst) if use_patterns else None
     if patterns is not None:  # any composition: the enumeration checks slowdowns exactly
         return _solve_patterns(inst, patterns, heuristic, lb, backend, limits, start, done)
     if inst.composition == "multiplicative":
-        return done("error", None, None, "multiplicative composition is not linear and the "
-                    "instance has too many patterns for the configuration model: the count "
-                    "model supports additive and max (use heuristic or greedy)")
+        return done(
+            "error",
+            None,
+            None,
+            "multiplicative composition is not linear and the "
+            "instance has too many patterns for the configuration model: the count "
+            "model supports additive and max (use heuristic or greedy)",
+        )
     members = clique(inst)[1]
     order = [*members, *(i for i in range(len(inst.jobs)) if i not in set(members))]
-    om = build_model(inst, len(heuristic), backend == "cp-sat", lb,
-                     _counts_of(inst, heuristic), order, len(members))
+    om = build_model(
+        inst,
+        len(heuristic),
+        backend == "cp-sat",
+        lb,
+        _counts_of(inst, heuristic),
+        order,
+        len(members),
+    )
     bound: float | None = float(lb)
     for _ in range(MAX_ROUNDS):
         left = start + limits.wall_s - time.perf_counter()
         if left <= 0:
             break
-        sol = mip_solve(om.model, backend, stage="ojpp",
-                        limits=SolveLimits(wall_s=left, work_s=limits.work_s,
-                                           nodes=limits.nodes))
+        sol = mip_solve(
+            om.model,
+            backend,
+            stage="ojpp",
+            limits=SolveLimits(wall_s=left, work_s=limits.work_s, nodes=limits.nodes),
+        )
         st = sol.stats
         if st.bound is not None:
             bound = max(bound or 0.0, math.ceil(st.bound - 1e-6))
         if st.status == "infeasible":
             # K = the heuristic's count satisfies the relaxation, so only rounding refused it
-            return done("feasible", heuristic, bound, "model infeasible at the heuristic's "
-                        "count (rounding); kept the heuristic's answer", fell_back=True)
+            return done(
+                "feasible",
+                heuristic,
+                bound,
+                "model infeasible at the heuristic's count (rounding); kept the heuristic's answer",
+                fell_back=True,
+            )
         if not sol.ok:
-            return done("timeout", heuristic, bound, f"{backend}: {st.status} "
-                        f"{st.message}".strip(), fell_back=True)
+            return done(
+                "timeout",
+                heuristic,
+                bound,
+                f"{backend}: {st.status} {st.message}".strip(),
+                fell_back=True,
+            )
         values = [[int(sol.value(v)) for v in row] for row in om.n]
         cut = False
         for k in range(om.devices):
@@ -283,11 +375,15 @@ def solve_exact(inst: OjppInstance, backend: str = "cp-sat", limits: SolveLimits
             continue
         gpus = _decode(om, values)
         if check_solution(inst, gpus):
-            return done("feasible", heuristic, bound, "the model's answer failed the "
-                        "checker (rounding); kept the heuristic's", fell_back=True)
+            return done(
+                "feasible",
+                heuristic,
+                bound,
+                "the model's answer failed the checker (rounding); kept the heuristic's",
+                fell_back=True,
+            )
         if st.status == "optimal":
             return done("optimal", gpus, float(len(gpus)))
         best = gpus if len(gpus) <= len(heuristic) else heuristic
         return done("feasible", best, bound)
-    return done("timeout", heuristic, bound, "budget spent in lazy-cut rounds",
-                fell_back=True)
+    return done("timeout", heuristic, bound, "budget spent in lazy-cut rounds", fell_back=True)

@@ -16,9 +16,15 @@ __all__ = ["greedy_order", "pack", "run_greedy"]
 
 def greedy_order(inst: OjppInstance) -> list[int]:
     """Alg. 1 line 1: job indices by resource requirement, descending."""
-    return sorted(range(len(inst.jobs)), key=lambda i: (
-        -inst.jobs[i].alpha, -(inst.jobs[i].gamma + inst.jobs[i].delta),
-        -inst.jobs[i].workers, inst.jobs[i].id))
+    return sorted(
+        range(len(inst.jobs)),
+        key=lambda i: (
+            -inst.jobs[i].alpha,
+            -(inst.jobs[i].gamma + inst.jobs[i].delta),
+            -inst.jobs[i].workers,
+            inst.jobs[i].id,
+        ),
+    )
 
 
 def pack(inst: OjppInstance, order: list[int], rules: Rules) -> list[list[str]] | None:

@@ -47,8 +47,9 @@ def heuristic_order(inst: OjppInstance) -> list[int]:
     return order
 
 
-def run_heuristic(inst: OjppInstance, rules: Rules | None = None, improve: bool = False
-                  ) -> list[list[str]] | None:
+def run_heuristic(
+    inst: OjppInstance, rules: Rules | None = None, improve: bool = False
+) -> list[list[str]] | None:
     """Alg. 3: the gregariousness order, each job placed by Placement (Alg. 2); with
     ``improve``, followed by the local pass of :mod:`.improve` (solver ``heuristic-ls``)."""
     packer = Packer(inst, rules or Rules())

@@ -83,9 +83,10 @@ def _try_empty(packer: Packer, b: int) -> bool:
         del slow[q][b]
     devices[b] = Device()
     # hardest workers first: most compute, then most peak memory, then job index
-    moving = sorted(source.counts.items(),
-                    key=lambda qc: (-jobs[qc[0]].alpha, -(jobs[qc[0]].gamma + jobs[qc[0]].delta),
-                                    qc[0]))
+    moving = sorted(
+        source.counts.items(),
+        key=lambda qc: (-jobs[qc[0]].alpha, -(jobs[qc[0]].gamma + jobs[qc[0]].delta), qc[0]),
+    )
     for q, count in moving:
         for _ in range(count):
             d = _best_fit(packer, q)
@@ -170,7 +171,7 @@ def _try_merge(packer: Packer, q: int, r: int) -> bool:
     moves: list[int] = []
     for b in sources:
         moves.extend([b] * devices[b].counts[r])
-    moves = moves[:len(targets)]
+    moves = moves[: len(targets)]
     undo = _Undo(packer)
     for b in {*targets, *moves}:
         undo.device(b)
@@ -182,7 +183,7 @@ def _try_merge(packer: Packer, q: int, r: int) -> bool:
         devices[b] = Device()
         for _ in range(keep):
             packer.add(r, b)
-    for d in targets[:len(moves)]:
+    for d in targets[: len(moves)]:
         packer.add(r, d)
     if packer.broken_job() is None and _used(packer) < used_before:
         return True
@@ -194,9 +195,10 @@ def _merge_lonely(packer: Packer) -> None:
     """:func:`_try_merge` over pairs of lone jobs, the pairs saving most devices first."""
     done: set[int] = set()
     lonely = _lonely(packer)
-    pairs = sorted(((q, r) for q in lonely for r in lonely if q != r),
-                   key=lambda qr: (-min(len(packer.slow[qr[0]]), packer.jobs[qr[1]].workers),
-                                   qr))
+    pairs = sorted(
+        ((q, r) for q in lonely for r in lonely if q != r),
+        key=lambda qr: (-min(len(packer.slow[qr[0]]), packer.jobs[qr[1]].workers), qr),
+    )
     inst, matrix, comp = packer.inst, packer.matrix, packer.inst.composition
     limit = inst.theta_balance + OJPP_TOL
     for q, r in pairs:
@@ -204,8 +206,9 @@ def _merge_lonely(packer: Packer) -> None:
             continue
         # a job left partly alone needs its shared slowdown within the balance bound
         homes, workers = len(packer.slow[q]), packer.jobs[r].workers
-        if (workers < homes and counts_slowdown(q, {q: 1, r: 1}, matrix, comp) > limit) or \
-                (workers > homes and counts_slowdown(r, {q: 1, r: 1}, matrix, comp) > limit):
+        if (workers < homes and counts_slowdown(q, {q: 1, r: 1}, matrix, comp) > limit) or (
+            workers > homes and counts_slowdown(r, {q: 1, r: 1}, matrix, comp) > limit
+        ):
             continue
         if _try_merge(packer, q, r):
             done.update((q, r))
@@ -219,8 +222,10 @@ def empty_devices(packer: Packer, passes: int = MAX_PASSES) -> int:
     start = _used(packer)
     for _ in range(passes):
         before = _used(packer)
-        order = sorted((b for b, dev in enumerate(packer.devices) if dev.counts),
-                       key=lambda b: (*_load(packer.devices[b]), b))
+        order = sorted(
+            (b for b, dev in enumerate(packer.devices) if dev.counts),
+            key=lambda b: (*_load(packer.devices[b]), b),
+        )
         for b in order:
             if packer.devices[b].counts:
                 _try_empty(packer, b)

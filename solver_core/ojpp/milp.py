@@ -17,8 +17,9 @@ __all__ = ["MIP_BACKENDS", "solve_milp"]
 MIP_BACKENDS = ("scip", "highs", "cbc", "pulp-cbc")
 
 
-def solve_milp(inst: OjppInstance, backend: str, limits: SolveLimits | None = None,
-               shortcut: bool = True) -> OjppAnswer:
+def solve_milp(
+    inst: OjppInstance, backend: str, limits: SolveLimits | None = None, shortcut: bool = True
+) -> OjppAnswer:
     if backend not in MIP_BACKENDS:
         raise ValueError(f"not a MIP backend: {backend!r}")
     return solve_exact(inst, backend, limits, shortcut)

@@ -50,14 +50,16 @@ SCALE = 1_000_000
 INITIAL_TANGENTS = (0.05, 0.15, 0.3, 0.6, 1.0)
 
 
-def device_violation(inst: OjppInstance, matrix: list[list[float]], counts: dict[int, int]
-                     ) -> str | None:
+def device_violation(
+    inst: OjppInstance, matrix: list[list[float]], counts: dict[int, int]
+) -> str | None:
     """Which device rule a GPU holding ``counts[i]`` workers of each job i breaks: "local"
     (compute, memory, slowdown), "collision", or None. Exact float arithmetic."""
     jobs = inst.jobs
     alpha = math.fsum(jobs[i].alpha * c for i, c in counts.items())
     memory = math.fsum(jobs[i].gamma * c for i, c in counts.items()) + max(
-        jobs[i].delta for i in counts)
+        jobs[i].delta for i in counts
+    )
     theta = max(counts_slowdown(i, counts, matrix, inst.composition) for i in counts)
     if alpha > 1 + OJPP_TOL or memory > 1 + OJPP_TOL or theta > inst.theta_max + OJPP_TOL:
         return "local"
@@ -126,9 +128,15 @@ class OjppModel:
             self.model.add(lin_sum(picks) >= 1, f"nogood_{self.cuts}_{k}")
 
 
-def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: int,
-                hint: list[list[int]] | None = None, order: list[int] | None = None,
-                clique_jobs: int = 0) -> OjppModel:
+def build_model(
+    inst: OjppInstance,
+    devices: int,
+    integral: bool,
+    lower_bound: int,
+    hint: list[list[int]] | None = None,
+    order: list[int] | None = None,
+    clique_jobs: int = 0,
+) -> OjppModel:
     """The model for at most ``devices`` devices (see the module docstring); ``order`` (a
     permutation of the jobs, default by index) is the first-appearance order of the symmetry
     breaking, and its first ``clique_jobs`` jobs pairwise cannot share a device."""
@@ -139,8 +147,10 @@ def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: i
     K = devices
     order = list(range(len(jobs))) if order is None else order
     low, reach = _first_appearance(inst, order, clique_jobs)
-    n = [[m.int_var(0, job.workers if low[i] <= k < reach[i] else 0, f"n_{i}_{k}")
-          for k in range(K)] for i, job in enumerate(jobs)]
+    n = [
+        [m.int_var(0, job.workers if low[i] <= k < reach[i] else 0, f"n_{i}_{k}") for k in range(K)]
+        for i, job in enumerate(jobs)
+    ]
     y = [[m.bool_var(f"y_{i}_{k}") for k in range(K)] for i in range(len(jobs))]
     x = [m.bool_var(f"x_{k}") for k in range(K)]
     om = OjppModel(inst, m, integral, K, n, y, x, inst.matrix())
@@ -158,8 +168,10 @@ def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: i
     m.add(lin_sum(x) >= lower_bound, "lower_bound")
     _pair_exclusions(inst, m, n, y)
     for k in range(K):
-        m.add(lin_sum(om.coef(job.alpha) * n[i][k] for i, job in enumerate(jobs)) <= one,
-              f"compute_{k}")
+        m.add(
+            lin_sum(om.coef(job.alpha) * n[i][k] for i, job in enumerate(jobs)) <= one,
+            f"compute_{k}",
+        )
         base = lin_sum(om.coef(job.gamma) * n[i][k] for i, job in enumerate(jobs))
         for i, job in enumerate(jobs):
             if job.delta > 0:
@@ -184,8 +196,9 @@ def build_model(inst: OjppInstance, devices: int, integral: bool, lower_bound: i
     return om
 
 
-def _first_appearance(inst: OjppInstance, order: list[int], clique_jobs: int
-                      ) -> tuple[list[int], list[int]]:
+def _first_appearance(
+    inst: OjppInstance, order: list[int], clique_jobs: int
+) -> tuple[list[int], list[int]]:
     """Per job, the devices ``[low, reach)`` its workers may use. Label the devices of any
     solution in the order the jobs of ``order`` first touch them: the jobs up to and
     including job i use at most their workers' total of devices, so job i stays below that
@@ -207,8 +220,9 @@ def _first_appearance(inst: OjppInstance, order: list[int], clique_jobs: int
     return low, reach
 
 
-def _pair_exclusions(inst: OjppInstance, m: MipModel, n: list[list[Var]],
-                     y: list[list[Var]]) -> None:
+def _pair_exclusions(
+    inst: OjppInstance, m: MipModel, n: list[list[Var]], y: list[list[Var]]
+) -> None:
     """Valid strengthening (every device rule is monotone in added workers): a job's count on
     a device is capped by what fits of it alone, and two jobs whose single workers cannot
     share a device never meet. Far tighter than the big-M rows alone."""
@@ -235,8 +249,10 @@ def _interference(om: OjppModel) -> None:
     matrix = inst.matrix()
     c = [[om.coef(v) for v in row] for row in matrix]
     if inst.composition == "additive":
-        big = max((sum(c[i][q] * jobs[q].workers for q in range(len(jobs)))
-                   for i in range(len(jobs))), default=0.0)
+        big = max(
+            (sum(c[i][q] * jobs[q].workers for q in range(len(jobs))) for i in range(len(jobs))),
+            default=0.0,
+        )
     else:
         big = max((max(row) for row in c), default=0.0)
     theta = om.upper(inst.theta_max)

@@ -47,8 +47,13 @@ class OnlineState:
     triggered: bool = False
 
 
-def observe(state: OnlineState, observed: Sequence[float], theta_max: float,
-            a: float = 0.7, margin: float = 0.0) -> OnlineState:
+def observe(
+    state: OnlineState,
+    observed: Sequence[float],
+    theta_max: float,
+    a: float = 0.7,
+    margin: float = 0.0,
+) -> OnlineState:
     """Fold one round of observed per-GPU interference into the state (see module doc);
     a GPU counts as above when its EWMA exceeds ``theta_max + margin`` (a margin absorbs
     measurement noise around a plan that sits exactly at the bound)."""
@@ -60,8 +65,7 @@ def observe(state: OnlineState, observed: Sequence[float], theta_max: float,
         ewma.append(e)
         prev = state.above[k] if k < len(state.above) else 0
         above.append(prev + 1 if e > theta_max + margin + OJPP_TOL else 0)
-    return OnlineState(tuple(ewma), tuple(above), state.hold,
-                       any(n >= state.hold for n in above))
+    return OnlineState(tuple(ewma), tuple(above), state.hold, any(n >= state.hold for n in above))
 
 
 @dataclass(slots=True)
@@ -131,8 +135,9 @@ class _Plan:
 
     def slowdowns(self, gpu: Sequence[str]) -> dict[str, float]:
         counts = Counter(self.job(w) for w in gpu)
-        per_job = {i: counts_slowdown(i, counts, self.matrix, self.inst.composition)
-                   for i in counts}
+        per_job = {
+            i: counts_slowdown(i, counts, self.matrix, self.inst.composition) for i in counts
+        }
         return {w: per_job[self.job(w)] for w in gpu}
 
     def theta(self, gpu: Sequence[str]) -> float:
@@ -144,8 +149,7 @@ class _Plan:
         jobs = [self.inst.jobs[self.job(w)] for w in gpu]
         if sum(j.alpha for j in jobs) > 1 + OJPP_TOL:
             return False
-        if sum(j.gamma for j in jobs) + max((j.delta for j in jobs), default=0.0) > \
-                1 + OJPP_TOL:
+        if sum(j.gamma for j in jobs) + max((j.delta for j in jobs), default=0.0) > 1 + OJPP_TOL:
             return False
         if collision_probability(j.p for j in jobs) > self.inst.tau_max + OJPP_TOL:
             return False
@@ -165,14 +169,16 @@ class _Plan:
     def moved(self) -> None:
         self._by_job = None
 
-    def spreads(self, jobs: set[int], replaced: Mapping[int, Sequence[str]] | None = None
-                ) -> dict[int, float]:
+    def spreads(
+        self, jobs: set[int], replaced: Mapping[int, Sequence[str]] | None = None
+    ) -> dict[int, float]:
         """Largest minus smallest worker slowdown of each of ``jobs``, in the plan with the
         GPUs of ``replaced`` (index -> workers; an index past the end is a new GPU) swapped
         in."""
         replaced = replaced or {}
         values: dict[int, list[float]] = {
-            i: [s for b, s in self.by_job().get(i, ()) if b not in replaced] for i in jobs}
+            i: [s for b, s in self.by_job().get(i, ()) if b not in replaced] for i in jobs
+        }
         for gpu in replaced.values():
             for w, s in self.slowdowns(gpu).items():
                 if self.job(w) in values:
@@ -194,9 +200,16 @@ def _available(plan: _Plan, gpu: Sequence[str]) -> float:
     return min(1.0 - compute, 1.0 - memory)
 
 
-def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[str],
-                 before_src: float, targets: Sequence[int], distinct: bool = False
-                 ) -> tuple[float, int] | None:
+def _best_target(
+    plan: _Plan,
+    inst: OjppInstance,
+    k: int,
+    w: str,
+    new_src: list[str],
+    before_src: float,
+    targets: Sequence[int],
+    distinct: bool = False,
+) -> tuple[float, int] | None:
     """(slowdown after, GPU) of the best legal target for worker ``w`` leaving GPU ``k``
     (index ``len(plan.gpus)`` stands for a new GPU), or None. ``distinct``: never a GPU that
     already holds a worker of the same job (the engine's one-share-per-GPU allocations)."""
@@ -223,10 +236,17 @@ def _best_target(plan: _Plan, inst: OjppInstance, k: int, w: str, new_src: list[
     return best
 
 
-def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[float],
-           cost: Mapping[str, float], budget: float, allow_new: bool = False,
-           distinct: bool = False, margin: float = 0.0, max_new: int | None = None
-           ) -> tuple[list[list[str]], list[Migration]]:
+def adjust(
+    inst: OjppInstance,
+    gpus: Sequence[Sequence[str]],
+    ewma: Sequence[float],
+    cost: Mapping[str, float],
+    budget: float,
+    allow_new: bool = False,
+    distinct: bool = False,
+    margin: float = 0.0,
+    max_new: int | None = None,
+) -> tuple[list[list[str]], list[Migration]]:
     """Alg. 4: the adjusted plan (same GPU indices; an opened GPU is appended) and the
     migrations made, in order. ``cost[job id]`` is one worker's migration cost c_i (``inf``:
     the job must not move). ``distinct``: one worker per job per GPU (see
@@ -236,8 +256,11 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
     plan = _Plan(inst, [list(g) for g in gpus])
     active = [k for k, g in enumerate(plan.gpus) if g]
     active.sort(key=lambda k: (-(ewma[k] if k < len(ewma) else 0.0), k))
-    queue = [k for k in active[: (len(active) + 1) // 2]
-             if k < len(ewma) and ewma[k] > inst.theta_max + margin + OJPP_TOL]
+    queue = [
+        k
+        for k in active[: (len(active) + 1) // 2]
+        if k < len(ewma) and ewma[k] > inst.theta_max + margin + OJPP_TOL
+    ]
     spent = 0.0
     moves: list[Migration] = []
     for k in queue:
@@ -256,8 +279,7 @@ def adjust(inst: OjppInstance, gpus: Sequence[Sequence[str]], ewma: Sequence[flo
         best = _best_target(plan, inst, k, w, new_src, before_src, targets, distinct)
         opened = len(plan.gpus) - len(gpus)
         if best is None and allow_new and (max_new is None or opened < max_new):
-            best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)],
-                                distinct)
+            best = _best_target(plan, inst, k, w, new_src, before_src, [len(plan.gpus)], distinct)
         if best is None:
             continue
         b = best[1]

@@ -58,8 +58,7 @@ class Device:
 class Packer:
     """Devices and their workers for one instance; ``max_devices`` caps how many may open."""
 
-    def __init__(self, inst: OjppInstance, rules: Rules, max_devices: int | None = None
-                 ) -> None:
+    def __init__(self, inst: OjppInstance, rules: Rules, max_devices: int | None = None) -> None:
         self.inst = inst
         self.rules = rules
         self.max_devices = max_devices
@@ -82,8 +81,13 @@ class Packer:
         out: dict[int, float] = {}
         for q in counts:
             s, t = self.slow[q][b], self.matrix[q][i]
-            out[q] = s + t if comp == "additive" else max(s, t) if comp == "max" \
+            out[q] = (
+                s + t
+                if comp == "additive"
+                else max(s, t)
+                if comp == "max"
                 else (1.0 + s) * (1.0 + t) - 1.0
+            )
         if i not in counts:
             out[i] = counts_slowdown(i, {**counts, i: 1}, self.matrix, comp)
         return out
@@ -111,8 +115,7 @@ class Packer:
             return None
         if rules.collision:  # Collision.add inlined: this is the hot path
             c, q = dev.coll, job.p
-            if 1.0 - c.p0 * (1.0 - q) - (c.p1 * (1.0 - q) + c.p0 * q) \
-                    > inst.tau_max + OJPP_TOL:
+            if 1.0 - c.p0 * (1.0 - q) - (c.p1 * (1.0 - q) + c.p0 * q) > inst.tau_max + OJPP_TOL:
                 return None
         slow = self._after(i, b)
         theta = max(slow.values())
@@ -194,8 +197,11 @@ class Packer:
         a_cap, g_cap = 1 + OJPP_TOL - job.alpha, 1 + OJPP_TOL - job.gamma
         delta = job.delta
         out: dict[int, _Rest] = {}
-        for b in [b for b, d in enumerate(self.devices) if d.alpha <= a_cap
-                  and d.gamma + (d.delta if d.delta > delta else delta) <= g_cap]:
+        for b in [
+            b
+            for b, d in enumerate(self.devices)
+            if d.alpha <= a_cap and d.gamma + (d.delta if d.delta > delta else delta) <= g_cap
+        ]:
             got = self._device_rules(i, b)
             if got is not None:
                 out[b] = got
@@ -220,15 +226,14 @@ class Packer:
                         continue
                 else:
                     lo = 0.0 if alone_min else s
-                    if (s if s > mine_hi else mine_hi) - (lo if lo < mine_lo else mine_lo) \
-                            > limit:
+                    if (s if s > mine_hi else mine_hi) - (lo if lo < mine_lo else mine_lo) > limit:
                         continue
             key = (theta, residual, b) if theta_first else (residual, b)
             if best is None or key < best:
                 best, chosen = key, b
         return chosen
 
-    def place_job(self, i: int, workers: int | None = None) -> list[int] | None:
+    def place_job(self, i: int, workers: int | None = None) -> list[int] | None:  # noqa: C901 (a named exception to the complexity gate)
         """Place ``workers`` (default all) workers of job ``i``; the devices used, one per
         worker, or None (nothing changed) when ``max_devices`` left no room.
 
@@ -291,15 +296,20 @@ class Packer:
             if not dev.counts:
                 continue
             theta = max(self._slowdowns(dev.counts).values())
-            if (dev.alpha > 1 + OJPP_TOL or dev.gamma + dev.delta > 1 + OJPP_TOL
-                    or (rules.collision and dev.coll.tau > inst.tau_max + OJPP_TOL)
-                    or (rules.interference and theta > inst.theta_max + OJPP_TOL)
-                    or (rules.distinct and max(dev.counts.values()) > 1)):
+            if (
+                dev.alpha > 1 + OJPP_TOL
+                or dev.gamma + dev.delta > 1 + OJPP_TOL
+                or (rules.collision and dev.coll.tau > inst.tau_max + OJPP_TOL)
+                or (rules.interference and theta > inst.theta_max + OJPP_TOL)
+                or (rules.distinct and max(dev.counts.values()) > 1)
+            ):
                 return max(dev.counts)
         if rules.balance:
             for q, values in enumerate(self.slow):
-                if values and max(values.values()) - min(values.values()) \
-                        > inst.theta_balance + OJPP_TOL:
+                if (
+                    values
+                    and max(values.values()) - min(values.values()) > inst.theta_balance + OJPP_TOL
+                ):
                     return q
         return None
 

@@ -43,8 +43,15 @@ from .improve import empty_devices, packer_solution
 from .packer import Packer, Rules
 from .patterns import enumerate_patterns
 
-__all__ = ["PATTERN_LIMIT", "ROUNDS", "count_matrix", "greedy_patterns", "run_heuristic_pg",
-           "run_pattern_greedy", "worker_weights"]
+__all__ = [
+    "PATTERN_LIMIT",
+    "ROUNDS",
+    "count_matrix",
+    "greedy_patterns",
+    "run_heuristic_pg",
+    "run_pattern_greedy",
+    "worker_weights",
+]
 
 PATTERN_LIMIT = 5_000
 """Most patterns the greedy walks (beyond: ``heuristic-ls`` alone, to stay fast)."""
@@ -52,10 +59,14 @@ ROUNDS = 8
 """Weight doublings of repair (a) before it gives up."""
 
 
-def greedy_patterns(inst: OjppInstance, patterns: Sequence[dict[int, int]],
-                    slow: Sequence[dict[int, float]], weight: Sequence[float],
-                    pinned: set[int], matrix: np.ndarray | None = None
-                    ) -> tuple[list[int], list[int]]:
+def greedy_patterns(
+    inst: OjppInstance,
+    patterns: Sequence[dict[int, int]],
+    slow: Sequence[dict[int, float]],
+    weight: Sequence[float],
+    pinned: set[int],
+    matrix: np.ndarray | None = None,
+) -> tuple[list[int], list[int]]:
     """One greedy run: (pattern index per GPU, []) or ([], the jobs left with workers when
     no pattern fits). ``slow[t][i]`` is job i's slowdown on pattern t; ``matrix`` (patterns x
     jobs counts, built when not given) scores all patterns in one product."""
@@ -77,8 +88,8 @@ def greedy_patterns(inst: OjppInstance, patterns: Sequence[dict[int, int]],
         while at < len(order):
             t = order[at]
             if all(c <= rem[i] for i, c in patterns[t].items()) and not any(
-                    balanced[i] and max(hi[i], s) - min(lo[i], s) > limit
-                    for i, s in slow[t].items()):
+                balanced[i] and max(hi[i], s) - min(lo[i], s) > limit for i, s in slow[t].items()
+            ):
                 break
             at += 1
         else:
@@ -106,12 +117,17 @@ def worker_weights(inst: OjppInstance) -> list[list[float]]:
     """Sizes of a worker the greedy tries: its larger dimension, compute, peak memory, and
     their sum."""
     jobs = inst.jobs
-    return [[max(j.alpha, j.gamma + j.delta) for j in jobs], [j.alpha for j in jobs],
-            [j.gamma + j.delta for j in jobs], [j.alpha + j.gamma + j.delta for j in jobs]]
+    return [
+        [max(j.alpha, j.gamma + j.delta) for j in jobs],
+        [j.alpha for j in jobs],
+        [j.gamma + j.delta for j in jobs],
+        [j.alpha + j.gamma + j.delta for j in jobs],
+    ]
 
 
-def run_pattern_greedy(inst: OjppInstance, limit: int = PATTERN_LIMIT, floor: int = 0
-                       ) -> list[dict[int, int]] | None:
+def run_pattern_greedy(
+    inst: OjppInstance, limit: int = PATTERN_LIMIT, floor: int = 0
+) -> list[dict[int, int]] | None:
     """The fewest-GPU answer of the greedy runs (count vector per GPU), or None when the
     patterns number more than ``limit`` (or a worker fits no GPU). Stops at the first answer
     with at most ``floor`` GPUs (a lower bound: no later run could beat it)."""

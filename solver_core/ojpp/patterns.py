@@ -35,8 +35,13 @@ from gpuplan.models.ojpp import OJPP_TOL, OjppInstance, counts_slowdown
 from ..mip_model import MipModel, Var, lin_sum
 from .model import device_violation
 
-__all__ = ["PATTERN_LIMIT", "PatternModel", "build_pattern_model", "enumerate_patterns",
-           "hint_patterns"]
+__all__ = [
+    "PATTERN_LIMIT",
+    "PatternModel",
+    "build_pattern_model",
+    "enumerate_patterns",
+    "hint_patterns",
+]
 
 PATTERN_LIMIT = 20_000
 """Most patterns the model takes; beyond it the exact solver keeps the count model."""
@@ -45,8 +50,9 @@ CLEAR = 1e-7
 check (see :func:`enumerate_patterns`)."""
 
 
-def enumerate_patterns(inst: OjppInstance, limit: int = PATTERN_LIMIT
-                       ) -> list[dict[int, int]] | None:
+def enumerate_patterns(
+    inst: OjppInstance, limit: int = PATTERN_LIMIT
+) -> list[dict[int, int]] | None:
     """Every non-empty count vector one GPU may hold (None when more than ``limit``).
 
     Depth-first over the jobs in index order, adding workers of the current job one at a
@@ -65,8 +71,13 @@ def enumerate_patterns(inst: OjppInstance, limit: int = PATTERN_LIMIT
     jobs = inst.jobs
     additive = inst.composition == "additive"
     out: list[dict[int, int]] = []
-    pair_ok = [[device_violation(inst, matrix, {i: 1, q: 1} if i != q else {i: 1}) is None
-                for q in range(len(jobs))] for i in range(len(jobs))]
+    pair_ok = [
+        [
+            device_violation(inst, matrix, {i: 1, q: 1} if i != q else {i: 1}) is None
+            for q in range(len(jobs))
+        ]
+        for i in range(len(jobs))
+    ]
     bounds = (1 + OJPP_TOL, inst.tau_max + OJPP_TOL, inst.theta_max + OJPP_TOL)
 
     def verdict(i: int, total: list[float], slow: dict[int, float]) -> int:
@@ -85,9 +96,12 @@ def enumerate_patterns(inst: OjppInstance, limit: int = PATTERN_LIMIT
                 slow[v] += matrix[v][i]
             if i not in slow:
                 slow[i] = math.fsum(matrix[i][q] * c for q, c in counts.items() if q != i)
-        worst = max(total[0] - bounds[0], total[1] + total[2] - bounds[0],
-                    1.0 - total[3] - total[4] - bounds[1],
-                    max(slow.values()) - bounds[2] if additive else -1.0)
+        worst = max(
+            total[0] - bounds[0],
+            total[1] + total[2] - bounds[0],
+            1.0 - total[3] - total[4] - bounds[1],
+            max(slow.values()) - bounds[2] if additive else -1.0,
+        )
         if worst > CLEAR:
             return 1
         return -1 if additive and worst < -CLEAR else 0
@@ -109,7 +123,7 @@ def enumerate_patterns(inst: OjppInstance, limit: int = PATTERN_LIMIT
                 c += 1
                 out.append(dict(counts))
                 if later is None:
-                    later = [q for q in cands[at + 1:] if pair_ok[i][q]]
+                    later = [q for q in cands[at + 1 :] if pair_ok[i][q]]
                 if len(out) > limit or not grow(later, list(run), dict(run_slow)):
                     del counts[i]
                     return False
@@ -146,8 +160,9 @@ def _windows(values: list[float], spread: float) -> list[float]:
     return starts
 
 
-def build_pattern_model(inst: OjppInstance, patterns: list[dict[int, int]], upper: int,
-                        lower: int) -> PatternModel:
+def build_pattern_model(
+    inst: OjppInstance, patterns: list[dict[int, int]], upper: int, lower: int
+) -> PatternModel:
     """The configuration model over ``patterns`` with at most ``upper`` and at least
     ``lower`` GPUs (see the module docstring)."""
     jobs = inst.jobs
@@ -177,8 +192,10 @@ def build_pattern_model(inst: OjppInstance, patterns: list[dict[int, int]], uppe
             u = m.bool_var(f"u_{i}_{w}")
             outside = [t for t in by_job[i] if not lo - 1e-15 <= slow[t] <= lo + spread]
             if outside:
-                m.add(lin_sum(patterns[t][i] * z[t] for t in outside) <= job.workers * (1 - u),
-                      f"window_{i}_{w}")
+                m.add(
+                    lin_sum(patterns[t][i] * z[t] for t in outside) <= job.workers * (1 - u),
+                    f"window_{i}_{w}",
+                )
             picks.append((lo, u))
         m.add(lin_sum(u for _, u in picks) == 1, f"one_window_{i}")
         windows[i] = picks
@@ -205,8 +222,14 @@ def hint_patterns(pm: PatternModel, inst: OjppInstance, counts: list[dict[int, i
     spread = inst.theta_balance + OJPP_TOL
     for i, picks in pm.windows.items():
         used = [counts_slowdown(i, c, matrix, inst.composition) for c in counts if i in c]
-        chosen = next((w for w, (lo, _) in enumerate(picks)
-                       if all(lo - 1e-15 <= s <= lo + spread for s in used)), None)
+        chosen = next(
+            (
+                w
+                for w, (lo, _) in enumerate(picks)
+                if all(lo - 1e-15 <= s <= lo + spread for s in used)
+            ),
+            None,
+        )
         if chosen is None:
             return False
         for w, (_, u) in enumerate(picks):

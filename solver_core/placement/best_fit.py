@@ -29,7 +29,10 @@ from .shapes import shrink_shaped, take_shaped
 
 
 def _take_best_fit(
-    free: dict[str, list[int]], need: int, nodes: list[str], prefer: tuple[str, ...] = (),
+    free: dict[str, list[int]],
+    need: int,
+    nodes: list[str],
+    prefer: tuple[str, ...] = (),
     cluster: Cluster | None = None,
 ) -> dict[str, tuple[int, ...]] | None:
     """Pick ``need`` GPUs from ``free`` on ``nodes``; None if impossible. ``free`` is updated
@@ -100,8 +103,9 @@ def _tightest(free: dict[str, list[int]], nodes: list[str], need: int) -> str | 
     return best
 
 
-def _keep_or_release(view: ClusterView, shares: Shares,
-                     released: dict[str, list[int]]) -> tuple[Placements, list[tuple[str, int]]]:
+def _keep_or_release(
+    view: ClusterView, shares: Shares, released: dict[str, list[int]]
+) -> tuple[Placements, list[tuple[str, int]]]:
     """Running jobs that keep or shrink their GPUs (in ``view.running`` order), and those that
     grow; what shrinking or stopping jobs give back goes into ``released``."""
     view_free = view.free
@@ -129,7 +133,8 @@ def _keep_or_release(view: ClusterView, shares: Shares,
             for node, gpus in alloc.placement.items():
                 if node in view_free:
                     released.setdefault(node, []).extend(
-                        g for g in gpus if g not in kept.get(node, ()))
+                        g for g in gpus if g not in kept.get(node, ())
+                    )
             result[job_id] = JobAllocation.fast(job_id, kept, alloc.share, alloc.efficiency)
         elif want < have:
             keep: dict[str, tuple[int, ...]] = {}
@@ -139,7 +144,7 @@ def _keep_or_release(view: ClusterView, shares: Shares,
                 if kept:
                     keep[node] = kept
                     budget -= len(kept)
-                given = gpus[len(kept):]
+                given = gpus[len(kept) :]
                 if given and node in view_free:
                     released.setdefault(node, []).extend(given)
             result[job_id] = JobAllocation.fast(job_id, keep, alloc.share, alloc.efficiency)
@@ -162,8 +167,10 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
     # preemptions), so each keeps its allocation: the comprehension builds the same dict as
     # _keep_or_release, in the same order, at a fraction of the cost.
     result: Placements = {
-        job_id: alloc for job_id, job in running.items()
-        if (alloc := job.allocation) is not None and want_of(job_id, 0) == job.gpus}
+        job_id: alloc
+        for job_id, job in running.items()
+        if (alloc := job.allocation) is not None and want_of(job_id, 0) == job.gpus
+    }
     grow: list[tuple[str, int]] = []
     if len(result) != len(running):
         result, grow = _keep_or_release(view, shares, released)
@@ -192,8 +199,9 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         if shape is not None and (shape.max_nodes == 1 or shape.gpus_per_node is not None):
             got = take_shaped(free, extra, nodes, shape, dict(held), job.spec.allowed_counts())
         else:
-            got = _take_best_fit(free, extra, nodes, prefer=tuple(sorted(held)),
-                                 cluster=view.cluster)
+            got = _take_best_fit(
+                free, extra, nodes, prefer=tuple(sorted(held)), cluster=view.cluster
+            )
         if got is None:
             if held:  # cannot grow: keep what it has
                 result[job_id] = job.allocation  # type: ignore[assignment]
@@ -203,8 +211,9 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
     return result
 
 
-def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
-                       released: dict[str, list[int]] | None = None) -> Placements | None:
+def place_new_best_fit(
+    view: ClusterView, wants: list[tuple[str, int]], released: dict[str, list[int]] | None = None
+) -> Placements | None:
     """Best fit of pending jobs ``wants`` (job, GPUs) with the view's free-count index, when
     every running job keeps its GPUs or stops (``released``: the GPUs stopping jobs give back,
     by node): the allocations :func:`best_fit_placement` would give them, in the same order,
@@ -264,7 +273,8 @@ def place_new_best_fit(view: ClusterView, wants: list[tuple[str, int]],
                 undo.append((node, len(gpus)))
                 index.set(node, len(gpus) - count)
             result[job_id] = JobAllocation.fast(
-                job_id, taken if len(taken) == 1 else dict(sorted(taken.items())))
+                job_id, taken if len(taken) == 1 else dict(sorted(taken.items()))
+            )
     finally:
         for node, count in reversed(undo):
             index.set(node, count)

@@ -71,8 +71,14 @@ def regulated_shares(
 
     def stage(view: ClusterView, stats: list[SolverStats]) -> Allocation:
         allocation = shares_stage(view, stats)
-        counts = regulate_view(view, demand_counts(allocation), stats, method=regulation,
-                               backend=backend, limits=limits)
+        counts = regulate_view(
+            view,
+            demand_counts(allocation),
+            stats,
+            method=regulation,
+            backend=backend,
+            limits=limits,
+        )
         return with_counts(allocation, counts)
 
     stage.__name__ = f"regulated_{getattr(shares_stage, '__name__', 'shares')}"
@@ -90,8 +96,9 @@ def make_placement(
     if placement == "reuse-greedy":
         return reuse_placement("greedy", no_network_sharing=no_network_sharing)
     if placement == "reuse-exact":
-        return reuse_placement("exact", no_network_sharing=no_network_sharing,
-                               backend=backend, limits=limits)
+        return reuse_placement(
+            "exact", no_network_sharing=no_network_sharing, backend=backend, limits=limits
+        )
     if placement == "ffd":
         return packed_placement
     if placement == "best-fit":
@@ -117,10 +124,15 @@ def packed_policy(
     """
     shares = shares_stage
     if regulation is not None:
-        shares = regulated_shares(shares_stage, regulation, backend=backend,
-                                  limits=regulation_limits)
-    place = make_placement(placement, no_network_sharing=regulation is not None,
-                           backend=backend, limits=placement_limits)
+        shares = regulated_shares(
+            shares_stage, regulation, backend=backend, limits=regulation_limits
+        )
+    place = make_placement(
+        placement,
+        no_network_sharing=regulation is not None,
+        backend=backend,
+        limits=placement_limits,
+    )
     return StagedPolicy(name, shares, place, wakeup, no_network_sharing=regulation is not None)
 
 
@@ -136,7 +148,14 @@ def packed_variant(
 ) -> StagedPolicy:
     """``base``'s shares stage and wake-ups with packing and a reuse placement; the default
     name is ``"<base>-packed"``."""
-    packed = packed_policy(name or f"{base.name}-packed", base.shares, regulation, placement,
-                           backend=backend, regulation_limits=regulation_limits,
-                           placement_limits=placement_limits, wakeup=base.wakeup)
+    packed = packed_policy(
+        name or f"{base.name}-packed",
+        base.shares,
+        regulation,
+        placement,
+        backend=backend,
+        regulation_limits=regulation_limits,
+        placement_limits=placement_limits,
+        wakeup=base.wakeup,
+    )
     return replace(packed, admission=base.admission, reclaimer=base.reclaimer)

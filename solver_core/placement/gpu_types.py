@@ -42,8 +42,11 @@ def type_speed(cluster: Cluster, spec: JobSpec, gpu_type: str) -> float:
     """Multiplier turning ``spec``'s reference-type throughput into ``gpu_type`` throughput
     (the profile's measured per-type table when it has one, else the types' speed ratio)."""
     profile = spec.throughput
-    return profile.type_multiplier(gpu_type, cluster.gpu_type(gpu_type).relative_speed,
-                                   cluster.gpu_type(profile.reference_gpu).relative_speed)
+    return profile.type_multiplier(
+        gpu_type,
+        cluster.gpu_type(gpu_type).relative_speed,
+        cluster.gpu_type(profile.reference_gpu).relative_speed,
+    )
 
 
 def ranked_types(cluster: Cluster, spec: JobSpec, types: Iterable[str]) -> list[str]:
@@ -68,8 +71,13 @@ def spans_types(cluster: Cluster, placement: Mapping[str, object]) -> bool:
     return len({cluster.node_by_name[n].gpu_type for n in placement}) > 1
 
 
-def one_type_nodes(view: ClusterView, job: ActiveJob, nodes: list[str],
-                   free: Mapping[str, Iterable[int] | int], need: int) -> list[str]:
+def one_type_nodes(
+    view: ClusterView,
+    job: ActiveJob,
+    nodes: list[str],
+    free: Mapping[str, Iterable[int] | int],
+    need: int,
+) -> list[str]:
     """The part of ``nodes`` that ``job`` may take ``need`` more GPUs from.
 
     A job that may span types, or a cluster part of one type, keeps ``nodes``. A running
@@ -103,8 +111,9 @@ def fits_one_type(view: ClusterView, groups: Mapping[str, list[str]], count: int
     return any(sum(view.nodes[n].gpus for n in names) >= count for names in groups.values())
 
 
-def assign_types(view: ClusterView, counts: Mapping[str, int],
-                 capacity: Mapping[str, int]) -> dict[str, frozenset[str]]:
+def assign_types(
+    view: ClusterView, counts: Mapping[str, int], capacity: Mapping[str, int]
+) -> dict[str, frozenset[str]]:
     """One GPU type per type-restricted job, for placements that solve all jobs at once.
 
     ``counts``: job -> GPUs it will get; ``capacity``: node -> GPUs the placement may hand

@@ -213,8 +213,10 @@ def _greedy(jobs: list[_RegJob], capacity: int, rule: GreedyRule = "deficit") ->
     used = sum(j.opt.footprint for j in jobs)
     # Padded footprints of conflicting jobs can overflow N: step the most padded job down.
     while used > capacity:
-        j = max((j for j in jobs if j.idx > 0),
-                key=lambda j: (j.opt.footprint - j.share, j.opt.footprint, j.id))
+        j = max(
+            (j for j in jobs if j.idx > 0),
+            key=lambda j: (j.opt.footprint - j.share, j.opt.footprint, j.id),
+        )
         used -= j.opt.footprint - j.options[j.idx - 1].footprint
         j.idx -= 1
     target = _target(jobs, capacity)
@@ -244,8 +246,15 @@ def _greedy(jobs: list[_RegJob], capacity: int, rule: GreedyRule = "deficit") ->
         spare = capacity - used
         cands = [j for j in jobs if j.idx + 1 < len(j.options) and step(j) <= spare]
         if cands:
-            j = min(cands, key=lambda j: (j.cost(j.idx + 1) - j.cost(j.idx),
-                                          j.opt.count - j.share, step(j), j.id))
+            j = min(
+                cands,
+                key=lambda j: (
+                    j.cost(j.idx + 1) - j.cost(j.idx),
+                    j.opt.count - j.share,
+                    step(j),
+                    j.id,
+                ),
+            )
             j.idx += 1
 
 
@@ -333,14 +342,19 @@ def regulate_exact(
         # Sound pruning: the optimum is at most the greedy's objective, and every job pays at
         # least its cheapest option, so an option costing more than that slack is never used.
         first = [j.low if lower else 0 for j in jobs]
-        cheapest = [min(j.cost(i) for i in range(f, len(j.options)))
-                    for j, f in zip(jobs, first, strict=True)]
+        cheapest = [
+            min(j.cost(i) for i in range(f, len(j.options)))
+            for j, f in zip(jobs, first, strict=True)
+        ]
         g_short, g_l1 = regulation_cost(shares, greedy, unit, capacity)
         slack = weight * g_short + g_l1 - sum(cheapest)
         foot, cost = [], []
         for j, g_idx, f, low_cost in zip(jobs, greedy_idx, first, cheapest, strict=True):
-            row = [(i, m.bool_var(f"b_{j.id}_{i}")) for i in range(f, len(j.options))
-                   if j.cost(i) - low_cost <= slack]
+            row = [
+                (i, m.bool_var(f"b_{j.id}_{i}"))
+                for i in range(f, len(j.options))
+                if j.cost(i) - low_cost <= slack
+            ]
             picks.append(row)
             m.add(lin_sum(b for _, b in row) == 1, f"one_{j.id}")
             foot += [j.options[i].footprint * b for i, b in row]
@@ -360,14 +374,27 @@ def regulate_exact(
         return _result(jobs)
 
     if not jobs:
-        result, st = {}, SolverStats(stage="regulation", backend=backend, status="optimal",
-                                     objective=0.0, bound=0.0, gap=0.0,
-                                     message="no job to regulate")
+        result, st = (
+            {},
+            SolverStats(
+                stage="regulation",
+                backend=backend,
+                status="optimal",
+                objective=0.0,
+                bound=0.0,
+                gap=0.0,
+                message="no job to regulate",
+            ),
+        )
     else:
-        result, st = solve_with_fallback(build, lambda: dict(greedy), decode, backend,
-                                         limits=resolve_limits(time_limit_s, limits,
-                                                               REGULATION_WORK_S),
-                                         stage="regulation")
+        result, st = solve_with_fallback(
+            build,
+            lambda: dict(greedy),
+            decode,
+            backend,
+            limits=resolve_limits(time_limit_s, limits, REGULATION_WORK_S),
+            stage="regulation",
+        )
     if stats is not None:
         stats.append(st)
     return result
@@ -398,8 +425,9 @@ def ffd_node_counts(
     whole = [n for n, size in free.items() if size == unit]
     out: dict[str, dict[str, int]] = {}
     unplaced: list[str] = []
-    jobs = sorted(((envelope(c, unit), c, j) for j, c in counts.items() if c > 0),
-                  key=lambda t: (-t[0], t[2]))
+    jobs = sorted(
+        ((envelope(c, unit), c, j) for j, c in counts.items() if c > 0), key=lambda t: (-t[0], t[2])
+    )
     for foot, count, job_id in jobs:
         ok = eligible[job_id] if eligible and job_id in eligible else None
         if foot >= unit:
@@ -416,8 +444,7 @@ def ffd_node_counts(
                 free[n] = 0  # the whole node is reserved, padding included
                 left -= take
         else:
-            node = next((n for n, f in free.items() if f >= foot and (ok is None or n in ok)),
-                        None)
+            node = next((n for n, f in free.items() if f >= foot and (ok is None or n in ok)), None)
             if node is None:
                 unplaced.append(job_id)
                 continue
@@ -534,20 +561,26 @@ def regulate_view(
     unit, capacity = packing_unit(view), view.capacity
     allowed = {j: _allowed_of(view, j) for j in shares}
     if method == "exact":
-        return regulate_exact(shares, unit, capacity, allowed, backend=backend,
-                              limits=limits, stats=stats)
+        return regulate_exact(
+            shares, unit, capacity, allowed, backend=backend, limits=limits, stats=stats
+        )
     if method not in ("greedy", "marginal"):
         raise ValueError(
-            f"regulation method must be 'greedy', 'marginal' or 'exact', got {method!r}")
+            f"regulation method must be 'greedy', 'marginal' or 'exact', got {method!r}"
+        )
     rule: GreedyRule = "marginal" if method == "marginal" else "deficit"
     start = time.perf_counter()
     result = regulate_greedy(shares, unit, capacity, allowed, rule)
     short, l1 = regulation_cost(shares, result, unit, capacity)
-    stats.append(SolverStats(
-        stage="regulation", backend="heuristic", status="heuristic",
-        wall_ms=(time.perf_counter() - start) * 1000.0,
-        message=f"Prop. 2 greedy ({rule}): shortfall {short}, L1 change {l1}",
-    ))
+    stats.append(
+        SolverStats(
+            stage="regulation",
+            backend="heuristic",
+            status="heuristic",
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            message=f"Prop. 2 greedy ({rule}): shortfall {short}, L1 change {l1}",
+        )
+    )
     return result
 
 
@@ -576,12 +609,19 @@ def packed_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]
     eligible.update(assign_types(view, counts, {n: len(g) for n, g in pools.items()}))
     sizes = {n: len(g) for n, g in pools.items()}
     node_counts, unplaced = ffd_node_counts(counts, sizes, unit, eligible)
-    held = {j: dict(view.running[j].allocation.placement)  # type: ignore[union-attr]
-            for j in node_counts if j in view.running and view.running[j].allocation}
+    held = {
+        j: dict(view.running[j].allocation.placement)  # type: ignore[union-attr]
+        for j in node_counts
+        if j in view.running and view.running[j].allocation
+    }
     gpus = assign_gpus(pools, node_counts, held)
-    stats.append(SolverStats(
-        stage="placement", backend="heuristic", status="heuristic",
-        wall_ms=(time.perf_counter() - start) * 1000.0,
-        message=f"Prop. 1 FFD: {len(gpus)} placed, {len(unplaced)} unplaced",
-    ))
+    stats.append(
+        SolverStats(
+            stage="placement",
+            backend="heuristic",
+            status="heuristic",
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            message=f"Prop. 1 FFD: {len(gpus)} placed, {len(unplaced)} unplaced",
+        )
+    )
     return {j: JobAllocation.fast(j, p) for j, p in gpus.items()}

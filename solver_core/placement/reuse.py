@@ -59,44 +59,69 @@ def _to_allocations(problem: PlacementProblem, counts: NodeCounts) -> Placements
     return {j: JobAllocation.fast(j, p) for j, p in gpus.items()}
 
 
-def reuse_greedy_placement(view: ClusterView, shares: Shares, stats: list[SolverStats], *,
-                           no_network_sharing: bool = True) -> Placements:
+def reuse_greedy_placement(
+    view: ClusterView, shares: Shares, stats: list[SolverStats], *, no_network_sharing: bool = True
+) -> Placements:
     """Placement stage: :func:`place_greedy` on ``view`` (appends one heuristic stats entry)."""
     start = time.perf_counter()
     problem = problem_from_view(view, shares, no_network_sharing)
     counts = place_greedy(problem)
     score = reuse_score(problem, counts)
-    stats.append(SolverStats(
-        stage="placement", backend="heuristic", status="heuristic",
-        wall_ms=(time.perf_counter() - start) * 1000.0,
-        message=(f"reuse greedy: kept {score.kept_jobs} jobs, reused {score.reused_gpus} GPUs, "
-                 f"{score.unplaced_jobs} unplaced"),
-    ))
+    stats.append(
+        SolverStats(
+            stage="placement",
+            backend="heuristic",
+            status="heuristic",
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            message=(
+                f"reuse greedy: kept {score.kept_jobs} jobs, reused {score.reused_gpus} GPUs, "
+                f"{score.unplaced_jobs} unplaced"
+            ),
+        )
+    )
     return _to_allocations(problem, counts)
 
 
-def reuse_exact_placement(view: ClusterView, shares: Shares, stats: list[SolverStats], *,
-                          no_network_sharing: bool = True, backend: str = "cp-sat",
-                          limits: SolveLimits | None = None) -> Placements:
+def reuse_exact_placement(
+    view: ClusterView,
+    shares: Shares,
+    stats: list[SolverStats],
+    *,
+    no_network_sharing: bool = True,
+    backend: str = "cp-sat",
+    limits: SolveLimits | None = None,
+) -> Placements:
     """Placement stage: :func:`place_exact` on ``view`` (appends its solver stats)."""
     problem = problem_from_view(view, shares, no_network_sharing)
     counts = place_exact(problem, backend=backend, limits=limits, stats=stats)
     return _to_allocations(problem, counts)
 
 
-def reuse_placement(method: str = "greedy", *, no_network_sharing: bool = True,
-                    backend: str = "cp-sat",
-                    limits: SolveLimits | None = None) -> PlacementStage:
+def reuse_placement(
+    method: str = "greedy",
+    *,
+    no_network_sharing: bool = True,
+    backend: str = "cp-sat",
+    limits: SolveLimits | None = None,
+) -> PlacementStage:
     """A placement stage: ``method`` 'greedy' or 'exact', with or without network packing."""
     if method == "greedy":
+
         def stage(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
-            return reuse_greedy_placement(view, shares, stats,
-                                          no_network_sharing=no_network_sharing)
+            return reuse_greedy_placement(
+                view, shares, stats, no_network_sharing=no_network_sharing
+            )
     elif method == "exact":
+
         def stage(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
-            return reuse_exact_placement(view, shares, stats,
-                                         no_network_sharing=no_network_sharing,
-                                         backend=backend, limits=limits)
+            return reuse_exact_placement(
+                view,
+                shares,
+                stats,
+                no_network_sharing=no_network_sharing,
+                backend=backend,
+                limits=limits,
+            )
     else:
         raise ValueError(f"reuse placement method must be 'greedy' or 'exact', got {method!r}")
     return stage

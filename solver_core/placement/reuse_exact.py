@@ -41,11 +41,10 @@ class _Model:
     u: dict[str, Var]
     z: dict[str, Var]
     # Interchangeable new jobs (NNS only): class key -> (job ids, per-node vars, count var).
-    classes: dict[tuple[int, frozenset[str] | None], tuple[list[str], dict[str, Var],
-                                                           Var | None]]
+    classes: dict[tuple[int, frozenset[str] | None], tuple[list[str], dict[str, Var], Var | None]]
 
 
-def _build(problem: PlacementProblem, hint: NodeCounts) -> tuple[MipModel, _Model]:
+def _build(problem: PlacementProblem, hint: NodeCounts) -> tuple[MipModel, _Model]:  # noqa: C901 (a named exception to the complexity gate)
     unit, nns = problem.unit, problem.no_network_sharing
     cap = {n: len(p) for n, p in problem.pools.items()}
     jobs = [j for j in problem.jobs if j.count > 0]
@@ -87,8 +86,7 @@ def _build(problem: PlacementProblem, hint: NodeCounts) -> tuple[MipModel, _Mode
             mv.y.update({(j.id, n): v for n, v in ys.items()})
             if home:
                 kept.append(lin_sum(ys[n] for n in home if n in ys))
-                reused.append(lin_sum(min(j.count, j.held_on(n)) * ys[n]
-                                      for n in home if n in ys))
+                reused.append(lin_sum(min(j.count, j.held_on(n)) * ys[n] for n in home if n in ys))
             continue
         if nns and j.count % unit == 0:  # q whole nodes
             ys = {}
@@ -190,8 +188,7 @@ def _build(problem: PlacementProblem, hint: NodeCounts) -> tuple[MipModel, _Mode
     w_reuse = 1 if nns else len(spread) + 1
     w_kept = w_reuse * (r_max + 1)
     w_placed = w_kept * (k_max + 1)
-    objective = (w_placed * lin_sum(placed) + w_kept * lin_sum(kept)
-                 + w_reuse * lin_sum(reused))
+    objective = w_placed * lin_sum(placed) + w_kept * lin_sum(kept) + w_reuse * lin_sum(reused)
     if not nns:
         objective = objective - lin_sum(spread)
     m.maximize(objective)
@@ -219,7 +216,7 @@ def _decode(problem: PlacementProblem, mv: _Model, sol: Solution) -> NodeCounts:
             q = count // unit
             nodes = [node for node, v in per.items() if sol.value(v) == 1]
             for i in range(0, len(nodes), q):
-                counts[queue.pop(0)] = dict.fromkeys(nodes[i:i + q], unit)
+                counts[queue.pop(0)] = dict.fromkeys(nodes[i : i + q], unit)
     return counts
 
 
@@ -252,27 +249,43 @@ def place_exact(
         return model
 
     if not any(j.count > 0 for j in problem.jobs):
-        result, st = {}, SolverStats(stage="placement", backend=backend, status="optimal",
-                                     objective=0.0, bound=0.0, gap=0.0,
-                                     message="nothing to place")
+        result, st = (
+            {},
+            SolverStats(
+                stage="placement",
+                backend=backend,
+                status="optimal",
+                objective=0.0,
+                bound=0.0,
+                gap=0.0,
+                message="nothing to place",
+            ),
+        )
     else:
-        result, st = solve_with_fallback(build, lambda: greedy,
-                                         lambda sol: _decode(problem, holder[-1], sol),
-                                         backend,
-                                         limits=resolve_limits(time_limit_s, limits,
-                                                               PLACEMENT_WORK_S),
-                                         stage="placement")
+        result, st = solve_with_fallback(
+            build,
+            lambda: greedy,
+            lambda sol: _decode(problem, holder[-1], sol),
+            backend,
+            limits=resolve_limits(time_limit_s, limits, PLACEMENT_WORK_S),
+            stage="placement",
+        )
     exact_score = reuse_score(problem, result)
     greedy_score = reuse_score(problem, greedy)
     if score_key(problem, exact_score) < score_key(problem, greedy_score):
         result = greedy
-        st = st.model_copy(update={
-            "status": "heuristic", "fell_back": True,
-            "message": f"{backend} incumbent ({st.status}) worse than the greedy; greedy used",
-        })
+        st = st.model_copy(
+            update={
+                "status": "heuristic",
+                "fell_back": True,
+                "message": f"{backend} incumbent ({st.status}) worse than the greedy; greedy used",
+            }
+        )
         exact_score = greedy_score
-    note = (f"kept {exact_score.kept_jobs} jobs, reused {exact_score.reused_gpus} GPUs "
-            f"(greedy {greedy_score.kept_jobs}, {greedy_score.reused_gpus})")
+    note = (
+        f"kept {exact_score.kept_jobs} jobs, reused {exact_score.reused_gpus} GPUs "
+        f"(greedy {greedy_score.kept_jobs}, {greedy_score.reused_gpus})"
+    )
     st = st.model_copy(update={"message": f"{st.message}; {note}" if st.message else note})
     if stats is not None:
         stats.append(st)

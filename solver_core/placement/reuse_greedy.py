@@ -28,8 +28,13 @@ GREEDY_IMPROVE_TRIES = 16
 GPUs with 200 jobs) while catching the trades a single pass misses."""
 
 
-def _greedy_multi(problem: PlacementProblem, jobs: list[PlacementJob], cap: dict[str, int],
-                  counts: NodeCounts, pins: Mapping[str, str]) -> set[str]:
+def _greedy_multi(  # noqa: C901 (a named exception to the complexity gate)
+    problem: PlacementProblem,
+    jobs: list[PlacementJob],
+    cap: dict[str, int],
+    counts: NodeCounts,
+    pins: Mapping[str, str],
+) -> set[str]:
     """Give each multi-node job (footprint >= G) its whole nodes; returns the nodes taken.
 
     Pinned multi-node jobs get their pinned node first; nodes pinned to sub-node jobs are not
@@ -125,8 +130,13 @@ def _greedy_multi(problem: PlacementProblem, jobs: list[PlacementJob], cap: dict
     return taken
 
 
-def _greedy_sub(problem: PlacementProblem, jobs: list[PlacementJob], rem: dict[str, int],
-                keep_first: bool, pins: Mapping[str, str]) -> tuple[NodeCounts, list[str]]:
+def _greedy_sub(  # noqa: C901 (a named exception to the complexity gate)
+    problem: PlacementProblem,
+    jobs: list[PlacementJob],
+    rem: dict[str, int],
+    keep_first: bool,
+    pins: Mapping[str, str],
+) -> tuple[NodeCounts, list[str]]:
     """Sub-node jobs (footprint < G) onto one node each; capacity counted in footprints.
 
     ``keep_first=False`` is Prop. 1's FFD with preferences: decreasing footprint, each job on
@@ -183,8 +193,10 @@ def _greedy_sub(problem: PlacementProblem, jobs: list[PlacementJob], rem: dict[s
         f = foot[j.id]
         best: tuple[tuple[int, int, int, str], list[PlacementJob]] | None = None
         for n in eligible(j):
-            small = sorted((x for x in on[n] if foot[x.id] < f),
-                           key=lambda x: (x.held_on(n) > 0, -foot[x.id], x.id))
+            small = sorted(
+                (x for x in on[n] if foot[x.id] < f),
+                key=lambda x: (x.held_on(n) > 0, -foot[x.id], x.id),
+            )
             if rem[n] + sum(foot[x.id] for x in small) < f:
                 continue
             out, room = [], rem[n]
@@ -193,8 +205,12 @@ def _greedy_sub(problem: PlacementProblem, jobs: list[PlacementJob], rem: dict[s
                     break
                 out.append(x)
                 room += foot[x.id]
-            cost = (sum(x.held_on(n) > 0 for x in out),
-                    sum(min(x.count, x.held_on(n)) for x in out), len(out), n)
+            cost = (
+                sum(x.held_on(n) > 0 for x in out),
+                sum(min(x.count, x.held_on(n)) for x in out),
+                len(out),
+                n,
+            )
             if best is None or cost < best[0]:
                 best = (cost, out)
         if best is None:
@@ -204,8 +220,7 @@ def _greedy_sub(problem: PlacementProblem, jobs: list[PlacementJob], rem: dict[s
             heapq.heappush(queue, (-foot[x.id], -most_held[x.id], x.id))
         return best[0][3]
 
-    most_held = {j.id: max((j.held_on(n) for n in j.held if n in rem), default=0)
-                 for j in jobs}
+    most_held = {j.id: max((j.held_on(n) for n in j.held if n in rem), default=0) for j in jobs}
     by_id = {j.id: j for j in jobs}
 
     for j in jobs:  # pinned jobs first, wherever the order would put them
@@ -213,8 +228,10 @@ def _greedy_sub(problem: PlacementProblem, jobs: list[PlacementJob], rem: dict[s
         if node is not None and node in rem and rem[node] >= foot[j.id]:
             move(j, node)
     if keep_first:
-        for j in sorted((j for j in jobs if j.id not in where and most_held[j.id] > 0),
-                        key=lambda j: (foot[j.id], -most_held[j.id], j.id)):
+        for j in sorted(
+            (j for j in jobs if j.id not in where and most_held[j.id] > 0),
+            key=lambda j: (foot[j.id], -most_held[j.id], j.id),
+        ):
             node = home(j)
             if node is not None:
                 move(j, node)
@@ -262,8 +279,11 @@ def _greedy_plain(problem: PlacementProblem, jobs: list[PlacementJob]) -> NodeCo
             left -= take
         while left > 0:
             fit = [n for n in nodes if free[n] >= left]
-            n = (min(fit, key=lambda n: (free[n], n)) if fit
-                 else max(nodes, key=lambda n: (free[n], n)))
+            n = (
+                min(fit, key=lambda n: (free[n], n))
+                if fit
+                else max(nodes, key=lambda n: (free[n], n))
+            )
             take = min(left, free[n])
             mine[n] = mine.get(n, 0) + take
             free[n] -= take
@@ -271,8 +291,9 @@ def _greedy_plain(problem: PlacementProblem, jobs: list[PlacementJob]) -> NodeCo
     return {j: c for j, c in counts.items() if c}
 
 
-def _greedy_nns(problem: PlacementProblem, jobs: list[PlacementJob],
-                pins: Mapping[str, str]) -> NodeCounts:
+def _greedy_nns(
+    problem: PlacementProblem, jobs: list[PlacementJob], pins: Mapping[str, str]
+) -> NodeCounts:
     """One greedy pass with network packing: multi-node jobs, then sub-node jobs (both
     orders; the better result wins)."""
     unit = problem.unit
@@ -296,8 +317,13 @@ def _home_pin(problem: PlacementProblem, job: PlacementJob) -> str | None:
     """The node to pin a migrated job to: where it holds most (and it could run)."""
     unit = problem.unit
     foot = envelope(job.count, unit)
-    ok = [n for n in job.held if n in problem.pools and (job.nodes is None or n in job.nodes)
-          and (len(problem.pools[n]) == unit if foot >= unit else len(problem.pools[n]) >= foot)]
+    ok = [
+        n
+        for n in job.held
+        if n in problem.pools
+        and (job.nodes is None or n in job.nodes)
+        and (len(problem.pools[n]) == unit if foot >= unit else len(problem.pools[n]) >= foot)
+    ]
     return min(ok, key=lambda n: (-job.held_on(n), n)) if ok else None
 
 
@@ -316,8 +342,9 @@ def place_greedy(problem: PlacementProblem, *, improve: int = GREEDY_IMPROVE_TRI
     pins: dict[str, str] = {}
     best = _greedy_nns(problem, jobs, pins)
     best_key = score_key(problem, reuse_score(problem, best))
-    migrated = sorted((j for j in jobs if j.held), key=lambda j: (-sum(map(len, j.held.values())),
-                                                                    j.id))
+    migrated = sorted(
+        (j for j in jobs if j.held), key=lambda j: (-sum(map(len, j.held.values())), j.id)
+    )
     tries = 0
     for job in migrated:
         if tries >= improve:

@@ -84,13 +84,15 @@ class ReuseScore:
     unplaced_jobs: int = 0
 
 
-def problem_from_view(view: ClusterView, shares: Shares,
-                      no_network_sharing: bool = True) -> PlacementProblem:
+def problem_from_view(
+    view: ClusterView, shares: Shares, no_network_sharing: bool = True
+) -> PlacementProblem:
     """The placement problem of ``shares`` on ``view`` (jobs with a positive count); on a
     mixed cluster a job not flagged heterogeneous may use one GPU type's nodes only."""
     pools = {n: tuple(g) for n, g in node_pools(view).items()}
-    one_type = assign_types(view, {j: c for j, c in shares.items() if c > 0},
-                            {n: len(g) for n, g in pools.items()})
+    one_type = assign_types(
+        view, {j: c for j, c in shares.items() if c > 0}, {n: len(g) for n, g in pools.items()}
+    )
     jobs = []
     for job_id in sorted(shares):
         count = shares[job_id]
@@ -111,8 +113,9 @@ def problem_from_view(view: ClusterView, shares: Shares,
     return PlacementProblem(pools, packing_unit(view), tuple(jobs), no_network_sharing)
 
 
-def reuse_score(problem: PlacementProblem,
-                placement: Mapping[str, Mapping[str, Collection[int] | int]]) -> ReuseScore:
+def reuse_score(
+    problem: PlacementProblem, placement: Mapping[str, Mapping[str, Collection[int] | int]]
+) -> ReuseScore:
     """Score a placement given as GPU indices or node-level counts (counts reuse
     ``min(count, held)`` per node, which :func:`assign_gpus` achieves)."""
     placed_gpus = kept = reused = spread = placed = migrated = 0

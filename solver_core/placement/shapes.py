@@ -23,9 +23,14 @@ from ..policy import Placements
 __all__ = ["enforce_shapes", "shrink_shaped", "take_shaped"]
 
 
-def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
-                shape: NodeShape, held: dict[str, tuple[int, ...]],
-                allowed: tuple[int, ...] = ()) -> dict[str, tuple[int, ...]] | None:
+def take_shaped(
+    free: dict[str, list[int]],
+    need: int,
+    nodes: list[str],
+    shape: NodeShape,
+    held: dict[str, tuple[int, ...]],
+    allowed: tuple[int, ...] = (),
+) -> dict[str, tuple[int, ...]] | None:
     """``need`` more GPUs for a job holding ``held``, keeping ``shape``; updates ``free`` by
     replacing a node's list, never editing it (best-fit placement shares unchanged lists with
     the view).
@@ -54,7 +59,7 @@ def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
                 take = free.get(node, [])[:need]
                 if take:
                     got[node] = tuple(take)
-                    free[node] = free[node][len(take):]
+                    free[node] = free[node][len(take) :]
                     need -= len(take)
                 if need == 0:
                     break
@@ -73,8 +78,9 @@ def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
     count = need // g
     if limit is not None and len(held) + count > limit:
         return None
-    fitting = sorted((n for n in nodes if n not in held and len(free[n]) >= g),
-                     key=lambda n: (len(free[n]), n))
+    fitting = sorted(
+        (n for n in nodes if n not in held and len(free[n]) >= g), key=lambda n: (len(free[n]), n)
+    )
     if len(fitting) < count:
         return None
     got = {}
@@ -84,8 +90,9 @@ def take_shaped(free: dict[str, list[int]], need: int, nodes: list[str],
     return got
 
 
-def shrink_shaped(alloc: JobAllocation, want: int, shape: NodeShape
-                  ) -> dict[str, tuple[int, ...]] | None:
+def shrink_shaped(
+    alloc: JobAllocation, want: int, shape: NodeShape
+) -> dict[str, tuple[int, ...]] | None:
     """GPUs a shaped job keeps when it shrinks to ``want``: whole G-GPU nodes for N x G (the
     fewest-numbered), a prefix of its one node otherwise. None if ``want`` breaks the shape."""
     g = shape.gpus_per_node
@@ -95,7 +102,7 @@ def shrink_shaped(alloc: JobAllocation, want: int, shape: NodeShape
         kept = sorted(alloc.placement)[: want // g]
         return {n: alloc.placement[n] for n in kept}
     if len(alloc.placement) == 1:
-        (node, gpus), = alloc.placement.items()
+        ((node, gpus),) = alloc.placement.items()
         return {node: gpus[:want]}
     return None
 

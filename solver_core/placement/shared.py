@@ -58,14 +58,19 @@ def take_share(residual: Residual, placement: dict[str, tuple[int, ...]], share:
 
 
 def _fits(residual: Residual, placement: dict[str, tuple[int, ...]], share: float) -> bool:
-    return all(residual.get(node, {}).get(g, 0.0) + SHARE_EPS >= share
-               for node, gpus in placement.items() for g in gpus)
+    return all(
+        residual.get(node, {}).get(g, 0.0) + SHARE_EPS >= share
+        for node, gpus in placement.items()
+        for g in gpus
+    )
 
 
-def _choose(residual: Residual, nodes: list[str], gpus: int, share: float
-            ) -> dict[str, tuple[int, ...]] | None:
+def _choose(
+    residual: Residual, nodes: list[str], gpus: int, share: float
+) -> dict[str, tuple[int, ...]] | None:
     """``gpus`` GPUs with >= ``share`` left: one node if possible (the fullest that fits),
     else across nodes with the most room first; best-fit GPUs within a node."""
+
     def fitting(node: str) -> list[int]:
         left = residual.get(node, {})
         ok = [g for g, cap in left.items() if cap + SHARE_EPS >= share]
@@ -90,8 +95,12 @@ def _choose(residual: Residual, nodes: list[str], gpus: int, share: float
     return dict(sorted(chosen.items()))
 
 
-def place_shared(view: ClusterView, demands: dict[str, Demand], residual: Residual,
-                 nodes: dict[str, Node] | None = None) -> Placements:
+def place_shared(
+    view: ClusterView,
+    demands: dict[str, Demand],
+    residual: Residual,
+    nodes: dict[str, Node] | None = None,
+) -> Placements:
     """Place fractional ``demands`` on ``residual`` capacity (mutated). Running jobs among
     them hold GPUs already counted in ``residual``'s loads; they are released first."""
     nodes = nodes if nodes is not None else view.nodes
@@ -104,8 +113,12 @@ def place_shared(view: ClusterView, demands: dict[str, Demand], residual: Residu
             release_share(residual, alloc)
     for job_id, d in running:
         alloc = view.running[job_id].allocation
-        if (alloc is not None and alloc.share < 1.0 and alloc.gpus == d.gpus
-                and _fits(residual, alloc.placement, d.share)):
+        if (
+            alloc is not None
+            and alloc.share < 1.0
+            and alloc.gpus == d.gpus
+            and _fits(residual, alloc.placement, d.share)
+        ):
             kept = JobAllocation.fast(job_id, alloc.placement, d.share, alloc.efficiency)
             take_share(residual, kept.placement, d.share)
             result[job_id] = kept

@@ -294,16 +294,26 @@ class AfsS(AfsP):
 
 
 # --------------------------------------------------------------------------- registry
-def _staged(name: str, shares: Callable[[ClusterView, list[SolverStats]], Shares],
-            wakeup: Callable[[ClusterView], float | None] | None = None) -> StagedPolicy:
+def _staged(
+    name: str,
+    shares: Callable[[ClusterView, list[SolverStats]], Shares],
+    wakeup: Callable[[ClusterView], float | None] | None = None,
+) -> StagedPolicy:
     return StagedPolicy(name, shares, best_fit_placement, wakeup)
 
 
 class AfsPParams(Params):
-    unit_time_s: float = Field(DEFAULT_UNIT_TIME_S, gt=0, le=MAX_TIME_S,
-                               description="processor-sharing unit (counter window), seconds")
-    preemptive: bool = Field(False, description="re-rank running jobs at every decision "
-                             "instead of letting them keep their slot until a unit ends")
+    unit_time_s: float = Field(
+        DEFAULT_UNIT_TIME_S,
+        gt=0,
+        le=MAX_TIME_S,
+        description="processor-sharing unit (counter window), seconds",
+    )
+    preemptive: bool = Field(
+        False,
+        description="re-rank running jobs at every decision "
+        "instead of letting them keep their slot until a unit ends",
+    )
 
 
 def _afs_p_like(name: str, cls: type[AfsP]) -> Callable[[AfsPParams, int], StagedPolicy]:

@@ -107,11 +107,13 @@ class _AfsLSolver:
         # Ladders are stored once per distinct ladder (jobs of one model share theirs), plus
         # one padding slot so gathers for jobs with an empty ladder stay in bounds.
         self.rflat = np.ones(size + 1)
-        self.rflat[:size] = np.fromiter(chain.from_iterable(lad[1] for lad in distinct), float,
-                                        size)
+        self.rflat[:size] = np.fromiter(
+            chain.from_iterable(lad[1] for lad in distinct), float, size
+        )
         self.cflat = np.zeros(size + 1, np.int64)
-        self.cflat[:size] = np.fromiter(chain.from_iterable(lad[0] for lad in distinct),
-                                        np.int64, size)
+        self.cflat[:size] = np.fromiter(
+            chain.from_iterable(lad[0] for lad in distinct), np.int64, size
+        )
         _check_ladders(self.rflat[:size], self.cflat[:size], doff, dlev)
         self.nlev = dlev[which]
         self.off = doff[:-1][which]
@@ -134,8 +136,9 @@ class _AfsLSolver:
         # Jobs whose next step is larger than one GPU, as (-step, job): when the GPUs left drop
         # below a step, that job can never climb again and is disabled (see _expire).
         big = np.flatnonzero(self.has_next & (self.step > 1))
-        self._big: list[tuple[int, int]] = list(zip((-self.step[big]).tolist(), big.tolist(),
-                                                    strict=True))
+        self._big: list[tuple[int, int]] = list(
+            zip((-self.step[big]).tolist(), big.tolist(), strict=True)
+        )
         heapq.heapify(self._big)
         self._expire()
 
@@ -410,7 +413,7 @@ class _AfsLSolver:
             # Chain members the smaller m made ineligible drop out, with everything after them.
             cut = [ch.index(c) for c in gone if c in ch]
             if cut:
-                del ch[min(cut):]
+                del ch[min(cut) :]
                 if ch:
                     self._extend()
                 else:
@@ -469,8 +472,7 @@ def afs_l_shares(jobs: Sequence[AfsJob], total: int) -> list[int]:
     return afs_l_columns([j.remaining for j in jobs], [(j.counts, j.rates) for j in jobs], total)
 
 
-def afs_l_columns(remaining: Sequence[float], ladders: Sequence[Ladder], total: int
-                  ) -> list[int]:
+def afs_l_columns(remaining: Sequence[float], ladders: Sequence[Ladder], total: int) -> list[int]:
     """:func:`afs_l_shares` on columns: each job's remaining iterations and its ladder
     ``(counts, rates)``, in scan order. What the AFS-L stage calls: it builds no
     :class:`AfsJob` per job and per decision, and passes the interned ladders as they are."""

@@ -93,23 +93,27 @@ class ArylConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.hetero_efficiency <= 1:
-            raise ValueError(f"hetero_efficiency must be in (0, 1], got "
-                             f"{self.hetero_efficiency!r}")
+            raise ValueError(f"hetero_efficiency must be in (0, 1], got {self.hetero_efficiency!r}")
 
 
 def _speed(view: ClusterView, job: ActiveJob, node: Node) -> float:
     """Throughput multiplier of ``job`` on ``node``'s GPU type (T4 = 1/4 of a V100 by default)."""
     cluster = view.cluster
     profile = job.spec.throughput
-    return profile.type_multiplier(node.gpu_type, cluster.gpu_type(node.gpu_type).relative_speed,
-                                   cluster.gpu_type(profile.reference_gpu).relative_speed)
+    return profile.type_multiplier(
+        node.gpu_type,
+        cluster.gpu_type(node.gpu_type).relative_speed,
+        cluster.gpu_type(profile.reference_gpu).relative_speed,
+    )
 
 
-def _gpu_speeds(view: ClusterView, job: ActiveJob, placement: dict[str, tuple[int, ...]]
-                ) -> list[float]:
+def _gpu_speeds(
+    view: ClusterView, job: ActiveJob, placement: dict[str, tuple[int, ...]]
+) -> list[float]:
     """One throughput multiplier per GPU of ``placement``."""
-    return [m for n, gpus in placement.items()
-            for m in [_speed(view, job, view.nodes[n])] * len(gpus)]
+    return [
+        m for n, gpus in placement.items() for m in [_speed(view, job, view.nodes[n])] * len(gpus)
+    ]
 
 
 def _worker_size(job: ActiveJob, gpus: int) -> int:
@@ -132,9 +136,11 @@ class ArylPolicy:
     def __init__(self, name: str = "aryl", config: ArylConfig | None = None) -> None:
         self.name = name
         self.config = config or ArylConfig()
-        self.reclaimer = Reclaimer(self.config.reclaim, seed=self.config.seed,
-                                   limits=SolveLimits.deterministic_budget(
-                                       self.config.work_limit_s))
+        self.reclaimer = Reclaimer(
+            self.config.reclaim,
+            seed=self.config.seed,
+            limits=SolveLimits.deterministic_budget(self.config.work_limit_s),
+        )
         self._flex: dict[str, dict[str, tuple[int, ...]]] = {}
         self.reclaimer.flexible_source = lambda: self._flex
         # per-decision node lists (set at the start of every decide)
@@ -149,23 +155,31 @@ class ArylPolicy:
         place it)."""
         decision = self.decide(view)
         stats.extend(decision.stats)
-        return {j: Demand(gpus=a.gpus, share=a.share, placement=a)
-                for j, a in decision.placements.items()}
+        return {
+            j: Demand(gpus=a.gpus, share=a.share, placement=a)
+            for j, a in decision.placements.items()
+        }
 
     def staged(self) -> StagedPolicy:
         """The registered form: allocation = :meth:`allocate`, Aryl's reclaim choice, and this
         object as the policy's memory (which of each elastic job's GPUs are flexible)."""
-        return StagedPolicy(self.name, self.allocate, best_fit_placement,
-                            reclaimer=self.reclaimer, memory=self)
+        return StagedPolicy(
+            self.name, self.allocate, best_fit_placement, reclaimer=self.reclaimer, memory=self
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """Each elastic job's flexible GPUs (node -> indices): reclaim releases those first."""
-        return {"flexible": {j: {n: list(g) for n, g in nodes.items()}
-                             for j, nodes in self._flex.items()}}
+        return {
+            "flexible": {
+                j: {n: list(g) for n, g in nodes.items()} for j, nodes in self._flex.items()
+            }
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
-        self._flex = {str(j): {str(n): tuple(int(x) for x in g) for n, g in nodes.items()}
-                      for j, nodes in state.get("flexible", {}).items()}
+        self._flex = {
+            str(j): {str(n): tuple(int(x) for x in g) for n, g in nodes.items()}
+            for j, nodes in state.get("flexible", {}).items()
+        }
 
     # ------------------------------------------------------------------ helpers
     def _elastic(self, job: ActiveJob) -> bool:
@@ -204,7 +218,7 @@ class ArylPolicy:
         while have < want and flex:
             node = max(flex, key=lambda n: (len(flex[n]), n))
             move = flex[node][: want - have]
-            flex[node] = flex[node][len(move):]
+            flex[node] = flex[node][len(move) :]
             if not flex[node]:
                 del flex[node]
             base.setdefault(node, []).extend(move)
@@ -212,7 +226,7 @@ class ArylPolicy:
         while have > want:
             node = min(base, key=lambda n: (len(base[n]), n))
             move = base[node][: have - want]
-            base[node] = base[node][len(move):]
+            base[node] = base[node][len(move) :]
             if not base[node]:
                 del base[node]
             flex.setdefault(node, []).extend(move)
@@ -230,7 +244,7 @@ class ArylPolicy:
         return [nodes for nodes in order if nodes]
 
     # ------------------------------------------------------------------ decision
-    def decide(self, view: ClusterView) -> Decision:
+    def decide(self, view: ClusterView) -> Decision:  # noqa: C901 (a named exception to the complexity gate)
         cfg = self.config
         stats: list[SolverStats] = []
         nodes = view.nodes
@@ -259,8 +273,15 @@ class ArylPolicy:
         for job in view.pending.values():
             demand = self._demand(job)
             rate = job.spec.throughput.rate(demand)
-            pending.append((job.remaining(now) / rate if rate > 0 else float("inf"),
-                            job.spec.submit_time, job.id, job, demand))
+            pending.append(
+                (
+                    job.remaining(now) / rate if rate > 0 else float("inf"),
+                    job.spec.submit_time,
+                    job.id,
+                    job,
+                    demand,
+                )
+            )
         pending.sort(key=lambda t: t[:3])
         admitted: list[ActiveJob] = []
         deferred: list[tuple[ActiveJob, int]] = []
@@ -276,8 +297,16 @@ class ArylPolicy:
                 for cands in pools:
                     if book.free_count(cands) + (book.soft_count(cands) if steal else 0) < demand:
                         continue
-                    placed = book.place(job.id, demand // d, d, cands, "base", relax=relax,
-                                        steal=steal, one_node=_single_node(job))
+                    placed = book.place(
+                        job.id,
+                        demand // d,
+                        d,
+                        cands,
+                        "base",
+                        relax=relax,
+                        steal=steal,
+                        one_node=_single_node(job),
+                    )
                     if placed is not None:
                         break
                 if placed is not None:
@@ -297,39 +326,60 @@ class ArylPolicy:
         if cfg.scaling:
             elastic = elastic_running + [j for j in admitted if j.spec.elastic]
             by_pool: dict[str, list[tuple[ActiveJob, int, Node]]] = {
-                "loan": [], "train": [], "mixed": []}
+                "loan": [],
+                "train": [],
+                "mixed": [],
+            }
             for job in elastic:
                 # the pool of its base workers (a job's workers share one GPU type unless it
                 # is heterogeneous: those get the last, two-pool knapsack)
-                home = next((n for n, held in book.hard.items() if job.id in held),
-                            next(iter(book.holdings(job.id))))
+                home = next(
+                    (n for n, held in book.hard.items() if job.id in held),
+                    next(iter(book.holdings(job.id))),
+                )
                 d = _worker_size(job, job.spec.min_gpus)
-                pool = ("mixed" if self._hetero(job)
-                        else "loan" if nodes[home].pool == "inference" else "train")
+                pool = (
+                    "mixed"
+                    if self._hetero(job)
+                    else "loan"
+                    if nodes[home].pool == "inference"
+                    else "train"
+                )
                 by_pool[pool].append((job, d, nodes[home]))
             # heterogeneous jobs last, on what both pools have left (digest §2.4)
             for pool, members in by_pool.items():
                 if not members:
                     continue
-                pool_nodes = {"train": self._train, "loan": loan_all,
-                              "mixed": self._train + self._loan}[pool]
+                pool_nodes = {
+                    "train": self._train,
+                    "loan": loan_all,
+                    "mixed": self._train + self._loan,
+                }[pool]
                 mine = {job.id for job, _, _ in members}
                 capacity = book.free_count(pool_nodes) + sum(
-                    len(g) for n in pool_nodes for j, g in book.soft[n].items() if j in mine)
+                    len(g) for n in pool_nodes for j, g in book.soft[n].items() if j in mine
+                )
                 if pool == "mixed":
                     groups, offers = self._groups(view, members, book)
                     order = [self._loan, self._train]  # flexible workers: loaned servers first
                 else:
                     groups, offers = self._groups(view, members)
                     order = [pool_nodes]
-                result = solve_mckp(groups, capacity, cfg.mckp,
-                                    **({} if cfg.mckp in ("dp", "greedy")
-                                       else {"limits": SolveLimits.deterministic_budget(
-                                           cfg.work_limit_s)}))
+                result = solve_mckp(
+                    groups,
+                    capacity,
+                    cfg.mckp,
+                    **(
+                        {}
+                        if cfg.mckp in ("dp", "greedy")
+                        else {"limits": SolveLimits.deterministic_budget(cfg.work_limit_s)}
+                    ),
+                )
                 if result.stats is not None:
                     stats.append(result.stats.model_copy(update={"stage": f"mckp-{pool}"}))
-                targets = {key: (offers[key][idx] if idx >= 0 else 0)
-                           for key, idx in result.choice.items()}
+                targets = {
+                    key: (offers[key][idx] if idx >= 0 else 0) for key, idx in result.choice.items()
+                }
                 self._place_flexible(book, members, targets, order)
 
         # ---- plan
@@ -354,8 +404,9 @@ class ArylPolicy:
         self._flex = flex_memory
         return Decision(shares=shares, placements=placements, stats=stats)
 
-    def _place_mixed(self, book: ServerBook, job: ActiveJob, demand: int, relax: bool,
-                     steal: bool) -> Placement | None:
+    def _place_mixed(
+        self, book: ServerBook, job: ActiveJob, demand: int, relax: bool, steal: bool
+    ) -> Placement | None:
         """Inelastic demand of a heterogeneous job over both pools, all or nothing: as many
         workers as fit on training servers, the rest on loaned servers (base group)."""
         d = _worker_size(job, demand)
@@ -374,17 +425,21 @@ class ArylPolicy:
             raise RuntimeError(f"mixed placement of {job.id} failed after the room check")
         return {**placed, **more}
 
-    def _efficiency(self, view: ClusterView, job: ActiveJob,
-                    placement: dict[str, tuple[int, ...]]) -> float:
+    def _efficiency(
+        self, view: ClusterView, job: ActiveJob, placement: dict[str, tuple[int, ...]]
+    ) -> float:
         """1.0, or for a heterogeneous job whose GPUs span types the efficiency that makes the
         engine run it at ``hetero_efficiency`` x App. A's theoretical throughput."""
         if len({view.nodes[n].gpu_type for n in placement}) <= 1 or not self._hetero(job):
             return 1.0
         return mixed_efficiency(_gpu_speeds(view, job, placement), self.config.hetero_efficiency)
 
-    def _groups(self, view: ClusterView, members: list[tuple[ActiveJob, int, Node]],
-                book: ServerBook | None = None
-                ) -> tuple[list[MckpGroup], dict[str, list[int]]]:
+    def _groups(
+        self,
+        view: ClusterView,
+        members: list[tuple[ActiveJob, int, Node]],
+        book: ServerBook | None = None,
+    ) -> tuple[list[MckpGroup], dict[str, list[int]]]:
         """MCKP groups: per elastic job, one item per allowed size above w_min (whole workers).
 
         Value = T(w_min) - T(w_min + k) on the pool's GPU type, with T from the job's remaining
@@ -404,8 +459,9 @@ class ArylPolicy:
             base = spec.min_gpus
             speed = _speed(view, job, home)
             left = job.remaining(now)
-            base_mixed, extra_mixed = (False, None) if book is None else \
-                self._mixing(view, book, job, loan)
+            base_mixed, extra_mixed = (
+                (False, None) if book is None else self._mixing(view, book, job, loan)
+            )
             t_base = left / (spec.throughput.rate(base) * speed * (eff if base_mixed else 1.0))
             items = []
             extras = []
@@ -423,8 +479,9 @@ class ArylPolicy:
             offers[job.id] = extras
         return groups, offers
 
-    def _mixing(self, view: ClusterView, book: ServerBook, job: ActiveJob, loan: set[str]
-                ) -> tuple[bool, Callable[[int, int], bool]]:
+    def _mixing(
+        self, view: ClusterView, book: ServerBook, job: ActiveJob, loan: set[str]
+    ) -> tuple[bool, Callable[[int, int], bool]]:
         """Whether a heterogeneous job's base already spans GPU types, and a rule telling
         whether ``extra`` flexible GPUs (workers of ``d``) would make it span them.
 
@@ -438,16 +495,22 @@ class ArylPolicy:
         base_nodes = [n for n, held in book.hard.items() if job.id in held]
         base_mixed = len({nodes[n].gpu_type for n in base_nodes}) > 1
         base_on_loan = all(n in loan for n in base_nodes)
-        room = book.free_count(loan) + sum(len(g) for n, g in book.soft_gpus(job.id).items()
-                                           if n in loan)
+        room = book.free_count(loan) + sum(
+            len(g) for n, g in book.soft_gpus(job.id).items() if n in loan
+        )
 
         def extra_mixed(extra: int, d: int) -> bool:
             return base_mixed or (extra > room if base_on_loan else room >= d)
 
         return base_mixed, extra_mixed
 
-    def _place_flexible(self, book: ServerBook, members: list[tuple[ActiveJob, int, Node]],
-                        targets: dict[str, int], order: list[list[str]]) -> None:
+    def _place_flexible(
+        self,
+        book: ServerBook,
+        members: list[tuple[ActiveJob, int, Node]],
+        targets: dict[str, int],
+        order: list[list[str]],
+    ) -> None:
         """Shrink first (release GPUs), then grow, largest workers first, filling the node
         lists of ``order`` one after the other (one pool; loaned then training servers for
         heterogeneous jobs)."""
@@ -497,16 +560,20 @@ class ArylParams(Params):
     scaling: bool = Field(True, description="phase 2: elastic jobs get flexible workers")
     loaning: bool = Field(True, description="use on-loan inference servers")
     mckp: Literal["dp", "greedy", "cp-sat", "scip", "highs", "cbc", "pulp-cbc"] = Field(
-        "dp", description="phase-2 multiple-choice knapsack solver")
+        "dp", description="phase-2 multiple-choice knapsack solver"
+    )
     grouped: bool = Field(True, description="separate base / flexible on-loan server groups")
     elastic_on_loan: bool = Field(True, description="elastic jobs prefer on-loan servers")
     reclaim: Literal["aryl", "exact", "scf", "random"] = Field(
-        "aryl", description="which on-loan servers to give back")
-    work_limit_s: float = Field(1.0, gt=0, le=3600,
-                                description="deterministic budget of every exact solve")
+        "aryl", description="which on-loan servers to give back"
+    )
+    work_limit_s: float = Field(
+        1.0, gt=0, le=3600, description="deterministic budget of every exact solve"
+    )
     heterogeneous: bool = Field(False, description="flagged jobs may span GPU types (App. A)")
-    hetero_efficiency: float = Field(ADVANCED_EFFICIENCY, gt=0, le=1,
-                                     description="mixed-type throughput vs App. A's theory")
+    hetero_efficiency: float = Field(
+        ADVANCED_EFFICIENCY, gt=0, le=1, description="mixed-type throughput vs App. A's theory"
+    )
 
 
 def _build(name: str) -> Callable[[ArylParams, int], StagedPolicy]:

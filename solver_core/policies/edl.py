@@ -100,21 +100,24 @@ class EdlElastic:
                 self.order[job_id] = self._seq
         out: dict[str, int | Demand] = {}
         for node in sorted(view.nodes):
-            jobs = sorted((active[j] for j, n in self.machine.items() if n == node),
-                          key=lambda j: self.order[j.id])
+            jobs = sorted(
+                (active[j] for j, n in self.machine.items() if n == node),
+                key=lambda j: self.order[j.id],
+            )
             counts = machine_counts(jobs, view.nodes[node].gpus)
             out.update(self._place(view, node, jobs, counts))
         return out
 
     @staticmethod
-    def _place(view: ClusterView, node: str, jobs: list[ActiveJob],
-               counts: dict[str, int]) -> dict[str, int | Demand]:
+    def _place(
+        view: ClusterView, node: str, jobs: list[ActiveJob], counts: dict[str, int]
+    ) -> dict[str, int | Demand]:
         pool = set(range(view.nodes[node].gpus))
         kept: dict[str, list[int]] = {}
         for job in jobs:
             alloc = job.allocation
             have = sorted(alloc.placement.get(node, ())) if alloc else []
-            kept[job.id] = have[:counts.get(job.id, 0)]
+            kept[job.id] = have[: counts.get(job.id, 0)]
             pool -= set(kept[job.id])
         free = sorted(pool)
         out: dict[str, int | Demand] = {}
@@ -122,17 +125,19 @@ class EdlElastic:
             want = counts.get(job.id, 0)
             if want == 0:
                 continue
-            gpus = kept[job.id] + free[:want - len(kept[job.id])]
-            free = free[want - len(kept[job.id]):]
-            out[job.id] = Demand(want, placement=JobAllocation.fast(
-                job.id, {node: tuple(sorted(gpus))}))
+            gpus = kept[job.id] + free[: want - len(kept[job.id])]
+            free = free[want - len(kept[job.id]) :]
+            out[job.id] = Demand(
+                want, placement=JobAllocation.fast(job.id, {node: tuple(sorted(gpus))})
+            )
         return out
 
 
 def _build(p: NoParams, seed: int) -> StagedPolicy:
     stage = EdlElastic()
-    return StagedPolicy("edl-elastic", stage, best_fit_placement, memory=stage,
-                        wants_in_place_resize=True)
+    return StagedPolicy(
+        "edl-elastic", stage, best_fit_placement, memory=stage, wants_in_place_resize=True
+    )
 
 
 POLICIES = [PolicyDef("edl-elastic", _build, NoParams)]

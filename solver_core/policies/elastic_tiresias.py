@@ -54,8 +54,13 @@ def qos_min(job: ActiveJob, qos: float) -> int:
     return min(floor, spec.requested_gpus)
 
 
-def compact_one(job: ActiveJob, donors: dict[str, tuple[ActiveJob, int, int]], free: int,
-                qos: float, use_free: bool) -> tuple[int, dict[str, int], int, float] | None:
+def compact_one(
+    job: ActiveJob,
+    donors: dict[str, tuple[ActiveJob, int, int]],
+    free: int,
+    qos: float,
+    use_free: bool,
+) -> tuple[int, dict[str, int], int, float] | None:
     """Best ``(q, {donor: r}, free used, gain)`` for starting ``job``, or None.
 
     ``donors`` maps job id -> (job, current GPUs, minimum GPUs)."""
@@ -92,8 +97,9 @@ def compact_one(job: ActiveJob, donors: dict[str, tuple[ActiveJob, int, int]], f
 class ElasticTiresias:
     """Shares stage: Tiresias-L, then EDL's compaction or expansion."""
 
-    def __init__(self, base: TiresiasL, n: int, qos: float, min_gain: float,
-                 use_free: bool) -> None:
+    def __init__(
+        self, base: TiresiasL, n: int, qos: float, min_gain: float, use_free: bool
+    ) -> None:
         self.base = base
         self.n = n
         self.qos = qos
@@ -127,8 +133,9 @@ class ElasticTiresias:
             self._expand(view, shares, free)
         return shares
 
-    def _compact(self, view: ClusterView, shares: Shares, waiting: list[ActiveJob],
-                 free: int) -> None:
+    def _compact(
+        self, view: ClusterView, shares: Shares, waiting: list[ActiveJob], free: int
+    ) -> None:
         donors: dict[str, tuple[ActiveJob, int, int]] = {}
         for job_id, p in shares.items():
             job = view.running.get(job_id)
@@ -151,8 +158,9 @@ class ElasticTiresias:
                 donors[jid] = (j, p - r, m)
 
     def _expand(self, view: ClusterView, shares: Shares, free: int) -> None:
-        jobs = [view.running[j] for j in shares if j in view.running
-                and view.running[j].spec.elastic]
+        jobs = [
+            view.running[j] for j in shares if j in view.running and view.running[j].spec.elastic
+        ]
         while free > 0:
             best: tuple[float, tuple[int, str]] | None = None
             for job in jobs:
@@ -162,8 +170,11 @@ class ElasticTiresias:
                 s = job.spec.throughput.rate(p)
                 gain = (job.spec.throughput.rate(p + 1) - s) / s
                 rank = (self.base.queue_of(job.id) or 0, job.id)
-                if gain > self.min_gain and (best is None or gain > best[0] + 1e-12
-                                             or (abs(gain - best[0]) <= 1e-12 and rank < best[1])):
+                if gain > self.min_gain and (
+                    best is None
+                    or gain > best[0] + 1e-12
+                    or (abs(gain - best[0]) <= 1e-12 and rank < best[1])
+                ):
                     best = (gain, rank)
             if best is None:
                 return
@@ -172,19 +183,35 @@ class ElasticTiresias:
 
 
 class ElasticTiresiasParams(Params):
-    n: int = Field(10, ge=0, le=100_000, description="compaction when more than N jobs wait "
-                   "(paper: 10)")
-    qos: float = Field(0.5, gt=0, le=1, description="a scaled job keeps >= ceil(qos x request) "
-                       "GPUs (paper's r = 0.5)")
-    min_gain: float = Field(0.0, ge=0, le=10, description="expansion gives a GPU only for a "
-                            "relative throughput gain above this")
-    use_free: bool = Field(True, description="compaction also uses free GPUs (false: only "
-                           "GPUs released by scale-in, the literal Alg. 1)")
+    n: int = Field(
+        10, ge=0, le=100_000, description="compaction when more than N jobs wait (paper: 10)"
+    )
+    qos: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="a scaled job keeps >= ceil(qos x request) GPUs (paper's r = 0.5)",
+    )
+    min_gain: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="expansion gives a GPU only for a relative throughput gain above this",
+    )
+    use_free: bool = Field(
+        True,
+        description="compaction also uses free GPUs (false: only "
+        "GPUs released by scale-in, the literal Alg. 1)",
+    )
     thresholds: tuple[float, ...] = Field(
-        (500.0, 10000.0), min_length=1, max_length=16,
-        description="Tiresias queue limits in GPU-s (paper: 3 queues, 500 and 10,000)")
-    promote_knob: float | None = Field(TIRESIAS_PROMOTE_KNOB, ge=0, le=1e6,
-                                       description="Tiresias starvation knob; null/0: off")
+        (500.0, 10000.0),
+        min_length=1,
+        max_length=16,
+        description="Tiresias queue limits in GPU-s (paper: 3 queues, 500 and 10,000)",
+    )
+    promote_knob: float | None = Field(
+        TIRESIAS_PROMOTE_KNOB, ge=0, le=1e6, description="Tiresias starvation knob; null/0: off"
+    )
 
 
 def elastic_tiresias_stage(p: ElasticTiresiasParams) -> ElasticTiresias:
@@ -197,8 +224,14 @@ def elastic_tiresias_stage(p: ElasticTiresiasParams) -> ElasticTiresias:
 
 def _build(p: ElasticTiresiasParams, seed: int) -> StagedPolicy:
     stage = elastic_tiresias_stage(p)
-    return StagedPolicy("elastic-tiresias", stage, best_fit_placement, stage.next_wakeup,
-                        memory=stage, wants_in_place_resize=True)
+    return StagedPolicy(
+        "elastic-tiresias",
+        stage,
+        best_fit_placement,
+        stage.next_wakeup,
+        memory=stage,
+        wants_in_place_resize=True,
+    )
 
 
 POLICIES = [PolicyDef("elastic-tiresias", _build, ElasticTiresiasParams)]

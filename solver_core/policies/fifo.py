@@ -75,8 +75,13 @@ class Fifo:
 
     def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | None:
         index = view.free_index
-        if placement is not best_fit_placement or index is None or view.shared or view.shaped \
-                or type(self).__call__ is not Fifo.__call__:  # a subclass decides itself
+        if (
+            placement is not best_fit_placement
+            or index is None
+            or view.shared
+            or view.shaped
+            or type(self).__call__ is not Fifo.__call__
+        ):  # a subclass decides itself
             return None
         wants = fifo_starts(view, index.total, self.backfill)
         if not wants:
@@ -93,6 +98,7 @@ fifo_backfill = Fifo(backfill=True)
 
 POLICIES = [
     parameterless("fifo", lambda: StagedPolicy("fifo", fifo_strict, best_fit_placement)),
-    parameterless("fifo-backfill",
-                  lambda: StagedPolicy("fifo-backfill", fifo_backfill, best_fit_placement)),
+    parameterless(
+        "fifo-backfill", lambda: StagedPolicy("fifo-backfill", fifo_backfill, best_fit_placement)
+    ),
 ]

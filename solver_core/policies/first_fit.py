@@ -25,8 +25,9 @@ from ..policy import Placements, Shares, StagedPolicy
 from ..registry import WrapperDef
 
 
-def _take(free: dict[str, list[int]], nodes: list[str], need: int, prefer: list[str]
-          ) -> dict[str, list[int]] | None:
+def _take(
+    free: dict[str, list[int]], nodes: list[str], need: int, prefer: list[str]
+) -> dict[str, list[int]] | None:
     """``need`` free GPUs, ``prefer``red nodes first, then ``nodes`` in order; None if short."""
     if sum(len(free[n]) for n in nodes) < need:
         return None
@@ -37,7 +38,7 @@ def _take(free: dict[str, list[int]], nodes: list[str], need: int, prefer: list[
         take = free[node][:need]
         if take:
             got[node] = take
-            del free[node][:len(take)]
+            del free[node][: len(take)]
             need -= len(take)
     return got
 
@@ -53,8 +54,7 @@ def _groups(view: ClusterView, job: ActiveJob, names: list[str]) -> list[list[st
     return [[n for n in names if view.nodes[n].gpu_type == t] for t in types]
 
 
-def first_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]
-                        ) -> Placements:
+def first_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
     free = {n: sorted(g) for n, g in view.free.items()}
     names = sorted(free)
     result: Placements = {}
@@ -77,7 +77,7 @@ def first_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverSta
             if keep:
                 kept[node] = keep
             if node in free:
-                free[node] = sorted([*free[node], *gpus[len(keep):]])
+                free[node] = sorted([*free[node], *gpus[len(keep) :]])
         if kept:
             result[job_id] = JobAllocation.fast(job_id, kept, alloc.share, alloc.efficiency)
         else:
@@ -92,8 +92,10 @@ def first_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverSta
                 continue  # a running job grows on its own GPU type
             got = _take(free, nodes, extra, sorted(held))
             if got is not None:
-                merged = {n: tuple(sorted([*held.get(n, ()), *got.get(n, ())]))
-                          for n in sorted({*held, *got})}
+                merged = {
+                    n: tuple(sorted([*held.get(n, ()), *got.get(n, ())]))
+                    for n in sorted({*held, *got})
+                }
                 result[job_id] = JobAllocation.fast(job_id, merged)
                 break
     return result

@@ -55,8 +55,14 @@ from ..policy import StagedPolicy
 from ..registry import PolicyDef
 from .tiresias_upstream import UpstreamMLFQ
 
-__all__ = ["BUNDLED_HISTORY", "GITTINS_QUANTUM", "GITTINS_THRESHOLDS", "GittinsIndex",
-           "read_history", "tiresias_gittins_policy"]
+__all__ = [
+    "BUNDLED_HISTORY",
+    "GITTINS_QUANTUM",
+    "GITTINS_THRESHOLDS",
+    "GittinsIndex",
+    "read_history",
+    "tiresias_gittins_policy",
+]
 
 GITTINS_QUANTUM = 3250.0
 """Upstream ``JOBS.gittins_delta``: the service quantum Δ in GPU-seconds."""
@@ -125,11 +131,16 @@ def _open_regular(path: str | Path, src: str, *, trusted: bool = False) -> TextI
         if not stat.S_ISREG(st.st_mode):
             raise InputError("the Gittins history must be a regular file", source=src)
         if not trusted and st.st_uid not in (0, os.geteuid()):
-            raise InputError(f"the Gittins history is owned by uid {st.st_uid}, not by this "
-                             "user or root: refusing it", source=src)
+            raise InputError(
+                f"the Gittins history is owned by uid {st.st_uid}, not by this "
+                "user or root: refusing it",
+                source=src,
+            )
         if not trusted and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise InputError("the Gittins history is writable by group or others: refusing "
-                             "it (chmod go-w)", source=src)
+            raise InputError(
+                "the Gittins history is writable by group or others: refusing it (chmod go-w)",
+                source=src,
+            )
         return open(fd, newline="", encoding="utf-8", closefd=True)
     except BaseException:
         os.close(fd)
@@ -154,12 +165,15 @@ def read_history(path: str | Path) -> list[float]:
                 except ValueError:
                     value = math.nan
                 if not math.isfinite(value) or value < 1:
-                    raise InputError(f"expected GPU-seconds >= 1, got {raw!r}", source=src,
-                                     row=row, field="duration")
+                    raise InputError(
+                        f"expected GPU-seconds >= 1, got {raw!r}",
+                        source=src,
+                        row=row,
+                        field="duration",
+                    )
                 samples.append(value)
     except OSError as err:
-        raise InputError(f"cannot read the Gittins history: {err.strerror}",
-                         source=src) from None
+        raise InputError(f"cannot read the Gittins history: {err.strerror}", source=src) from None
     except (UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"not a CSV text file: {err}", source=src) from None
     if not samples:
@@ -167,10 +181,12 @@ def read_history(path: str | Path) -> list[float]:
     return samples
 
 
-def tiresias_gittins_policy(name: str = "tiresias-gittins",
-                            thresholds: tuple[float, ...] = GITTINS_THRESHOLDS,
-                            quantum: float = GITTINS_QUANTUM,
-                            history: str | Path | None = None) -> StagedPolicy:
+def tiresias_gittins_policy(
+    name: str = "tiresias-gittins",
+    thresholds: tuple[float, ...] = GITTINS_THRESHOLDS,
+    quantum: float = GITTINS_QUANTUM,
+    history: str | Path | None = None,
+) -> StagedPolicy:
     """``dlas-gpu-gittins``: the simulator's queues, ranked by the Gittins index inside each."""
     index = GittinsIndex(read_history(history or BUNDLED_HISTORY), quantum)
     stage = UpstreamMLFQ(thresholds, "gpu_time", rank=index)
@@ -179,20 +195,28 @@ def tiresias_gittins_policy(name: str = "tiresias-gittins",
 
 class GittinsParams(Params):
     thresholds: tuple[float, ...] = Field(
-        GITTINS_THRESHOLDS, min_length=1, max_length=16,
-        description="upper GPU-second limits of Q0..Q(K-2), increasing (upstream: 3 queues)")
-    quantum: float = Field(GITTINS_QUANTUM, ge=1, le=1e12,
-                           description="service quantum Δ of the index, GPU-seconds")
+        GITTINS_THRESHOLDS,
+        min_length=1,
+        max_length=16,
+        description="upper GPU-second limits of Q0..Q(K-2), increasing (upstream: 3 queues)",
+    )
+    quantum: float = Field(
+        GITTINS_QUANTUM, ge=1, le=1e12, description="service quantum Δ of the index, GPU-seconds"
+    )
     history: str | None = Field(
-        None, min_length=1, max_length=4096,
+        None,
+        min_length=1,
+        max_length=4096,
         description="CSV with a 'duration' column of GPU-second samples; null: upstream's "
-        "yarn-gput1000.csv (bundled)")
+        "yarn-gput1000.csv (bundled)",
+    )
 
 
 def _build(p: GittinsParams, seed: int) -> StagedPolicy:
     try:
-        return tiresias_gittins_policy(thresholds=p.thresholds, quantum=p.quantum,
-                                       history=p.history)
+        return tiresias_gittins_policy(
+            thresholds=p.thresholds, quantum=p.quantum, history=p.history
+        )
     except ValueError as err:
         raise InputError(str(err), field="policies.tiresias-gittins") from None
 

@@ -48,7 +48,9 @@ def arrival_key(job: ActiveJob, now: float) -> float:
 
 
 def progressive_fill(
-    view: ClusterView, order: Iterable[ActiveJob], ladders: Ladders,
+    view: ClusterView,
+    order: Iterable[ActiveJob],
+    ladders: Ladders,
     score: StepScore | None = None,
 ) -> Shares:
     """First ladder step to each job of ``order`` while GPUs last, then grow by ``score``.

@@ -93,15 +93,24 @@ def solve_allocation(
     jobs = [j for j in jobs if thr_eq[j] > 0]
     empty = {j: dict.fromkeys(types, 0.0) for j in rates}
     if not jobs:
-        stats = SolverStats(stage="shares", backend="glop", status="optimal", objective=0.0,
-                            wall_ms=(time.perf_counter() - start) * 1000.0, deterministic=True,
-                            message="max-min-perf LP: no job to allocate")
+        stats = SolverStats(
+            stage="shares",
+            backend="glop",
+            status="optimal",
+            objective=0.0,
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            deterministic=True,
+            message="max-min-perf LP: no job to allocate",
+        )
         return Allocation(empty, 0.0, stats)
 
     def build(z_floor: float | None) -> tuple[pywraplp.Solver, dict, object]:
         solver = pywraplp.Solver.CreateSolver("GLOP")
-        x = {(j, t): solver.NumVar(0.0, 1.0 if rates[j].get(t, 0.0) > 0 else 0.0, f"x_{i}_{k}")
-             for i, j in enumerate(jobs) for k, t in enumerate(types)}
+        x = {
+            (j, t): solver.NumVar(0.0, 1.0 if rates[j].get(t, 0.0) > 0 else 0.0, f"x_{i}_{k}")
+            for i, j in enumerate(jobs)
+            for k, t in enumerate(types)
+        }
         z = solver.NumVar(0.0, solver.infinity(), "z")
         for j in jobs:
             solver.Add(sum(x[j, t] for t in types) <= 1.0)
@@ -112,16 +121,22 @@ def solve_allocation(
         if z_floor is None:
             solver.Maximize(z)
         else:
-            solver.Maximize(sum(rates[j].get(t, 0.0) / thr_eq[j] * x[j, t]
-                                for j in jobs for t in types))
+            solver.Maximize(
+                sum(rates[j].get(t, 0.0) / thr_eq[j] * x[j, t] for j in jobs for t in types)
+            )
         return solver, x, z
 
     solver, x, z = build(None)
     status = solver.Solve()
     if status != pywraplp.Solver.OPTIMAL:
-        stats = SolverStats(stage="shares", backend="glop", status="error",
-                            wall_ms=(time.perf_counter() - start) * 1000.0, deterministic=True,
-                            message=f"max-min-perf LP: GLOP status {status}")
+        stats = SolverStats(
+            stage="shares",
+            backend="glop",
+            status="error",
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            deterministic=True,
+            message=f"max-min-perf LP: GLOP status {status}",
+        )
         return Allocation(empty, 0.0, stats)
     z_star = z.solution_value()  # type: ignore[attr-defined]
     values = {key: var.solution_value() for key, var in x.items()}
@@ -131,9 +146,15 @@ def solve_allocation(
     out = dict(empty)
     for j in jobs:
         out[j] = {t: max(0.0, min(1.0, values[j, t])) for t in types}
-    stats = SolverStats(stage="shares", backend="glop", status="optimal", objective=z_star,
-                        wall_ms=(time.perf_counter() - start) * 1000.0, deterministic=True,
-                        message=f"max-min-perf LP: {len(jobs)} jobs x {len(types)} types")
+    stats = SolverStats(
+        stage="shares",
+        backend="glop",
+        status="optimal",
+        objective=z_star,
+        wall_ms=(time.perf_counter() - start) * 1000.0,
+        deterministic=True,
+        message=f"max-min-perf LP: {len(jobs)} jobs x {len(types)} types",
+    )
     return Allocation(out, z_star, stats)
 
 
@@ -156,16 +177,22 @@ class MaxMinPerf:
     def snapshot(self) -> dict[str, Any]:
         """Round clock, attained time per job and type, this round's assignment (the LP is
         re-solved from the jobs, deterministically)."""
-        return {"round_end": self._round_end, "last": self._last, "seen": dict(self._seen),
-                "received": {j: dict(t) for j, t in self._received.items()},
-                "assigned": dict(self._assigned)}
+        return {
+            "round_end": self._round_end,
+            "last": self._last,
+            "seen": dict(self._seen),
+            "received": {j: dict(t) for j, t in self._received.items()},
+            "assigned": dict(self._assigned),
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
         self._round_end = state.get("round_end")
         self._last = state.get("last")
         self._seen = {str(j): float(v) for j, v in state.get("seen", {}).items()}
-        self._received = {str(j): {str(t): float(v) for t, v in d.items()}
-                          for j, d in state.get("received", {}).items()}
+        self._received = {
+            str(j): {str(t): float(v) for t, v in d.items()}
+            for j, d in state.get("received", {}).items()
+        }
         self._assigned = {str(j): str(t) for j, t in state.get("assigned", {}).items()}
         self._alloc, self._alloc_jobs = None, frozenset()
 
@@ -211,8 +238,9 @@ class MaxMinPerf:
         for gpu_type, gpus in capacity.items():
             if gpus < sf or job.spec.gpu_type not in (None, gpu_type):
                 continue
-            out[gpu_type] = job.spec.throughput.rate(sf) * type_speed(view.cluster, job.spec,
-                                                                      gpu_type)
+            out[gpu_type] = job.spec.throughput.rate(sf) * type_speed(
+                view.cluster, job.spec, gpu_type
+            )
         return out
 
     def priority(self, job_id: str, gpu_type: str, x: float) -> float:
@@ -243,9 +271,13 @@ class MaxMinPerf:
         for job_id, gpu_type in self._assigned.items():
             room[gpu_type] -= active[job_id].spec.requested_gpus
         ranked = sorted(
-            ((self.priority(j, t, x), x, j, t)
-             for j, row in alloc.x.items() if j in active and j not in self._assigned
-             for t, x in row.items() if x > 1e-9),
+            (
+                (self.priority(j, t, x), x, j, t)
+                for j, row in alloc.x.items()
+                if j in active and j not in self._assigned
+                for t, x in row.items()
+                if x > 1e-9
+            ),
             key=lambda p: (-p[0], -p[1], active[p[2]].spec.submit_time, p[2], p[3]),
         )
         for _, _, job_id, gpu_type in ranked:
@@ -256,8 +288,7 @@ class MaxMinPerf:
             room[gpu_type] -= sf
         return {j: active[j].spec.requested_gpus for j in self._assigned}
 
-    def placement(self, view: ClusterView, shares: Shares, stats: list[SolverStats]
-                  ) -> Placements:
+    def placement(self, view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
         """Each assigned job on GPUs of its round's type: a running job already there keeps
         its GPUs; the rest go best-fit onto that type's nodes, largest first."""
         free = {n: list(g) for n, g in view.free.items()}
@@ -296,13 +327,13 @@ def max_min_perf(round_s: float = ROUND_S) -> StagedPolicy:
     if not round_s > 0:
         raise ValueError(f"round_s must be > 0, got {round_s}")
     state = MaxMinPerf(round_s=round_s)
-    return StagedPolicy("max-min-perf", state.shares, state.placement, state.wakeup,
-                        memory=state)
+    return StagedPolicy("max-min-perf", state.shares, state.placement, state.wakeup, memory=state)
 
 
 class MaxMinPerfParams(Params):
-    round_s: float = Field(ROUND_S, gt=0, le=MAX_TIME_S,
-                           description="round length, seconds (Gavel: 360 s)")
+    round_s: float = Field(
+        ROUND_S, gt=0, le=MAX_TIME_S, description="round length, seconds (Gavel: 360 s)"
+    )
 
 
 POLICIES = [

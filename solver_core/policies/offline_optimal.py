@@ -61,13 +61,26 @@ __all__ = ["OfflineOptimal", "OfflineParams"]
 
 
 class OfflineParams(Params):
-    slot_s: float | None = Field(default=None, gt=0, description="slot length (s); None: the "
-                                 "instance's natural grid, else the makespan over target_slots")
+    slot_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="slot length (s); None: the "
+        "instance's natural grid, else the makespan over target_slots",
+    )
     target_slots: int = Field(default=DEFAULT_TARGET_SLOTS, ge=2, le=200)
-    work_s: float = Field(default=5.0, gt=0, le=600,
-                          description="CP-SAT deterministic seconds for the slotted fallback")
-    elastic_nodes: int = Field(default=DEFAULT_NODES, ge=1, le=1_000_000,
-                               description="LPs the elastic branch and bound may solve")
+    work_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="CP-SAT deterministic seconds for the slotted fallback",
+    )
+    elastic_nodes: int = Field(
+        default=DEFAULT_NODES,
+        ge=1,
+        le=1_000_000,
+        description="LPs the elastic branch and bound may solve",
+    )
+
 
 TOL_S = 1e-6
 """Two instants closer than this (s) are one: the simulator's clock and the LP's times."""
@@ -110,35 +123,60 @@ class OfflineOptimal(PolicyBase):
         if isinstance(schedule, ElasticSchedule):
             self._starts = [seg.start for seg in schedule.segments]
         lower = min(schedule.lower_bound_s, schedule.avg_jct_s)
-        proven = e.status == "optimal" or \
-            schedule.avg_jct_s - lower <= PROVEN_REL * max(abs(lower), 1e-9)
+        proven = e.status == "optimal" or schedule.avg_jct_s - lower <= PROVEN_REL * max(
+            abs(lower), 1e-9
+        )
         gap = (schedule.avg_jct_s - lower) / lower if lower > 0 else 0.0
-        note = (f"{method} schedule avg JCT {schedule.avg_jct_s:.1f} s, lower bound "
-                f"{lower:.1f} s, proven gap {100 * gap:.2f} %"
-                + ("" if proven else " (an upper bound, not proven optimal)"))
-        self.bound = ObjectiveBound(status="optimal" if proven else "upper-bound",
-                                    method=method, planned_avg_jct_s=schedule.avg_jct_s,
-                                    lower_bound_s=lower,
-                                    wall_ms=(time.perf_counter() - t0) * 1000.0, message=note)
-        self._unreported = [st.model_copy(update={"message": (st.message + "; " + note).strip(
-            "; ")}) for st in stats]
+        note = (
+            f"{method} schedule avg JCT {schedule.avg_jct_s:.1f} s, lower bound "
+            f"{lower:.1f} s, proven gap {100 * gap:.2f} %"
+            + ("" if proven else " (an upper bound, not proven optimal)")
+        )
+        self.bound = ObjectiveBound(
+            status="optimal" if proven else "upper-bound",
+            method=method,
+            planned_avg_jct_s=schedule.avg_jct_s,
+            lower_bound_s=lower,
+            wall_ms=(time.perf_counter() - t0) * 1000.0,
+            message=note,
+        )
+        self._unreported = [
+            st.model_copy(update={"message": (st.message + "; " + note).strip("; ")})
+            for st in stats
+        ]
 
-    def _fallback(self, inst: OfflineInstance, e: ElasticSchedule
-                  ) -> tuple[OfflineSchedule | ElasticSchedule, str, list[SolverStats]]:
+    def _fallback(
+        self, inst: OfflineInstance, e: ElasticSchedule
+    ) -> tuple[OfflineSchedule | ElasticSchedule, str, list[SolverStats]]:
         """The slotted model on a rigid instance the search did not close: the better of the
         two schedules (the slotted one re-timed by its event order's LP) and the tighter of the
         two proven lower bounds."""
         p = self.params
-        s = solve_offline(inst, slot_s=p.slot_s, target_slots=p.target_slots,
-                          limits=SolveLimits.deterministic_budget(p.work_s), seed=self.seed)
+        s = solve_offline(
+            inst,
+            slot_s=p.slot_s,
+            target_slots=p.target_slots,
+            limits=SolveLimits.deterministic_budget(p.work_s),
+            seed=self.seed,
+        )
         lower = max(e.lower_bound_s, s.lower_bound_s)
-        timed = retime(inst, order_of(inst, s.finish)) \
-            if all(math.isfinite(f) for f in s.finish.values()) else None
+        timed = (
+            retime(inst, order_of(inst, s.finish))
+            if all(math.isfinite(f) for f in s.finish.values())
+            else None
+        )
         if timed is not None and timed[2] < e.avg_jct_s - TOL_S:
             segs, finish, avg = timed
             best: OfflineSchedule | ElasticSchedule = ElasticSchedule(
-                origin=inst.origin, segments=segs, finish=finish, avg_jct_s=avg,
-                lower_bound_s=lower, status="feasible", nodes=e.nodes, stats=[])
+                origin=inst.origin,
+                segments=segs,
+                finish=finish,
+                avg_jct_s=avg,
+                lower_bound_s=lower,
+                status="feasible",
+                nodes=e.nodes,
+                stats=[],
+            )
             return best, "slotted", s.stats
         if timed is None and s.avg_jct_s < e.avg_jct_s - TOL_S:
             s.lower_bound_s = lower
@@ -173,8 +211,11 @@ class OfflineOptimal(PolicyBase):
 
     def decide(self, view: ClusterView) -> Decision:
         if self.schedule is None:
-            raise InputError("offline-optimal needs the whole job list in advance; only the "
-                             "simulator gives it (gpuplan simulate / compare)", field="policy")
+            raise InputError(
+                "offline-optimal needs the whole job list in advance; only the "
+                "simulator gives it (gpuplan simulate / compare)",
+                field="policy",
+            )
         jobs = sorted([*view.running, *view.pending])
         shares: Shares = {}
         if isinstance(self.schedule, ElasticSchedule):
@@ -207,13 +248,16 @@ class OfflineOptimal(PolicyBase):
         s = self.schedule
         if isinstance(s, ElasticSchedule):
             i = bisect.bisect_right(self._starts, view.now + TOL_S)
-            ends = [seg.end for seg in s.segments[max(0, i - 1):i] if seg.end > view.now + TOL_S]
-            nxt = [*ends, *self._starts[i:i + 1]]
+            ends = [seg.end for seg in s.segments[max(0, i - 1) : i] if seg.end > view.now + TOL_S]
+            nxt = [*ends, *self._starts[i : i + 1]]
             return min(nxt) if nxt else None
         return s.origin + (s.slot_of(view.now) + 1) * s.slot_s
 
 
 POLICIES = [
-    PolicyDef("offline-optimal", build=lambda params, seed: OfflineOptimal(params, seed),
-              params=OfflineParams),
+    PolicyDef(
+        "offline-optimal",
+        build=lambda params, seed: OfflineOptimal(params, seed),
+        params=OfflineParams,
+    ),
 ]

@@ -84,8 +84,14 @@ class Ojpap:
             return None
         return (self.round + 1) * self.p.ojpap_interval_s
 
-    def step(self, view: ClusterView, pack: _Pack, kept: set[str], pool: list[Gpu],
-             stats: list[SolverStats]) -> list[Migration]:
+    def step(
+        self,
+        view: ClusterView,
+        pack: _Pack,
+        kept: set[str],
+        pool: list[Gpu],
+        stats: list[SolverStats],
+    ) -> list[Migration]:
         """One monitoring round at ``view.now``: observe, and adjust ``pack`` in place when
         the trigger fires. Returns the migrations made (workers named ``j<n>#<k>``)."""
         start = time.perf_counter()
@@ -95,11 +101,15 @@ class Ojpap:
         fired = self.ewma.observe(observed, p.theta_max + p.ojpap_margin)
         self._learn(view, observed)
         row: dict[str, Any] = {
-            "t": view.now, "gpus": len(observed),
+            "t": view.now,
+            "gpus": len(observed),
             "max": max(observed.values(), default=0.0),
             "mean": sum(observed.values()) / len(observed) if observed else 0.0,
             "ewma_max": max(self.ewma.ewma.values(), default=0.0),
-            "triggered": fired, "moves": [], "cost": 0.0}
+            "triggered": fired,
+            "moves": [],
+            "cost": 0.0,
+        }
         self.trace.append(row)
         if not fired:
             return []
@@ -109,9 +119,17 @@ class Ojpap:
                 gpus[b].append(f"j{i}#{k}")
         ewma = [self.ewma.ewma.get(gpu, 0.0) for gpu in pack.gpu_of]
         cost = {f"j{i}": self._cost(view, job_id, kept) for i, job_id in enumerate(pack.ids)}
-        _, moves = adjust(self.corrected(pack.inst), gpus, ewma, cost, p.ojpap_budget,
-                          allow_new=p.ojpap_allow_new, distinct=True,
-                          margin=p.ojpap_margin, max_new=len(pool))
+        _, moves = adjust(
+            self.corrected(pack.inst),
+            gpus,
+            ewma,
+            cost,
+            p.ojpap_budget,
+            allow_new=p.ojpap_allow_new,
+            distinct=True,
+            margin=p.ojpap_margin,
+            max_new=len(pool),
+        )
         touched: list[Gpu] = []
         for m in moves:
             if m.target == len(pack.gpu_of):  # adjust opened a GPU: take one from the pool
@@ -122,14 +140,27 @@ class Ojpap:
             pack.placed[int(job[1:])][int(k)] = m.target
             touched += [pack.gpu_of[m.source], pack.gpu_of[m.target]]
         self.ewma.forget(touched)
-        row["moves"] = [(pack.ids[int(m.worker.rpartition("#")[0][1:])],
-                         *pack.gpu_of[m.source], *pack.gpu_of[m.target]) for m in moves]
+        row["moves"] = [
+            (
+                pack.ids[int(m.worker.rpartition("#")[0][1:])],
+                *pack.gpu_of[m.source],
+                *pack.gpu_of[m.target],
+            )
+            for m in moves
+        ]
         row["cost"] = sum(m.cost for m in moves)
-        stats.append(SolverStats(
-            stage="ojpap", backend="alg4", status="heuristic", objective=row["cost"],
-            deterministic=True, wall_ms=(time.perf_counter() - start) * 1000.0,
-            message=f"{len(moves)} worker migrations, cost {row['cost']:.4f} of budget "
-                    f"{p.ojpap_budget:g}"))
+        stats.append(
+            SolverStats(
+                stage="ojpap",
+                backend="alg4",
+                status="heuristic",
+                objective=row["cost"],
+                deterministic=True,
+                wall_ms=(time.perf_counter() - start) * 1000.0,
+                message=f"{len(moves)} worker migrations, cost {row['cost']:.4f} of budget "
+                f"{p.ojpap_budget:g}",
+            )
+        )
         return moves
 
     def _learn(self, view: ClusterView, observed: dict[Gpu, float]) -> None:
@@ -156,11 +187,14 @@ class Ojpap:
         went wrong (the "observed-consistent matrix" Alg. 4 needs). Idempotent."""
         if not self.floor:
             return inst
+
         def floor(a: str, b: str) -> float:
             return self.floor.get((a, b) if a <= b else (b, a), 0.0)
 
-        matrix = {a: {b: max(v, floor(a, b)) for b, v in row.items()}
-                  for a, row in inst.interference.items()}
+        matrix = {
+            a: {b: max(v, floor(a, b)) for b, v in row.items()}
+            for a, row in inst.interference.items()
+        }
         return inst.model_copy(update={"interference": matrix})
 
     def _cost(self, view: ClusterView, job_id: str, kept: set[str]) -> float:
@@ -174,9 +208,13 @@ class Ojpap:
 
     # ------------------------------------------------------------------ memory
     def snapshot(self) -> dict[str, Any]:
-        return {"round": self.round, "observing": self.observing, "active": self.active,
-                "ewma": self.ewma.snapshot(),
-                "floor": [[a, b, v] for (a, b), v in sorted(self.floor.items())]}
+        return {
+            "round": self.round,
+            "observing": self.observing,
+            "active": self.active,
+            "ewma": self.ewma.snapshot(),
+            "floor": [[a, b, v] for (a, b), v in sorted(self.floor.items())],
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])

@@ -71,41 +71,60 @@ Gpu = tuple[str, int]
 class OjppParams(Params):
     tau_max: float = Field(0.1, ge=0, le=1, description="collision probability bound (Eq. 5)")
     theta_max: float = Field(0.1, ge=0, le=100, description="device slowdown bound (Eq. 7)")
-    theta_balance: float = Field(0.2, ge=0, le=100,
-                                 description="slowdown spread bound per job (Eq. 8)")
+    theta_balance: float = Field(
+        0.2, ge=0, le=100, description="slowdown spread bound per job (Eq. 8)"
+    )
     composition: Literal["additive", "max", "multiplicative"] = Field(
-        "additive", description="slowdown of a worker with several neighbours")
-    solver: Literal["heuristic", "greedy", "best-fit", "i-greedy", "b-greedy", "c-greedy"] = \
-        Field("heuristic", description="OJPP packer (Alg. 3, Alg. 1, Table 4 baselines)")
+        "additive", description="slowdown of a worker with several neighbours"
+    )
+    solver: Literal["heuristic", "greedy", "best-fit", "i-greedy", "b-greedy", "c-greedy"] = Field(
+        "heuristic", description="OJPP packer (Alg. 3, Alg. 1, Table 4 baselines)"
+    )
     work_limit_s: float | None = Field(
-        None, gt=0, le=3600, description="reserved for exact solvers (the packers need none)")
+        None, gt=0, le=3600, description="reserved for exact solvers (the packers need none)"
+    )
     interference: dict[str, dict[str, Annotated[float, Field(ge=0, le=100)]]] | None = Field(
-        None, description="slowdown I[a][b] of a model-a worker next to a model-b worker")
-    ojpap: bool = Field(False, description="OJPAP (Alg. 4): move workers off persistently "
-                        "over-interfered GPUs at monitoring rounds (needs observations)")
-    ojpap_interval_s: float = Field(600.0, gt=0, le=86400,
-                                    description="seconds between monitoring rounds")
+        None, description="slowdown I[a][b] of a model-a worker next to a model-b worker"
+    )
+    ojpap: bool = Field(
+        False,
+        description="OJPAP (Alg. 4): move workers off persistently "
+        "over-interfered GPUs at monitoring rounds (needs observations)",
+    )
+    ojpap_interval_s: float = Field(
+        600.0, gt=0, le=86400, description="seconds between monitoring rounds"
+    )
     ojpap_a: float = Field(0.7, ge=0, le=1, description="EWMA coefficient a of Eq. (18)")
-    ojpap_hold: int = Field(3, ge=1, le=100,
-                            description="rounds the EWMA must stay above before adjusting")
-    ojpap_margin: float = Field(0.0, ge=0, le=10,
-                                description="trigger at theta_max + margin (measurement noise)")
-    ojpap_budget: float = Field(0.05, ge=0, le=100,
-                                description="migration-cost budget c-bar per adjustment (Eq. 19)")
+    ojpap_hold: int = Field(
+        3, ge=1, le=100, description="rounds the EWMA must stay above before adjusting"
+    )
+    ojpap_margin: float = Field(
+        0.0, ge=0, le=10, description="trigger at theta_max + margin (measurement noise)"
+    )
+    ojpap_budget: float = Field(
+        0.05, ge=0, le=100, description="migration-cost budget c-bar per adjustment (Eq. 19)"
+    )
     ojpap_migration_s: float = Field(
-        30.0, ge=0, le=86400, description="pause a migrated job pays (the executor's migrate_s)")
-    ojpap_allow_new: bool = Field(True, description="a move may open an unused GPU as a last "
-                                  "resort")
+        30.0, ge=0, le=86400, description="pause a migrated job pays (the executor's migrate_s)"
+    )
+    ojpap_allow_new: bool = Field(
+        True, description="a move may open an unused GPU as a last resort"
+    )
     ojpap_floors_place: bool = Field(
-        True, description="new placements use max(predicted, learned pair floor), so the "
-        "packer stops re-creating pairs OJPAP saw interfere (false: only moves use the floors)")
+        True,
+        description="new placements use max(predicted, learned pair floor), so the "
+        "packer stops re-creating pairs OJPAP saw interfere (false: only moves use the floors)",
+    )
 
 
-def _matrix(types: list[str], given: dict[str, dict[str, float]] | None
-            ) -> dict[str, dict[str, float]]:
+def _matrix(
+    types: list[str], given: dict[str, dict[str, float]] | None
+) -> dict[str, dict[str, float]]:
     given = given or {}
-    return {a: {b: given.get(a, {}).get(b, DEFAULT_SAME if a == b else DEFAULT_CROSS)
-                for b in types} for a in types}
+    return {
+        a: {b: given.get(a, {}).get(b, DEFAULT_SAME if a == b else DEFAULT_CROSS) for b in types}
+        for a in types
+    }
 
 
 def _rules(p: OjppParams) -> Rules:
@@ -120,22 +139,34 @@ def _ojpp_job(job: ActiveJob) -> bool:
 class _Pack:
     """One decision's packing: real GPUs as devices, kept jobs first."""
 
-    def __init__(self, view: ClusterView, p: OjppParams, counts: dict[str, int],
-                 extra: list[str]) -> None:
+    def __init__(
+        self, view: ClusterView, p: OjppParams, counts: dict[str, int], extra: list[str]
+    ) -> None:
         self.view, self.p = view, p
         self.ids = [*counts, *extra]
         jobs = [self._active(j) for j in self.ids]
         types = sorted({j.spec.model or UNKNOWN_TYPE for j in jobs})
-        self.inst = OjppInstance.model_validate({
-            "tau_max": p.tau_max, "theta_max": p.theta_max, "theta_balance": p.theta_balance,
-            "composition": p.composition, "interference": _matrix(types, p.interference),
-            "jobs": [OjppJob(id=f"j{n}", workers=max(1, counts.get(j, job.spec.min_gpus)),
-                             alpha=job.spec.memory.compute,  # type: ignore[union-attr]
-                             gamma=job.spec.memory.gamma,  # type: ignore[union-attr]
-                             delta=job.spec.memory.delta,  # type: ignore[union-attr]
-                             p=job.spec.memory.p,  # type: ignore[union-attr]
-                             type=job.spec.model or UNKNOWN_TYPE)
-                     for n, (j, job) in enumerate(zip(self.ids, jobs, strict=True))]})
+        self.inst = OjppInstance.model_validate(
+            {
+                "tau_max": p.tau_max,
+                "theta_max": p.theta_max,
+                "theta_balance": p.theta_balance,
+                "composition": p.composition,
+                "interference": _matrix(types, p.interference),
+                "jobs": [
+                    OjppJob(
+                        id=f"j{n}",
+                        workers=max(1, counts.get(j, job.spec.min_gpus)),
+                        alpha=job.spec.memory.compute,  # type: ignore[union-attr]
+                        gamma=job.spec.memory.gamma,  # type: ignore[union-attr]
+                        delta=job.spec.memory.delta,  # type: ignore[union-attr]
+                        p=job.spec.memory.p,  # type: ignore[union-attr]
+                        type=job.spec.model or UNKNOWN_TYPE,
+                    )
+                    for n, (j, job) in enumerate(zip(self.ids, jobs, strict=True))
+                ],
+            }
+        )
         self.packer = Packer(self.inst, _rules(p))
         self.gpu_of: list[Gpu] = []
         self.device: dict[Gpu, int] = {}
@@ -159,8 +190,12 @@ class _Pack:
         for i, job_id in enumerate(self.ids):
             job = self.view.running.get(job_id)
             alloc = job.allocation if job is not None else None
-            if job_id in counts and alloc is not None and alloc.gpus == counts[job_id] and \
-                    all(n in self.view.nodes for n in alloc.placement):
+            if (
+                job_id in counts
+                and alloc is not None
+                and alloc.gpus == counts[job_id]
+                and all(n in self.view.nodes for n in alloc.placement)
+            ):
                 wanted[i] = sorted(alloc.gpu_set())
         while wanted:
             trial = Packer(self.inst, self.packer.rules)
@@ -206,8 +241,11 @@ class _Pack:
                     if _ojpp_job(job) and job_id not in kept:
                         ojpp_load[(n, g)] = ojpp_load.get((n, g), 0.0) + job.allocation.share
         out = {(n, g) for n, gs in self.view.free.items() for g in gs}
-        out |= {gpu for gpu, used in ojpp_load.items()
-                if abs(load[gpu] - used) < 1e-9 and gpu[0] in self.view.nodes}
+        out |= {
+            gpu
+            for gpu, used in ojpp_load.items()
+            if abs(load[gpu] - used) < 1e-9 and gpu[0] in self.view.nodes
+        }
         return sorted(out - set(self.device))
 
     def place(self, order: list[int], pool: list[Gpu], allow_new: bool) -> None:
@@ -228,13 +266,17 @@ class _Pack:
             node, g = self.gpu_of[b]
             placement.setdefault(node, []).append(g)
         job_id = self.ids[i]
-        return JobAllocation.fast(job_id, {n: tuple(sorted(gs)) for n, gs in
-                                           sorted(placement.items())},
-                                  self.inst.jobs[i].alpha, efficiency)
+        return JobAllocation.fast(
+            job_id,
+            {n: tuple(sorted(gs)) for n, gs in sorted(placement.items())},
+            self.inst.jobs[i].alpha,
+            efficiency,
+        )
 
 
-def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
-              online: Ojpap | None = None) -> tuple[AllocationStage, PlacementStage]:
+def ojpp_wrap(
+    inner: AllocationStage, placement: PlacementStage, p: OjppParams, online: Ojpap | None = None
+) -> tuple[AllocationStage, PlacementStage]:
     """The wrapped allocation stage and the placement stage that respects its reservations;
     with ``online``, OJPAP adjusts the kept jobs at its monitoring rounds."""
     reserved: set[Gpu] = set()
@@ -250,8 +292,7 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
             pre = not isinstance(d, int) and d.placement is not None
             if job is not None and _ojpp_job(job) and gpus > 0 and not pre:
                 counts[job_id] = gpus
-        extra = [j for j, job in view.pending.items()
-                 if j not in allocation and _ojpp_job(job)]
+        extra = [j for j, job in view.pending.items() if j not in allocation and _ojpp_job(job)]
         if online is not None:
             online.active = bool(counts or extra)
             due = online.due(view)
@@ -267,8 +308,11 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
         pool = pack.pool(kept)
         by_id = {job_id: i for i, job_id in enumerate(pack.ids)}
         order = (heuristic_order if p.solver == "heuristic" else greedy_order)(pack.inst)
-        pack.place([i for i in order if pack.ids[i] in counts and pack.ids[i] not in kept],
-                   pool, allow_new=True)
+        pack.place(
+            [i for i in order if pack.ids[i] in counts and pack.ids[i] not in kept],
+            pool,
+            allow_new=True,
+        )
         pack.place([i for i in order if pack.ids[i] in extra], pool, allow_new=False)
         if online is not None and due:
             online.step(view, pack, kept, pool, stats)
@@ -283,18 +327,33 @@ def ojpp_wrap(inner: AllocationStage, placement: PlacementStage, p: OjppParams,
             reserved.update(alloc.gpu_set())
             out[job_id] = Demand(gpus=alloc.gpus, share=alloc.share, placement=alloc)
         used = len({b for bs in pack.placed.values() for b in bs})
-        stats.append(SolverStats(stage="ojpp", backend=p.solver, status="heuristic",
-                                 objective=float(used), deterministic=True,
-                                 wall_ms=(time.perf_counter() - start) * 1000.0,
-                                 message=f"{len(pack.placed)} of {len(pack.ids)} OJPP jobs "
-                                 f"placed, {len(kept)} kept"))
+        stats.append(
+            SolverStats(
+                stage="ojpp",
+                backend=p.solver,
+                status="heuristic",
+                objective=float(used),
+                deterministic=True,
+                wall_ms=(time.perf_counter() - start) * 1000.0,
+                message=f"{len(pack.placed)} of {len(pack.ids)} OJPP jobs placed, {len(kept)} kept",
+            )
+        )
         return out
 
     def place(view: ClusterView, shares: Shares, stats: list[SolverStats]) -> Placements:
         if reserved:
             free = {n: [g for g in gs if (n, g) not in reserved] for n, gs in view.free.items()}
-            view = ClusterView(view.now, view.cluster, view.nodes, free, view.running,
-                               view.pending, view.shared, view.shaped, view.interference)
+            view = ClusterView(
+                view.now,
+                view.cluster,
+                view.nodes,
+                free,
+                view.running,
+                view.pending,
+                view.shared,
+                view.shaped,
+                view.interference,
+            )
         return placement(view, shares, stats)
 
     stage.__name__ = f"ojpp_{getattr(inner, '__name__', 'allocation')}"

@@ -97,8 +97,9 @@ class RankedQueue:
         key = self.key
         # A list comprehension then an in-place sort: the running jobs are ranked on every
         # event, and a generator fed to sorted() costs a frame switch per job.
-        running = [(key(job, now), job.spec.submit_time, job_id)
-                   for job_id, job in view.running.items()]
+        running = [
+            (key(job, now), job.spec.submit_time, job_id) for job_id, job in view.running.items()
+        ]
         running.sort()
         return running, self._order
 

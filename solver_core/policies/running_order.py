@@ -58,8 +58,17 @@ class RunningOrder:
     event. A group's multiplier ``m`` gives the key at ``now``: ``(C - now) x m``, or ``C``
     itself when ``m`` is 0 (a key that never changes, ``static``)."""
 
-    __slots__ = ("_entry", "_groups", "_late", "_seen", "_sig", "_totals", "key", "service",
-                 "static")
+    __slots__ = (
+        "_entry",
+        "_groups",
+        "_late",
+        "_seen",
+        "_sig",
+        "_totals",
+        "key",
+        "service",
+        "static",
+    )
 
     def __init__(self, key: RankKey, service: bool = False, static: bool = False) -> None:
         self.key = key
@@ -88,8 +97,9 @@ class RunningOrder:
         """Multiplier -> its group's requested GPUs summed (read, never edit)."""
         return self._totals
 
-    def sync(self, running: Mapping[str, ActiveJob], now: float,
-             changed: ChangeSet | None = None) -> bool:
+    def sync(
+        self, running: Mapping[str, ActiveJob], now: float, changed: ChangeSet | None = None
+    ) -> bool:
         """Bring the order up to ``running`` at ``now``. False when a running job holds a
         count other than its request (a resize): the caller then takes the full path.
         ``changed``: the view's change set; used when it follows the one of the previous
@@ -107,8 +117,9 @@ class RunningOrder:
         self._sig = sigs
         return self._rekey(running, now, edited, removed)
 
-    def _sync_changed(self, running: Mapping[str, ActiveJob], now: float,
-                      jobs: Collection[str]) -> bool:
+    def _sync_changed(
+        self, running: Mapping[str, ActiveJob], now: float, jobs: Collection[str]
+    ) -> bool:
         """:meth:`sync` from a change set: compare the signatures of the named jobs only
         (sorted, so the work does not depend on the set's hash order)."""
         sigs = self._sig
@@ -130,14 +141,20 @@ class RunningOrder:
         """Raise :class:`ChangeSetMissed` when a job started, stopped or whose signature
         changed since the last sync is not in ``jobs`` (verify mode)."""
         old = self._sig
-        left_out = [j for j, job in running.items()
-                    if j not in jobs and old.get(j) != _SIGNATURE(job)]
+        left_out = [
+            j for j, job in running.items() if j not in jobs and old.get(j) != _SIGNATURE(job)
+        ]
         left_out += [j for j in old if j not in running and j not in jobs]
         if left_out:
             raise missed("running", left_out)
 
-    def _rekey(self, running: Mapping[str, ActiveJob], now: float, changed: list[str],
-               removed: Collection[str]) -> bool:
+    def _rekey(
+        self,
+        running: Mapping[str, ActiveJob],
+        now: float,
+        changed: list[str],
+        removed: Collection[str],
+    ) -> bool:
         """Re-key ``changed`` and the late jobs now past their pause, drop ``removed``."""
         ripe = [j for j, t in self._late.items() if t < now and j in running]
         if len(changed) + len(removed) > _REBUILD:
@@ -162,12 +179,17 @@ class RunningOrder:
                 return self._fail()
         return True
 
-    def late_entries(self, running: Mapping[str, ActiveJob], now: float,
-                     ) -> tuple[list[Entry], list[int]]:
+    def late_entries(
+        self,
+        running: Mapping[str, ActiveJob],
+        now: float,
+    ) -> tuple[list[Entry], list[int]]:
         """The late jobs' exact entries at ``now`` ascending, and their requested GPUs."""
         key = self.key
-        rows = sorted(((key(job, now), job.spec.submit_time, job_id), job.spec.requested_gpus)
-                      for job_id, job in ((j, running[j]) for j in self._late))
+        rows = sorted(
+            ((key(job, now), job.spec.submit_time, job_id), job.spec.requested_gpus)
+            for job_id, job in ((j, running[j]) for j in self._late)
+        )
         return [e for e, _ in rows], [n for _, n in rows]
 
     def _fail(self) -> bool:
@@ -177,8 +199,9 @@ class RunningOrder:
         self._seen = None
         return False
 
-    def _classify(self, job_id: str, job: ActiveJob, now: float,
-                  fresh: list[tuple[int, Entry, int]]) -> bool:
+    def _classify(
+        self, job_id: str, job: ActiveJob, now: float, fresh: list[tuple[int, Entry, int]]
+    ) -> bool:
         """Key ``job`` as regular (appended to ``fresh``) or late; False on a resize."""
         spec = job.spec
         need = spec.requested_gpus

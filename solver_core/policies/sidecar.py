@@ -68,17 +68,23 @@ def _better(key: Key, best: Key | None) -> bool:
     return False
 
 
-def algorithm1(book: HostBook, pred: Predictor, job: ActiveJob,
-               tie_break: TieBreak) -> tuple[str, int, str | None, int] | None:
+def algorithm1(
+    book: HostBook, pred: Predictor, job: ActiveJob, tie_break: TieBreak
+) -> tuple[str, int, str | None, int] | None:
     """Alg. 1 for one incoming job: ``(host, N_opt, donor or None, N_remove)`` of least
     predicted makespan, or None when no scheme is feasible."""
     best: Key | None = None
     choice: tuple[str, int, str | None, int] | None = None
     for node in book.nodes():
         idle = len(book.free[node])
-        donors = sorted((j for j, (n, _) in book.where.items()
-                         if n == node and j not in book.touched and j in book.view.running),
-                        key=lambda j: (book.view.running[j].spec.submit_time, j))
+        donors = sorted(
+            (
+                j
+                for j, (n, _) in book.where.items()
+                if n == node and j not in book.touched and j in book.view.running
+            ),
+            key=lambda j: (book.view.running[j].spec.submit_time, j),
+        )
         for n_opt in options(job, book.size(node)):
             if idle >= n_opt:
                 key = _key(pred.makespan({job.id: pred.new(job, node, n_opt)}), tie_break)
@@ -91,33 +97,41 @@ def algorithm1(book: HostBook, pred: Predictor, job: ActiveJob,
                 left = cur - remove
                 if left < 1 or left not in book.view.running[donor].spec.allowed_counts():
                     continue
-                changed = {job.id: pred.new(job, node, n_opt),
-                           donor: pred.reshaped(donor, left, pred.costs.down_s)}
+                changed = {
+                    job.id: pred.new(job, node, n_opt),
+                    donor: pred.reshaped(donor, left, pred.costs.down_s),
+                }
                 key = _key(pred.makespan(changed), tie_break)
                 if _better(key, best):
                     best, choice = key, (node, n_opt, donor, remove)
     return choice
 
 
-def algorithm2(book: HostBook, pred: Predictor, tie_break: TieBreak,
-               guard: bool) -> tuple[str, int] | None:
+def algorithm2(
+    book: HostBook, pred: Predictor, tie_break: TieBreak, guard: bool
+) -> tuple[str, int] | None:
     """Alg. 2: ``(J_i, N_add)`` of least predicted makespan among running jobs that can take
     ``N_add`` idle GPUs of their host, or None."""
     best: Key | None = None
     choice: tuple[str, int] | None = None
     most_idle = max((len(g) for g in book.free.values()), default=0)
-    candidates = sorted((j for j in book.where if j not in book.touched
-                         and j in book.view.running),
-                        key=lambda j: (book.view.running[j].spec.submit_time, j))
+    candidates = sorted(
+        (j for j in book.where if j not in book.touched and j in book.view.running),
+        key=lambda j: (book.view.running[j].spec.submit_time, j),
+    )
     for add in range(1, most_idle + 1):
         for job_id in candidates:
             node, gpus = book.where[job_id]
             cur = len(gpus)
-            if len(book.free[node]) < add or \
-                    cur + add not in book.view.running[job_id].spec.allowed_counts():
+            if (
+                len(book.free[node]) < add
+                or cur + add not in book.view.running[job_id].spec.allowed_counts()
+            ):
                 continue
-            key = _key(pred.makespan({job_id: pred.reshaped(job_id, cur + add, pred.costs.up_s)}),
-                       tie_break)
+            key = _key(
+                pred.makespan({job_id: pred.reshaped(job_id, cur + add, pred.costs.up_s)}),
+                tie_break,
+            )
             if _better(key, best):
                 best, choice = key, (job_id, add)
     if guard and best is not None and not _better(best, _key(pred.makespan({}), tie_break)):
@@ -128,8 +142,9 @@ def algorithm2(book: HostBook, pred: Predictor, tie_break: TieBreak,
 class SidecarStage:
     """The allocation stage: Alg. 1 for pending jobs, then Alg. 2 for idle GPUs."""
 
-    def __init__(self, costs: Costs, tie_break: TieBreak, guard: bool,
-                 remaining: Remaining | None = None) -> None:
+    def __init__(
+        self, costs: Costs, tie_break: TieBreak, guard: bool, remaining: Remaining | None = None
+    ) -> None:
         self.costs = costs
         self.tie_break = tie_break
         self.guard = guard
@@ -170,29 +185,44 @@ def resume_wakeup(view: ClusterView) -> float | None:
 
 
 class SidecarParams(Params):
-    init_s: float = Field(174.0, ge=0, le=1e5, description="T_init^k8s + T_init^dl of a new "
-                          "job (s; case study: 633 -> 807 s)")
+    init_s: float = Field(
+        174.0,
+        ge=0,
+        le=1e5,
+        description="T_init^k8s + T_init^dl of a new job (s; case study: 633 -> 807 s)",
+    )
     down_s: float = Field(27.0, ge=0, le=1e5, description="SideCar reshaping down (s)")
     up_s: float = Field(37.0, ge=0, le=1e5, description="SideCar reshaping up (s)")
     tail_s: float = Field(0.0, ge=0, le=1e5, description="T_ckpt + T_term^dl + T_term^k8s (s)")
-    tie_break: TieBreak = Field("sum", description="paper: first scheme of least makespan; "
-                                "sum: then least sum of predicted finishes")
+    tie_break: TieBreak = Field(
+        "sum",
+        description="paper: first scheme of least makespan; "
+        "sum: then least sum of predicted finishes",
+    )
     guard: bool = Field(False, description="Alg. 2 grows only when the makespan improves")
     accuracy_noise: float | None = Field(
-        None, ge=0, le=0.2, description="WL4 accuracy targets: predict each job's work by NNLS "
+        None,
+        ge=0,
+        le=0.2,
+        description="WL4 accuracy targets: predict each job's work by NNLS "
         "fitting of noisy accuracy points with this std (sidecar_accuracy.py); null: the "
-        "policy knows the epochs (WL1-3)")
-    accuracy_target: float = Field(0.9, gt=0, lt=0.95, description="accuracy to reach "
-                                   "(with accuracy_noise; the simulated asymptote is +0.05)")
+        "policy knows the epochs (WL1-3)",
+    )
+    accuracy_target: float = Field(
+        0.9,
+        gt=0,
+        lt=0.95,
+        description="accuracy to reach (with accuracy_noise; the simulated asymptote is +0.05)",
+    )
 
 
 def _build(p: SidecarParams, seed: int) -> StagedPolicy:
     remaining = None
     if p.accuracy_noise is not None:
-        remaining = AccuracyTarget(p.accuracy_target, noise=p.accuracy_noise,
-                                   seed=seed).remaining
-    stage = SidecarStage(Costs(p.init_s, p.down_s, p.up_s, p.tail_s), p.tie_break, p.guard,
-                         remaining)
+        remaining = AccuracyTarget(p.accuracy_target, noise=p.accuracy_noise, seed=seed).remaining
+    stage = SidecarStage(
+        Costs(p.init_s, p.down_s, p.up_s, p.tail_s), p.tie_break, p.guard, remaining
+    )
     return StagedPolicy("sidecar", stage, best_fit_placement, resume_wakeup)
 
 

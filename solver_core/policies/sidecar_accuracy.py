@@ -86,8 +86,12 @@ def fit_accuracy(points: Sequence[tuple[float, float]], ceiling: float = 1.0) ->
     low = float(acc.max()) + 1e-6
     if low >= ceiling:
         raise ValueError(f"accuracies reach {low:g}, not below the ceiling {ceiling:g}")
-    best = minimize_scalar(lambda b2: _fit_at(ks, acc, b2)[1], bounds=(low, ceiling),
-                           method="bounded", options={"xatol": 1e-9, "maxiter": 500})
+    best = minimize_scalar(
+        lambda b2: _fit_at(ks, acc, b2)[1],
+        bounds=(low, ceiling),
+        method="bounded",
+        options={"xatol": 1e-9, "maxiter": 500},
+    )
     curve, err = _fit_at(ks, acc, float(best.x))
     edge, edge_err = _fit_at(ks, acc, ceiling)  # a bounded search never tries the bound
     return edge if edge_err < err else curve

@@ -84,8 +84,9 @@ class TerminationStage:
             pred.finish[job.id] = pred.new(job, node, opts[0])
         while True:
             best: tuple[float, str, int] | None = None
-            for job_id in sorted(j for j in book.where if j in view.running
-                                 and j not in book.touched):
+            for job_id in sorted(
+                j for j in book.where if j in view.running and j not in book.touched
+            ):
                 node, gpus = book.where[job_id]
                 cur = len(gpus)
                 nxt = [c for c in view.running[job_id].spec.allowed_counts() if c > cur]
@@ -105,14 +106,22 @@ class TerminationStage:
 
 
 class K8sParams(Params):
-    size: Size = Field("random", description="random: a count drawn from the job's options "
-                       "with the run's seed (paper §V.B); requested: the job's request")
+    size: Size = Field(
+        "random",
+        description="random: a count drawn from the job's options "
+        "with the run's seed (paper §V.B); requested: the job's request",
+    )
 
 
 class TerminationParams(Params):
     init_s: float = Field(174.0, ge=0, le=1e5, description="start of a new job (s)")
-    restart_s: float = Field(242.0, ge=0, le=1e5, description="terminate-and-restart with more "
-                             "GPUs, used in predictions (s; case study 815 -> 1057 s)")
+    restart_s: float = Field(
+        242.0,
+        ge=0,
+        le=1e5,
+        description="terminate-and-restart with more "
+        "GPUs, used in predictions (s; case study 815 -> 1057 s)",
+    )
     tail_s: float = Field(0.0, ge=0, le=1e5, description="end-of-job overhead (s)")
 
 
@@ -122,8 +131,7 @@ def _k8s(p: K8sParams, seed: int) -> StagedPolicy:
 
 def _termination(p: TerminationParams, seed: int) -> StagedPolicy:
     costs = Costs(init_s=p.init_s, down_s=p.restart_s, up_s=p.restart_s, tail_s=p.tail_s)
-    return StagedPolicy("termination", TerminationStage(costs), best_fit_placement,
-                        resume_wakeup)
+    return StagedPolicy("termination", TerminationStage(costs), best_fit_placement, resume_wakeup)
 
 
 POLICIES = [

@@ -68,7 +68,7 @@ class HostBook:
         for job_id, job in view.running.items():
             alloc = job.allocation
             if alloc is not None and len(alloc.placement) == 1:
-                (node, gpus), = alloc.placement.items()
+                ((node, gpus),) = alloc.placement.items()
                 book.where[job_id] = (node, list(gpus))
         return book
 
@@ -100,7 +100,7 @@ class HostBook:
     def shrink(self, job_id: str, gpus: int) -> None:
         """Release the job's ``gpus`` highest-indexed GPUs to the node's free list."""
         node, have = self.where[job_id]
-        keep, give = have[:len(have) - gpus], have[len(have) - gpus:]
+        keep, give = have[: len(have) - gpus], have[len(have) - gpus :]
         self.where[job_id] = (node, keep)
         self.free[node] = sorted(self.free[node] + give)
         self.touched.add(job_id)
@@ -110,8 +110,9 @@ class HostBook:
         their count; the placement stage leaves them where they are)."""
         out: dict[str, int | Demand] = {}
         for job_id, (node, gpus) in self.where.items():
-            out[job_id] = Demand(len(gpus), placement=JobAllocation.fast(
-                job_id, {node: tuple(sorted(gpus))}))
+            out[job_id] = Demand(
+                len(gpus), placement=JobAllocation.fast(job_id, {node: tuple(sorted(gpus))})
+            )
         for job_id, job in self.view.running.items():
             if job_id not in out:
                 out[job_id] = job.gpus
@@ -162,13 +163,16 @@ class Predictor:
         job = self._job(job_id)
         node, _ = self.book.where[job_id]
         start = max(self.now, job.resume_time) + cost
-        return start + self.remaining(job) / self.book.rate(job, node, gpus) \
-            + self.costs.tail_s
+        return start + self.remaining(job) / self.book.rate(job, node, gpus) + self.costs.tail_s
 
     def new(self, job: ActiveJob, node: str, gpus: int) -> float:
         """``C_new(N)``: finish of a pending job started now on ``gpus`` GPUs of ``node``."""
-        return self.now + self.costs.init_s + self.remaining(job) / \
-            self.book.rate(job, node, gpus) + self.costs.tail_s
+        return (
+            self.now
+            + self.costs.init_s
+            + self.remaining(job) / self.book.rate(job, node, gpus)
+            + self.costs.tail_s
+        )
 
     def makespan(self, changed: dict[str, float]) -> tuple[float, float]:
         """(predicted makespan, sum of predicted finishes) with ``changed`` finishes replacing

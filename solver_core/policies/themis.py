@@ -151,13 +151,21 @@ class Themis(RhoMixin):
 
     def snapshot(self) -> dict[str, Any]:
         """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
-        return {"leases": {j: [[lease.gpus, lease.expires] for lease in book.leases]
-                           for j, book in self._leases.items()},
-                "times": list(self._times), "areas": list(self._areas), "active": self._active}
+        return {
+            "leases": {
+                j: [[lease.gpus, lease.expires] for lease in book.leases]
+                for j, book in self._leases.items()
+            },
+            "times": list(self._times),
+            "areas": list(self._areas),
+            "active": self._active,
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
-        self._leases = {str(j): LeaseBook.of([Lease(int(g), float(e)) for g, e in ls])
-                        for j, ls in state.get("leases", {}).items()}
+        self._leases = {
+            str(j): LeaseBook.of([Lease(int(g), float(e)) for g, e in ls])
+            for j, ls in state.get("leases", {}).items()
+        }
         self._times = [float(t) for t in state.get("times", [])]
         self._areas = [float(a) for a in state.get("areas", [])]
         self._active = int(state.get("active", 0))
@@ -177,8 +185,17 @@ class Themis(RhoMixin):
             rate = spec.throughput.rate
             peak = counts[-1] if counts else 0
             facts = self._facts[spec.id] = JobFacts(
-                spec, capacity, counts, self._key(job), spec.submit_time, spec.work, rate,
-                dict(zip(counts, rates, strict=True)), peak, rates[-1] if counts else 0.0)
+                spec,
+                capacity,
+                counts,
+                self._key(job),
+                spec.submit_time,
+                spec.work,
+                rate,
+                dict(zip(counts, rates, strict=True)),
+                peak,
+                rates[-1] if counts else 0.0,
+            )
         return facts
 
     def _prune_facts(self, view: ClusterView) -> None:
@@ -199,8 +216,12 @@ class Themis(RhoMixin):
 
     def _settle_leases(
         self, view: ClusterView
-    ) -> tuple[dict[str, int], list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]],
-               list[ActiveJob], int]:
+    ) -> tuple[
+        dict[str, int],
+        list[tuple[float, float, ActiveJob, tuple[int, ...], JobFacts]],
+        list[ActiveJob],
+        int,
+    ]:
         """Drop expired leases and reconcile with what the jobs really hold.
 
         Returns the held counts, the jobs that hold GPUs and can grow (``(0.0, key, job,
@@ -226,8 +247,13 @@ class Themis(RhoMixin):
             gpus = job.gpus
             book = books.get(job_id)
             # gpus in rate_at: gpus is a ladder count, i.e. _floor_count(ladder, gpus) == gpus
-            if (book is not None and gpus > 0 and book.total == gpus and book.first > now_eps
-                    and gpus in facts.rate_at):
+            if (
+                book is not None
+                and gpus > 0
+                and book.total == gpus
+                and book.first > now_eps
+                and gpus in facts.rate_at
+            ):
                 held[job_id] = gpus
                 if gpus < facts.peak:
                     finite.append((0.0, facts.key, job, facts.ladder, facts))
@@ -242,9 +268,16 @@ class Themis(RhoMixin):
                 finite.append((0.0, facts.key, job, ladder, facts))
         return held, finite, idle, zero_running
 
-    def _settle_one(self, job_id: str, job: ActiveJob, ladder: tuple[int, ...],
-                    book: LeaseBook | None, now: float, now_eps: float,
-                    held: dict[str, int]) -> int:
+    def _settle_one(
+        self,
+        job_id: str,
+        job: ActiveJob,
+        ladder: tuple[int, ...],
+        book: LeaseBook | None,
+        now: float,
+        now_eps: float,
+        held: dict[str, int],
+    ) -> int:
         """The general case of :meth:`_settle_leases` for one job; returns its held count."""
         leases = book.leases if book is not None else []
         total = sum(lease.gpus for lease in leases)
@@ -263,7 +296,6 @@ class Themis(RhoMixin):
             return keep
         self._leases.pop(job_id, None)
         return 0
-
 
     def _auction(
         self,
@@ -345,7 +377,7 @@ class Themis(RhoMixin):
             finite = self._ranked_by_rho(finite, held, now)
         finite.sort(key=_RHO_KEY)  # worst rho first, then tie-break key
         finite_bidders = finite[: bidders_wanted - zero_bidders]
-        finite_rest = finite[bidders_wanted - zero_bidders:]
+        finite_rest = finite[bidders_wanted - zero_bidders :]
         zero_iter = self._zero_held(view, idle)
 
         # ---- auction, phase A: a bidder without GPUs first gets its smallest count
@@ -410,7 +442,6 @@ class Themis(RhoMixin):
         entries = sorted((self._key(job), job.spec.submit_time, job.spec.id) for job in idle)
         for _, _, job_id in heapq.merge(entries, order):
             yield running.get(job_id) or pending[job_id]
-
 
     def _partial_allocation(
         self,
@@ -493,7 +524,6 @@ class Themis(RhoMixin):
         return best
 
 
-
 def themis_shares(
     fairness_knob: float = THEMIS_FAIRNESS_KNOB,
     lease_s: float = THEMIS_LEASE_S,
@@ -511,16 +541,20 @@ def themis_policy(name: str = "themis", seed: int = 0, **kwargs: object) -> Stag
 
 
 class ThemisParams(Params):
-    fairness_knob: float = Field(THEMIS_FAIRNESS_KNOB, ge=0, lt=1,
-                                 description="auction among the worst (1 - knob) of jobs by rho")
-    lease_s: float = Field(THEMIS_LEASE_S, gt=0, le=MAX_TIME_S,
-                           description="GPU lease length, seconds")
+    fairness_knob: float = Field(
+        THEMIS_FAIRNESS_KNOB,
+        ge=0,
+        lt=1,
+        description="auction among the worst (1 - knob) of jobs by rho",
+    )
+    lease_s: float = Field(
+        THEMIS_LEASE_S, gt=0, le=MAX_TIME_S, description="GPU lease length, seconds"
+    )
     ideal: Ideal = Field("afs", description="rho's ideal: afs (AFS paper) or cluster-share")
 
 
 def _build(p: ThemisParams, seed: int) -> StagedPolicy:
-    return themis_policy(seed=seed, fairness_knob=p.fairness_knob, lease_s=p.lease_s,
-                         ideal=p.ideal)
+    return themis_policy(seed=seed, fairness_knob=p.fairness_knob, lease_s=p.lease_s, ideal=p.ideal)
 
 
 POLICIES = [PolicyDef("themis", _build, ThemisParams)]

@@ -133,8 +133,9 @@ class SizedQueue:
         pending, entries, sizes = view.pending, self.entries, self.sizes
         capacity = view.capacity
         removed = entries.keys() - pending.keys()
-        added = sorted(pending.keys() - entries.keys(),
-                       key=lambda j: (pending[j].spec.submit_time, j))
+        added = sorted(
+            pending.keys() - entries.keys(), key=lambda j: (pending[j].spec.submit_time, j)
+        )
         rebuild = capacity != self._capacity or len(removed) + len(added) > 64
         if rebuild:
             for job_id in removed:
@@ -252,8 +253,11 @@ class TiresiasL:
         """Each known job's queue and counter bases, the sequence counter and the jobs that
         ran at the last decision. Waiting order and promotion timers are rebuilt from these at
         the next decision (their due times depend only on the bases)."""
-        return {"stints": {j: asdict(st) for j, st in self._state.items()}, "seq": self._seq,
-                "running_at_decision": list(self._running_at_decision)}
+        return {
+            "stints": {j: asdict(st) for j, st in self._state.items()},
+            "seq": self._seq,
+            "running_at_decision": list(self._running_at_decision),
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
         self._state = {str(j): _Stint(**st) for j, st in state.get("stints", {}).items()}
@@ -399,26 +403,36 @@ def tiresias_l_policy(name: str = "tiresias-l", **kwargs: object) -> StagedPolic
 
 class TiresiasParams(Params):
     thresholds: tuple[float, ...] = Field(
-        TIRESIAS_THRESHOLDS_GPU_S, min_length=1, max_length=16,
-        description="upper service limits of Q0..Q(K-2), increasing (K queues)")
+        TIRESIAS_THRESHOLDS_GPU_S,
+        min_length=1,
+        max_length=16,
+        description="upper service limits of Q0..Q(K-2), increasing (K queues)",
+    )
     promote_knob: float | None = Field(
-        TIRESIAS_PROMOTE_KNOB, ge=0, le=1e6,
-        description="promote to Q0 when waiting >= knob x executed time; null/0: off")
+        TIRESIAS_PROMOTE_KNOB,
+        ge=0,
+        le=1e6,
+        description="promote to Q0 when waiting >= knob x executed time; null/0: off",
+    )
     service: Service = Field(
-        "gpu_time", description="gpu_time: GPU-seconds (AFS); time: executed seconds "
-        "(upstream Tiresias dlas)")
+        "gpu_time",
+        description="gpu_time: GPU-seconds (AFS); time: executed seconds (upstream Tiresias dlas)",
+    )
     upstream_events: bool = Field(
-        False, description="as the Tiresias simulator: demotion checked at its whole-second "
+        False,
+        description="as the Tiresias simulator: demotion checked at its whole-second "
         "events, waiting jobs to the back of their queue after each pass (needs "
-        "promote_knob: null)")
+        "promote_knob: null)",
+    )
 
 
 def _build(p: TiresiasParams, seed: int) -> StagedPolicy:
     if p.upstream_events:
         return _build_upstream(p)
     try:
-        return tiresias_l_policy(thresholds=p.thresholds, promote_knob=p.promote_knob,
-                                 service=p.service)
+        return tiresias_l_policy(
+            thresholds=p.thresholds, promote_knob=p.promote_knob, service=p.service
+        )
     except ValueError as err:
         raise InputError(str(err), field="policies.tiresias-l") from None
 
@@ -427,17 +441,18 @@ def _build_upstream(p: TiresiasParams) -> StagedPolicy:
     """``upstream_events``: the simulator's loop (:mod:`.tiresias_upstream`), imported only
     when asked for."""
     if p.promote_knob:
-        raise InputError("upstream_events has no starvation knob (the simulator's dlas-gpu-N "
-                         "is not ported): set promote_knob to null",
-                         field="policies.tiresias-l.promote_knob")
+        raise InputError(
+            "upstream_events has no starvation knob (the simulator's dlas-gpu-N "
+            "is not ported): set promote_knob to null",
+            field="policies.tiresias-l.promote_knob",
+        )
     from .tiresias_upstream import UpstreamMLFQ
 
     try:
         stage = UpstreamMLFQ(p.thresholds, p.service)
     except ValueError as err:
         raise InputError(str(err), field="policies.tiresias-l") from None
-    return StagedPolicy("tiresias-l", stage, best_fit_placement, stage.next_wakeup,
-                        memory=stage)
+    return StagedPolicy("tiresias-l", stage, best_fit_placement, stage.next_wakeup, memory=stage)
 
 
 POLICIES = [PolicyDef("tiresias-l", _build, TiresiasParams)]

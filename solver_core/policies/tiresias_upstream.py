@@ -55,8 +55,13 @@ class UpstreamMLFQ:
     """Shares stage: the Tiresias simulator's multi-level feedback queue (``dlas``,
     ``dlas-gpu``, ``dlas-gpu-gittins``) with its event granularity and queue order."""
 
-    def __init__(self, thresholds: tuple[float, ...], service: Service = "gpu_time",
-                 size: SizeFn = requested_size, rank: Rank | None = None) -> None:
+    def __init__(
+        self,
+        thresholds: tuple[float, ...],
+        service: Service = "gpu_time",
+        size: SizeFn = requested_size,
+        rank: Rank | None = None,
+    ) -> None:
         if service not in ("gpu_time", "time"):
             raise ValueError(f"service must be 'gpu_time' or 'time', got {service!r}")
         if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(set(thresholds)):
@@ -82,8 +87,13 @@ class UpstreamMLFQ:
         """The queue lists (their order is the policy's memory), the arrival order, and the
         pending queue jump with the capacity it was computed for (without them a restored
         stage would take the next stale wake-up for an event)."""
-        return {"queues": [list(q) for q in self.queues], "arrival": dict(self._arrival),
-                "arrivals": self._arrivals, "jump": self._jump, "capacity": self._capacity}
+        return {
+            "queues": [list(q) for q in self.queues],
+            "arrival": dict(self._arrival),
+            "arrivals": self._arrivals,
+            "jump": self._jump,
+            "capacity": self._capacity,
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
         queues = [[str(j) for j in q] for q in state.get("queues", [])]
@@ -120,8 +130,9 @@ class UpstreamMLFQ:
             for j in gone:
                 del self._queue_of[j]
                 self._arrival.pop(j, None)
-        new = sorted((j for j in jobs if j not in self._queue_of),
-                     key=lambda j: jobs[j].spec.submit_time)
+        new = sorted(
+            (j for j in jobs if j not in self._queue_of), key=lambda j: jobs[j].spec.submit_time
+        )
         for job_id in new:
             self.queues[0].append(job_id)
             self._queue_of[job_id] = 0

@@ -20,8 +20,14 @@ from ..backends import BACKENDS, MipModel, Solution, solve
 from ..limits import SolveLimits
 from .mathopt import MATHOPT_ALIASES
 
-__all__ = ["MATHOPT_SOLVERS", "MIP_SOLVERS", "Outcome", "heuristic_outcome", "mip_defaults",
-           "solve_mip"]
+__all__ = [
+    "MATHOPT_SOLVERS",
+    "MIP_SOLVERS",
+    "Outcome",
+    "heuristic_outcome",
+    "mip_defaults",
+    "solve_mip",
+]
 
 MIP_SOLVERS: tuple[str, ...] = tuple(BACKENDS)
 """Every MIP backend name, in the MIP layer's order (cp-sat, scip, cbc, highs, pulp-cbc)."""
@@ -55,9 +61,13 @@ def mip_defaults(mathopt: bool = False) -> tuple[str, ...]:
     return (*available_backends(), *(mathopt_available() if mathopt else ()))
 
 
-def solve_mip(build: Callable[[], MipModel], decode: Callable[[Solution], dict[str, Any]],
-              backend: str, limits: SolveLimits,
-              score: Callable[[dict[str, Any]], float]) -> Outcome:
+def solve_mip(
+    build: Callable[[], MipModel],
+    decode: Callable[[Solution], dict[str, Any]],
+    backend: str,
+    limits: SolveLimits,
+    score: Callable[[dict[str, Any]], float],
+) -> Outcome:
     """Build, solve with ``backend`` under ``limits`` and decode; status straight from it.
 
     ``score`` recomputes the objective from the decoded solution (the instance's own units),
@@ -85,11 +95,13 @@ def solve_mip(build: Callable[[], MipModel], decode: Callable[[Solution], dict[s
     return Outcome(status, objective, bound, gap, solution, build_ms, st.wall_ms, st.message)
 
 
-def heuristic_outcome(solution: dict[str, Any], objective: float, t0: float,
-                      status: str = "heuristic") -> Outcome:
+def heuristic_outcome(
+    solution: dict[str, Any], objective: float, t0: float, status: str = "heuristic"
+) -> Outcome:
     """A heuristic's answer: no bound, no gap, the whole run counted as solve time."""
-    return Outcome(status, objective, None, None, solution, None,
-                   (time.perf_counter() - t0) * 1000.0)
+    return Outcome(
+        status, objective, None, None, solution, None, (time.perf_counter() - t0) * 1000.0
+    )
 
 
 class RuleBroken(AssertionError):

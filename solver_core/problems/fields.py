@@ -12,14 +12,23 @@ from typing import Any
 
 from gpuplan.models import InputError
 
-__all__ = ["as_int", "as_list", "as_number", "as_object", "as_record", "as_str", "instance_object",
-           "unique"]
+__all__ = [
+    "as_int",
+    "as_list",
+    "as_number",
+    "as_object",
+    "as_record",
+    "as_str",
+    "instance_object",
+    "unique",
+]
 
 
 def as_object(x: Any, source: str, field: str) -> dict[str, Any]:
     if not isinstance(x, dict):
-        raise InputError(f"must be a JSON object, got {type(x).__name__}", source=source,
-                         field=field)
+        raise InputError(
+            f"must be a JSON object, got {type(x).__name__}", source=source, field=field
+        )
     return x
 
 
@@ -33,8 +42,9 @@ def as_record(x: Any, source: str, field: str, known: tuple[str, ...]) -> dict[s
     return obj
 
 
-def instance_object(data: Any, source: str, required: tuple[str, ...],
-                    optional: tuple[str, ...] = ()) -> dict[str, Any]:
+def instance_object(
+    data: Any, source: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The instance file's top-level object: an unknown key, then a missing required one (in
     ``required`` order), is the error, naming that field."""
     obj = as_object(data, source, "instance")
@@ -49,8 +59,7 @@ def instance_object(data: Any, source: str, required: tuple[str, ...],
 
 def as_list(x: Any, source: str, field: str) -> list[Any]:
     if not isinstance(x, list):
-        raise InputError(f"must be a JSON list, got {type(x).__name__}", source=source,
-                         field=field)
+        raise InputError(f"must be a JSON list, got {type(x).__name__}", source=source, field=field)
     return x
 
 
@@ -60,8 +69,9 @@ def as_str(x: Any, source: str, field: str) -> str:
     return x
 
 
-def as_int(x: Any, source: str, field: str, *, low: int | None = None,
-           high: int | None = None) -> int:
+def as_int(
+    x: Any, source: str, field: str, *, low: int | None = None, high: int | None = None
+) -> int:
     """An integer (not a float such as 2.0, not a bool) in [``low``, ``high``]."""
     if isinstance(x, bool) or not isinstance(x, int):
         raise InputError(f"must be an integer, got {x!r}", source=source, field=field)
@@ -69,8 +79,9 @@ def as_int(x: Any, source: str, field: str, *, low: int | None = None,
         raise InputError(f"must be >= {low}, got {x}", source=source, field=field)
     if high is not None and x > high:
         shown = str(x) if x.bit_length() < 128 else f"an integer of {x.bit_length()} bits"
-        raise InputError(f"must be <= {high} (docs/solvers.md, bounds), got {shown}",
-                         source=source, field=field)
+        raise InputError(
+            f"must be <= {high} (docs/solvers.md, bounds), got {shown}", source=source, field=field
+        )
     return x
 
 

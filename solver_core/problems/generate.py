@@ -20,8 +20,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_SIZES", "GENERATORS", "MAX_SIZES", "SIZE_MEANS", "generate",
-           "instance_text"]
+__all__ = ["DEFAULT_SIZES", "GENERATORS", "MAX_SIZES", "SIZE_MEANS", "generate", "instance_text"]
 
 Instance = dict[str, Any]
 
@@ -62,8 +61,10 @@ def gen_reclaim(n: int, rng: random.Random) -> Instance:
         gpus = {s: rng.randint(1, free[s]) for s in rng.sample(open_, span)}
         for s, g in gpus.items():
             free[s] -= g
-        job: Instance = {"id": f"j{len(jobs)}", "gpus": dict(sorted(gpus.items(),
-                                                                    key=lambda kv: int(kv[0][1:])))}
+        job: Instance = {
+            "id": f"j{len(jobs)}",
+            "gpus": dict(sorted(gpus.items(), key=lambda kv: int(kv[0][1:]))),
+        }
         total = sum(gpus.values())
         if total > 1 and rng.random() < 0.3:
             job["allowed"] = list(range(max(1, total // 2), total + 1))
@@ -101,8 +102,7 @@ def gen_placement(n: int, rng: random.Random) -> Instance:
             job["nodes"] = sorted(may, key=lambda s: int(s[1:]))
         jobs.append(job)
         asked += count
-    return {"unit": unit, "nodes": nodes, "no_network_sharing": rng.random() < 0.75,
-            "jobs": jobs}
+    return {"unit": unit, "nodes": nodes, "no_network_sharing": rng.random() < 0.75, "jobs": jobs}
 
 
 def gen_packing(n: int, rng: random.Random) -> Instance:
@@ -129,31 +129,52 @@ def gen_ojpp(n: int, rng: random.Random) -> Instance:
     jobs = []
     for i in range(n):
         gamma = rng.uniform(0.05, 0.35)
-        jobs.append({"id": f"j{i}", "workers": rng.randint(1, 4),
-                     "alpha": _r(rng.uniform(0.05, 0.5)), "gamma": _r(gamma),
-                     "delta": _r(gamma + rng.uniform(0.0, 0.25)),
-                     "p": _r(rng.uniform(0.0, 0.3)), "type": rng.choice(_OJPP_TYPES)})
+        jobs.append(
+            {
+                "id": f"j{i}",
+                "workers": rng.randint(1, 4),
+                "alpha": _r(rng.uniform(0.05, 0.5)),
+                "gamma": _r(gamma),
+                "delta": _r(gamma + rng.uniform(0.0, 0.25)),
+                "p": _r(rng.uniform(0.0, 0.3)),
+                "type": rng.choice(_OJPP_TYPES),
+            }
+        )
     types = sorted({j["type"] for j in jobs})
-    matrix = {a: {b: _r(rng.uniform(0.1, 0.3) if a == b else rng.uniform(0.0, 0.2))
-                  for b in types} for a in types}
-    return {"tau_max": 0.1, "theta_max": 0.3, "theta_balance": 0.2,
-            "composition": rng.choice(("additive", "max", "multiplicative")),
-            "jobs": jobs, "interference": matrix}
+    matrix = {
+        a: {b: _r(rng.uniform(0.1, 0.3) if a == b else rng.uniform(0.0, 0.2)) for b in types}
+        for a in types
+    }
+    return {
+        "tau_max": 0.1,
+        "theta_max": 0.3,
+        "theta_balance": 0.2,
+        "composition": rng.choice(("additive", "max", "multiplicative")),
+        "jobs": jobs,
+        "interference": matrix,
+    }
 
 
 GENERATORS: dict[str, Callable[[int, random.Random], Instance]] = {
-    "mckp": gen_mckp, "reclaim": gen_reclaim, "placement": gen_placement,
-    "packing": gen_packing, "ojpp": gen_ojpp,
+    "mckp": gen_mckp,
+    "reclaim": gen_reclaim,
+    "placement": gen_placement,
+    "packing": gen_packing,
+    "ojpp": gen_ojpp,
 }
 
-SIZE_MEANS = {"mckp": "groups", "reclaim": "loaned servers", "placement": "nodes",
-              "packing": "jobs", "ojpp": "jobs"}
+SIZE_MEANS = {
+    "mckp": "groups",
+    "reclaim": "loaned servers",
+    "placement": "nodes",
+    "packing": "jobs",
+    "ojpp": "jobs",
+}
 
 DEFAULT_SIZES = {"mckp": 100, "reclaim": 100, "placement": 8, "packing": 50, "ojpp": 6}
 """``--size`` when none is given: solved by every exact solver in about a second here."""
 
-MAX_SIZES = {"mckp": 10_000, "reclaim": 5_000, "placement": 1_000, "packing": 10_000,
-             "ojpp": 1_000}
+MAX_SIZES = {"mckp": 10_000, "reclaim": 5_000, "placement": 1_000, "packing": 10_000, "ojpp": 1_000}
 """Largest ``size`` drawn: at least five times the largest size the solver bench measures
 and beyond any decision the engine makes, while still drawn in seconds (reclaim's and
 placement's generators are quadratic in ``size``: reclaim at 5,000 takes about 6 s here;

@@ -25,8 +25,9 @@ def mathopt_available() -> tuple[str, ...]:
     return ()
 
 
-def solve_mathopt(model: MipModel, name: str, limits: SolveLimits, stage: str = "solve"
-                  ) -> Solution:
+def solve_mathopt(
+    model: MipModel, name: str, limits: SolveLimits, stage: str = "solve"
+) -> Solution:
     """Solve ``model`` with the backend that the alias ``name`` stands for; the stats name the
     backend that actually ran (``highs``/``scip``)."""
     return solve(model, MATHOPT_ALIASES[name], limits=limits, stage=stage)

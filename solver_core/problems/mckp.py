@@ -27,8 +27,7 @@ from .common import (
 )
 from .fields import as_int, as_list, as_number, as_record, as_str, instance_object, unique
 
-__all__ = ["EXACT", "HEURISTICS", "SOLVERS", "MckpFile", "check", "default_solvers", "load",
-           "run"]
+__all__ = ["EXACT", "HEURISTICS", "SOLVERS", "MckpFile", "check", "default_solvers", "load", "run"]
 
 EXACT = ("dp", *MIP_SOLVERS, *MATHOPT_SOLVERS)
 HEURISTICS = ("greedy",)
@@ -64,8 +63,11 @@ def load(data: Any, source: str) -> MckpFile:
 
 
 def value_of(inst: MckpFile, choice: dict[str, int | None]) -> float:
-    return sum(g.items[choice[g.key]][1] for g in inst.groups  # type: ignore[index]
-               if choice.get(g.key) is not None)
+    return sum(
+        g.items[choice[g.key]][1]
+        for g in inst.groups  # type: ignore[index]
+        if choice.get(g.key) is not None
+    )
 
 
 def check(inst: MckpFile, solution: dict[str, Any]) -> float:
@@ -84,8 +86,11 @@ def check(inst: MckpFile, solution: dict[str, Any]) -> float:
 
 
 def _answer(inst: MckpFile, choice: dict[str, int]) -> dict[str, Any]:
-    return {"choice": {g.key: (None if choice.get(g.key, -1) < 0 else choice[g.key])
-                       for g in inst.groups}}
+    return {
+        "choice": {
+            g.key: (None if choice.get(g.key, -1) < 0 else choice[g.key]) for g in inst.groups
+        }
+    }
 
 
 def default_solvers() -> tuple[str, ...]:
@@ -116,8 +121,10 @@ def run(inst: MckpFile, solver: str, limits: SolveLimits) -> Outcome:
                     row.append(xs[gi, i])
             if row:
                 m.add(lin_sum(row) <= 1, f"one_{gi}")
-        m.add(lin_sum(inst.groups[gi].items[i][0] * x for (gi, i), x in xs.items())
-              <= inst.capacity, "capacity")
+        m.add(
+            lin_sum(inst.groups[gi].items[i][0] * x for (gi, i), x in xs.items()) <= inst.capacity,
+            "capacity",
+        )
         m.maximize(lin_sum(inst.groups[gi].items[i][1] * x for (gi, i), x in xs.items()))
         return m
 

@@ -27,8 +27,16 @@ from ..placement.network_packing import (
 from .common import MIP_SOLVERS, Outcome, heuristic_outcome, mip_defaults, rule
 from .fields import as_int, as_list, as_record, as_str, instance_object, unique
 
-__all__ = ["HEURISTICS", "SOLVERS", "PackingFile", "check", "default_solvers", "load", "run",
-           "score"]
+__all__ = [
+    "HEURISTICS",
+    "SOLVERS",
+    "PackingFile",
+    "check",
+    "default_solvers",
+    "load",
+    "run",
+    "score",
+]
 
 HEURISTICS = ("greedy-deficit", "greedy-marginal")
 
@@ -42,8 +50,13 @@ SOLVERS = (*MIP_SOLVERS, *HEURISTICS)
 class PackingFile:
     """A validated instance: ``unit`` GPUs per node, ``capacity`` GPUs, shares, allowed counts."""
 
-    def __init__(self, unit: int, capacity: int, shares: dict[str, int],
-                 allowed: dict[str, tuple[int, ...] | None]) -> None:
+    def __init__(
+        self,
+        unit: int,
+        capacity: int,
+        shares: dict[str, int],
+        allowed: dict[str, tuple[int, ...] | None],
+    ) -> None:
         self.unit = unit
         self.capacity = capacity
         self.shares = shares
@@ -75,12 +88,16 @@ def load(data: Any, source: str) -> PackingFile:
         allowed[jid] = None
         if "allowed" in j:
             counts = as_list(j["allowed"], source, f"{where}.allowed")
-            allowed[jid] = tuple(as_int(a, source, f"{where}.allowed[{k}]", low=1,
-                                        high=MAX_PACKING_GPUS)
-                                 for k, a in enumerate(counts))
+            allowed[jid] = tuple(
+                as_int(a, source, f"{where}.allowed[{k}]", low=1, high=MAX_PACKING_GPUS)
+                for k, a in enumerate(counts)
+            )
             if not counts:
-                raise InputError("must not be empty (omit it: any count)", source=source,
-                                 field=f"{where}.allowed")
+                raise InputError(
+                    "must not be empty (omit it: any count)",
+                    source=source,
+                    field=f"{where}.allowed",
+                )
     unique(ids, source, "jobs[].id")
     return PackingFile(unit, capacity, shares, allowed)
 
@@ -122,12 +139,14 @@ def default_solvers() -> tuple[str, ...]:
 def run(pf: PackingFile, solver: str, limits: SolveLimits) -> Outcome:
     t0 = time.perf_counter()
     if solver in HEURISTICS:
-        counts = regulate_greedy(pf.shares, pf.unit, pf.capacity, pf.allowed,
-                                 rule=solver.split("-")[1])  # type: ignore[arg-type]
+        counts = regulate_greedy(
+            pf.shares, pf.unit, pf.capacity, pf.allowed, rule=solver.split("-")[1]
+        )  # type: ignore[arg-type]
         return heuristic_outcome(_answer(pf, counts), score(pf, counts)[2], t0)
     stats: list[SolverStats] = []
-    counts = regulate_exact(pf.shares, pf.unit, pf.capacity, pf.allowed, backend=solver,
-                            limits=limits, stats=stats)
+    counts = regulate_exact(
+        pf.shares, pf.unit, pf.capacity, pf.allowed, backend=solver, limits=limits, stats=stats
+    )
     st = stats[-1]
     out = heuristic_outcome(_answer(pf, counts), score(pf, counts)[2], t0, status=st.status)
     if st.status == "optimal":

@@ -34,13 +34,15 @@ def load(data: Any, source: str) -> PlacementProblem:
     """Validate a ``placement`` file; held GPUs get indices per node in job order."""
     obj = instance_object(data, source, ("unit", "nodes", "jobs"), ("no_network_sharing",))
     unit = as_int(obj["unit"], source, "unit", low=1, high=MAX_GPUS_PER_NODE)
-    nodes = {as_str(n, source, "nodes"): as_int(g, source, f"nodes.{n}", low=0,
-                                                high=MAX_GPUS_PER_NODE)
-             for n, g in as_object(obj["nodes"], source, "nodes").items()}
+    nodes = {
+        as_str(n, source, "nodes"): as_int(g, source, f"nodes.{n}", low=0, high=MAX_GPUS_PER_NODE)
+        for n, g in as_object(obj["nodes"], source, "nodes").items()
+    }
     nns = obj.get("no_network_sharing", True)
     if not isinstance(nns, bool):
-        raise InputError(f"must be true or false, got {nns!r}", source=source,
-                         field="no_network_sharing")
+        raise InputError(
+            f"must be true or false, got {nns!r}", source=source, field="no_network_sharing"
+        )
     next_free = dict.fromkeys(nodes, 0)
     jobs = []
     for ji, j in enumerate(as_list(obj["jobs"], source, "jobs")):
@@ -54,24 +56,31 @@ def load(data: Any, source: str) -> PlacementProblem:
             if n not in nodes:
                 raise InputError(f"unknown node {n!r}", source=source, field=f"{where}.held")
             if next_free[n] + k > nodes[n]:
-                raise InputError(f"jobs hold {next_free[n] + k} GPUs on {n}, which has "
-                                 f"{nodes[n]}", source=source, field=f"{where}.held.{n}")
+                raise InputError(
+                    f"jobs hold {next_free[n] + k} GPUs on {n}, which has {nodes[n]}",
+                    source=source,
+                    field=f"{where}.held.{n}",
+                )
             if k:
                 held[n] = tuple(range(next_free[n], next_free[n] + k))
                 next_free[n] += k
         allowed_nodes = None
         if "nodes" in j:
-            names = [as_str(n, source, f"{where}.nodes") for n in
-                     as_list(j["nodes"], source, f"{where}.nodes")]
+            names = [
+                as_str(n, source, f"{where}.nodes")
+                for n in as_list(j["nodes"], source, f"{where}.nodes")
+            ]
             bad = [n for n in names if n not in nodes]
             if bad:
-                raise InputError(f"unknown node {bad[0]!r}", source=source,
-                                 field=f"{where}.nodes")
+                raise InputError(f"unknown node {bad[0]!r}", source=source, field=f"{where}.nodes")
             allowed_nodes = frozenset(names)
             outside = sorted(set(held) - allowed_nodes)
             if outside:  # the solvers would keep those GPUs where the job may not run
-                raise InputError(f"holds GPUs on {outside[0]!r}, not in its nodes",
-                                 source=source, field=f"{where}.nodes")
+                raise InputError(
+                    f"holds GPUs on {outside[0]!r}, not in its nodes",
+                    source=source,
+                    field=f"{where}.nodes",
+                )
         jobs.append(PlacementJob(jid, count, held, allowed_nodes))
     unique([j.id for j in jobs], source, "jobs[].id")
     pools = {n: tuple(range(g)) for n, g in nodes.items()}
@@ -115,9 +124,13 @@ def check(p: PlacementProblem, solution: dict[str, Any]) -> float:
 def _answer(p: PlacementProblem, counts: dict[str, dict[str, int]]) -> dict[str, Any]:
     s = reuse_score(p, counts)
     clean = {j: {n: g for n, g in sorted(c.items()) if g} for j, c in sorted(counts.items())}
-    return {"placement": {j: c for j, c in clean.items() if c},
-            "placed_gpus": s.placed_gpus, "kept_jobs": s.kept_jobs,
-            "reused_gpus": s.reused_gpus, "migrated_jobs": s.migrated_jobs}
+    return {
+        "placement": {j: c for j, c in clean.items() if c},
+        "placed_gpus": s.placed_gpus,
+        "kept_jobs": s.kept_jobs,
+        "reused_gpus": s.reused_gpus,
+        "migrated_jobs": s.migrated_jobs,
+    }
 
 
 def default_solvers() -> tuple[str, ...]:

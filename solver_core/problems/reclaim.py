@@ -35,8 +35,17 @@ from .common import (
 )
 from .fields import as_int, as_list, as_object, as_record, as_str, instance_object, unique
 
-__all__ = ["EXACT", "HEURISTICS", "SOLVERS", "ReclaimFile", "check", "default_solvers", "load",
-           "preempted", "run"]
+__all__ = [
+    "EXACT",
+    "HEURISTICS",
+    "SOLVERS",
+    "ReclaimFile",
+    "check",
+    "default_solvers",
+    "load",
+    "preempted",
+    "run",
+]
 
 EXACT = (*MIP_SOLVERS, *MATHOPT_SOLVERS, "exact")
 HEURISTICS = ("aryl", "scf", "random")
@@ -55,30 +64,41 @@ def load(data: Any, source: str) -> ReclaimFile:
     """Validate a ``reclaim`` file (README): unique servers and job ids, GPU counts >= 1,
     allowed counts >= 1, 0 <= demand <= number of servers."""
     obj = instance_object(data, source, ("servers", "jobs", "demand"))
-    servers = [as_str(s, source, f"servers[{i}]")
-               for i, s in enumerate(as_list(obj["servers"], source, "servers"))]
+    servers = [
+        as_str(s, source, f"servers[{i}]")
+        for i, s in enumerate(as_list(obj["servers"], source, "servers"))
+    ]
     unique(servers, source, "servers")
     jobs = []
     for ji, j in enumerate(as_list(obj["jobs"], source, "jobs")):
         where = f"jobs[{ji}]"
         j = as_record(j, source, where, ("id", "gpus", "allowed"))
         jid = as_str(j.get("id"), source, f"{where}.id")
-        gpus = {as_str(s, source, f"{where}.gpus"): as_int(g, source, f"{where}.gpus.{s}",
-                                                           low=1)
-                for s, g in as_object(j.get("gpus"), source, f"{where}.gpus").items()}
+        gpus = {
+            as_str(s, source, f"{where}.gpus"): as_int(g, source, f"{where}.gpus.{s}", low=1)
+            for s, g in as_object(j.get("gpus"), source, f"{where}.gpus").items()
+        }
         allowed: frozenset[int] = frozenset()
         if "allowed" in j:
-            allowed = frozenset(as_int(a, source, f"{where}.allowed[{k}]", low=1) for k, a in
-                                enumerate(as_list(j["allowed"], source, f"{where}.allowed")))
+            allowed = frozenset(
+                as_int(a, source, f"{where}.allowed[{k}]", low=1)
+                for k, a in enumerate(as_list(j["allowed"], source, f"{where}.allowed"))
+            )
             if not allowed:
-                raise InputError("must not be empty (omit it for a rigid job)", source=source,
-                                 field=f"{where}.allowed")
+                raise InputError(
+                    "must not be empty (omit it for a rigid job)",
+                    source=source,
+                    field=f"{where}.allowed",
+                )
         jobs.append(ReclaimJob(jid, gpus, allowed))
     unique([j.id for j in jobs], source, "jobs[].id")
     demand = as_int(obj["demand"], source, "demand", low=0)
     if demand > len(servers):
-        raise InputError(f"demand {demand} above the {len(servers)} servers on loan",
-                         source=source, field="demand")
+        raise InputError(
+            f"demand {demand} above the {len(servers)} servers on loan",
+            source=source,
+            field="demand",
+        )
     return ReclaimFile(ReclaimInstance(tuple(servers), tuple(jobs)), demand)
 
 
@@ -120,8 +140,13 @@ def run(rf: ReclaimFile, solver: str, limits: SolveLimits) -> Outcome:
     t0 = time.perf_counter()
     inst, n = rf.inst, rf.demand
     if solver in HEURISTICS:
-        chosen = (select_aryl(inst, n) if solver == "aryl" else select_scf(inst, n)
-                  if solver == "scf" else select_random(inst, n, 0))
+        chosen = (
+            select_aryl(inst, n)
+            if solver == "aryl"
+            else select_scf(inst, n)
+            if solver == "scf"
+            else select_random(inst, n, 0)
+        )
         sol = _answer(rf, chosen)
         return heuristic_outcome(sol, float(len(sol["preempted"])), t0)
     if solver == "exact":
@@ -154,8 +179,11 @@ def run(rf: ReclaimFile, solver: str, limits: SolveLimits) -> Outcome:
             options = sorted({a for a in job.allowed if a < total} | {total})
             ws = [m.bool_var(f"w_{k}_{a}") for a in options]
             m.add(lin_sum(ws) + y == 1, f"choose_{k}")
-            kept = total - lin_sum(job.gpus[s] * xs[s] for s in on) \
+            kept = (
+                total
+                - lin_sum(job.gpus[s] * xs[s] for s in on)
                 - lin_sum(a * w for a, w in zip(options, ws, strict=True))
+            )
             m.add(kept <= total * y, f"kept_hi_{k}")
             m.add(kept >= -total * y, f"kept_lo_{k}")
         m.minimize(lin_sum(ys))

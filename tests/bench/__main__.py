@@ -17,26 +17,42 @@ BENCHMARKS = [
     ("placement: greedy vs exact gap", "placement_gap", ["--quick"]),
     ("Aryl: reclaim and MCKP", "aryl", []),
     ("Pollux throughput-model fit (scipy)", "throughput_fit", ["--quick"]),
-    ("CLI start-up: scenarios, policies, make_policy, simulate, Pollux prepare (issue 28)",
-     "cli_startup", ["--repeat", "3"]),
+    (
+        "CLI start-up: scenarios, policies, make_policy, simulate, Pollux prepare (issue 28)",
+        "cli_startup",
+        ["--repeat", "3"],
+    ),
     ("OJPP: exact vs heuristic placement", "ojpp", ["--quick"]),
     ("OJPP results: Table 5, strategies, AIP", "ojpp_table5", ["--quick"]),
-    ("reclaim at scale: exact at 1 det-s vs the best known (1,000 servers)", "reclaim_scale",
-     ["--quick"]),
-    ("OJPAP in the simulation loop: benefit vs migration cost", "ojpp_online_run",
-     ["--quick"]),
-    ("MIP layer: MipModel -> MathOpt translation, bulk proto vs element by element",
-     "mip_translate", ["--quick"]),
-    ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix",
-     ["--quick"]),
+    (
+        "reclaim at scale: exact at 1 det-s vs the best known (1,000 servers)",
+        "reclaim_scale",
+        ["--quick"],
+    ),
+    ("OJPAP in the simulation loop: benefit vs migration cost", "ojpp_online_run", ["--quick"]),
+    (
+        "MIP layer: MipModel -> MathOpt translation, bulk proto vs element by element",
+        "mip_translate",
+        ["--quick"],
+    ),
+    ("gpuplan solve: solver x size matrix (generated instances)", "solver_matrix", ["--quick"]),
     ("offline-optimal: each policy's gap to the optimum", "optimality", ["--quick"]),
-    ("AFS reproduction through the sweep runner (issue 13: all 11 VCs x 8 policies x 3 seeds "
-     "<= 10 min; --quick: 2 small VCs, seed 0)", "afs_vcs",
-     ["--vcs", "e13805,2869ce", "--seeds", "0"]),
-    ("Slurm lab: controller (aryl-sjf, afs-p) vs Slurm alone --nodes=1", "slurm_vs_native",
-     ["--quick", "--modes", "slurm-nodes1,aryl-sjf,afs-p"]),
-    ("Slurm lab at scale: controller cycle times and CPU (--quick: 8 x 8 GPUs, 100 jobs)",
-     "slurm_scale", ["--quick"]),
+    (
+        "AFS reproduction through the sweep runner (issue 13: all 11 VCs x 8 policies x 3 seeds "
+        "<= 10 min; --quick: 2 small VCs, seed 0)",
+        "afs_vcs",
+        ["--vcs", "e13805,2869ce", "--seeds", "0"],
+    ),
+    (
+        "Slurm lab: controller (aryl-sjf, afs-p) vs Slurm alone --nodes=1",
+        "slurm_vs_native",
+        ["--quick", "--modes", "slurm-nodes1,aryl-sjf,afs-p"],
+    ),
+    (
+        "Slurm lab at scale: controller cycle times and CPU (--quick: 8 x 8 GPUs, 100 jobs)",
+        "slurm_scale",
+        ["--quick"],
+    ),
 ]
 
 

@@ -26,8 +26,10 @@ def _ratio(base: float | None, other: float | None) -> str:
 def render(data: dict) -> str:
     vcs = sorted(data["vcs"].items(), key=lambda kv: kv[1]["trace"] or 0)
     out: list[str] = []
-    for title, group, base in (("Length-aware", AWARE, "srtf"),
-                               ("Length-unaware", UNAWARE, "tiresias-l")):
+    for title, group, base in (
+        ("Length-aware", AWARE, "srtf"),
+        ("Length-unaware", UNAWARE, "tiresias-l"),
+    ):
         cols = [p for p in group if p in data["policies"]]
         out.append(f"### {title}: average JCT (h), mean over seeds {data['seeds']}\n")
         out.append("| # | VC | jobs | " + " | ".join(cols) + f" | best / {base} |")
@@ -37,8 +39,10 @@ def render(data: dict) -> str:
             jct = {p: pol[p]["avg_jct_s"] for p in cols if p in pol}
             best = min((v for k, v in jct.items() if k != base and v), default=None)
             cells = " | ".join(_h(jct.get(p)) for p in cols)
-            out.append(f"| {row['trace']} | {vc} | {row['jobs']} | {cells} | "
-                       f"{_ratio(jct.get(base), best)} |")
+            out.append(
+                f"| {row['trace']} | {vc} | {row['jobs']} | {cells} | "
+                f"{_ratio(jct.get(base), best)} |"
+            )
         out.append("")
         out.append(f"### {title}: p99 JCT (h)\n")
         out.append("| # | VC | " + " | ".join(cols) + " |")
@@ -53,14 +57,20 @@ def render(data: dict) -> str:
     out.append("|---|---|---|---|---|---|")
     for vc, row in vcs:
         pol = row["policies"]
+
         def get(p: str, pol: dict = pol) -> float | None:
             return pol.get(p, {}).get("avg_jct_s")
-        out.append(f"| {row['trace']} | {vc} | {_ratio(get('srtf'), get('afs-l'))} | "
-                   f"{_ratio(get('tiresias-l'), get('afs-p'))} | "
-                   f"{_ratio(get('themis'), get('afs-p'))} | {row['wall_s']:.0f} |")
-    out.append(f"\nPaper (Fig. 5): AFS-L/SRTF 1.2-2.7x, AFS-P/Tiresias-L 1.9-3.1x, "
-               f"AFS-P/Themis up to 2.2x. The `wall` column sums to "
-               f"{data['total_wall_s']:,.0f} s (see **Time** above).")
+
+        out.append(
+            f"| {row['trace']} | {vc} | {_ratio(get('srtf'), get('afs-l'))} | "
+            f"{_ratio(get('tiresias-l'), get('afs-p'))} | "
+            f"{_ratio(get('themis'), get('afs-p'))} | {row['wall_s']:.0f} |"
+        )
+    out.append(
+        f"\nPaper (Fig. 5): AFS-L/SRTF 1.2-2.7x, AFS-P/Tiresias-L 1.9-3.1x, "
+        f"AFS-P/Themis up to 2.2x. The `wall` column sums to "
+        f"{data['total_wall_s']:,.0f} s (see **Time** above)."
+    )
     return "\n".join(out)
 
 

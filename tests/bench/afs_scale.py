@@ -56,10 +56,14 @@ def workload(active: int, probes: int, seed: int = SEED) -> list[JobSpec]:
         model = zoo[names[rng.randrange(len(names))]]
         requested = min(model.max_gpus, rng.choice((1, 1, 2, 4, 8)))
         rate = model.profile.rate(requested)
-        return JobSpec(id=job_id, submit_time=submit, requested_gpus=requested,
-                       total_iterations=seconds * rate,
-                       elasticity=Elasticity(min_gpus=1, max_gpus=model.max_gpus),
-                       throughput=model.profile)
+        return JobSpec(
+            id=job_id,
+            submit_time=submit,
+            requested_gpus=requested,
+            total_iterations=seconds * rate,
+            elasticity=Elasticity(min_gpus=1, max_gpus=model.max_gpus),
+            throughput=model.profile,
+        )
 
     for i in range(active):
         jobs.append(one(f"long{i}", 0.0, math.exp(rng.uniform(math.log(3e5), math.log(3e6)))))
@@ -131,15 +135,23 @@ def run(policy_name: str, gpus: int, active: int, probes: int) -> dict[str, floa
     horizon = (probes + 15) * PROBE_EVERY_S
     timed_policy = _CpuTimed(policy)
     t0 = time.perf_counter()
-    result, engine, _ = simulate(cluster, jobs, timed_policy, sample_interval_s=None,
-                                 horizon_s=horizon)
+    result, engine, _ = simulate(
+        cluster, jobs, timed_policy, sample_interval_s=None, horizon_s=horizon
+    )
     wall = time.perf_counter() - t0
     ms = engine.decision_ms[1:]
     cpu = timed_policy.cpu_ms[1:]
-    out = {"decisions": float(len(ms)), "first_ms": engine.decision_ms[0],
-           "p50_ms": statistics.median(ms), "p99_ms": _pct(ms, 0.99), "max_ms": max(ms),
-           "cpu_p50_ms": statistics.median(cpu), "cpu_p99_ms": _pct(cpu, 0.99),
-           "wall_s": wall, "finished": float(sum(r.jct is not None for r in result.jobs))}
+    out = {
+        "decisions": float(len(ms)),
+        "first_ms": engine.decision_ms[0],
+        "p50_ms": statistics.median(ms),
+        "p99_ms": _pct(ms, 0.99),
+        "max_ms": max(ms),
+        "cpu_p50_ms": statistics.median(cpu),
+        "cpu_p99_ms": _pct(cpu, 0.99),
+        "wall_s": wall,
+        "finished": float(sum(r.jct is not None for r in result.jobs)),
+    }
     if timed is not None:
         shares = timed.ms[1:]
         out["shares_p50_ms"] = statistics.median(shares)
@@ -155,25 +167,35 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--quick", action="store_true", help="50 probes instead of 200")
     args = parser.parse_args(argv)
     probes = 50 if args.quick else args.probes
-    print(f"{args.gpus} GPUs ({args.gpus // GPUS_PER_NODE} nodes x {GPUS_PER_NODE}), "
-          f"{args.active} long jobs active, {probes} probe arrivals")
+    print(
+        f"{args.gpus} GPUs ({args.gpus // GPUS_PER_NODE} nodes x {GPUS_PER_NODE}), "
+        f"{args.active} long jobs active, {probes} probe arrivals"
+    )
     rows = {name: run(name, args.gpus, args.active, probes) for name in ("fifo", "afs-l")}
-    print("decision times in ms: wall (engine's decision_ms) and CPU (process_time); "
-          "shares = the AFS-L stage alone, CPU")
-    print(f"{'policy':>7} {'decisions':>9} {'first':>8} {'wall p50':>8} {'wall p99':>8} "
-          f"{'cpu p50':>8} {'cpu p99':>8} {'shares p50':>10} {'shares p99':>10} {'run s':>6}")
+    print(
+        "decision times in ms: wall (engine's decision_ms) and CPU (process_time); "
+        "shares = the AFS-L stage alone, CPU"
+    )
+    print(
+        f"{'policy':>7} {'decisions':>9} {'first':>8} {'wall p50':>8} {'wall p99':>8} "
+        f"{'cpu p50':>8} {'cpu p99':>8} {'shares p50':>10} {'shares p99':>10} {'run s':>6}"
+    )
     for name, r in rows.items():
         sp50 = f"{r['shares_p50_ms']:.2f}" if "shares_p50_ms" in r else "-"
         sp99 = f"{r['shares_p99_ms']:.2f}" if "shares_p99_ms" in r else "-"
-        print(f"{name:>7} {r['decisions']:>9.0f} {r['first_ms']:>8.1f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f} {r['cpu_p50_ms']:>8.2f} {r['cpu_p99_ms']:>8.2f} "
-              f"{sp50:>10} {sp99:>10} {r['wall_s']:>6.1f}")
+        print(
+            f"{name:>7} {r['decisions']:>9.0f} {r['first_ms']:>8.1f} {r['p50_ms']:>8.2f} "
+            f"{r['p99_ms']:>8.2f} {r['cpu_p50_ms']:>8.2f} {r['cpu_p99_ms']:>8.2f} "
+            f"{sp50:>10} {sp99:>10} {r['wall_s']:>6.1f}"
+        )
     afs, fifo = rows["afs-l"], rows["fifo"]
     for clock in ("", "cpu_"):
         p99, ref = afs[f"{clock}p99_ms"], fifo[f"{clock}p99_ms"]
-        print(f"AFS-L decision p99 ({clock.rstrip('_') or 'wall'}) {p99:.2f} ms = "
-              f"{p99 / ref:.2f}x FIFO's {ref:.2f} ms (same run); goal <= {GOAL_P99_MS:.0f} ms: "
-              f"{'met' if p99 <= GOAL_P99_MS else 'NOT met'}")
+        print(
+            f"AFS-L decision p99 ({clock.rstrip('_') or 'wall'}) {p99:.2f} ms = "
+            f"{p99 / ref:.2f}x FIFO's {ref:.2f} ms (same run); goal <= {GOAL_P99_MS:.0f} ms: "
+            f"{'met' if p99 <= GOAL_P99_MS else 'NOT met'}"
+        )
     return rows
 
 

@@ -44,9 +44,14 @@ def workload(n: int, total: int, seed: int = 0) -> list[AfsJob]:
     ladders = {}
     for name in names:
         model = zoo[name]
-        spec = JobSpec(id=name, submit_time=0, requested_gpus=1, total_iterations=1.0,
-                       elasticity=Elasticity(min_gpus=1, max_gpus=model.max_gpus),
-                       throughput=model.profile)
+        spec = JobSpec(
+            id=name,
+            submit_time=0,
+            requested_gpus=1,
+            total_iterations=1.0,
+            elasticity=Elasticity(min_gpus=1, max_gpus=model.max_gpus),
+            throughput=model.profile,
+        )
         ladders[name] = build_ladder(spec, total)
     jobs = []
     for i in range(n):
@@ -77,8 +82,12 @@ def _calibrate() -> float:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-ref-seconds", type=float, default=20.0,
-                        help="skip the reference where its estimated time exceeds this")
+    parser.add_argument(
+        "--max-ref-seconds",
+        type=float,
+        default=20.0,
+        help="skip the reference where its estimated time exceeds this",
+    )
     parser.add_argument("--runs", type=int, default=5, help="production runs per cell")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args(argv)
@@ -87,8 +96,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:
     print(f"clock: {args.clock}")
     per_op = _calibrate()
     print(f"reference calibration: {per_op * 1e9:.0f} ns per job x step")
-    header = (f"{'jobs':>5} {'GPUs':>5} {'used':>5} {'prod ms':>8} {'ref ms':>10} "
-              f"{'speed-up':>9}  same")
+    header = (
+        f"{'jobs':>5} {'GPUs':>5} {'used':>5} {'prod ms':>8} {'ref ms':>10} {'speed-up':>9}  same"
+    )
     print(header)
     print("-" * len(header))
     rows: list[dict[str, object]] = []
@@ -99,8 +109,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:
             shares = afs_l_shares(jobs, total)
             prod = _median(lambda j=jobs, t=total: afs_l_shares(j, t), args.runs)
             est = per_op * n * sum(shares)
-            row: dict[str, object] = {"jobs": n, "gpus": total, "used": sum(shares),
-                                      "prod_s": prod, "ref_est_s": est}
+            row: dict[str, object] = {
+                "jobs": n,
+                "gpus": total,
+                "used": sum(shares),
+                "prod_s": prod,
+                "ref_est_s": est,
+            }
             if est > args.max_ref_seconds:
                 ref_txt = f"skip ~{est:.0f}s"
                 speed = f"~{est / prod:,.0f}x"
@@ -111,26 +126,38 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, object]]:
                 t0 = _clock()
                 ref_shares = afs_l_reference(jobs, total)
                 first = _clock() - t0
-                ref = first if first > 2.0 else statistics.median(
-                    [first, _median(lambda j=jobs, t=total: afs_l_reference(j, t), 1),
-                     _median(lambda j=jobs, t=total: afs_l_reference(j, t), 1)])
+                ref = (
+                    first
+                    if first > 2.0
+                    else statistics.median(
+                        [
+                            first,
+                            _median(lambda j=jobs, t=total: afs_l_reference(j, t), 1),
+                            _median(lambda j=jobs, t=total: afs_l_reference(j, t), 1),
+                        ]
+                    )
+                )
                 same = "yes" if ref_shares == shares else "NO"
                 ref_txt = f"{ref * 1e3:,.1f}"
                 speed = f"{ref / prod:,.0f}x"
                 row["ref_s"] = ref
                 row["speedup"] = ref / prod
                 row["same"] = ref_shares == shares
-            print(f"{n:>5} {total:>5} {sum(shares):>5} {prod * 1e3:>8.2f} {ref_txt:>10} "
-                  f"{speed:>9}  {same}")
+            print(
+                f"{n:>5} {total:>5} {sum(shares):>5} {prod * 1e3:>8.2f} {ref_txt:>10} "
+                f"{speed:>9}  {same}"
+            )
             rows.append(row)
     head = next(r for r in rows if (r["jobs"], r["gpus"]) == HEADLINE)
     prod_ms = float(head["prod_s"]) * 1e3  # type: ignore[arg-type]
     speedup = float(head["speedup"])  # type: ignore[arg-type]
     how = "measured" if head["ref_s"] is not None else "estimated"
-    print(f"goal {HEADLINE[0]} jobs x {HEADLINE[1]} GPUs: {prod_ms:.2f} ms "
-          f"({'met' if prod_ms <= GOAL_MS else 'NOT met'}, <= {GOAL_MS:.0f} ms); "
-          f"{speedup:,.0f}x {how} ({'met' if speedup >= GOAL_SPEEDUP else 'NOT met'}, "
-          f">= {GOAL_SPEEDUP:.0f}x)")
+    print(
+        f"goal {HEADLINE[0]} jobs x {HEADLINE[1]} GPUs: {prod_ms:.2f} ms "
+        f"({'met' if prod_ms <= GOAL_MS else 'NOT met'}, <= {GOAL_MS:.0f} ms); "
+        f"{speedup:,.0f}x {how} ({'met' if speedup >= GOAL_SPEEDUP else 'NOT met'}, "
+        f">= {GOAL_SPEEDUP:.0f}x)"
+    )
     return rows
 
 

@@ -28,8 +28,17 @@ from gpuplan.sweep import RunRecord, SweepFile, run_sweep
 
 # AFS Table 3 order: trace id -> VC
 TRACES: dict[int, str] = {
-    1: "0e4a51", 2: "6c71a0", 3: "b436b2", 4: "e13805", 5: "6214e9", 6: "7f04ca",
-    7: "103959", 8: "ee9e8c", 9: "2869ce", 10: "11cb48", 11: "ed69ec",
+    1: "0e4a51",
+    2: "6c71a0",
+    3: "b436b2",
+    4: "e13805",
+    5: "6214e9",
+    6: "7f04ca",
+    7: "103959",
+    8: "ee9e8c",
+    9: "2869ce",
+    10: "11cb48",
+    11: "ed69ec",
 }
 AWARE = ["srtf", "srsf", "afs-l"]
 UNAWARE = ["tiresias-l", "max-min", "optimus", "themis", "afs-p"]
@@ -40,11 +49,16 @@ GOAL_S = 600.0
 """Issue 13: the full reproduction (11 VCs x 8 policies x 3 seeds) in <= 10 min."""
 
 
-def run_sweep_vcs(vcs: list[str], seeds: list[int], policies: list[str], out: Path,
-                  workers: int) -> dict[str, list[RunRecord]]:
+def run_sweep_vcs(
+    vcs: list[str], seeds: list[int], policies: list[str], out: Path, workers: int
+) -> dict[str, list[RunRecord]]:
     """Every VC x policy x seed through the sweep runner; records grouped by VC."""
-    sweep = SweepFile(name="AFS reproduction", scenarios=[f"philly-{vc}" for vc in vcs],
-                      policies=list(policies), seeds=list(seeds))
+    sweep = SweepFile(
+        name="AFS reproduction",
+        scenarios=[f"philly-{vc}" for vc in vcs],
+        policies=list(policies),
+        seeds=list(seeds),
+    )
     out.mkdir(parents=True, exist_ok=True)
     path = out / "afs-sweep.yaml"  # beside the results, so the folder says what it holds
     path.write_text(yaml.safe_dump(sweep.model_dump(exclude_none=True), sort_keys=False))
@@ -55,8 +69,9 @@ def run_sweep_vcs(vcs: list[str], seeds: list[int], policies: list[str], out: Pa
     return grouped
 
 
-def vc_summaries(records: list[RunRecord], seeds: list[int], policies: list[str]
-                 ) -> tuple[dict[str, RunSummary], float, dict[str, list[RunSummary]]]:
+def vc_summaries(
+    records: list[RunRecord], seeds: list[int], policies: list[str]
+) -> tuple[dict[str, RunSummary], float, dict[str, list[RunSummary]]]:
     """Mean summary per policy over seeds, the VC's run seconds (sum over its runs, as if run
     one after another) and the per-seed summaries (for the spread), seeds in order."""
     per: dict[str, list[RunSummary]] = {p: [] for p in policies}
@@ -89,10 +104,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--vcs", default=",".join(TRACES.values()))
     parser.add_argument("--write", default=None, help="folder for afs.json and plots")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="Dask worker processes (default: one per core)")
-    parser.add_argument("--sweep-out", default=None,
-                        help="keep the sweep outputs here (resumable); default: a temporary dir")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Dask worker processes (default: one per core)",
+    )
+    parser.add_argument(
+        "--sweep-out",
+        default=None,
+        help="keep the sweep outputs here (resumable); default: a temporary dir",
+    )
     args = parser.parse_args(argv)
     if args.sweep_out is None:
         with tempfile.TemporaryDirectory(prefix="afs-sweep-") as tmp:
@@ -117,20 +139,34 @@ def _main(args: argparse.Namespace, sweep_out: Path) -> dict:
     for vc in vcs:
         summaries, wall, per_seed = vc_summaries(grouped[vc], seeds, policies)
         total += wall
-        row = {p: {"avg_jct_s": s.avg_jct_s, "p99_jct_s": s.p99_jct_s,
-                   "unfinished": s.unfinished, "preemptions": s.preemptions,
-                   "resizes": s.resizes, "decision_p95_ms": s.decision_p95_ms,
-                   "per_seed": [{"seed": seed, "avg_jct_s": one.avg_jct_s,
-                                 "p99_jct_s": one.p99_jct_s}
-                                for seed, one in zip(seeds, per_seed[p], strict=True)]}
-               for p, s in summaries.items()}
-        out["vcs"][vc] = {"trace": ids.get(vc), "wall_s": wall, "jobs": next(
-            iter(summaries.values())).jobs, "policies": row}
+        row = {
+            p: {
+                "avg_jct_s": s.avg_jct_s,
+                "p99_jct_s": s.p99_jct_s,
+                "unfinished": s.unfinished,
+                "preemptions": s.preemptions,
+                "resizes": s.resizes,
+                "decision_p95_ms": s.decision_p95_ms,
+                "per_seed": [
+                    {"seed": seed, "avg_jct_s": one.avg_jct_s, "p99_jct_s": one.p99_jct_s}
+                    for seed, one in zip(seeds, per_seed[p], strict=True)
+                ],
+            }
+            for p, s in summaries.items()
+        }
+        out["vcs"][vc] = {
+            "trace": ids.get(vc),
+            "wall_s": wall,
+            "jobs": next(iter(summaries.values())).jobs,
+            "policies": row,
+        }
         line = " ".join(f"{p}={_h(s.avg_jct_s)}h" for p, s in summaries.items())
         print(f"#{ids.get(vc)} {vc} ({wall:.0f} s): {line}")
-        print(f"    AFS-L/SRTF {_ratio(summaries.get('srtf'), summaries.get('afs-l'), 'avg_jct_s')}"
-              f"  AFS-P/Tiresias-L "
-              f"{_ratio(summaries.get('tiresias-l'), summaries.get('afs-p'), 'avg_jct_s')}")
+        print(
+            f"    AFS-L/SRTF {_ratio(summaries.get('srtf'), summaries.get('afs-l'), 'avg_jct_s')}"
+            f"  AFS-P/Tiresias-L "
+            f"{_ratio(summaries.get('tiresias-l'), summaries.get('afs-p'), 'avg_jct_s')}"
+        )
         if args.write:
             folder = Path(args.write)
             folder.mkdir(parents=True, exist_ok=True)
@@ -144,13 +180,17 @@ def _main(args: argparse.Namespace, sweep_out: Path) -> dict:
             (folder / "afs.json").write_text(json.dumps(out, indent=2))
     out["total_wall_s"] = total
     out["sweep_wall_s"] = elapsed
-    print(f"all VCs: {total:.0f} s of runs; the sweep took {elapsed:.0f} s wall on "
-          f"{args.workers} workers ({len(vcs)} VCs x {len(policies)} policies x "
-          f"{len(seeds)} seeds)")
+    print(
+        f"all VCs: {total:.0f} s of runs; the sweep took {elapsed:.0f} s wall on "
+        f"{args.workers} workers ({len(vcs)} VCs x {len(policies)} policies x "
+        f"{len(seeds)} seeds)"
+    )
     if len(vcs) == len(TRACES) and len(seeds) == 3:
         verdict = "met" if elapsed <= GOAL_S else "MISSED"
-        print(f"issue 13 goal: the full reproduction in <= {GOAL_S / 60:.0f} min: {verdict} "
-              f"({elapsed / 60:.1f} min; a resumed sweep counts only what it ran)")
+        print(
+            f"issue 13 goal: the full reproduction in <= {GOAL_S / 60:.0f} min: {verdict} "
+            f"({elapsed / 60:.1f} min; a resumed sweep counts only what it ran)"
+        )
     if args.write:
         (Path(args.write) / "afs.json").write_text(json.dumps(out, indent=2))
     return out

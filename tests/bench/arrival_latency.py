@@ -39,11 +39,29 @@ def _cpu_s(pid: int) -> float:
 
 
 def _submit(lab: SlurmLab, shared: Path, name: str) -> int:
-    argv = ["sbatch", "--parsable", f"--partition={PARTITION}", "--nodes=1", "--gpus=1",
-            "--comment=gpuplan:min=1,max=1,work=2", f"--job-name={name}",
-            f"--output={shared}/{name}.out", str(shared / "run.sh"), PYTHON,
-            str(shared / "standin.py"), "--job-id", name, "--work", "2", "--rate-per-gpu", "1",
-            "--state-dir", str(shared), "--progress-interval", "0.5"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--partition={PARTITION}",
+        "--nodes=1",
+        "--gpus=1",
+        "--comment=gpuplan:min=1,max=1,work=2",
+        f"--job-name={name}",
+        f"--output={shared}/{name}.out",
+        str(shared / "run.sh"),
+        PYTHON,
+        str(shared / "standin.py"),
+        "--job-id",
+        name,
+        "--work",
+        "2",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "0.5",
+    ]
     proc = fx.as_user(fx.UNPRIVILEGED_USER, argv, lab.env)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
@@ -53,20 +71,40 @@ def _submit(lab: SlurmLab, shared: Path, name: str) -> int:
 def _stats(values: list[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
-    return (f"median {statistics.median(ordered):.3f} s, p90 {p90:.3f} s, "
-            f"max {ordered[-1]:.3f} s (n={len(ordered)})")
+    return (
+        f"median {statistics.median(ordered):.3f} s, p90 {p90:.3f} s, "
+        f"max {ordered[-1]:.3f} s (n={len(ordered)})"
+    )
 
 
 def measure(lab: SlurmLab, jobs: int, check: float) -> dict[str, list[float] | float]:
     shared = fx.shared_job_dir("gpuplan-arrivals-")
     db, log = shared / "state" / "controller.db", shared / "controller.log"
-    argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", "fifo",
-            "--state-db", str(db), "--partition", PARTITION, "--wake-file", str(lab.wake_file),
-            "--arrival-check", f"{check:g}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuplan",
+        "slurm-controller",
+        "--policy",
+        "fifo",
+        "--state-db",
+        str(db),
+        "--partition",
+        PARTITION,
+        "--wake-file",
+        str(lab.wake_file),
+        "--arrival-check",
+        f"{check:g}",
+    ]
     rng = random.Random(SEED)
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, env={**os.environ, **lab.env}, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env={**os.environ, **lab.env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         heartbeat = db.with_name(db.name + ".heartbeat")
         t0 = time.monotonic()
@@ -119,9 +157,12 @@ def main(argv: list[str]) -> None:
     try:
         for check in checks:
             got = measure(lab, jobs, check)
-            print(f"--arrival-check {check:g}: submit -> discovered: {_stats(got['seen'])}; "  # type: ignore[arg-type]
-                  f"submit -> first decision (start intent): {_stats(got['decided'])}; "  # type: ignore[arg-type]
-                  f"controller CPU {got['cpu_s_per_min']:.2f} s/min", flush=True)
+            print(
+                f"--arrival-check {check:g}: submit -> discovered: {_stats(got['seen'])}; "  # type: ignore[arg-type]
+                f"submit -> first decision (start intent): {_stats(got['decided'])}; "  # type: ignore[arg-type]
+                f"controller CPU {got['cpu_s_per_min']:.2f} s/min",
+                flush=True,
+            )
     finally:
         with contextlib.suppress(StopIteration):
             next(session)

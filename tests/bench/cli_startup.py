@@ -48,8 +48,9 @@ def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall s, user+sys CPU s) of one child process; a failure stops the bench loudly."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, check=False)
+    proc = subprocess.run(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -81,23 +82,41 @@ def main(argv: Sequence[str] = ()) -> None:
             ("python -c pass (reference)", [py, "-c", "pass"], env),
             ("gpuplan scenarios", [py, "-m", "gpuplan", "scenarios"], env),
             ("gpuplan policies", [py, "-m", "gpuplan", "policies"], env),
-            ("make_policy('fifo')", [py, "-c", "from gpuplan.solver_core.registry import "
-                                     "make_policy; make_policy('fifo')"], env),
+            (
+                "make_policy('fifo')",
+                [
+                    py,
+                    "-c",
+                    "from gpuplan.solver_core.registry import make_policy; make_policy('fifo')",
+                ],
+                env,
+            ),
         ]
         if traces_dir() is not None:
             cases += [
-                ("gpuplan simulate tiresias 60 jobs, fifo",
-                 [py, "-m", "gpuplan", "simulate", "--scenario", str(scenario), "--policy",
-                  "fifo"], env),
-                ("prepare pollux workload-1, no cache", prepare,
-                 nocache_env),
-                ("prepare pollux workload-1, cached fits", prepare,
-                 cache_env),
+                (
+                    "gpuplan simulate tiresias 60 jobs, fifo",
+                    [
+                        py,
+                        "-m",
+                        "gpuplan",
+                        "simulate",
+                        "--scenario",
+                        str(scenario),
+                        "--policy",
+                        "fifo",
+                    ],
+                    env,
+                ),
+                ("prepare pollux workload-1, no cache", prepare, nocache_env),
+                ("prepare pollux workload-1, cached fits", prepare, cache_env),
             ]
         else:
             print("trace cases skipped: no shared traces")
-        print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, median of "
-              f"{repeat} fresh processes")
+        print(
+            f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, median of "
+            f"{repeat} fresh processes"
+        )
         print("| case | wall s | CPU s (user+sys) | wall / bare | CPU / bare |")
         print("|---|---:|---:|---:|---:|")
         bare = (1.0, 1.0)
@@ -106,8 +125,11 @@ def main(argv: Sequence[str] = ()) -> None:
             wall, cpu = _median(cmd, case_env, repeat)
             if cmd[1:] == ["-c", "pass"]:
                 bare = (wall, cpu)
-            print(f"| {name} | {wall:.3f} | {cpu:.3f} | {wall / bare[0]:.1f} "
-                  f"| {cpu / max(bare[1], 1e-3):.1f} |", flush=True)
+            print(
+                f"| {name} | {wall:.3f} | {cpu:.3f} | {wall / bare[0]:.1f} "
+                f"| {cpu / max(bare[1], 1e-3):.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

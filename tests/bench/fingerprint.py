@@ -23,9 +23,25 @@ from gpuplan.solver_core.registry import make_policy
 
 from .scale import GPUS_PER_NODE, workload
 
-PHILLY_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "tiresias-l", "afs-l", "afs-p",
-                   "max-min", "themis", "optimus", "srtf-e", "srsf-e", "elastic-tiresias",
-                   "sjf", "k8s-default", "afs-l-packed", "srtf-reuse")
+PHILLY_POLICIES = (
+    "fifo",
+    "fifo-backfill",
+    "srtf",
+    "srsf",
+    "tiresias-l",
+    "afs-l",
+    "afs-p",
+    "max-min",
+    "themis",
+    "optimus",
+    "srtf-e",
+    "srsf-e",
+    "elastic-tiresias",
+    "sjf",
+    "k8s-default",
+    "afs-l-packed",
+    "srtf-reuse",
+)
 ARYL_POLICIES = ("aryl-sjf", "aryl-loaning", "aryl-scaling", "aryl")
 SYNTHETIC = ((256, 3_000), (1_024, 6_000))
 SYNTHETIC_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "tiresias-l", "afs-l")
@@ -62,7 +78,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.bench.fingerprint",
         description="Result fingerprints of the simulated cases (refactors keep behaviour: "
-                    "--save before, --check after).")
+        "--save before, --check after).",
+    )
     parser.add_argument("--quick", action="store_true", help="the small cases only")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--save", metavar="FILE", help="write the fingerprints to FILE")

@@ -48,8 +48,7 @@ LIMIT = 0.15
 """A pair whose worse job errs by more than this is explained in the results page."""
 
 PAIR_MODELS = ("noise", "default", "predictor", "timeslice")
-TRIPLE_MODELS = ("noise", "default", "additive", "max", "multiplicative", "predictor",
-                 "timeslice")
+TRIPLE_MODELS = ("noise", "default", "additive", "max", "multiplicative", "predictor", "timeslice")
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class Sample:
 
     @property
     def others(self) -> tuple[str, ...]:
-        return self.group[:self.index] + self.group[self.index + 1:]
+        return self.group[: self.index] + self.group[self.index + 1 :]
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -81,8 +80,9 @@ def samples(table: MeasuredTable) -> list[Sample]:
 
 
 def _spec(model: str, n: int = 0) -> JobSpec:
-    return JobSpec(id=f"{model}#{n}", submit_time=0.0, requested_gpus=1, total_iterations=1.0,
-                   model=model)
+    return JobSpec(
+        id=f"{model}#{n}", submit_time=0.0, requested_gpus=1, total_iterations=1.0, model=model
+    )
 
 
 def default_model(s: Sample) -> float:
@@ -94,12 +94,14 @@ def default_model(s: Sample) -> float:
 
 def composed(run: MeasuredRun, composition: str) -> Callable[[Sample], float]:
     """The replay's fallback: the run's measured pairs only, under ``composition``."""
-    pairs_only = MeasuredTable(jobs=run.table.jobs,
-                               groups=tuple(g for g in run.table.groups if len(g.models) == 2))
+    pairs_only = MeasuredTable(
+        jobs=run.table.jobs, groups=tuple(g for g in run.table.groups if len(g.models) == 2)
+    )
     model = MeasuredInterference(pairs_only, composition)  # type: ignore[arg-type]
 
     def predict(s: Sample) -> float:
         return model.slowdown(_spec(s.victim), [_spec(o, n + 1) for n, o in enumerate(s.others)])
+
     return predict
 
 
@@ -131,12 +133,15 @@ class _Features:
 
     def job(self, model: str) -> list[float]:
         run = self.run
-        return [math.log(run.table.jobs[model]), run.util[model],
-                math.log(run.peak_mem_mib[model])]
+        return [math.log(run.table.jobs[model]), run.util[model], math.log(run.peak_mem_mib[model])]
 
     def pair(self, victim: str, aggressor: str) -> list[float]:
-        return [*self.job(victim), *self.job(aggressor),
-                self.suffered.get(victim, self.mean), self.inflicted.get(aggressor, self.mean)]
+        return [
+            *self.job(victim),
+            *self.job(aggressor),
+            self.suffered.get(victim, self.mean),
+            self.inflicted.get(aggressor, self.mean),
+        ]
 
 
 @dataclass
@@ -246,12 +251,13 @@ def _table(evals: list[RunEval], size: int, models: Sequence[str]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     per_run = [_groups(ev, size) for ev in evals]
     for g, (group, _idx) in enumerate(per_run[0]):
-        measured = " \\| ".join(" ".join(f"{evals[r].samples[n].measured:.2f}"
-                                         for n in per_run[r][g][1]) for r in range(len(evals)))
+        measured = " \\| ".join(
+            " ".join(f"{evals[r].samples[n].measured:.2f}" for n in per_run[r][g][1])
+            for r in range(len(evals))
+        )
         cells = []
         for m in models:
-            worst = [max(evals[r].error(m, n) for n in per_run[r][g][1])
-                     for r in range(len(evals))]
+            worst = [max(evals[r].error(m, n) for n in per_run[r][g][1]) for r in range(len(evals))]
             mark = " **!**" if m != "noise" and max(worst) > LIMIT else ""
             cells.append(" / ".join(_pct(w) for w in worst) + mark)
         lines.append(f"| {' + '.join(group)} | {measured} | " + " | ".join(cells) + " |")
@@ -259,8 +265,11 @@ def _table(evals: list[RunEval], size: int, models: Sequence[str]) -> list[str]:
 
 
 def _summary(evals: list[RunEval]) -> list[str]:
-    lines = ["| model | pairs: mean job error | pairs: worst | pairs above 15 % (of 15) | "
-             "triples: mean job error | triples: worst |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | pairs: mean job error | pairs: worst | pairs above 15 % (of 15) | "
+        "triples: mean job error | triples: worst |",
+        "|---|---|---|---|---|---|",
+    ]
     for m in TRIPLE_MODELS:
         cells = []
         for size in (2, 3):
@@ -275,8 +284,10 @@ def _summary(evals: list[RunEval]) -> list[str]:
                 group_worst = [max(ev.error(m, n) for n in idx) for _g, idx in groups]
                 worsts.append(max(group_worst))
                 above.append(sum(w > LIMIT for w in group_worst))
-            cells += [" / ".join(_pct(v) for v in means) + " %",
-                      " / ".join(_pct(v) for v in worsts) + " %"]
+            cells += [
+                " / ".join(_pct(v) for v in means) + " %",
+                " / ".join(_pct(v) for v in worsts) + " %",
+            ]
             if size == 2:
                 cells.append(" / ".join(str(a) for a in above))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
@@ -284,18 +295,30 @@ def _summary(evals: list[RunEval]) -> list[str]:
 
 
 def report(evals: list[RunEval]) -> str:
-    chosen = "; ".join(f"{ev.run}: " + ", ".join(f"{k} {v}" for k, v in sorted(ev.chosen.items()))
-                       for ev in evals)
+    chosen = "; ".join(
+        f"{ev.run}: " + ", ".join(f"{k} {v}" for k, v in sorted(ev.chosen.items())) for ev in evals
+    )
     ks = "; ".join(f"{ev.run}: {min(ev.k):.3f}-{max(ev.k):.3f}" for ev in evals)
-    out = ["Errors in %, run1 / run2 (each repetition predicted on its own; `noise` is the "
-           "other repetition's reading). A cell is the worse of the group's jobs; **!** marks "
-           "a model's error above 15 %.", "", "Summary:", "", *_summary(evals), "",
-           "Pairs (leave-one-pair-out for the fitted models):", "",
-           *_table(evals, 2, PAIR_MODELS), "",
-           "Triples (pair terms or models from all 15 pairs of the same repetition):", "",
-           *_table(evals, 3, TRIPLE_MODELS), "",
-           f"Regressors the predictor's selection chose (of 15 folds): {chosen}. "
-           f"Time-slicing constant k over the folds: {ks}."]
+    out = [
+        "Errors in %, run1 / run2 (each repetition predicted on its own; `noise` is the "
+        "other repetition's reading). A cell is the worse of the group's jobs; **!** marks "
+        "a model's error above 15 %.",
+        "",
+        "Summary:",
+        "",
+        *_summary(evals),
+        "",
+        "Pairs (leave-one-pair-out for the fitted models):",
+        "",
+        *_table(evals, 2, PAIR_MODELS),
+        "",
+        "Triples (pair terms or models from all 15 pairs of the same repetition):",
+        "",
+        *_table(evals, 3, TRIPLE_MODELS),
+        "",
+        f"Regressors the predictor's selection chose (of 15 folds): {chosen}. "
+        f"Time-slicing constant k over the folds: {ks}.",
+    ]
     return "\n".join(out) + "\n"
 
 

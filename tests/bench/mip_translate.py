@@ -25,7 +25,7 @@ def knapsack(n: int, seed: int) -> MipModel:
     w = [rng.randint(5, 60) for _ in range(n)]
     m.add(lin_sum(wi * x for wi, x in zip(w, xs, strict=True)) <= sum(w) // 2)
     for k in range(0, n, 4):
-        m.add(lin_sum(xs[k:k + 4]) <= 2)
+        m.add(lin_sum(xs[k : k + 4]) <= 2)
     m.maximize(lin_sum(rng.randint(5, 60) * x for x in xs))
     return m
 
@@ -35,13 +35,20 @@ def element_by_element(model: MipModel) -> object:
     from ortools.math_opt.python import mathopt
 
     mo = mathopt.Model(name=model.name)
-    xs = [mo.add_variable(lb=v.lb, ub=v.ub, is_integer=v.kind != "num", name=v.name)
-          for v in model.vars]
+    xs = [
+        mo.add_variable(lb=v.lb, ub=v.ub, is_integer=v.kind != "num", name=v.name)
+        for v in model.vars
+    ]
     for con in model.constraints:
-        mo.add_linear_constraint(lb=con.lb, ub=con.ub, expr=mathopt.LinearSum(
-            c * xs[v.index] for v, c in con.terms.items()))
-    mo.set_objective(mathopt.LinearSum(c * xs[v.index] for v, c in model.objective.terms.items()),
-                     is_maximize=model.sense == "max")
+        mo.add_linear_constraint(
+            lb=con.lb,
+            ub=con.ub,
+            expr=mathopt.LinearSum(c * xs[v.index] for v, c in con.terms.items()),
+        )
+    mo.set_objective(
+        mathopt.LinearSum(c * xs[v.index] for v, c in model.objective.terms.items()),
+        is_maximize=model.sense == "max",
+    )
     return mo.export_model()  # type: ignore[no-any-return]
 
 

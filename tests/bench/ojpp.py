@@ -61,16 +61,24 @@ def _exact_row(inst: OjppInstance, use_patterns: bool) -> tuple[OjppAnswer, floa
     """The answer, its wall seconds and its CP-SAT deterministic seconds (all rounds)."""
     _DET.clear()
     t0 = time.perf_counter()
-    ex = solve_exact(inst, "cp-sat", SolveLimits.deterministic_budget(GOAL_EXACT_S),
-                     shortcut=False, use_patterns=use_patterns)
+    ex = solve_exact(
+        inst,
+        "cp-sat",
+        SolveLimits.deterministic_budget(GOAL_EXACT_S),
+        shortcut=False,
+        use_patterns=use_patterns,
+    )
     return ex, time.perf_counter() - t0, sum(_DET)
 
 
 def _exact_table(seeds: int, sizes: tuple[int, ...]) -> None:
-    print(f"{'workers':>7} {'seed':>4} {'pats':>5} {'status':>8} {'exact':>5} {'bound':>5} "
-          + " ".join(f"{h[-4:]:>5}" for h in HEURISTICS)
-          + f" {'greedy':>6} " + " ".join(f"{h[-4:] + '/ex':>7}" for h in HEURISTICS)
-          + f" {'det s':>6} {'wall s':>7}  count model (same budget)")
+    print(
+        f"{'workers':>7} {'seed':>4} {'pats':>5} {'status':>8} {'exact':>5} {'bound':>5} "
+        + " ".join(f"{h[-4:]:>5}" for h in HEURISTICS)
+        + f" {'greedy':>6} "
+        + " ".join(f"{h[-4:] + '/ex':>7}" for h in HEURISTICS)
+        + f" {'det s':>6} {'wall s':>7}  count model (same budget)"
+    )
     ratios: dict[str, list[float]] = {h: [] for h in HEURISTICS}
     for workers in sizes:
         proven = ref_proven = 0
@@ -94,30 +102,41 @@ def _exact_table(seeds: int, sizes: tuple[int, ...]) -> None:
             if workers == REFERENCE_SIZE:
                 cm, cm_s, cm_det = _exact_row(inst, False)
                 ref_proven += cm.stats.status == "optimal"
-                ref = (f"  {cm.stats.status} {cm.stats.objective or 0:.0f} bound "
-                       f"{cm.stats.bound or 0:.0f} in {cm_det:.2f} det s, {cm_s:.2f} s")
-            print(f"{workers:>7} {seed:>4} {len(patterns or []):>5} {ex.stats.status:>8} "
-                  f"{obj:>5.0f} {ex.stats.bound or 0:>5.0f} "
-                  + " ".join(f"{got[h]:>5.0f}" for h in HEURISTICS) + f" {greedy:>6.0f} "
-                  + " ".join(f"{rs[h]:>7.3f}" for h in HEURISTICS)
-                  + f" {det:>6.2f} {secs:>7.2f}{ref}")
-        print(f"  {workers} workers: {proven}/{seeds} proven optimal (deterministic budget "
-              f"{GOAL_EXACT_S:g} s), deterministic max {max(dets):.2f} s, wall max "
-              f"{max(walls):.2f} s, median {statistics.median(walls):.2f} s"
-              + (f"; count model {ref_proven}/{seeds}" if workers == REFERENCE_SIZE else ""))
+                ref = (
+                    f"  {cm.stats.status} {cm.stats.objective or 0:.0f} bound "
+                    f"{cm.stats.bound or 0:.0f} in {cm_det:.2f} det s, {cm_s:.2f} s"
+                )
+            print(
+                f"{workers:>7} {seed:>4} {len(patterns or []):>5} {ex.stats.status:>8} "
+                f"{obj:>5.0f} {ex.stats.bound or 0:>5.0f} "
+                + " ".join(f"{got[h]:>5.0f}" for h in HEURISTICS)
+                + f" {greedy:>6.0f} "
+                + " ".join(f"{rs[h]:>7.3f}" for h in HEURISTICS)
+                + f" {det:>6.2f} {secs:>7.2f}{ref}"
+            )
+        print(
+            f"  {workers} workers: {proven}/{seeds} proven optimal (deterministic budget "
+            f"{GOAL_EXACT_S:g} s), deterministic max {max(dets):.2f} s, wall max "
+            f"{max(walls):.2f} s, median {statistics.median(walls):.2f} s"
+            + (f"; count model {ref_proven}/{seeds}" if workers == REFERENCE_SIZE else "")
+        )
     for name, rs_ in ratios.items():
         if rs_:
-            print(f"{name} / exact GPUs where proven: mean {statistics.mean(rs_):.3f}, "
-                  f"max {max(rs_):.3f} (goal <= {GOAL_RATIO}); within goal: "
-                  f"{sum(r <= GOAL_RATIO + 1e-9 for r in rs_)}/{len(rs_)}")
+            print(
+                f"{name} / exact GPUs where proven: mean {statistics.mean(rs_):.3f}, "
+                f"max {max(rs_):.3f} (goal <= {GOAL_RATIO}); within goal: "
+                f"{sum(r <= GOAL_RATIO + 1e-9 for r in rs_)}/{len(rs_)}"
+            )
 
 
 def _heuristic_time(repeats: int) -> None:
     """The solver's own time (``stats.wall_ms``: the placement, what the goal is about) and
     the time of the whole ``solve`` call, which adds the lower bound reported as ``bound``."""
-    runs = [("heuristic", w) for w in (50, 100, 200)] + [("heuristic-ls", 200),
-                                                          ("heuristic-pg", 40),
-                                                          ("heuristic-pg", 200)]
+    runs = [("heuristic", w) for w in (50, 100, 200)] + [
+        ("heuristic-ls", 200),
+        ("heuristic-pg", 40),
+        ("heuristic-pg", 200),
+    ]
     for solver, workers in runs:
         inst = random_instance(1, workers, "additive", max_per_job=8)
         own, total = [], []
@@ -127,11 +146,13 @@ def _heuristic_time(repeats: int) -> None:
             total.append((time.perf_counter() - t0) * 1000.0)
             own.append(got.stats.wall_ms or 0.0)
         best = min(own)
-        print(f"{solver}, {workers} workers ({len(inst.jobs)} jobs): best {best:.2f} ms, "
-              f"median {statistics.median(own):.2f} ms, {got.stats.objective:.0f} GPUs, bound "
-              f"{got.stats.bound:.0f}; with the bound: median {statistics.median(total):.2f} "
-              f"ms (goal <= {GOAL_HEURISTIC_MS:g} ms at 200 for Alg. 3: ratio "
-              f"{best / GOAL_HEURISTIC_MS:.2f})")
+        print(
+            f"{solver}, {workers} workers ({len(inst.jobs)} jobs): best {best:.2f} ms, "
+            f"median {statistics.median(own):.2f} ms, {got.stats.objective:.0f} GPUs, bound "
+            f"{got.stats.bound:.0f}; with the bound: median {statistics.median(total):.2f} "
+            f"ms (goal <= {GOAL_HEURISTIC_MS:g} ms at 200 for Alg. 3: ratio "
+            f"{best / GOAL_HEURISTIC_MS:.2f})"
+        )
 
 
 def main(argv: list[str]) -> None:

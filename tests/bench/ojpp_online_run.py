@@ -42,8 +42,15 @@ from gpuplan.solver_core.registry import make_policy
 QUEUES = ("mixed", "c-high", "i-high", "average")
 ROUND_S, ARRIVE_S, ARRIVALS, SEED = 600.0, 3 * 3600.0, 8, 0
 DRIFT_BELIEF = "new-blind"
-BASE = {"tau_max": 0.1, "theta_max": 0.1, "theta_balance": 0.2, "ojpap_interval_s": ROUND_S,
-        "ojpap_margin": 0.05, "ojpap_budget": 0.05, "ojpap_migration_s": 30.0}
+BASE = {
+    "tau_max": 0.1,
+    "theta_max": 0.1,
+    "theta_balance": 0.2,
+    "ojpap_interval_s": ROUND_S,
+    "ojpap_margin": 0.05,
+    "ojpap_budget": 0.05,
+    "ojpap_migration_s": 30.0,
+}
 
 
 def _believed(name: str) -> dict[str, dict[str, float]] | None:
@@ -78,12 +85,20 @@ def _drift_jobs() -> tuple[Any, list[JobSpec]]:
     20 min from t = 3 h: each lands next to a worker of a running job."""
     base = api.prepare("ojpp-average")
     models = ("ResNet", "VGG19")
-    profile = {m: next(j for j in api.prepare("ojpp-i-high").jobs if j.model == m).memory
-               for m in models}
-    heavy = [JobSpec(id=f"new-{n}", submit_time=ARRIVE_S + n * 1200.0, requested_gpus=1,
-                     total_iterations=3600.0 * (4 + n % 5), model=models[n % 2],
-                     memory=profile[models[n % 2]])
-             for n in range(ARRIVALS)]
+    profile = {
+        m: next(j for j in api.prepare("ojpp-i-high").jobs if j.model == m).memory for m in models
+    }
+    heavy = [
+        JobSpec(
+            id=f"new-{n}",
+            submit_time=ARRIVE_S + n * 1200.0,
+            requested_gpus=1,
+            total_iterations=3600.0 * (4 + n % 5),
+            model=models[n % 2],
+            memory=profile[models[n % 2]],
+        )
+        for n in range(ARRIVALS)
+    ]
     return base, [*base.jobs, *heavy]
 
 
@@ -94,9 +109,15 @@ def _standalone(jobs: list[JobSpec]) -> float:
 
 def _run(prepared: Any, jobs: list[JobSpec], policy: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
-    result, _, _ = simulate(prepared.cluster, jobs, policy, overheads=prepared.spec.overheads,
-                            seed=SEED, sample_interval_s=None,
-                            interference=OjppInterference(interference_matrix()))
+    result, _, _ = simulate(
+        prepared.cluster,
+        jobs,
+        policy,
+        overheads=prepared.spec.overheads,
+        seed=SEED,
+        sample_interval_s=None,
+        interference=OjppInterference(interference_matrix()),
+    )
     done = [r for r in result.jobs if r.jct is not None and r.finish_time is not None]
     assert len(done) == len(jobs), "every job must finish"
     migrations = sum(r.migrations for r in result.jobs)
@@ -126,15 +147,19 @@ def _compare(prepared: Any, jobs: list[JobSpec], believed: str) -> dict[str, Any
     saved = (off["mean_jct_s"] - on["mean_jct_s"]) * len(jobs)
     moved = on["moved"]
     return {
-        "moved_jct_gain": 1.0 - sum(on["jct"][j] for j in moved) / sum(off["jct"][j]
-                                                                        for j in moved)
-        if moved else 0.0,
-        "believed": believed, "jobs": len(jobs), "off": _strip(off), "on": _strip(on),
+        "moved_jct_gain": 1.0 - sum(on["jct"][j] for j in moved) / sum(off["jct"][j] for j in moved)
+        if moved
+        else 0.0,
+        "believed": believed,
+        "jobs": len(jobs),
+        "off": _strip(off),
+        "on": _strip(on),
         "jct_gain": 1.0 - on["mean_jct_s"] / off["mean_jct_s"],
         "makespan_gain": 1.0 - on["makespan_s"] / off["makespan_s"],
         "cost_share": on["pause_s"] / _standalone(jobs),
         "cost_share_moved": on["pause_s"] / on["moved_standalone_s"]
-        if on["moved_standalone_s"] else 0.0,
+        if on["moved_standalone_s"]
+        else 0.0,
         "cost_per_saved": on["pause_s"] / saved if saved > 0 else None,
         "trace": on["trace"],
     }
@@ -156,7 +181,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         drift[f"interference_{key}"] = {
             "mean_of_max": sum(row["max"] for row in after) / len(after),
             "mean_of_mean": sum(row["mean"] for row in after) / len(after),
-            "rounds_max_above_0.3": sum(row["max"] > 0.3 for row in after)}
+            "rounds_max_above_0.3": sum(row["max"] > 0.3 for row in after),
+        }
     out["drift"] = drift
     return out
 
@@ -169,14 +195,20 @@ def plot(result: dict[str, Any], out: Path) -> None:
 
     drift = result["drift"]
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    for trace, style, name in ((drift["monitor_trace"], ":", "without OJPAP"),
-                               (drift["trace"], "-", "with OJPAP")):
+    for trace, style, name in (
+        (drift["monitor_trace"], ":", "without OJPAP"),
+        (drift["trace"], "-", "with OJPAP"),
+    ):
         hours = [row["t"] / 3600 for row in trace]
         ax.plot(hours, [row["max"] for row in trace], style, label=f"max GPU, {name}")
-        ax.plot(hours, [row["mean"] for row in trace], style, label=f"mean GPU, {name}",
-                alpha=0.7)
-    ax.plot([row["t"] / 3600 for row in drift["trace"]],
-            [row["ewma_max"] for row in drift["trace"]], "--", lw=0.8, label="max EWMA")
+        ax.plot(hours, [row["mean"] for row in trace], style, label=f"mean GPU, {name}", alpha=0.7)
+    ax.plot(
+        [row["t"] / 3600 for row in drift["trace"]],
+        [row["ewma_max"] for row in drift["trace"]],
+        "--",
+        lw=0.8,
+        label="max EWMA",
+    )
     for row in drift["trace"]:
         if row["moves"]:
             ax.axvline(row["t"] / 3600, color="red", lw=0.6, alpha=0.6)
@@ -194,15 +226,17 @@ def plot(result: dict[str, Any], out: Path) -> None:
 def _line(name: str, row: dict[str, Any]) -> str:
     off, on = row["off"], row["on"]
     per = row["cost_per_saved"]
-    return (f"  {name:18s} mean JCT {off['mean_jct_s'] / 3600:6.2f} h -> "
-            f"{on['mean_jct_s'] / 3600:6.2f} h ({100 * row['jct_gain']:+5.1f} %), makespan "
-            f"{off['makespan_s'] / 3600:6.2f} -> {on['makespan_s'] / 3600:6.2f} h "
-            f"({100 * row['makespan_gain']:+5.1f} %); {on['migrations']:3d} migrations in "
-            f"{on['adjustments']:2d} adjustments, cost {100 * row['cost_share']:.2f} % of all "
-            f"/ {100 * row['cost_share_moved']:.2f} % of the moved jobs' standalone time"
-            + (f", {100 * per:.1f} % of the JCT saved" if per else "")
-            + f"; moved jobs' JCT {100 * row['moved_jct_gain']:+.1f} %"
-            + f" [{off['wall_s']:.1f} / {on['wall_s']:.1f} s wall]")
+    return (
+        f"  {name:18s} mean JCT {off['mean_jct_s'] / 3600:6.2f} h -> "
+        f"{on['mean_jct_s'] / 3600:6.2f} h ({100 * row['jct_gain']:+5.1f} %), makespan "
+        f"{off['makespan_s'] / 3600:6.2f} -> {on['makespan_s'] / 3600:6.2f} h "
+        f"({100 * row['makespan_gain']:+5.1f} %); {on['migrations']:3d} migrations in "
+        f"{on['adjustments']:2d} adjustments, cost {100 * row['cost_share']:.2f} % of all "
+        f"/ {100 * row['cost_share_moved']:.2f} % of the moved jobs' standalone time"
+        + (f", {100 * per:.1f} % of the JCT saved" if per else "")
+        + f"; moved jobs' JCT {100 * row['moved_jct_gain']:+.1f} %"
+        + f" [{off['wall_s']:.1f} / {on['wall_s']:.1f} s wall]"
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -214,9 +248,11 @@ def main(argv: list[str]) -> None:
     print(_line(f"drift ({DRIFT_BELIEF})", drift))
     for key in ("without", "with"):
         i = drift[f"interference_{key}"]
-        print(f"  drift interference from 3 h, {key:7s} OJPAP: per-round max GPU "
-              f"{i['mean_of_max']:.3f} on average, mean GPU {i['mean_of_mean']:.3f}, "
-              f"{i['rounds_max_above_0.3']} rounds with a GPU above 0.3")
+        print(
+            f"  drift interference from 3 h, {key:7s} OJPAP: per-round max GPU "
+            f"{i['mean_of_max']:.3f} on average, mean GPU {i['mean_of_mean']:.3f}, "
+            f"{i['rounds_max_above_0.3']} rounds with a GPU above 0.3"
+        )
     if "--out" in argv:
         out = Path(argv[argv.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)

@@ -29,10 +29,34 @@ from gpuplan.solver_core.registry import make_policy
 
 SLOT_S = 60.0
 NO_OVERHEADS = Overheads(start_s=0, restart_s=0, sidecar_s=0, stop_free_s=0, migrate_s=0)
-RIGID_POLICIES = ["fifo", "fifo-backfill", "sjf", "srtf", "srsf", "tiresias-l", "themis",
-                  "max-min", "afs-l", "afs-p", "optimus"]
-ELASTIC_POLICIES = ["fifo", "srtf", "srsf", "tiresias-l", "themis", "max-min", "afs-l", "afs-p",
-                    "optimus", "srtf-e", "srsf-e", "elastic-tiresias", "edl-elastic"]
+RIGID_POLICIES = [
+    "fifo",
+    "fifo-backfill",
+    "sjf",
+    "srtf",
+    "srsf",
+    "tiresias-l",
+    "themis",
+    "max-min",
+    "afs-l",
+    "afs-p",
+    "optimus",
+]
+ELASTIC_POLICIES = [
+    "fifo",
+    "srtf",
+    "srsf",
+    "tiresias-l",
+    "themis",
+    "max-min",
+    "afs-l",
+    "afs-p",
+    "optimus",
+    "srtf-e",
+    "srsf-e",
+    "elastic-tiresias",
+    "edl-elastic",
+]
 CURVES = [
     {1: 1.0, 2: 1.9, 4: 3.5, 8: 6.0},  # scales well
     {1: 1.0, 2: 1.7, 4: 2.6, 8: 3.2},  # medium
@@ -40,8 +64,9 @@ CURVES = [
 ]
 
 
-def small_instance(seed: int, elastic: bool, jobs: int = 8, nodes: int = 2,
-                   gpus_per_node: int = 4) -> tuple[Cluster, list[JobSpec]]:
+def small_instance(
+    seed: int, elastic: bool, jobs: int = 8, nodes: int = 2, gpus_per_node: int = 4
+) -> tuple[Cluster, list[JobSpec]]:
     """A seeded instance on the slot grid: arrivals in [0, 6] slots, durations 1-5 slots at
     the requested count (1, 2 or 4 GPUs); elastic jobs may run on 1, 2, 4 or 8 GPUs with one
     of :data:`CURVES`."""
@@ -49,8 +74,11 @@ def small_instance(seed: int, elastic: bool, jobs: int = 8, nodes: int = 2,
     out = []
     for i in range(jobs):
         kw: dict[str, object] = {
-            "id": f"j{i}", "submit_time": SLOT_S * rng.randint(0, 6),
-            "requested_gpus": rng.choice([1, 1, 2, 4]), "duration": SLOT_S * rng.randint(1, 5)}
+            "id": f"j{i}",
+            "submit_time": SLOT_S * rng.randint(0, 6),
+            "requested_gpus": rng.choice([1, 1, 2, 4]),
+            "duration": SLOT_S * rng.randint(1, 5),
+        }
         if elastic:
             kw["elasticity"] = Elasticity(min_gpus=1, max_gpus=8, allowed=(1, 2, 4, 8))
             kw["throughput"] = ThroughputProfile(points=rng.choice(CURVES))
@@ -90,9 +118,14 @@ def instance_row(seed: int, kind: str, work_s: float) -> dict[str, float]:
     return row
 
 
-def run(instances: int, work_s: float, workers: int = 1,
-        kinds: tuple[str, ...] = ("rigid", "elastic"),
-        log: Path | None = None, first: int = 0) -> dict[str, dict[str, object]]:
+def run(
+    instances: int,
+    work_s: float,
+    workers: int = 1,
+    kinds: tuple[str, ...] = ("rigid", "elastic"),
+    log: Path | None = None,
+    first: int = 0,
+) -> dict[str, dict[str, object]]:
     """Rows of every kind; ``log``: each row is also appended there as it completes (one
     JSON object a line with its kind and seed), so a long run can be read before it ends."""
     out: dict[str, dict[str, object]] = {}
@@ -127,9 +160,12 @@ def from_log(path: Path) -> dict[str, dict[str, object]]:
     for kind in ("rigid", "elastic"):
         if kind in by_kind:
             rows = sorted(by_kind[kind], key=lambda r: r["seed"])
-            out[kind] = {"rows": rows, "wall_s": sum(r["offline_wall_s"] for r in rows),
-                         # the heading's time: the offline solves (+ replay) summed
-                         "policies": RIGID_POLICIES if kind == "rigid" else ELASTIC_POLICIES}
+            out[kind] = {
+                "rows": rows,
+                "wall_s": sum(r["offline_wall_s"] for r in rows),
+                # the heading's time: the offline solves (+ replay) summed
+                "policies": RIGID_POLICIES if kind == "rigid" else ELASTIC_POLICIES,
+            }
     return out
 
 
@@ -145,28 +181,41 @@ def summary(data: dict[str, dict[str, object]]) -> str:
         else:
             lps = sorted(r["lps"] for r in rows)
             secs = sorted(r["offline_wall_s"] for r in rows)
-            what = (f"branch and bound closed (proven continuous optimum) on {solved:.0f}/{n}; "
-                    f"LPs per instance median {lps[n // 2]:.0f}, max {lps[-1]:.0f}; offline "
-                    f"solve + replay median {secs[n // 2]:.1f} s, max {secs[-1]:.1f} s")
+            what = (
+                f"branch and bound closed (proven continuous optimum) on {solved:.0f}/{n}; "
+                f"LPs per instance median {lps[n // 2]:.0f}, max {lps[-1]:.0f}; offline "
+                f"solve + replay median {secs[n // 2]:.1f} s, max {secs[-1]:.1f} s"
+            )
             if kind == "rigid":
-                what += (f"; slotted fallback's schedule kept on "
-                         f"{sum(r.get('slotted', 0.0) for r in rows):.0f}")
-        lines += [f"### {kind} ({n} instances, {d['wall_s']:.0f} s)", "",
-                  f"offline-optimal: {what}; proven gap to the continuous optimum mean "
-                  f"{100 * mean(proven):.3g} %, max {100 * max(proven):.3g} %", "",
-                  "| policy | gap to offline-optimal (mean) | max | instances better than "
-                  "offline | gap to best known (mean) | gap to lower bound (mean) |",
-                  "|---|---|---|---|---|---|"]
+                what += (
+                    f"; slotted fallback's schedule kept on "
+                    f"{sum(r.get('slotted', 0.0) for r in rows):.0f}"
+                )
+        lines += [
+            f"### {kind} ({n} instances, {d['wall_s']:.0f} s)",
+            "",
+            f"offline-optimal: {what}; proven gap to the continuous optimum mean "
+            f"{100 * mean(proven):.3g} %, max {100 * max(proven):.3g} %",
+            "",
+            "| policy | gap to offline-optimal (mean) | max | instances better than "
+            "offline | gap to best known (mean) | gap to lower bound (mean) |",
+            "|---|---|---|---|---|---|",
+        ]
         names = list(d["policies"])  # type: ignore[call-overload]
         for p in ["offline", *names]:
             gaps = [(r[p] - r["offline"]) / r["offline"] for r in rows]
-            known = [(r[p] - min(r[q] for q in ["offline", *names])) /
-                     min(r[q] for q in ["offline", *names]) for r in rows]
+            known = [
+                (r[p] - min(r[q] for q in ["offline", *names]))
+                / min(r[q] for q in ["offline", *names])
+                for r in rows
+            ]
             lower = [(r[p] - r["lower"]) / r["lower"] for r in rows]
             better = sum(1 for g in gaps if g < -NOISE)
-            lines.append(f"| {'offline-optimal' if p == 'offline' else p} | "
-                         f"{100 * mean(gaps):.1f} % | {100 * max(gaps):.1f} % | {better} | "
-                         f"{100 * mean(known):.1f} % | {100 * mean(lower):.1f} % |")
+            lines.append(
+                f"| {'offline-optimal' if p == 'offline' else p} | "
+                f"{100 * mean(gaps):.1f} % | {100 * max(gaps):.1f} % | {better} | "
+                f"{100 * mean(known):.1f} % | {100 * mean(lower):.1f} % |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -199,19 +248,33 @@ def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="python -m tests.bench.optimality")
     ap.add_argument("--quick", action="store_true", help="10 instances of each kind")
     ap.add_argument("--instances", type=int, default=100)
-    ap.add_argument("--work-s", type=float, default=1.0,
-                    help="CP-SAT deterministic seconds per instance")
+    ap.add_argument(
+        "--work-s", type=float, default=1.0, help="CP-SAT deterministic seconds per instance"
+    )
     ap.add_argument("--out", type=Path, default=None, help="directory for the PNG")
     ap.add_argument("--workers", type=int, default=1, help="processes (same numbers)")
     ap.add_argument("--kinds", default="rigid,elastic", help="rigid, elastic or both")
-    ap.add_argument("--json", type=Path, action="append", default=[],
-                    help="with --out: also write the raw rows there (optimality-KIND.json); "
-                    "given a file instead, read rows from it rather than running that kind")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        action="append",
+        default=[],
+        help="with --out: also write the raw rows there (optimality-KIND.json); "
+        "given a file instead, read rows from it rather than running that kind",
+    )
     ap.add_argument("--first", type=int, default=0, help="first seed (a run can be split)")
-    ap.add_argument("--log", type=Path, default=None,
-                    help="append each instance's row to this JSON-lines file as it completes")
-    ap.add_argument("--from-log", type=Path, default=None,
-                    help="print (and plot) the rows of a --log file instead of running")
+    ap.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        help="append each instance's row to this JSON-lines file as it completes",
+    )
+    ap.add_argument(
+        "--from-log",
+        type=Path,
+        default=None,
+        help="print (and plot) the rows of a --log file instead of running",
+    )
     args = ap.parse_args(argv)
     if args.from_log is not None:
         logged = from_log(args.from_log)
@@ -221,8 +284,7 @@ def main(argv: list[str]) -> None:
             plot(logged, args.out / "optimality.png")
         return
     n = 10 if args.quick else args.instances
-    loaded = {k: v for f in args.json if f.is_file()
-              for k, v in json.loads(f.read_text()).items()}
+    loaded = {k: v for f in args.json if f.is_file() for k, v in json.loads(f.read_text()).items()}
     todo = tuple(k for k in args.kinds.split(",") if k not in loaded)
     data = {**loaded, **run(n, args.work_s, args.workers, todo, args.log, args.first)}
     data = {k: data[k] for k in ("rigid", "elastic") if k in data}

@@ -36,8 +36,12 @@ from gpuplan.solver_core.placement.reuse import (
 )
 
 CONFIGS: tuple[tuple[int, int, int], ...] = (
-    (16, 4, 10), (16, 4, 30), (16, 4, 100),
-    (64, 8, 50), (64, 8, 100), (64, 8, 200),
+    (16, 4, 10),
+    (16, 4, 30),
+    (16, 4, 100),
+    (64, 8, 50),
+    (64, 8, 100),
+    (64, 8, 200),
 )
 """(nodes, GPUs per node, active jobs)"""
 
@@ -51,7 +55,9 @@ def apportion(weights: dict[str, float], total: int) -> dict[str, int]:
     while sum(shares.values()) > total:
         j = max((j for j in ids if shares[j] > 1), key=lambda j: (shares[j] - raw[j], j))
         shares[j] -= 1
-    for j in sorted(ids, key=lambda j: (-(raw[j] - int(raw[j])), j))[:total - sum(shares.values())]:
+    for j in sorted(ids, key=lambda j: (-(raw[j] - int(raw[j])), j))[
+        : total - sum(shares.values())
+    ]:
         shares[j] += 1
     return shares
 
@@ -61,7 +67,7 @@ class Samples:
     """Per-configuration measurements."""
 
     held: list[int] = field(default_factory=list)
-    kept: list[tuple[int, int]] = field(default_factory=list)     # (greedy, exact)
+    kept: list[tuple[int, int]] = field(default_factory=list)  # (greedy, exact)
     kept_1pass: list[tuple[int, int]] = field(default_factory=list)  # (one greedy pass, exact)
     reused: list[tuple[int, int]] = field(default_factory=list)
     ms: list[tuple[float, float]] = field(default_factory=list)
@@ -70,8 +76,9 @@ class Samples:
     reg_ms: list[tuple[float, float, float]] = field(default_factory=list)
 
 
-def run_config(nodes: int, unit: int, n: int, seeds: int, steps: int,
-               time_limit_s: float) -> Samples:
+def run_config(
+    nodes: int, unit: int, n: int, seeds: int, steps: int, time_limit_s: float
+) -> Samples:
     out = Samples()
     total = nodes * unit
     pools = {f"n{i:03d}": tuple(range(unit)) for i in range(nodes)}
@@ -89,18 +96,24 @@ def run_config(nodes: int, unit: int, n: int, seeds: int, steps: int,
             t2 = time.perf_counter()
             exact_reg = regulate_exact(shares, unit, total, time_limit_s=time_limit_s)
             t3 = time.perf_counter()
-            out.reg_l1.append(tuple(regulation_cost(shares, r, unit, total)[1]  # type: ignore
-                                    for r in (regulated, marginal, exact_reg)))
+            out.reg_l1.append(
+                tuple(
+                    regulation_cost(shares, r, unit, total)[1]  # type: ignore
+                    for r in (regulated, marginal, exact_reg)
+                )
+            )
             out.reg_ms.append(((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3))
-            problem = PlacementProblem(pools, unit, tuple(
-                PlacementJob(j, c, held.get(j, {})) for j, c in sorted(regulated.items())))
+            problem = PlacementProblem(
+                pools,
+                unit,
+                tuple(PlacementJob(j, c, held.get(j, {})) for j, c in sorted(regulated.items())),
+            )
             t0 = time.perf_counter()
             greedy = place_greedy(problem)
             t1 = time.perf_counter()
             if step > 0:
                 stats: list = []
-                exact = place_exact(problem, greedy=greedy, stats=stats,
-                                    time_limit_s=time_limit_s)
+                exact = place_exact(problem, greedy=greedy, stats=stats, time_limit_s=time_limit_s)
                 t2 = time.perf_counter()
                 g, e = reuse_score(problem, greedy), reuse_score(problem, exact)
                 out.held.append(sum(1 for j in problem.jobs if j.held))
@@ -137,11 +150,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=20.0)
     args = parser.parse_args(argv)
     seeds, steps = (2, 2) if args.quick else (args.seeds, args.steps)
-    print(f"reuse placement, greedy vs exact (CP-SAT, {args.time_limit:g} s limit); "
-          f"{seeds} seeds x {steps} churn steps per row")
-    print("| cluster | jobs | samples | jobs holding GPUs | kept (exact) | kept gap mean/max "
-          "(rel %) | reused (exact) | reused gap mean/max (rel %) | greedy ms mean/max | "
-          "exact ms mean/max | exact optimal | kept gap, one pass (no pinning) |")
+    print(
+        f"reuse placement, greedy vs exact (CP-SAT, {args.time_limit:g} s limit); "
+        f"{seeds} seeds x {steps} churn steps per row"
+    )
+    print(
+        "| cluster | jobs | samples | jobs holding GPUs | kept (exact) | kept gap mean/max "
+        "(rel %) | reused (exact) | reused gap mean/max (rel %) | greedy ms mean/max | "
+        "exact ms mean/max | exact optimal | kept gap, one pass (no pinning) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     reg_rows = []
     for nodes, unit, n in CONFIGS:
@@ -149,30 +166,38 @@ def main(argv: list[str] | None = None) -> None:
         km, kx, kr = _gap(s.kept)
         rm, rx, rr = _gap(s.reused)
         gms, ems = [g for g, _ in s.ms], [e for _, e in s.ms]
-        print(f"| {nodes}x{unit} | {n} | {len(s.kept)} | {statistics.fmean(s.held):.1f} | "
-              f"{statistics.fmean(e for _, e in s.kept):.1f} | {km:.2f}/{kx} ({kr:.1f}%) | "
-              f"{statistics.fmean(e for _, e in s.reused):.1f} | {rm:.2f}/{rx} ({rr:.1f}%) | "
-              f"{statistics.fmean(gms):.1f}/{max(gms):.1f} | "
-              f"{statistics.fmean(ems):.0f}/{max(ems):.0f} | {s.optimal}/{len(s.kept)} | "
-              f"{_gap(s.kept_1pass)[0]:.2f}/{_gap(s.kept_1pass)[1]} |")
+        print(
+            f"| {nodes}x{unit} | {n} | {len(s.kept)} | {statistics.fmean(s.held):.1f} | "
+            f"{statistics.fmean(e for _, e in s.kept):.1f} | {km:.2f}/{kx} ({kr:.1f}%) | "
+            f"{statistics.fmean(e for _, e in s.reused):.1f} | {rm:.2f}/{rx} ({rr:.1f}%) | "
+            f"{statistics.fmean(gms):.1f}/{max(gms):.1f} | "
+            f"{statistics.fmean(ems):.0f}/{max(ems):.0f} | {s.optimal}/{len(s.kept)} | "
+            f"{_gap(s.kept_1pass)[0]:.2f}/{_gap(s.kept_1pass)[1]} |"
+        )
         reg_rows.append((nodes, unit, n, s))
     print()
-    print("regulation L1 change: Prop. 2 greedy (largest deficit first), greedy (least L1 per "
-          "GPU first) and exact (CP-SAT); all reach sum r = N")
-    print("| cluster | jobs | vectors | L1 exact mean | deficit gap mean/max | "
-          "marginal gap mean/max | deficit ms | marginal ms | exact ms mean/max |")
+    print(
+        "regulation L1 change: Prop. 2 greedy (largest deficit first), greedy (least L1 per "
+        "GPU first) and exact (CP-SAT); all reach sum r = N"
+    )
+    print(
+        "| cluster | jobs | vectors | L1 exact mean | deficit gap mean/max | "
+        "marginal gap mean/max | deficit ms | marginal ms | exact ms mean/max |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for nodes, unit, n, s in reg_rows:
         dgap = [d - e for d, _, e in s.reg_l1]
         mgap = [m - e for _, m, e in s.reg_l1]
         ems = [e for _, _, e in s.reg_ms]
-        print(f"| {nodes}x{unit} | {n} | {len(s.reg_l1)} | "
-              f"{statistics.fmean(e for _, _, e in s.reg_l1):.1f} | "
-              f"{statistics.fmean(dgap):.2f}/{max(dgap)} | "
-              f"{statistics.fmean(mgap):.2f}/{max(mgap)} | "
-              f"{statistics.fmean(d for d, _, _ in s.reg_ms):.2f} | "
-              f"{statistics.fmean(m for _, m, _ in s.reg_ms):.2f} | "
-              f"{statistics.fmean(ems):.0f}/{max(ems):.0f} |")
+        print(
+            f"| {nodes}x{unit} | {n} | {len(s.reg_l1)} | "
+            f"{statistics.fmean(e for _, _, e in s.reg_l1):.1f} | "
+            f"{statistics.fmean(dgap):.2f}/{max(dgap)} | "
+            f"{statistics.fmean(mgap):.2f}/{max(mgap)} | "
+            f"{statistics.fmean(d for d, _, _ in s.reg_ms):.2f} | "
+            f"{statistics.fmean(m for _, m, _ in s.reg_ms):.2f} | "
+            f"{statistics.fmean(ems):.0f}/{max(ems):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -49,10 +49,14 @@ def _best(rf: reclaim.ReclaimFile, seed: int, quick: bool) -> tuple[int, str]:
 def main(argv: list[str]) -> None:
     quick = "--quick" in argv
     curve = "--curve" in argv
-    print(f"reclaim, {SIZE} loaned servers, demand {SIZE // 4}; exact at 1 det-s "
-          f"(deterministic); gaps to the best known")
-    print(f"{'seed':>4} {'best':>10} {'aryl':>10} {'search only':>16} {'exact':>16} "
-          f"{'bound':>5} {'aryl ms':>8} {'exact ms':>9} {'x aryl':>7}")
+    print(
+        f"reclaim, {SIZE} loaned servers, demand {SIZE // 4}; exact at 1 det-s "
+        f"(deterministic); gaps to the best known"
+    )
+    print(
+        f"{'seed':>4} {'best':>10} {'aryl':>10} {'search only':>16} {'exact':>16} "
+        f"{'bound':>5} {'aryl ms':>8} {'exact ms':>9} {'x aryl':>7}"
+    )
     gaps = []
     for seed in SEEDS:
         rf = reclaim.load(generate("reclaim", SIZE, seed), f"reclaim-{SIZE}-{seed}")
@@ -70,20 +74,27 @@ def main(argv: list[str]) -> None:
         best = min(best, got)
         gaps.append(_pct(got, best))
         bound = "-" if st.bound is None else f"{st.bound:.0f}"
-        print(f"{seed:>4} {best:>4} ({how[:6]}) {aryl:>4} +{_pct(aryl, best):4.1f}% "
-              f"{search:>9} +{_pct(search, best):4.1f}% {got:>9} +{_pct(got, best):4.1f}% "
-              f"{bound:>5} {aryl_ms:>8.0f} {exact_ms:>9.0f} {exact_ms / aryl_ms:>7.0f}",
-              flush=True)
+        print(
+            f"{seed:>4} {best:>4} ({how[:6]}) {aryl:>4} +{_pct(aryl, best):4.1f}% "
+            f"{search:>9} +{_pct(search, best):4.1f}% {got:>9} +{_pct(got, best):4.1f}% "
+            f"{bound:>5} {aryl_ms:>8.0f} {exact_ms:>9.0f} {exact_ms / aryl_ms:>7.0f}",
+            flush=True,
+        )
         if curve:
             for work in CURVE:
                 t0 = time.perf_counter()
                 c, s = select_exact(inst, n, limits=SolveLimits.deterministic_budget(work))
                 ms = (time.perf_counter() - t0) * 1000.0
                 k = len(evaluate(inst, c).preempted)
-                print(f"       curve {work:>4g} det-s: {k} (+{_pct(k, best):.1f} %), "
-                      f"bound {s.bound}, {ms:.0f} ms", flush=True)
-    print(f"exact at 1 det-s: mean gap {statistics.mean(gaps):.1f} %, worst {max(gaps):.1f} % "
-          f"(goal: <= 5 % on every seed: {'met' if max(gaps) <= 5.0 else 'MISSED'})")
+                print(
+                    f"       curve {work:>4g} det-s: {k} (+{_pct(k, best):.1f} %), "
+                    f"bound {s.bound}, {ms:.0f} ms",
+                    flush=True,
+                )
+    print(
+        f"exact at 1 det-s: mean gap {statistics.mean(gaps):.1f} %, worst {max(gaps):.1f} % "
+        f"(goal: <= 5 % on every seed: {'met' if max(gaps) <= 5.0 else 'MISSED'})"
+    )
 
 
 if __name__ == "__main__":

@@ -86,10 +86,19 @@ def run_one(gpus: int, n: int, policy: str, profile: bool) -> dict[str, float | 
         assert abs(jct - ref_jct) / ref_jct < 1e-6, f"FIFO mean JCT {jct} != reference {ref_jct}"
     ms = sorted(engine.decision_ms)
     return {
-        "gpus": gpus, "jobs": n, "policy": policy, "wall_s": wall, "jobs_per_s": n / wall,
-        "reference_jobs_per_s": ref_rate, "cpu_s": cpu, "jobs_per_cpu_s": n / cpu,
-        "reference_jobs_per_cpu_s": ref_cpu_rate, "events": result.events, "finished": len(done),
-        "decision_p50_ms": statistics.median(ms), "decision_p99_ms": ms[int(0.99 * (len(ms) - 1))],
+        "gpus": gpus,
+        "jobs": n,
+        "policy": policy,
+        "wall_s": wall,
+        "jobs_per_s": n / wall,
+        "reference_jobs_per_s": ref_rate,
+        "cpu_s": cpu,
+        "jobs_per_cpu_s": n / cpu,
+        "reference_jobs_per_cpu_s": ref_cpu_rate,
+        "events": result.events,
+        "finished": len(done),
+        "decision_p50_ms": statistics.median(ms),
+        "decision_p99_ms": ms[int(0.99 * (len(ms) - 1))],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     }
 
@@ -121,15 +130,19 @@ def main(argv: list[str]) -> list[dict[str, float | str]]:
             rate, ref = float(row["jobs_per_cpu_s"]), float(row["reference_jobs_per_cpu_s"])
             base.setdefault(policy, rate)
             goal = GOALS.get((policy, gpus))
-            verdict = "" if goal is None else \
-                f"; goal {goal:,.0f}: {'met' if rate >= goal else 'MISSED'}"
-            print(f"  {gpus:>5} GPUs {n:>7,} jobs {policy:5s}: {rate:>7,.0f} jobs/CPU-s "
-                  f"({row['cpu_s']:.1f} CPU-s, {float(row['jobs_per_s']):,.0f} jobs/s over "
-                  f"{row['wall_s']:.1f} s wall, {row['events']:,} events, {row['finished']:,} "
-                  f"finished) = {rate / ref:.3f} x reference ({ref:,.0f} jobs/s), "
-                  f"{rate / base[policy]:.2f} x its smallest size; decision p50 "
-                  f"{row['decision_p50_ms']:.3f} ms p99 {row['decision_p99_ms']:.3f} ms; "
-                  f"peak RSS {row['peak_rss_mib']:,.0f} MiB{verdict}", flush=True)
+            verdict = (
+                "" if goal is None else f"; goal {goal:,.0f}: {'met' if rate >= goal else 'MISSED'}"
+            )
+            print(
+                f"  {gpus:>5} GPUs {n:>7,} jobs {policy:5s}: {rate:>7,.0f} jobs/CPU-s "
+                f"({row['cpu_s']:.1f} CPU-s, {float(row['jobs_per_s']):,.0f} jobs/s over "
+                f"{row['wall_s']:.1f} s wall, {row['events']:,} events, {row['finished']:,} "
+                f"finished) = {rate / ref:.3f} x reference ({ref:,.0f} jobs/s), "
+                f"{rate / base[policy]:.2f} x its smallest size; decision p50 "
+                f"{row['decision_p50_ms']:.3f} ms p99 {row['decision_p99_ms']:.3f} ms; "
+                f"peak RSS {row['peak_rss_mib']:,.0f} MiB{verdict}",
+                flush=True,
+            )
             rows.append(row)
     return rows
 

@@ -66,9 +66,11 @@ def main() -> list[dict[str, float | str]]:
             fifo_jct = sum(r.jct for r in result.jobs if r.jct is not None) / finished
             assert abs(fifo_jct - ref_jct) / ref_jct < 1e-6, "engine FIFO disagrees with reference"
         verdict = "meets" if rate >= GOAL_JOBS_PER_S else "MISSES"
-        print(f"  gpuplan {name:5s}: {rate:,.0f} jobs/s ({wall:.2f} s, {result.events} events, "
-              f"{finished} finished) = {rate / ref_rate:.3f} x reference; {verdict} the "
-              f"{GOAL_JOBS_PER_S:,.0f} jobs/s goal")
+        print(
+            f"  gpuplan {name:5s}: {rate:,.0f} jobs/s ({wall:.2f} s, {result.events} events, "
+            f"{finished} finished) = {rate / ref_rate:.3f} x reference; {verdict} the "
+            f"{GOAL_JOBS_PER_S:,.0f} jobs/s goal"
+        )
         out.append({"policy": name, "jobs_per_s": rate, "ratio_to_reference": rate / ref_rate})
     return out
 

@@ -75,10 +75,14 @@ def workload(n: int, gpus_per_node: int, total_gpus: int, seed: int = SEED) -> l
     for i in range(n):
         gpus = rng.choice((1, 2, 2, 4))
         seconds = rng.uniform(5.0, 30.0)
-        lo, hi = ((max(1, gpus // 2), min(gpus_per_node, 2 * gpus)) if rng.random() < 0.55
-                  else (gpus, gpus))
-        items.append(Item(f"j{i:04d}", gpus, lo, hi, round(seconds * gpus, 1),
-                          (i // burst) * GAP_S))
+        lo, hi = (
+            (max(1, gpus // 2), min(gpus_per_node, 2 * gpus))
+            if rng.random() < 0.55
+            else (gpus, gpus)
+        )
+        items.append(
+            Item(f"j{i:04d}", gpus, lo, hi, round(seconds * gpus, 1), (i // burst) * GAP_S)
+        )
     return items
 
 
@@ -87,8 +91,7 @@ def node_prefix(root: Path) -> str:
     named after its nodes (``slurm_<node>/uid_<uid>/job_<id>``), so two labs on one machine
     with the same node names and job ids kill each other's jobs (seen: another lab's teardown
     SIGKILLed three jobs here)."""
-    return "sc" + "".join(c for c in root.name.rsplit("-", 1)[-1].lower() if c.isalpha())[:4] \
-        + "n"
+    return "sc" + "".join(c for c in root.name.rsplit("-", 1)[-1].lower() if c.isalpha())[:4] + "n"
 
 
 def _cpu_s(pid: int) -> tuple[float, float]:
@@ -130,14 +133,39 @@ class Run:
 
 
 def _sbatch(lab: SlurmLab, shared: Path, it: Item, managed: bool) -> int:
-    opts = ([f"--partition={ENGINE_PARTITION}",
-             f"--comment=gpuplan:min={it.lo},max={it.hi},work={it.work:g}"] if managed
-            else [f"--partition={PLAIN_PARTITION}"])
-    argv = ["sbatch", "--parsable", "--nodes=1", f"--gres=gpu:{it.gpus}", *opts,
-            f"--job-name={it.name}", f"--output={shared}/{it.name}.out", "--open-mode=append",
-            str(shared / "run.sh"), PYTHON, str(shared / "standin.py"), "--job-id", it.name,
-            "--work", f"{it.work:g}", "--rate-per-gpu", "1", "--state-dir", str(shared),
-            "--progress-interval", "2", "--checkpoint-interval", "2"]
+    opts = (
+        [
+            f"--partition={ENGINE_PARTITION}",
+            f"--comment=gpuplan:min={it.lo},max={it.hi},work={it.work:g}",
+        ]
+        if managed
+        else [f"--partition={PLAIN_PARTITION}"]
+    )
+    argv = [
+        "sbatch",
+        "--parsable",
+        "--nodes=1",
+        f"--gres=gpu:{it.gpus}",
+        *opts,
+        f"--job-name={it.name}",
+        f"--output={shared}/{it.name}.out",
+        "--open-mode=append",
+        str(shared / "run.sh"),
+        PYTHON,
+        str(shared / "standin.py"),
+        "--job-id",
+        it.name,
+        "--work",
+        f"{it.work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "2",
+        "--checkpoint-interval",
+        "2",
+    ]
     for attempt in range(5):
         proc = fx.as_user(fx.UNPRIVILEGED_USER, argv, lab.env)
         if proc.returncode == 0:
@@ -149,20 +177,38 @@ def _sbatch(lab: SlurmLab, shared: Path, it: Item, managed: bool) -> int:
     raise RuntimeError(f"sbatch {it.name}: {proc.stderr.strip()}")
 
 
-def run_mode(lab: SlurmLab, items: list[Item], mode: str, timeout_s: float,
-             profile: Path | None = None) -> Run:
+def run_mode(  # noqa: C901 (a named exception to the complexity gate)
+    lab: SlurmLab, items: list[Item], mode: str, timeout_s: float, profile: Path | None = None
+) -> Run:
     shared, run = fx.shared_job_dir("gpuplan-scale-"), Run(mode)
     db, log = shared / "state" / "controller.db", shared / "controller.log"
     managed = mode != "slurm"
     proc: subprocess.Popen[bytes] | None = None
     if managed:
         prof = ["-m", "cProfile", "-o", str(profile / f"{mode}.prof")] if profile else []
-        argv = [sys.executable, *prof, "-m", "gpuplan", "slurm-controller", "--policy", mode,
-                "--state-db", str(db), "--partition", ENGINE_PARTITION,
-                "--wake-file", str(lab.wake_file)]
+        argv = [
+            sys.executable,
+            *prof,
+            "-m",
+            "gpuplan",
+            "slurm-controller",
+            "--policy",
+            mode,
+            "--state-db",
+            str(db),
+            "--partition",
+            ENGINE_PARTITION,
+            "--wake-file",
+            str(lab.wake_file),
+        ]
         with open(log, "ab") as out:
-            proc = subprocess.Popen(argv, env={**os.environ, **lab.env}, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env={**os.environ, **lab.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         heartbeat = db.with_name(db.name + ".heartbeat")
         t_up = time.monotonic()
         while not heartbeat.exists():  # its first cycle done: measure from here
@@ -202,8 +248,9 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, timeout_s: float,
             if errors:
                 raise RuntimeError(f"{mode}: submission failed: {errors[0]}")
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{mode}: controller exited {proc.returncode}: "
-                                   f"{log.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"{mode}: controller exited {proc.returncode}: {log.read_text()[-2000:]}"
+                )
             if time.time() - t0 > timeout_s:
                 raise RuntimeError(f"{mode}: not drained after {timeout_s:.0f} s")
             if time.time() - sampled > 60.0:
@@ -256,7 +303,8 @@ def summary(run: Run) -> dict[str, float]:
     first = min(run.submitted.values())
     jcts = [ends[n] - run.submitted[n] for n in run.submitted]
     out: dict[str, float] = {
-        "drain_s": max(ends.values()) - first, "mean_jct_s": statistics.mean(jcts),
+        "drain_s": max(ends.values()) - first,
+        "mean_jct_s": statistics.mean(jcts),
         "p95_jct_s": percentile(jcts, 0.95),
         "split": float(sum(len(run.final[s].nodes) > 1 for s in run.ids.values())),
         "failed": float(sum(run.final[s].state != "COMPLETED" for s in run.ids.values())),
@@ -271,8 +319,12 @@ def summary(run: Run) -> dict[str, float]:
     both = [(r["poll_s"] or 0.0) + (r["decide_s"] or 0.0) for r in rows]
     applies: list[float] = [r["apply_s"] for r in rows if r["apply_s"] is not None]  # type: ignore[misc]
     jobs = [r["jobs"] for r in rows if r["jobs"] is not None]
-    for name, values in (("poll", polls), ("decision", [r["decide_s"] for r in decided]),
-                         ("poll_decision", both), ("apply", applies)):
+    for name, values in (
+        ("poll", polls),
+        ("decision", [r["decide_s"] for r in decided]),
+        ("poll_decision", both),
+        ("apply", applies),
+    ):
         out[f"{name}_p50_ms"] = 1000 * percentile(values, 0.5)  # type: ignore[arg-type]
         out[f"{name}_p99_ms"] = 1000 * percentile(values, 0.99)  # type: ignore[arg-type]
     # Polls that found no new job read only the narrow view; a new job costs a full --json read
@@ -280,37 +332,45 @@ def summary(run: Run) -> dict[str, float]:
     full = [r for r in rows if r["poll_s"] is not None and r.get("full_reads")]
     out["cycles_full_read"] = float(len(full))
     for name, part in (("narrow", narrow), ("full", full)):
-        out[f"poll_{name}_p50_ms"] = 1000 * percentile(
-            [r["poll_s"] or 0.0 for r in part], 0.5)
+        out[f"poll_{name}_p50_ms"] = 1000 * percentile([r["poll_s"] or 0.0 for r in part], 0.5)
         out[f"poll_decision_{name}_p99_ms"] = 1000 * percentile(
-            [(r["poll_s"] or 0.0) + (r["decide_s"] or 0.0) for r in part], 0.99)
+            [(r["poll_s"] or 0.0) + (r["decide_s"] or 0.0) for r in part], 0.99
+        )
     # The queue phase: cycles while the engine held at least half of all the jobs (hundreds
     # queued behind the running ones) -- the goal's "at 1,000 queued jobs".
     half = 0.5 * len(run.ids)
     busy = [r for r in rows if (r["jobs"] or 0) >= half]
     out["queue_phase_cycles"] = float(len(busy))
     out["queue_phase_poll_decision_p99_ms"] = 1000 * percentile(
-        [(r["poll_s"] or 0.0) + (r["decide_s"] or 0.0) for r in busy], 0.99)
+        [(r["poll_s"] or 0.0) + (r["decide_s"] or 0.0) for r in busy], 0.99
+    )
     out["queue_phase_poll_p50_ms"] = 1000 * percentile(
-        [r["poll_s"] for r in busy if r["poll_s"] is not None], 0.5)  # type: ignore[misc]
+        [r["poll_s"] for r in busy if r["poll_s"] is not None], 0.5
+    )  # type: ignore[misc]
     out["queue_phase_cpu_pct"] = math.nan
     if busy and run.cpu_samples:
         t_a, t_b = busy[0]["t"] or 0.0, busy[-1]["t"] or 0.0
         inside = [(t, c) for t, c in run.cpu_samples if t_a <= t <= t_b]
         if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
-            out["queue_phase_cpu_pct"] = 100.0 * (inside[-1][1] - inside[0][1]) / (
-                inside[-1][0] - inside[0][0])
+            out["queue_phase_cpu_pct"] = (
+                100.0 * (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+            )
         out["queue_phase_s"] = t_b - t_a
-    out.update({
-        "cycles": float(run.cycle_count), "cycles_kept": float(len(rows)),
-        "max_jobs_tracked": float(max(jobs)) if jobs else math.nan,
-        "cpu_s": run.cpu_s, "wall_s": run.wall_s,
-        "cpu_pct": 100.0 * run.cpu_s / run.wall_s,
-        "slurm_commands_cpu_pct": 100.0 * run.child_cpu_s / run.wall_s,
-        "poll_total_s": sum(polls), "apply_total_s": sum(applies),
-        "slurm_commands_per_s": sum(run.commands.values()) / run.wall_s,
-        "rss_mb": run.rss_mb,
-    })
+    out.update(
+        {
+            "cycles": float(run.cycle_count),
+            "cycles_kept": float(len(rows)),
+            "max_jobs_tracked": float(max(jobs)) if jobs else math.nan,
+            "cpu_s": run.cpu_s,
+            "wall_s": run.wall_s,
+            "cpu_pct": 100.0 * run.cpu_s / run.wall_s,
+            "slurm_commands_cpu_pct": 100.0 * run.child_cpu_s / run.wall_s,
+            "poll_total_s": sum(polls),
+            "apply_total_s": sum(applies),
+            "slurm_commands_per_s": sum(run.commands.values()) / run.wall_s,
+            "rss_mb": run.rss_mb,
+        }
+    )
     return out
 
 
@@ -320,16 +380,22 @@ def _fmt(value: float, digits: int = 1) -> str:
 
 def table(rows: list[tuple[str, dict[str, float]]]) -> str:
     base = rows[0][1]
-    head = ("| mode | drain s | x Slurm | mean JCT s | x Slurm | p95 JCT s | split | failed | "
-            "poll p50/p99 ms | decision p50/p99 ms | poll+decision p99 ms: all / narrow read "
-            "only / with a full read | apply p50/p99 ms | "
-            "cycles | controller CPU % (of it Slurm commands) | queue phase: poll+decision p99 "
-            "ms, CPU % | load avg mean/max |")
+    head = (
+        "| mode | drain s | x Slurm | mean JCT s | x Slurm | p95 JCT s | split | failed | "
+        "poll p50/p99 ms | decision p50/p99 ms | poll+decision p99 ms: all / narrow read "
+        "only / with a full read | apply p50/p99 ms | "
+        "cycles | controller CPU % (of it Slurm commands) | queue phase: poll+decision p99 "
+        "ms, CPU % | load avg mean/max |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for mode, s in rows:
+
         def pair(name: str, s: dict[str, float] = s) -> str:
-            return (f"{_fmt(s.get(f'{name}_p50_ms', math.nan))} / "
-                    f"{_fmt(s.get(f'{name}_p99_ms', math.nan))}")
+            return (
+                f"{_fmt(s.get(f'{name}_p50_ms', math.nan))} / "
+                f"{_fmt(s.get(f'{name}_p99_ms', math.nan))}"
+            )
+
         lines.append(
             f"| {mode} | {_fmt(s['drain_s'])} | {s['drain_s'] / base['drain_s']:.2f} | "
             f"{_fmt(s['mean_jct_s'])} | {s['mean_jct_s'] / base['mean_jct_s']:.2f} | "
@@ -344,23 +410,35 @@ def table(rows: list[tuple[str, dict[str, float]]]) -> str:
             f"({_fmt(s.get('slurm_commands_cpu_pct', math.nan))}) | "
             f"{_fmt(s.get('queue_phase_poll_decision_p99_ms', math.nan))}, "
             f"{_fmt(s.get('queue_phase_cpu_pct', math.nan))} | "
-            f"{_fmt(s['load_mean'])} / {_fmt(s['load_max'])} |")
+            f"{_fmt(s['load_mean'])} / {_fmt(s['load_max'])} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.slurm_scale",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.slurm_scale", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--policies", default="afs-p")
-    parser.add_argument("--quick", action="store_true",
-                        help="8 nodes x 8 GPUs, 100 jobs (what make bench runs)")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run each controller under cProfile, writing DIR/POLICY.prof")
-    parser.add_argument("--timeout", type=float, default=3600.0, metavar="S",
-                        help="give up on a mode that has not drained after S seconds")
+    parser.add_argument(
+        "--quick", action="store_true", help="8 nodes x 8 GPUs, 100 jobs (what make bench runs)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run each controller under cProfile, writing DIR/POLICY.prof",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="give up on a mode that has not drained after S seconds",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.gpus_per_node, args.jobs = 8, 8, 100
@@ -370,40 +448,62 @@ def main(argv: list[str] | None = None) -> int:
     total = args.nodes * args.gpus_per_node
     items = workload(args.jobs, args.gpus_per_node, total)
     policies = [p for p in args.policies.split(",") if p]
-    print(f"{len(items)} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
-          f"{sum(it.work for it in items):.0f} GPU-s of work (lower bound "
-          f"{sum(it.work for it in items) / total:.0f} s), bursts of "
-          f"{sum(it.at == 0 for it in items)} every {GAP_S:g} s; lab {args.nodes} x "
-          f"{args.gpus_per_node} GPUs; load average {_load1():.2f}", flush=True)
+    print(
+        f"{len(items)} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
+        f"{sum(it.work for it in items):.0f} GPU-s of work (lower bound "
+        f"{sum(it.work for it in items) / total:.0f} s), bursts of "
+        f"{sum(it.at == 0 for it in items)} every {GAP_S:g} s; lab {args.nodes} x "
+        f"{args.gpus_per_node} GPUs; load average {_load1():.2f}",
+        flush=True,
+    )
     fx.ensure_user(fx.UNPRIVILEGED_USER)
     root = Path(tempfile.mkdtemp(prefix="gpuplan-slurmscale-", dir="/tmp"))
-    lab = SlurmLab(LabConfig(root=root, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                             gpu_type="a100", job_submit_lua=True,
-                             node_prefix=node_prefix(root)))
+    lab = SlurmLab(
+        LabConfig(
+            root=root,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            gpu_type="a100",
+            job_submit_lua=True,
+            node_prefix=node_prefix(root),
+        )
+    )
     rows: list[tuple[str, dict[str, float]]] = []
     # SIGTERM (a timeout, an operator) must still stop the lab: run the finally below
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         with lab.exclusive(timeout_s=60):
             took = lab.up(timeout_s=120 + 10 * args.nodes, owner="slurm_scale")
-            print(f"lab {args.nodes} x {args.gpus_per_node} up in {took:.0f} s ({root})",
-                  flush=True)
+            print(
+                f"lab {args.nodes} x {args.gpus_per_node} up in {took:.0f} s ({root})", flush=True
+            )
             for mode in ["slurm", *policies]:
                 t = time.monotonic()
                 run = run_mode(lab, items, mode, args.timeout, args.profile)
                 got = summary(run)
                 rows.append((mode, got))
-                print(f"  {mode}: done in {time.monotonic() - t:.0f} s: "
-                      + ", ".join(f"{k} {_fmt(v, 2)}" for k, v in got.items()), flush=True)
+                print(
+                    f"  {mode}: done in {time.monotonic() - t:.0f} s: "
+                    + ", ".join(f"{k} {_fmt(v, 2)}" for k, v in got.items()),
+                    flush=True,
+                )
                 if run.commands:
                     print(f"  {mode}: Slurm commands {run.commands}", flush=True)
     finally:
         lab.down()
         shutil.rmtree(root, ignore_errors=True)
     print(table(rows))
-    print(json.dumps({"nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-                      "jobs": len(items), "modes": dict(rows)},
-                     default=lambda v: None))
+    print(
+        json.dumps(
+            {
+                "nodes": args.nodes,
+                "gpus_per_node": args.gpus_per_node,
+                "jobs": len(items),
+                "modes": dict(rows),
+            },
+            default=lambda v: None,
+        )
+    )
     return 0
 
 

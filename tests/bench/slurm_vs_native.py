@@ -85,8 +85,9 @@ def workload(n: int, seed: int = SEED, burst: int = 25, gap_s: float = 25.0) -> 
         gpus = rng.choice((1, 2, 2, 4))
         seconds = rng.uniform(5.0, 30.0)
         lo, hi = (max(1, gpus // 2), min(4, 2 * gpus)) if rng.random() < 0.55 else (gpus, gpus)
-        items.append(Item(f"j{i:03d}", gpus, lo, hi, round(seconds * gpus, 1),
-                          (i // burst) * gap_s))
+        items.append(
+            Item(f"j{i:03d}", gpus, lo, hi, round(seconds * gpus, 1), (i // burst) * gap_s)
+        )
     return items
 
 
@@ -98,12 +99,14 @@ def lab_overheads(mode: str, startup_s: float = 0.0, *, free: bool = False) -> O
     if free:
         return Overheads(start_s=0.0, restart_s=0.0, migrate_s=0.0)
     start = (SLURM_START_S if mode in BASELINES else CONTROLLER_START_S) + startup_s
-    return Overheads(start_s=start, restart_s=LAB_RESTART_S + startup_s,
-                     migrate_s=LAB_RESTART_S + startup_s)
+    return Overheads(
+        start_s=start, restart_s=LAB_RESTART_S + startup_s, migrate_s=LAB_RESTART_S + startup_s
+    )
 
 
-def predict(items: list[Item], mode: str, startup_s: float = 0.0, *, free: bool = False
-            ) -> dict[str, float] | None:
+def predict(
+    items: list[Item], mode: str, startup_s: float = 0.0, *, free: bool = False
+) -> dict[str, float] | None:
     """The simulator's run of the same jobs on the lab's 16 GPUs, single-node shapes. Slurm
     alone (``--nodes=1``) is rigid first-fit in submission order (``fifo-backfill``: Slurm's
     backfill with no time limits starts any job that fits); a policy runs with the restart
@@ -112,20 +115,36 @@ def predict(items: list[Item], mode: str, startup_s: float = 0.0, *, free: bool 
     if mode in ("slurm-multifactor", "slurm-gpus"):
         return None
     rigid = mode in BASELINES
-    specs = [JobSpec(id=it.name, submit_time=it.at, requested_gpus=it.gpus,
-                     total_iterations=it.work,
-                     elasticity=None if rigid or it.lo == it.hi else
-                     Elasticity(min_gpus=it.lo, max_gpus=it.hi),
-                     node_shape=NodeShape(max_nodes=1),
-                     throughput=ThroughputProfile.linear(1.0, reference_gpu="a100"))
-             for it in items]
-    cluster = Cluster(nodes=[Node(name=f"node{k}", gpus=fx.GPUS_PER_NODE, gpu_type="a100")
-                             for k in range(1, fx.NODES + 1)])
+    specs = [
+        JobSpec(
+            id=it.name,
+            submit_time=it.at,
+            requested_gpus=it.gpus,
+            total_iterations=it.work,
+            elasticity=None
+            if rigid or it.lo == it.hi
+            else Elasticity(min_gpus=it.lo, max_gpus=it.hi),
+            node_shape=NodeShape(max_nodes=1),
+            throughput=ThroughputProfile.linear(1.0, reference_gpu="a100"),
+        )
+        for it in items
+    ]
+    cluster = Cluster(
+        nodes=[
+            Node(name=f"node{k}", gpus=fx.GPUS_PER_NODE, gpu_type="a100")
+            for k in range(1, fx.NODES + 1)
+        ]
+    )
     overheads = lab_overheads(mode, startup_s, free=free)
     gate = None if rigid or free else gate_for_scenario(RestartGateSpec(enabled=True), overheads)
-    result, _, _ = simulate(cluster, specs,
-                            make_policy("fifo-backfill" if rigid else mode, seed=0),
-                            overheads=overheads, sample_interval_s=None, restart_gate=gate)
+    result, _, _ = simulate(
+        cluster,
+        specs,
+        make_policy("fifo-backfill" if rigid else mode, seed=0),
+        overheads=overheads,
+        sample_interval_s=None,
+        restart_gate=gate,
+    )
     jcts = [r.jct for r in result.jobs if r.jct is not None]
     ends = [r.finish_time for r in result.jobs if r.finish_time is not None]
     return {"drain": max(ends), "mean": statistics.mean(jcts), "p95": _p95(jcts)}
@@ -178,14 +197,37 @@ def _sbatch(lab: SlurmLab, shared: Path, it: Item, mode: str, startup: str | Non
         opts = [o.format(gpus=it.gpus) for o in BASELINES[mode][1]]
         opts.append(f"--partition={PLAIN_PARTITION}")
     else:  # managed: submitted like the fair baseline, plus the hook's comment
-        opts = ["--nodes=1", f"--gres=gpu:{it.gpus}", f"--partition={ENGINE_PARTITION}",
-                f"--comment=gpuplan:min={it.lo},max={it.hi},work={it.work:g}"]
+        opts = [
+            "--nodes=1",
+            f"--gres=gpu:{it.gpus}",
+            f"--partition={ENGINE_PARTITION}",
+            f"--comment=gpuplan:min={it.lo},max={it.hi},work={it.work:g}",
+        ]
     extra = ["--startup-s", startup, "--startup-seed", str(SEED)] if startup else []
-    argv = ["sbatch", "--parsable", *opts, f"--job-name={it.name}",
-            f"--output={shared}/{it.name}.out", "--open-mode=append", str(shared / "run.sh"),
-            PYTHON, str(shared / "standin.py"), "--job-id", it.name, "--work", f"{it.work:g}",
-            "--rate-per-gpu", "1", "--state-dir", str(shared), "--progress-interval", "1",
-            "--checkpoint-interval", "2", *extra]
+    argv = [
+        "sbatch",
+        "--parsable",
+        *opts,
+        f"--job-name={it.name}",
+        f"--output={shared}/{it.name}.out",
+        "--open-mode=append",
+        str(shared / "run.sh"),
+        PYTHON,
+        str(shared / "standin.py"),
+        "--job-id",
+        it.name,
+        "--work",
+        f"{it.work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "1",
+        "--checkpoint-interval",
+        "2",
+        *extra,
+    ]
     proc = fx.as_user(fx.UNPRIVILEGED_USER, argv, lab.env)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
@@ -204,12 +246,28 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, startup: str | None = 
     proc: subprocess.Popen[bytes] | None = None
 
     def start() -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "gpuplan", "slurm-controller", "--policy", mode,
-                "--state-db", str(db), "--partition", ENGINE_PARTITION,
-                "--wake-file", str(lab.wake_file)]
+        argv = [
+            sys.executable,
+            "-m",
+            "gpuplan",
+            "slurm-controller",
+            "--policy",
+            mode,
+            "--state-db",
+            str(db),
+            "--partition",
+            ENGINE_PARTITION,
+            "--wake-file",
+            str(lab.wake_file),
+        ]
         with open(log, "ab") as out:
-            return subprocess.Popen(argv, env={**os.environ, **lab.env}, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                argv,
+                env={**os.environ, **lab.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     if managed:
         proc = start()
@@ -232,9 +290,16 @@ def run_mode(lab: SlurmLab, items: list[Item], mode: str, startup: str | None = 
             shutil.rmtree(shared, ignore_errors=True)
 
 
-def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: threading.Thread,
-           proc: subprocess.Popen[bytes] | None, start: Callable[[], subprocess.Popen[bytes]],
-           t0: float) -> Run:
+def _drive(
+    lab: SlurmLab,
+    items: list[Item],
+    run: Run,
+    shared: Path,
+    thread: threading.Thread,
+    proc: subprocess.Popen[bytes] | None,
+    start: Callable[[], subprocess.Popen[bytes]],
+    t0: float,
+) -> Run:
     """Sample until every job is done; SIGKILL and restart the controller once at 70 s."""
     cli, managed, mode = lab.cli(timeout=30), proc is not None, run.mode
     db = shared / "state" / "controller.db"
@@ -265,14 +330,20 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
                 continue
             run.unusable_gpu_s += dt * sum(c for n, c in per_node.items() if n != sj.batch_host)
         if managed and proc is not None and not killed_at and now - t0 > 70.0:
-            killed_at = {n: jobs[s].restart_count for n, s in run.ids.items()
-                         if s in jobs and jobs[s].state == "RUNNING"}
+            killed_at = {
+                n: jobs[s].restart_count
+                for n, s in run.ids.items()
+                if s in jobs and jobs[s].state == "RUNNING"
+            }
             run.cpu_s += _cpu_s(proc.pid)
             proc.kill()
             proc.wait()
             proc = start()
-        if not thread.is_alive() and len(run.ids) == len(items) and all(
-                s in last_seen and last_seen[s].finished for s in run.ids.values()):
+        if (
+            not thread.is_alive()
+            and len(run.ids) == len(items)
+            and all(s in last_seen and last_seen[s].finished for s in run.ids.values())
+        ):
             # Every job is over in Slurm; one without its work done failed or was lost.
             run.failed = sorted(n for n in run.ids if not (shared / f"{n}.done").exists())
             break
@@ -292,26 +363,39 @@ def _drive(lab: SlurmLab, items: list[Item], run: Run, shared: Path, thread: thr
         plans = sorted({a.epoch for a in second if a.epoch is not None})
         first = plans[0] if plans else None
         sids = {run.ids[n] for n in killed_at}
-        stopped = {a.slurm_id for a in second if a.slurm_id in sids and a.kind in (
-            "stop", "preempt", "resize", "migrate") and (
-            a.epoch == first or a.detail.startswith("reconcile"))}
+        stopped = {
+            a.slurm_id
+            for a in second
+            if a.slurm_id in sids
+            and a.kind in ("stop", "preempt", "resize", "migrate")
+            and (a.epoch == first or a.detail.startswith("reconcile"))
+        }
         run.stopped_by_restart = len(stopped)
-        run.resize_latency_s = [a.settled_at - a.intended_at for a in acts
-                                if a.kind == "resize" and a.settled_at is not None]
+        run.resize_latency_s = [
+            a.settled_at - a.intended_at
+            for a in acts
+            if a.kind == "resize" and a.settled_at is not None
+        ]
         run.resizes = len(run.resize_latency_s)
     run.busy_while_queued = busy_while_queued(shared, run.submitted)
     run_end = last_seen  # every job's record as last seen, finished (the loop's exit test)
     run.ends = {n: float(run_end[s].raw.get("end_time") or 0) for n, s in run.ids.items()}
     run.turnover_gaps = turnover_gaps(run, run_end)
     if managed:
-        starts = {s: float(j.raw.get("start_time") or 0) for s, j in run_end.items()
-                  if j.restart_count == 0}
+        starts = {
+            s: float(j.raw.get("start_time") or 0)
+            for s, j in run_end.items()
+            if j.restart_count == 0
+        }
         # The last start intent before Slurm's (only) start of a job that never restarted: an
         # earlier intent may have been overtaken by a stop before Slurm started it.
         last_intent: dict[int, float] = {}
         for a in acts:
-            if a.kind == "start" and a.slurm_id in starts and \
-                    a.intended_at <= starts[a.slurm_id] + 1.0:
+            if (
+                a.kind == "start"
+                and a.slurm_id in starts
+                and a.intended_at <= starts[a.slurm_id] + 1.0
+            ):
                 last_intent[a.slurm_id] = max(last_intent.get(a.slurm_id, 0.0), a.intended_at)
         run.release_to_run_s = [starts[s] - t for s, t in last_intent.items()]
     return run
@@ -381,9 +465,20 @@ def summary(run: Run, t_first: float | None = None) -> dict[str, float]:
     return {"drain": max(ends.values()) - first, "mean": statistics.mean(jcts), "p95": _p95(jcts)}
 
 
-DEFAULT_MODES = ("slurm-nodes1", "slurm-multifactor", "afs-l", "afs-p", "max-min",
-                 "elastic-tiresias", "sidecar", "srtf", "srsf", "tiresias-l", "aryl-sjf",
-                 "slurm-gpus")
+DEFAULT_MODES = (
+    "slurm-nodes1",
+    "slurm-multifactor",
+    "afs-l",
+    "afs-p",
+    "max-min",
+    "elastic-tiresias",
+    "sidecar",
+    "srtf",
+    "srsf",
+    "tiresias-l",
+    "aryl-sjf",
+    "slurm-gpus",
+)
 """The fair baselines first, every policy the issue names (plus srsf and Aryl's SJF with skip,
 the simulator's best here), the split-prone
 ``--gpus`` baseline last (an extra row)."""
@@ -404,23 +499,39 @@ def measure(mode: str, lab: SlurmLab, items: list[Item], startup: str | None) ->
     t = time.monotonic()
     run = run_mode(lab, items, mode, startup)
     got, sim = summary(run), predict(items, mode, _startup_mean(startup))
-    row = {"mode": mode, "startup": startup or "", "jobs": len(items), "lab": got, "sim": sim,
-           "split": len(run.split), "unusable_gpu_s": round(run.unusable_gpu_s, 1),
-           "resizes": run.resizes, "resize_latency_s": run.resize_latency_s,
-           "cpu_s": round(run.cpu_s, 1), "stopped_by_restart": run.stopped_by_restart,
-           "failed": run.failed, "busy_while_queued": round(run.busy_while_queued, 4),
-           "turnover_gaps": run.turnover_gaps, "release_to_run_s": run.release_to_run_s,
-           "gate": run.gate, "load_mean": round(statistics.mean(run.load), 2) if run.load else 0,
-           "wall_s": round(time.monotonic() - t, 1)}
-    print(f"  {mode}: done in {row['wall_s']:.0f} s: lab {got}, sim {sim}, split "
-          f"{row['split']}, resizes {run.resizes}, cpu {run.cpu_s:.1f} s, stopped by restart "
-          f"{run.stopped_by_restart}, failed {run.failed}, gate {run.gate}, "
-          f"load {row['load_mean']}", flush=True)
+    row = {
+        "mode": mode,
+        "startup": startup or "",
+        "jobs": len(items),
+        "lab": got,
+        "sim": sim,
+        "split": len(run.split),
+        "unusable_gpu_s": round(run.unusable_gpu_s, 1),
+        "resizes": run.resizes,
+        "resize_latency_s": run.resize_latency_s,
+        "cpu_s": round(run.cpu_s, 1),
+        "stopped_by_restart": run.stopped_by_restart,
+        "failed": run.failed,
+        "busy_while_queued": round(run.busy_while_queued, 4),
+        "turnover_gaps": run.turnover_gaps,
+        "release_to_run_s": run.release_to_run_s,
+        "gate": run.gate,
+        "load_mean": round(statistics.mean(run.load), 2) if run.load else 0,
+        "wall_s": round(time.monotonic() - t, 1),
+    }
+    print(
+        f"  {mode}: done in {row['wall_s']:.0f} s: lab {got}, sim {sim}, split "
+        f"{row['split']}, resizes {run.resizes}, cpu {run.cpu_s:.1f} s, stopped by restart "
+        f"{run.stopped_by_restart}, failed {run.failed}, gate {run.gate}, "
+        f"load {row['load_mean']}",
+        flush=True,
+    )
     return row
 
 
-def run_modes(modes: list[str], items: list[Item], startup: str | None,
-              out: Path | None) -> list[dict]:
+def run_modes(
+    modes: list[str], items: list[Item], startup: str | None, out: Path | None
+) -> list[dict]:
     """Run ``modes`` in order, each lab (basic / multifactor priority) brought up when first
     needed under ``GPUPLAN_SLURM_LAB`` (``-mf`` appended for the multifactor one); rows are
     appended to ``out`` (JSON lines) as they finish, so a long run keeps what it measured."""
@@ -435,9 +546,17 @@ def run_modes(modes: list[str], items: list[Item], startup: str | None,
         # (slurm_<node>/uid_<u>), and another lab's teardown removing an empty job directory
         # made a benchmark job fail to start ("Slurmd could not execve job"). The benchmark
         # measures scheduling; both Slurm alone and the controller run on the same lab.
-        session = fx.lab_session(LabConfig(
-            root=root, nodes=fx.NODES, gpus_per_node=fx.GPUS_PER_NODE, gpu_type="a100",
-            job_submit_lua=True, priority=priority, cgroup="off"))
+        session = fx.lab_session(
+            LabConfig(
+                root=root,
+                nodes=fx.NODES,
+                gpus_per_node=fx.GPUS_PER_NODE,
+                gpu_type="a100",
+                job_submit_lua=True,
+                priority=priority,
+                cgroup="off",
+            )
+        )
         lab = next(session)
         try:
             for mode in mine:
@@ -464,11 +583,14 @@ def report(rows: list[dict], items: list[Item]) -> str:
     best_drain = min((b["drain"] for b in fair), default=0.0)
     best_mean = min((b["mean"] for b in fair), default=0.0)
     ref = base.get("slurm-nodes1", {"drain": 0.0, "mean": 0.0})
-    lines = [f"Lower bound on the drain (GPU-seconds / GPUs): {bound:.1f} s.", "",
-             "| mode | drain s | x nodes1 | x bound | mean JCT s | x nodes1 | p95 JCT s | "
-             "sim drain | sim mean | split | resizes | preempt/resize skipped by gate | "
-             "controller CPU s | stopped by restart | failed | busy while queued | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Lower bound on the drain (GPU-seconds / GPUs): {bound:.1f} s.",
+        "",
+        "| mode | drain s | x nodes1 | x bound | mean JCT s | x nodes1 | p95 JCT s | "
+        "sim drain | sim mean | split | resizes | preempt/resize skipped by gate | "
+        "controller CPU s | stopped by restart | failed | busy while queued | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lab, sim = r["lab"], r["sim"]
         gate = r["gate"]
@@ -479,16 +601,20 @@ def report(rows: list[dict], items: list[Item]) -> str:
             f"| {label} | {lab['drain']:.1f} | {_ratio(lab['drain'], ref['drain'])} | "
             f"{lab['drain'] / bound:.3f} | {lab['mean']:.1f} | "
             f"{_ratio(lab['mean'], ref['mean'])} | {lab['p95']:.1f} | "
-            + (f"{sim['drain']:.1f} ({sim['drain'] / lab['drain'] - 1:+.0%}) | "
-               f"{sim['mean']:.1f} ({sim['mean'] / lab['mean'] - 1:+.0%}) | "
-               if sim else "- | - | ")
+            + (
+                f"{sim['drain']:.1f} ({sim['drain'] / lab['drain'] - 1:+.0%}) | "
+                f"{sim['mean']:.1f} ({sim['mean'] / lab['mean'] - 1:+.0%}) | "
+                if sim
+                else "- | - | "
+            )
             + f"{r['split']} | {r['resizes']} | "
             + (f"{skipped} of {proposed}" if r["mode"] not in BASELINES else "-")
             + f" | {r['cpu_s'] if r['mode'] not in BASELINES else '-'} | "
             + (f"{r['stopped_by_restart']}" if r["mode"] not in BASELINES else "-")
             + f" | {len(r.get('failed', []))} | "
             + (f"{r['busy_while_queued']:.1%}" if "busy_while_queued" in r else "-")
-            + f" | {r['load_mean']} |")
+            + f" | {r['load_mean']} |"
+        )
     lines += ["", f"Better fair baseline: drain {best_drain:.1f} s, mean JCT {best_mean:.1f} s."]
     return "\n".join(lines)
 
@@ -499,8 +625,11 @@ def prediction_table(items: list[Item], modes: list[str], startup_s: float = 0.0
     ref = predict(items, "slurm-nodes1", startup_s)
     free_ref = predict(items, "slurm-nodes1", startup_s, free=True)
     assert ref is not None and free_ref is not None
-    lines = ["| mode | drain s | x nodes1 | mean JCT s | x nodes1 | free: drain s | x | "
-             "free: mean JCT s | x |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| mode | drain s | x nodes1 | mean JCT s | x nodes1 | free: drain s | x | "
+        "free: mean JCT s | x |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for mode in modes:
         got, free = predict(items, mode, startup_s), predict(items, mode, startup_s, free=True)
         if got is None or free is None:
@@ -509,15 +638,15 @@ def prediction_table(items: list[Item], modes: list[str], startup_s: float = 0.0
             f"| {mode} | {got['drain']:.1f} | {got['drain'] / ref['drain']:.2f} | "
             f"{got['mean']:.1f} | {got['mean'] / ref['mean']:.2f} | {free['drain']:.1f} | "
             f"{free['drain'] / free_ref['drain']:.2f} | {free['mean']:.1f} | "
-            f"{free['mean'] / free_ref['mean']:.2f} |")
+            f"{free['mean'] / free_ref['mean']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def _startup_spec(text: str) -> str:
     """``--startup-s``: ``S`` or ``uniform:LO:HI`` seconds, finite, 0 <= LO <= HI <= 600."""
     try:
-        parts = [float(x) for x in (text.split(":")[1:] if text.startswith("uniform:")
-                                    else [text])]
+        parts = [float(x) for x in (text.split(":")[1:] if text.startswith("uniform:") else [text])]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not S or uniform:LO:HI: {text!r}") from None
     ok = len(parts) in (1, 2) and all(0 <= x <= 600 for x in parts) and parts == sorted(parts)
@@ -531,21 +660,23 @@ def _modes(text: str) -> list[str]:
     known = set(BASELINES) | set(DEFAULT_MODES) | {"srsf", "aryl-sjf"}
     unknown = [m for m in modes if m not in known and not _is_policy(m)]
     if not modes or unknown:
-        raise argparse.ArgumentTypeError(f"unknown mode(s) {unknown or text!r}; baselines: "
-                                         f"{', '.join(BASELINES)}, or a registered policy")
+        raise argparse.ArgumentTypeError(
+            f"unknown mode(s) {unknown or text!r}; baselines: "
+            f"{', '.join(BASELINES)}, or a registered policy"
+        )
     return modes
 
 
 def _is_policy(name: str) -> bool:
     from gpuplan.solver_core.registry import policy_names
+
     return name in policy_names()
 
 
 def load_rows(files: list[Path], run: str | None = None) -> list[dict]:
     """Measured rows (JSON lines) from ``files``, in file order; with ``run``, only that run's
     (the ``run`` key docs/results/data/slurm-runs.jsonl gives each row)."""
-    rows = [json.loads(line) for f in files for line in f.read_text().splitlines()
-            if line.strip()]
+    rows = [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
     return [r for r in rows if run is None or r.get("run") == run]
 
 
@@ -553,22 +684,46 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tests.bench.slurm_vs_native",
         description="Slurm alone vs gpuplan slurm-controller on the project's Slurm lab "
-                    "(needs root; docs/results/slurm.md).")
-    parser.add_argument("--jobs", type=int, default=200, choices=range(1, 2001),
-                        metavar="N", help="jobs in the workload (default 200)")
+        "(needs root; docs/results/slurm.md).",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=200,
+        choices=range(1, 2001),
+        metavar="N",
+        help="jobs in the workload (default 200)",
+    )
     parser.add_argument("--quick", action="store_true", help="at most 30 jobs")
-    parser.add_argument("--modes", type=_modes, default=list(DEFAULT_MODES),
-                        help="comma-separated baselines and policies (default: all)")
-    parser.add_argument("--startup-s", type=_startup_spec, default=None,
-                        help="the stand-in's start-up per start: S or uniform:LO:HI")
-    parser.add_argument("--predict", action="store_true",
-                        help="print the simulator's prediction only (no lab)")
+    parser.add_argument(
+        "--modes",
+        type=_modes,
+        default=list(DEFAULT_MODES),
+        help="comma-separated baselines and policies (default: all)",
+    )
+    parser.add_argument(
+        "--startup-s",
+        type=_startup_spec,
+        default=None,
+        help="the stand-in's start-up per start: S or uniform:LO:HI",
+    )
+    parser.add_argument(
+        "--predict", action="store_true", help="print the simulator's prediction only (no lab)"
+    )
     parser.add_argument("--out", type=Path, help="append measured rows (JSON lines) here")
-    parser.add_argument("--report", nargs="+", type=Path, metavar="JSONL",
-                        help="print the tables of earlier runs' rows")
-    parser.add_argument("--run", metavar="NAME",
-                        help="with --report: only the rows whose 'run' is NAME (the runs kept "
-                             "in docs/results/data/slurm-runs.jsonl: A, B, C, S)")
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        type=Path,
+        metavar="JSONL",
+        help="print the tables of earlier runs' rows",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="NAME",
+        help="with --report: only the rows whose 'run' is NAME (the runs kept "
+        "in docs/results/data/slurm-runs.jsonl: A, B, C, S)",
+    )
     return parser
 
 
@@ -583,18 +738,25 @@ def main(argv: list[str]) -> None:
     if args.predict:  # the simulator alone: no lab, deterministic
         print(prediction_table(items, modes, _startup_mean(startup)))
         return
-    print(f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
-          f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 every 25 s; lab "
-          f"{fx.NODES} x {fx.GPUS_PER_NODE} GPUs; stand-in start-up {startup or 'none'}",
-          flush=True)
+    print(
+        f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "
+        f"{sum(it.work for it in items):.0f} GPU-s of work, bursts of 25 every 25 s; lab "
+        f"{fx.NODES} x {fx.GPUS_PER_NODE} GPUs; stand-in start-up {startup or 'none'}",
+        flush=True,
+    )
     rows = run_modes(modes, items, startup, args.out)
     print(report(rows, items))
     for r in rows:
         gaps, rel = r["turnover_gaps"], r["release_to_run_s"]
-        print(f"{r['mode']}: turnover gap (last end -> next start) mean "
-              f"{statistics.mean(gaps) if gaps else float('nan'):.2f} s over {len(gaps)} starts"
-              + (f"; start intent -> running mean {statistics.mean(rel):.2f} s, max "
-                 f"{max(rel):.2f} s" if rel else ""))
+        print(
+            f"{r['mode']}: turnover gap (last end -> next start) mean "
+            f"{statistics.mean(gaps) if gaps else float('nan'):.2f} s over {len(gaps)} starts"
+            + (
+                f"; start intent -> running mean {statistics.mean(rel):.2f} s, max {max(rel):.2f} s"
+                if rel
+                else ""
+            )
+        )
 
 
 if __name__ == "__main__":

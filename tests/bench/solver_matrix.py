@@ -25,8 +25,13 @@ DOC = ROOT / "docs" / "solvers.md"
 PNG = ROOT / "docs" / "results" / "solver-matrix.png"
 BEGIN, END = "<!-- solver-matrix:begin -->", "<!-- solver-matrix:end -->"
 
-SIZES = {"mckp": (10, 100, 1000), "reclaim": (10, 100, 1000), "placement": (4, 8, 16),
-         "packing": (10, 100, 500), "ojpp": (4, 8, 12)}
+SIZES = {
+    "mckp": (10, 100, 1000),
+    "reclaim": (10, 100, 1000),
+    "placement": (4, 8, 16),
+    "packing": (10, 100, 500),
+    "ojpp": (4, 8, 12),
+}
 MAXIMISE = {"mckp", "placement"}
 """Problems whose objective is better when larger (placement: its lexicographic score)."""
 
@@ -39,8 +44,9 @@ class Cell:
     runs: int = 0
 
 
-def run_problem(problem: str, sizes: tuple[int, ...], seeds: int, limits: SolveLimits
-                ) -> dict[str, dict[int, Cell]]:
+def run_problem(
+    problem: str, sizes: tuple[int, ...], seeds: int, limits: SolveLimits
+) -> dict[str, dict[int, Cell]]:
     """solver -> size -> cell, on seeds 0..seeds-1 of each size."""
     spec = PROBLEMS[problem]
     solvers = spec.default_solvers()
@@ -63,8 +69,7 @@ def run_problem(problem: str, sizes: tuple[int, ...], seeds: int, limits: SolveL
 
 def table(problem: str, cells: dict[str, dict[int, Cell]]) -> str:
     sizes = list(next(iter(cells.values())))
-    head = f"| {problem} | " + " | ".join(f"n={n}" for n in sizes) \
-        + f" {SIZE_MEANS[problem]} |"
+    head = f"| {problem} | " + " | ".join(f"n={n}" for n in sizes) + f" {SIZE_MEANS[problem]} |"
     lines = [head, "|---" * (len(sizes) + 1) + "|"]
     for solver, row in cells.items():
         parts = []
@@ -81,18 +86,26 @@ def plot(results: dict[str, dict[str, dict[int, Cell]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 7.5),
-                             squeeze=False)
+    fig, axes = plt.subplots(2, len(results), figsize=(4.2 * len(results), 7.5), squeeze=False)
     for col, (problem, cells) in enumerate(results.items()):
         top, bottom = axes[0][col], axes[1][col]
         for i, (solver, row) in enumerate(cells.items()):
             sizes = list(row)
             style = ("-", "--", ":")[i // 10 % 3]  # the colour cycle has 10 colours
-            top.plot(sizes, [max(0.05, statistics.median(c.times)) for c in row.values()],
-                     marker="o", linestyle=style, label=solver)
-            bottom.plot(sizes, [statistics.mean(c.gaps) if c.gaps else float("nan")
-                                for c in row.values()], marker="o", linestyle=style,
-                        label=solver)
+            top.plot(
+                sizes,
+                [max(0.05, statistics.median(c.times)) for c in row.values()],
+                marker="o",
+                linestyle=style,
+                label=solver,
+            )
+            bottom.plot(
+                sizes,
+                [statistics.mean(c.gaps) if c.gaps else float("nan") for c in row.values()],
+                marker="o",
+                linestyle=style,
+                label=solver,
+            )
         for ax in (top, bottom):
             ax.set_xscale("log")
             ax.grid(alpha=0.3)
@@ -123,9 +136,11 @@ def main(argv: list[str]) -> None:
     limits = SolveLimits.wall(2.0 if quick else 10.0)
     only = [a for a in argv if a in SIZES]
     results: dict[str, dict[str, dict[int, Cell]]] = {}
-    blocks = [f"Median ms / mean gap to the best objective any solver found (%) / proven "
-              f"optima; {seeds} seeds (`--generate --seed 0..{seeds - 1}`), "
-              f"{limits.wall_s:g} s wall limit per solver."]
+    blocks = [
+        f"Median ms / mean gap to the best objective any solver found (%) / proven "
+        f"optima; {seeds} seeds (`--generate --seed 0..{seeds - 1}`), "
+        f"{limits.wall_s:g} s wall limit per solver."
+    ]
     for problem in only or list(SIZES):
         results[problem] = run_problem(problem, SIZES[problem], seeds, limits)
         block = table(problem, results[problem])

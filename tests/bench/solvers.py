@@ -62,9 +62,11 @@ def gen_packing(n: int, seed: int) -> dict[str, Any]:
     return {"unit": 4, "capacity": sum(j["share"] for j in jobs), "jobs": jobs}
 
 
-PROBLEMS = {"mckp": (mckp, gen_mckp, +1, (10, 100, 1000)),
-            "reclaim": (reclaim, gen_reclaim, -1, (10, 50, 200)),
-            "packing": (packing, gen_packing, -1, (10, 100, 500))}
+PROBLEMS = {
+    "mckp": (mckp, gen_mckp, +1, (10, 100, 1000)),
+    "reclaim": (reclaim, gen_reclaim, -1, (10, 50, 200)),
+    "packing": (packing, gen_packing, -1, (10, 100, 500)),
+}
 
 
 def main(argv: list[str]) -> None:
@@ -73,8 +75,10 @@ def main(argv: list[str]) -> None:
     limits = SolveLimits.wall(2.0 if quick else 10.0)
     for name, (mod, gen, sense, sizes) in PROBLEMS.items():
         solvers = mod.default_solvers()
-        print(f"\n{name}: median ms / mean gap to best % / proven optima, "
-              f"{seeds} seeds, limit {limits.wall_s:g} s")
+        print(
+            f"\n{name}: median ms / mean gap to best % / proven optima, "
+            f"{seeds} seeds, limit {limits.wall_s:g} s"
+        )
         print(f"{'solver':16}" + "".join(f"{f'n={n}':>24}" for n in sizes))
         cells: dict[str, list[str]] = {s: [] for s in solvers}
         for n in sizes:

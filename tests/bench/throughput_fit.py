@@ -42,8 +42,10 @@ def main(argv: Sequence[str] = ()) -> None:
         return
     root = found / "pollux" / "profiles"
     print(f"load average {os.getloadavg()[0]:.2f}, best of {repeat}")
-    print("| model | samples | alpha_c | beta_c | alpha_n | beta_n | alpha_r | beta_r | gamma "
-          "| RMSLE |")
+    print(
+        "| model | samples | alpha_c | beta_c | alpha_n | beta_n | alpha_r | beta_r | gamma "
+        "| RMSLE |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     timings = []
     for model in MODELS:
@@ -55,8 +57,10 @@ def main(argv: Sequence[str] = ()) -> None:
         timings.append((model, fit_ms, read_ms, fit.success))
     print()
     for model, fit_ms, read_ms, ok in timings:
-        print(f"{model:12s} fit {fit_ms:7.1f} ms = {fit_ms / read_ms:5.2f} x read "
-              f"({read_ms:.1f} ms){'' if ok else '  NOT CONVERGED'}")
+        print(
+            f"{model:12s} fit {fit_ms:7.1f} ms = {fit_ms / read_ms:5.2f} x read "
+            f"({read_ms:.1f} ms){'' if ok else '  NOT CONVERGED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -50,17 +50,29 @@ def nvidia_smi() -> dict[str, Any]:
     """nvidia-smi's view: the CSV rows and its one-line summary (for docs/results/gpu.md)."""
     out: dict[str, Any] = {"rows": [], "line": None}
     try:
-        text = subprocess.run(["nvidia-smi", "--query-gpu=uuid,name,memory.total",
-                               "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=60, check=True).stdout
+        text = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         for row in csv.reader(io.StringIO(text)):
             if row:
                 uuid, name, memory = (c.strip() for c in row)
-                out["rows"].append({"uuid": uuid, "name": name,
-                                    "memory_mib": int(memory.split()[0])})
+                out["rows"].append(
+                    {"uuid": uuid, "name": name, "memory_mib": int(memory.split()[0])}
+                )
         out["line"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,pci.bus_id",
-             "--format=csv,noheader"], capture_output=True, text=True, timeout=60).stdout.strip()
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,memory.total,pci.bus_id",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         out["error"] = str(exc)
     return out
@@ -70,18 +82,34 @@ def inventory_check(dry: bool) -> dict[str, Any]:
     from gpuplan.executors.nvml.local import read_local
 
     inv = read_local()
-    records = [{"index": g.index, "uuid": g.uuid, "model": g.model, "memory_mib": g.memory_mib,
-                "mig": g.mig_enabled, "verdict": g.health.verdict, "reason": g.health.reason}
-               for g in inv.gpus]
+    records = [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "model": g.model,
+            "memory_mib": g.memory_mib,
+            "mig": g.mig_enabled,
+            "verdict": g.health.verdict,
+            "reason": g.health.reason,
+        }
+        for g in inv.gpus
+    ]
     smi = nvidia_smi() if not dry else {"rows": [], "line": "dry run: no nvidia-smi"}
     ours = [(r["uuid"], r["model"], r["memory_mib"]) for r in records]
     theirs = [(r["uuid"], r["name"], r["memory_mib"]) for r in smi["rows"]]
-    return {"nvml": inv.nvml, "driver": inv.driver, "reason": inv.reason, "records": records,
-            "nvidia_smi": smi, "match": bool(ours) and ours == theirs}
+    return {
+        "nvml": inv.nvml,
+        "driver": inv.driver,
+        "reason": inv.reason,
+        "records": records,
+        "nvidia_smi": smi,
+        "match": bool(ours) and ours == theirs,
+    }
 
 
 def _sidecar() -> Any:
     from gpuplan.executors.ssh import sidecar
+
     return sidecar
 
 
@@ -114,25 +142,54 @@ class Job:
         self.seq = 0
         self.gen = 0
         self.uuid = uuid
-        self.argv = [sys.executable, str(TRAIN), "--job-id", job_id, "--state-dir",
-                     str(self.state), "--steps", str(steps), "--progress-interval", "0.2",
-                     "--seed", "1", *extra]
-        self.files = {k: str(self.state / f"{job_id}.{s}")
-                      for k, s in (("progress", "progress"), ("checkpoint", "ckpt"),
-                                   ("done", "done"))}
+        self.argv = [
+            sys.executable,
+            str(TRAIN),
+            "--job-id",
+            job_id,
+            "--state-dir",
+            str(self.state),
+            "--steps",
+            str(steps),
+            "--progress-interval",
+            "0.2",
+            "--seed",
+            "1",
+            *extra,
+        ]
+        self.files = {
+            k: str(self.state / f"{job_id}.{s}")
+            for k, s in (("progress", "progress"), ("checkpoint", "ckpt"), ("done", "done"))
+        }
 
     def control(self, action: str) -> dict[str, Any]:
         self.seq += 1
-        return {"seq": self.seq, "action": action, "gen": self.gen, "rank": 0, "nranks": 1,
-                "gpus": [0], "devices": [self.uuid], "argv": self.argv, "env": {},
-                "cwd": str(self.state), "files": self.files}
+        return {
+            "seq": self.seq,
+            "action": action,
+            "gen": self.gen,
+            "rank": 0,
+            "nranks": 1,
+            "gpus": [0],
+            "devices": [self.uuid],
+            "argv": self.argv,
+            "env": {},
+            "cwd": str(self.state),
+            "files": self.files,
+        }
 
     def launch(self) -> None:
-        spec = {"protocol": 1, "job_id": self.id, "node": "local", "lease_file": None,
-                "lease_s": 0, "ckpt_grace_s": 120.0, "term_grace_s": 10.0,
-                "checkpoint_signal": "SIGUSR1"}
-        res = _sidecar().cmd_launch(self.dir, {"spec": spec, "control": self.control("run")},
-                                    60.0)
+        spec = {
+            "protocol": 1,
+            "job_id": self.id,
+            "node": "local",
+            "lease_file": None,
+            "lease_s": 0,
+            "ckpt_grace_s": 120.0,
+            "term_grace_s": 10.0,
+            "checkpoint_signal": "SIGUSR1",
+        }
+        res = _sidecar().cmd_launch(self.dir, {"spec": spec, "control": self.control("run")}, 60.0)
         assert res["ok"], res
 
     def send(self, action: str) -> dict[str, Any]:
@@ -173,33 +230,52 @@ def preemption_check(uuid: str, steps: int, dry: bool, root: Path) -> dict[str, 
     _wait("high completes", lambda: Path(high.files["done"]).exists())
     t_high_done = time.time()
     low.send("run")  # resume
-    resumed = _wait("low resumed", lambda: (lambda p: p if p.get("resumed_from") is not None
-                                            and p.get("time", 0) > t_high_done else None)(
-        low.progress()))
+    resumed = _wait(
+        "low resumed",
+        lambda: (
+            lambda p: (
+                p if p.get("resumed_from") is not None and p.get("time", 0) > t_high_done else None
+            )
+        )(low.progress()),
+    )
     t_resumed = resumed.get("started")
     _wait("low completes", lambda: Path(low.files["done"]).exists())
     segments = low.log()
     for job in (low, high):
         _sidecar().cmd_control(job.dir, job.control("exit"), 60.0)
-    tiles = (bool(segments) and segments[0]["start"] == 0.0
-             and all(b["start"] == a["end"] for a, b in itertools.pairwise(segments))
-             and segments[-1]["end"] == float(steps))
+    tiles = (
+        bool(segments)
+        and segments[0]["start"] == 0.0
+        and all(b["start"] == a["end"] for a, b in itertools.pairwise(segments))
+        and segments[-1]["end"] == float(steps)
+    )
     seen = {job.id: job.devices_seen() for job in (low, high)}
     want = uuid.lower().removeprefix("gpu-")
-    exact = all(s["visible"] == uuid and (dry or [u.lower().removeprefix("gpu-")
-                                                  for u in s["cuda_uuids"]] == [want])
-                for runs in seen.values() for s in runs) and all(seen.values())
+    exact = all(
+        s["visible"] == uuid
+        and (dry or [u.lower().removeprefix("gpu-") for u in s["cuda_uuids"]] == [want])
+        for runs in seen.values()
+        for s in runs
+    ) and all(seen.values())
     return {
-        "steps": steps, "checkpoint": ckpt,
-        "resumed_from": resumed.get("resumed_from"), "resumed_loss": resumed.get("resumed_loss"),
-        "same_step_and_loss": bool(ckpt) and resumed.get("resumed_from") == ckpt["done"]
+        "steps": steps,
+        "checkpoint": ckpt,
+        "resumed_from": resumed.get("resumed_from"),
+        "resumed_loss": resumed.get("resumed_loss"),
+        "same_step_and_loss": bool(ckpt)
+        and resumed.get("resumed_from") == ckpt["done"]
         and resumed.get("resumed_loss") == ckpt["loss"],
-        "segments": segments, "segments_tile_work": tiles,
-        "devices": seen, "each_job_sees_exactly_its_gpu": exact,
-        "seconds": {"first_start_to_preempt": t_arrive - t0, "stop": t_stopped - t_arrive,
-                    "high_job": t_high_done - t_stopped,
-                    "resume_to_first_step": (t_resumed - t_high_done) if t_resumed else None,
-                    "total": time.time() - t0},
+        "segments": segments,
+        "segments_tile_work": tiles,
+        "devices": seen,
+        "each_job_sees_exactly_its_gpu": exact,
+        "seconds": {
+            "first_start_to_preempt": t_arrive - t0,
+            "stop": t_stopped - t_arrive,
+            "high_job": t_high_done - t_stopped,
+            "resume_to_first_step": (t_resumed - t_high_done) if t_resumed else None,
+            "total": time.time() - t0,
+        },
     }
 
 
@@ -223,9 +299,12 @@ def main(argv: list[str] | None = None) -> int:
             uuid = usable[0]["uuid"]
         results["preemption"] = preemption_check(uuid, args.steps, args.dry_run, root)
         pre = results["preemption"]
-        results["ok"] = bool((args.dry_run or results["inventory"]["match"])
-                             and pre["same_step_and_loss"] and pre["segments_tile_work"]
-                             and pre["each_job_sees_exactly_its_gpu"])
+        results["ok"] = bool(
+            (args.dry_run or results["inventory"]["match"])
+            and pre["same_step_and_loss"]
+            and pre["segments_tile_work"]
+            and pre["each_job_sees_exactly_its_gpu"]
+        )
     except BaseException as exc:  # the JSON still comes back, with what failed
         results["error"] = f"{type(exc).__name__}: {exc}"
         results["ok"] = False

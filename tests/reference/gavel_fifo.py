@@ -33,8 +33,9 @@ class GavelJob:
     rate: Callable[[str, int], float]  # (worker type, scale) -> steps/s of the whole job
 
 
-def simulate_fifo(jobs: Sequence[GavelJob], workers: dict[str, int], seed: int = 0,
-                  round_s: float = 360.0) -> dict[int, tuple[str, float, float]]:
+def simulate_fifo(
+    jobs: Sequence[GavelJob], workers: dict[str, int], seed: int = 0, round_s: float = 360.0
+) -> dict[int, tuple[str, float, float]]:
     """``{job id: (worker type, start, finish)}``."""
     rng = random.Random(seed)
     free = dict(workers)
