@@ -481,9 +481,9 @@ def clean_partition(lab: SlurmLab) -> Iterator[None]:
 
 
 def _cancel_partition(lab: SlurmLab) -> None:
-    """Cancel every job of the engine partition (and blockers) and wait until Slurm holds none
-    of them any more: a cancelled stand-in still runs (or completes) for a while, and a test
-    that starts while its GPUs are taken measures the last test's jobs."""
+    """Cancel every job of the engine partition (and blockers) and wait until none of them is
+    pending, running or completing: a cancelled stand-in still runs (or completes) for a while,
+    and a test that starts while its GPUs are taken measures the last test's jobs."""
     cli = lab.cli(timeout=30)
 
     def ours() -> list[int]:
@@ -491,7 +491,8 @@ def _cancel_partition(lab: SlurmLab) -> None:
             return [
                 job.job_id
                 for job in cli.jobs(all_states=False)
-                if PARTITION in job.partition.split(",") or job.name == "blocker"
+                if (PARTITION in job.partition.split(",") or job.name == "blocker")
+                and not job.finished  # squeue --json lists finished jobs too
             ]
         return [-1]  # slurmctld did not answer: ask again
 
