@@ -19,13 +19,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.cli import main
-from gpuplan.executors.reasons import (
-    Explainer,
-    FreeSummary,
-    TiresiasExplainer,
-    capacity_reason,
-    pending_reasons,
-)
+from gpuplan.executors.reason_explainers import Explainer, TiresiasExplainer
+from gpuplan.executors.reasons import FreeSummary, capacity_reason, pending_reasons
 from gpuplan.executors.restart_gate import RestartGate
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import (
