@@ -39,7 +39,6 @@ and watchdog; :mod:`.failpoints` crash injection. The names they define are re-e
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -70,8 +69,8 @@ from ..slurm.cli import (
 from ..slurm.executor import cluster_from_slurm
 from .adoption import JobAdoption
 from .change_latency import ChangeLatencyProbe
+from .cycle_records import CycleRecordsMixin
 from .cycle_times import CycleTimes
-from .cycle_times import meta_key as cycle_meta_key
 from .executor import ControllerExecutor, ControllerSettings
 from .failopen import (
     fail_open_check,
@@ -111,6 +110,7 @@ from .markers import (
     spec_from_slurm,
     with_marker_state,
 )
+from .policy_memory import PolicyMemoryMixin
 from .poll_reads import PollReadsMixin
 from .reason_journal import ReasonPublisher
 from .reconcile import ReconcileMixin
@@ -154,7 +154,7 @@ class _Recycle(Exception):
     """The cluster changed shape (nodes added/removed): rebuild engine and executor."""
 
 
-class SlurmController(ReconcileMixin, PollReadsMixin):
+class SlurmController(ReconcileMixin, PollReadsMixin, CycleRecordsMixin, PolicyMemoryMixin):
     """The ``slurm-controller`` daemon: reconcile, then loop engine <-> Slurm until stopped."""
 
     def __init__(
@@ -433,113 +433,6 @@ class SlurmController(ReconcileMixin, PollReadsMixin):
             self._executor = self._engine = None
 
     # ------------------------------------------------------------------ cycle times
-    def _timed(
-        self,
-        poll_s: float | None,
-        decide_s: float | None,
-        apply_s: float | None,
-        sync_s: float | None,
-        jobs: int,
-    ) -> None:
-        """Record one cycle (:mod:`.cycle_times`); write the ring every ``FLUSH_S``."""
-        full, self._full_reads = self._full_reads, 0
-        self.times.add(poll_s, decide_s, apply_s, sync_s, jobs, full)
-        if self.times.due():
-            self._save_times()
-        self._publish()
-
-    def _publish(self, force: bool = False) -> None:
-        """``--http``: after a cycle, publish what the HTTP thread serves (:mod:`.live_state`,
-        at most once a second). A fault here is logged and never fails the cycle."""
-        live, engine = self._live, self._engine
-        if live is None:
-            return
-        try:
-            live.take_cycles(self.times)
-            if not (force or live.due()):
-                return
-            gate = engine.restart_gate if engine is not None else None
-            live.publish(
-                engine=engine,
-                slurm_jobs=self._full,
-                tick=self._tick,
-                failopen_jobs=sum(
-                    not sj.finished and is_failopen(sj, self.settings.partitions)
-                    for sj in self._full.values()
-                ),
-                gate=gate.summary() if gate is not None else None,
-            )
-        except Exception:  # logged once until a snapshot succeeds again
-            log.log(
-                logging.DEBUG if self._publish_failed else logging.WARNING,
-                "publishing the live state failed; /metrics shows the previous one",
-                exc_info=True,
-            )
-            self._publish_failed = True
-        else:
-            self._publish_failed = False
-
-    def _quiet_poll(self, poll_s: float) -> None:
-        """A poll that brought no event: a cycle without a decision."""
-        self._timed(
-            poll_s,
-            None,
-            None,
-            None,
-            len(self._engine.running) + len(self._engine.pending)
-            if self._engine is not None
-            else 0,
-        )
-
-    def _save_times(self) -> None:
-        if self.journal is not None and self.times.cycles:
-            counters = dict(getattr(self.cli, "commands", {}))
-            counters["sdiag (arrival probe)"] = self._probe_calls + (
-                self._executor.probe_calls if self._executor is not None else 0
-            )
-            self.journal.set_meta(cycle_meta_key(self.run_id), self.times.to_json(counters))
-            self.times.flushed()
-
-    # ------------------------------------------------------------------ policy memory
-    @property
-    def _policy_key(self) -> str:
-        return f"policy_state:{self.settings.policy}:{self.settings.seed}"
-
-    def _restore_policy(self, engine: Engine) -> None:
-        """Give the freshly built policy the memory the last run journaled (AFS-P's counters,
-        Tiresias' stints, Themis' leases...), before its first plan: without it the first plan
-        after a restart re-decides from nothing and preempts running jobs (issue 16)."""
-        assert self.journal is not None
-        text = self.journal.meta(self._policy_key)
-        self._policy_saved = text
-        if not text:
-            return
-        try:
-            engine.policy.restore(json.loads(text))
-        except Exception as err:  # a damaged or foreign snapshot: start fresh, say so
-            log.warning(
-                "policy memory in the journal could not be restored (%s: %s); the "
-                "policy starts fresh",
-                type(err).__name__,
-                err,
-            )
-            return
-        log.info(
-            "restored %s's memory from the journal (%d bytes)", self.settings.policy, len(text)
-        )
-
-    def _save_policy(self, engine: Engine) -> None:
-        """Journal the policy's memory when it changed (after every completed cycle)."""
-        assert self.journal is not None
-        try:
-            text = json.dumps(engine.policy.snapshot(), sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError) as err:
-            log.warning("policy memory is not JSON (%s); not journaled", err)
-            return
-        if text != self._policy_saved:
-            self.journal.set_meta(self._policy_key, text)
-            self._policy_saved = text
-
     # ------------------------------------------------------------------ read-back
     def _follow_slurm(self, engine: Engine, by_eid: Mapping[str, SlurmJob]) -> None:
         """After each start or resize, read the nodes/GPUs Slurm actually assigned and make the
