@@ -45,7 +45,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from gpuplan.models import (
@@ -106,7 +106,6 @@ from .markers import (
     is_managed,
     marker,
     requested_gpus,
-    slurm_shape,
     spec_from_slurm,
     with_marker_state,
 )
@@ -433,42 +432,6 @@ class SlurmController(ReconcileMixin, PollReadsMixin, CycleRecordsMixin, PolicyM
             self._executor = self._engine = None
 
     # ------------------------------------------------------------------ cycle times
-    # ------------------------------------------------------------------ read-back
-    def _follow_slurm(self, engine: Engine, by_eid: Mapping[str, SlurmJob]) -> None:
-        """After each start or resize, read the nodes/GPUs Slurm actually assigned and make the
-        engine's books hold exactly those (once per incarnation and engine allocation)."""
-        for eid, job in list(engine.running.items()):
-            sj = by_eid.get(eid)
-            if sj is None or sj.state != "RUNNING" or job.allocation is None:
-                continue
-            key = (
-                sj.restart_count,
-                sj.nodes,
-                tuple(sorted(allocation_counts(job.allocation).items())),
-            )
-            if self._read_back.get(eid) == key:
-                continue
-            if self._latency is not None:  # once per incarnation: the gate's measured cost
-                self._latency.running_again(eid, sj)
-            if len(sj.nodes) == 1 and tuple(sorted(slurm_shape(sj).items())) == key[2]:
-                # One node with the engine's count: Slurm's placement is the books' (it does
-                # not pin GPU indices, so which ones it chose changes nothing). Only a job
-                # spread over nodes needs `scontrol show job -d` (one process per start).
-                self._read_back[eid] = key
-                continue
-            try:
-                self.adoption.read_back(engine, job, sj)
-            except SlurmError as err:
-                log.info("read-back of %s failed (%s); next poll", eid, err)
-                continue
-            self._read_back[eid] = (
-                sj.restart_count,
-                sj.nodes,
-                tuple(sorted(allocation_counts(job.allocation).items())),
-            )
-        for eid in [e for e in self._read_back if e not in engine.running]:
-            del self._read_back[eid]
-
     def _cluster(self) -> Cluster:
         nodes = self._retry_ctld(self.cli.nodes)
         wanted = set(self.settings.partitions)

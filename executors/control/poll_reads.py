@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..slurm import job_states
 from ..slurm.cli import ControllerUnavailable, SlurmCli, SlurmError, SlurmJob, one_line
 from ..slurm.job_states import JobState
+from .markers import allocation_counts, slurm_shape
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 log = logging.getLogger("gpuplan.executors.control.controller")
 
@@ -28,6 +34,9 @@ class PollReadsMixin:
     """The read half of :class:`~.controller.SlurmController`'s poll (needs ``self.cli``)."""
 
     cli: SlurmCli
+    adoption: Any  # the controller's JobAdoption (read-back of multi-node placements)
+    _latency: Any  # its ChangeLatencyProbe, when the restart gate is on
+    _read_back: dict[str, tuple[Any, ...]]
 
     def _init_poll_reads(self) -> None:
         """Reads start empty: the first poll reads every job in full."""
@@ -92,3 +101,39 @@ class PollReadsMixin:
         merged = [job_states.merge(full[st.job_id], st) for st in states]
         self._full = {j.job_id: j for j in merged}
         return merged
+
+    # ------------------------------------------------------------------ read-back
+    def _follow_slurm(self, engine: Engine, by_eid: Mapping[str, SlurmJob]) -> None:
+        """After each start or resize, read the nodes/GPUs Slurm actually assigned and make the
+        engine's books hold exactly those (once per incarnation and engine allocation)."""
+        for eid, job in list(engine.running.items()):
+            sj = by_eid.get(eid)
+            if sj is None or sj.state != "RUNNING" or job.allocation is None:
+                continue
+            key = (
+                sj.restart_count,
+                sj.nodes,
+                tuple(sorted(allocation_counts(job.allocation).items())),
+            )
+            if self._read_back.get(eid) == key:
+                continue
+            if self._latency is not None:  # once per incarnation: the gate's measured cost
+                self._latency.running_again(eid, sj)
+            if len(sj.nodes) == 1 and tuple(sorted(slurm_shape(sj).items())) == key[2]:
+                # One node with the engine's count: Slurm's placement is the books' (it does
+                # not pin GPU indices, so which ones it chose changes nothing). Only a job
+                # spread over nodes needs `scontrol show job -d` (one process per start).
+                self._read_back[eid] = key
+                continue
+            try:
+                self.adoption.read_back(engine, job, sj)
+            except SlurmError as err:
+                log.info("read-back of %s failed (%s); next poll", eid, err)
+                continue
+            self._read_back[eid] = (
+                sj.restart_count,
+                sj.nodes,
+                tuple(sorted(allocation_counts(job.allocation).items())),
+            )
+        for eid in [e for e in self._read_back if e not in engine.running]:
+            del self._read_back[eid]
