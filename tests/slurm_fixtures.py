@@ -45,6 +45,7 @@ from gpuplan.models import (
     JobSpec,
     ThroughputProfile,
 )
+from tests.lab_reaper import stop_stray_controllers
 
 LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "") or DEFAULT_ROOT)
 """The lab's root: ``GPUPLAN_SLURM_LAB`` or the default. Either way the lab creates it private
@@ -95,12 +96,22 @@ def lab_session(config: LabConfig | None = None) -> Iterator[SlurmLab]:
             stack.enter_context(lab.exclusive(timeout_s=600))
         except LabError as err:
             unavailable(str(err))
+        _stop_strays(lab, "before")
         start_lab(lab)
         try:
             yield lab
         finally:
+            _stop_strays(lab, "after")
             if not lab.reused or lab.owner == OWNER:
                 lab.down()
+
+
+def _stop_strays(lab: SlurmLab, when: str) -> None:
+    """A test session holds the lab's partition alone: controllers an earlier (killed) session
+    left attached to it, or that a test of this one failed to stop, are stopped (and named)."""
+    stopped = stop_stray_controllers(lab.conf_path)
+    if stopped:
+        print(f"slurm lab {lab.root}: stopped stray controllers {stopped} ({when} the session)")
 
 
 def lab_locked_here(lab_root: Path = LAB_ROOT) -> bool:

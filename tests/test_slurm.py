@@ -126,6 +126,10 @@ def test_labs_under_different_roots_get_different_ports() -> None:
     ports = {LabConfig(root=r).ctld_port for r in roots} | {6917}
     assert len(ports) == len(roots) + 1
     assert LabConfig(root=roots[0]).ctld_port == LabConfig(root=roots[0]).ctld_port
+    # derived ports stay below the ephemeral range (32768+), which outgoing connections take
+    for n in range(2000):
+        cfg = LabConfig(root=Path(f"/tmp/gpuplan-slurmlab-{n}"), nodes=64)
+        assert cfg.slurmd_port0 + cfg.nodes - 1 < 32768 and cfg.ctld_port + 3 < 32768
     explicit = LabConfig(root=roots[0], ctld_port=7001, slurmd_port0=18001)
     assert (explicit.ctld_port, explicit.slurmd_port0) == (7001, 18001)
 

@@ -4,6 +4,9 @@ Kept apart from the lab's process management so the shape of a lab can be checke
 without touching any daemon. Ports follow the root: the default root keeps the documented
 6917 (slurmctld) and 17101.. (slurmd); any other root gets ports derived from its path, so two
 labs on one machine (a developer's and a test run's, or two test runs) never share a port.
+Every derived port stays below Linux's ephemeral range (32768+): a port in that range can be
+taken at any moment by some process's outgoing connection, and the lab would then fail to start
+for a reason no log names.
 """
 
 from __future__ import annotations
@@ -27,8 +30,13 @@ DEFAULT_ROOT = Path("/tmp/gpuplan-slurmlab")
 
 JOB_ID_BAND = 90_000
 """Job ids per lab root: slot k numbers its jobs from ``1 + k * JOB_ID_BAND`` and wraps within its
-band (``MaxJobId``), so no two labs on a machine ever run jobs with the same id (701 slots fit
-under Slurm's largest job id, 67,043,328)."""
+band (``MaxJobId``), so no two labs on a machine ever run jobs with the same id (the
+:data:`ROOT_SLOTS` slots fit under Slurm's largest job id, 67,043,328)."""
+
+ROOT_SLOTS = 243
+"""Slots for roots other than the default (slot 0): slot k's slurmd ports are
+``17101 + 64 k ..`` (64 nodes at most), so slot 243's last port, 32,716, is still below the
+ephemeral range."""
 
 
 class LabError(GpuplanError):
@@ -79,7 +87,7 @@ class LabConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
-        slot = 0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % 700
+        slot = 0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % ROOT_SLOTS
         if self.ctld_port is None:
             object.__setattr__(self, "ctld_port", 6917 + 4 * slot)
         if self.slurmd_port0 is None:
