@@ -358,3 +358,65 @@ def assert_progress_conserved(
         for seg in segs:
             if seg.end_done and seg.end_done > seg.start_done:
                 assert round(seg.end_done, 9) in bounds, (spec.id, seg, own)
+
+
+def submit_standin(
+    lab: SlurmLab,
+    user: str,
+    shared: Path,
+    key: str,
+    *,
+    work: float,
+    gpus: int,
+    lo: int,
+    hi: int,
+    partition: str = "gpuplan",
+    name: str | None = None,
+    one_node: bool = False,
+    gres: bool = False,
+    extra_comment: str = "",
+    checkpoint_interval_s: float | None = 1.0,
+) -> subprocess.CompletedProcess[str]:
+    """``sbatch`` of a stand-in job as ``user`` submits one through the hook; returns the
+    completed ``sbatch`` (callers check what the hook said). ``key`` names the job's files and
+    its stand-in id; ``name`` is the Slurm job name (free text, the user's), ``key`` when None.
+    ``one_node`` adds ``--nodes=1`` (how operators submit single-node jobs); ``gres`` asks for
+    GPUs as ``--gres=gpu:N`` instead of ``--gpus=N``."""
+    shape = [f"--gres=gpu:{gpus}" if gres else f"--gpus={gpus}"]
+    if one_node:
+        shape.insert(0, "--nodes=1")
+    standin_args = [
+        "--job-id",
+        key,
+        "--work",
+        f"{work:g}",
+        "--rate-per-gpu",
+        "1",
+        "--state-dir",
+        str(shared),
+        "--progress-interval",
+        "0.5",
+    ]
+    if checkpoint_interval_s is not None:
+        standin_args += ["--checkpoint-interval", f"{checkpoint_interval_s:g}"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--partition={partition}",
+        *shape,
+        f"--comment=gpuplan:{extra_comment}min={lo},max={hi},work={work:g}",
+        f"--job-name={key if name is None else name}",
+        f"--output={shared}/{key}.out",
+        "--open-mode=append",
+        str(shared / "run.sh"),
+        "/usr/bin/python3",
+        str(shared / "standin.py"),
+        *standin_args,
+    ]
+    return as_user(user, argv, lab.env)
+
+
+def submitted_id(proc: subprocess.CompletedProcess[str]) -> int:
+    """The job id ``sbatch --parsable`` printed (the submission must have succeeded)."""
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.strip().split(";")[0])

@@ -506,33 +506,11 @@ def _submit(
     lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int, lo: int, hi: int
 ) -> int:
     """``sbatch`` as the user would: the hook marks, normalises and holds the job."""
-    argv = [
-        "sbatch",
-        "--parsable",
-        f"--partition={PARTITION}",
-        f"--gpus={gpus}",
-        f"--comment=gpuplan:min={lo},max={hi},work={work:g}",
-        f"--job-name={name}",
-        f"--output={shared}/{name}.out",
-        "--open-mode=append",
-        str(shared / "run.sh"),
-        PYTHON,
-        str(shared / "standin.py"),
-        "--job-id",
-        name,
-        "--work",
-        f"{work:g}",
-        "--rate-per-gpu",
-        "1",
-        "--state-dir",
-        str(shared),
-        "--progress-interval",
-        "0.5",
-    ]
-    proc = fx.as_user(user, argv, lab.env)
-    assert proc.returncode == 0, proc.stderr
+    proc = fx.submit_standin(
+        lab, user, shared, name, work=work, gpus=gpus, lo=lo, hi=hi, checkpoint_interval_s=None
+    )
     assert "held for the GPU engine" in proc.stderr
-    return int(proc.stdout.strip().split(";")[0])
+    return fx.submitted_id(proc)
 
 
 class Controller:

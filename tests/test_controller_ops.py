@@ -343,31 +343,19 @@ def _submit_named(
     lab: SlurmLab, user: str, shared: Path, key: str, name: str, work: float, gpus: int
 ) -> int:
     """A rigid job whose Slurm name (free text, the user's) differs from its files' key."""
-    argv = [
-        "sbatch",
-        "--parsable",
-        f"--partition={PARTITION}",
-        f"--gpus={gpus}",
-        f"--comment=gpuplan:min={gpus},max={gpus},work={work:g}",
-        f"--job-name={name}",
-        f"--output={shared}/{key}.out",
-        str(shared / "run.sh"),
-        "/usr/bin/python3",
-        str(shared / "standin.py"),
-        "--job-id",
+    proc = fx.submit_standin(
+        lab,
+        user,
+        shared,
         key,
-        "--work",
-        f"{work:g}",
-        "--rate-per-gpu",
-        "1",
-        "--state-dir",
-        str(shared),
-        "--progress-interval",
-        "0.5",
-    ]
-    proc = fx.as_user(user, argv, lab.env)
-    assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.strip().split(";")[0])
+        name=name,
+        work=work,
+        gpus=gpus,
+        lo=gpus,
+        hi=gpus,
+        checkpoint_interval_s=None,
+    )
+    return fx.submitted_id(proc)
 
 
 def _scrape(port: int, path: str) -> tuple[int, dict[str, str], bytes]:

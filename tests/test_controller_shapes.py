@@ -131,34 +131,10 @@ def _sbatch(
     extra_comment: str = "",
 ) -> int:
     """``sbatch --gpus=N`` as a user (the hook marks, shapes and holds the job)."""
-    argv = [
-        "sbatch",
-        "--parsable",
-        f"--partition={PARTITION}",
-        f"--gpus={gpus}",
-        f"--comment=gpuplan:{extra_comment}min={lo},max={hi},work={work:g}",
-        f"--job-name={name}",
-        f"--output={shared}/{name}.out",
-        "--open-mode=append",
-        str(shared / "run.sh"),
-        PYTHON,
-        str(shared / "standin.py"),
-        "--job-id",
-        name,
-        "--work",
-        f"{work:g}",
-        "--rate-per-gpu",
-        "1",
-        "--state-dir",
-        str(shared),
-        "--progress-interval",
-        "0.5",
-        "--checkpoint-interval",
-        "1",
-    ]
-    proc = fx.as_user(user, argv, lab.env)
-    assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.strip().split(";")[0])
+    proc = fx.submit_standin(
+        lab, user, shared, name, work=work, gpus=gpus, lo=lo, hi=hi, extra_comment=extra_comment
+    )
+    return fx.submitted_id(proc)
 
 
 def _args(policy: str) -> tuple[str, ...]:

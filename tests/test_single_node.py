@@ -289,35 +289,10 @@ def _submit_one_node(
     lab: SlurmLab, user: str, shared: Path, name: str, work: float, gpus: int, lo: int, hi: int
 ) -> int:
     """``sbatch --nodes=1 --gpus=N``: a single-node job as operators submit one."""
-    argv = [
-        "sbatch",
-        "--parsable",
-        f"--partition={PARTITION}",
-        "--nodes=1",
-        f"--gpus={gpus}",
-        f"--comment=gpuplan:min={lo},max={hi},work={work:g}",
-        f"--job-name={name}",
-        f"--output={shared}/{name}.out",
-        "--open-mode=append",
-        str(shared / "run.sh"),
-        PYTHON,
-        str(shared / "standin.py"),
-        "--job-id",
-        name,
-        "--work",
-        f"{work:g}",
-        "--rate-per-gpu",
-        "1",
-        "--state-dir",
-        str(shared),
-        "--progress-interval",
-        "0.5",
-        "--checkpoint-interval",
-        "1",
-    ]
-    proc = fx.as_user(user, argv, lab.env)
-    assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.strip().split(";")[0])
+    proc = fx.submit_standin(
+        lab, user, shared, name, work=work, gpus=gpus, lo=lo, hi=hi, one_node=True
+    )
+    return fx.submitted_id(proc)
 
 
 def _journal_rows(db: Path) -> dict[str, Any]:

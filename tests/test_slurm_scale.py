@@ -37,7 +37,7 @@ from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
 
 from . import slurm_fixtures as fx
 from .bench.slurm_scale import node_prefix
-from .test_controller import LAB_WAIT_S, PYTHON, Controller, _assert_tiles, _states, _wait
+from .test_controller import LAB_WAIT_S, Controller, _assert_tiles, _states, _wait
 
 # ---------------------------------------------------------------------------------------- unit
 
@@ -241,35 +241,19 @@ def big_lab() -> Iterator[SlurmLab]:
 def _sbatch(
     lab: SlurmLab, shared: Path, name: str, gpus: int, lo: int, hi: int, work: float
 ) -> int:
-    argv = [
-        "sbatch",
-        "--parsable",
-        "--partition=gpuplan",
-        "--nodes=1",
-        f"--gres=gpu:{gpus}",
-        f"--comment=gpuplan:min={lo},max={hi},work={work:g}",
-        f"--job-name={name}",
-        f"--output={shared}/{name}.out",
-        "--open-mode=append",
-        str(shared / "run.sh"),
-        PYTHON,
-        str(shared / "standin.py"),
-        "--job-id",
+    proc = fx.submit_standin(
+        lab,
+        fx.UNPRIVILEGED_USER,
+        shared,
         name,
-        "--work",
-        f"{work:g}",
-        "--rate-per-gpu",
-        "1",
-        "--state-dir",
-        str(shared),
-        "--progress-interval",
-        "0.5",
-        "--checkpoint-interval",
-        "1",
-    ]
-    proc = fx.as_user(fx.UNPRIVILEGED_USER, argv, lab.env)
-    assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.strip().split(";")[0])
+        work=work,
+        gpus=gpus,
+        lo=lo,
+        hi=hi,
+        one_node=True,
+        gres=True,
+    )
+    return fx.submitted_id(proc)
 
 
 def _narrow_agrees(lab: SlurmLab, ids: dict[str, int]) -> bool:
