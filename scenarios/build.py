@@ -253,7 +253,12 @@ GAVEL_THROUGHPUTS = "gavel/simulation_throughputs.json"
 def _gavel_profiles(base: Path | None, throughputs: str | None = None) -> dict:
     from .profiles import gavel_profiles
 
-    table = gavel_profiles(resolve_trace_path(throughputs or GAVEL_THROUGHPUTS, base))
+    try:
+        path = resolve_trace_path(throughputs or GAVEL_THROUGHPUTS, base)
+        check_regular_file(path, "throughput table")
+    except InputError as err:
+        raise _secondary(err, "workload.throughputs") from None
+    table = gavel_profiles(path)
     return {job_type: prof for (job_type, worker), prof in table.items() if worker == "v100"}
 
 
