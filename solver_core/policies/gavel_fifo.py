@@ -8,6 +8,8 @@ when a job finishes, the head of the queue inherits its type if it fits there. T
 queue order, the head draws a type uniformly at random (the policy's seeded generator) among
 the types sorted by name that still have ``scale_factor`` free GPUs; the first job that fits
 no type ends the walk (no backfill). The answer is ``X[job][type] = 1`` for each allocated job.
+As in Gavel, the walk is redone at most every ``reset_s`` (1,920 s) after the first redo;
+in between, finished jobs drop out and new ones wait unallocated.
 
 ``type_choice`` says what the drawn type is used for:
 
