@@ -39,6 +39,7 @@ from gpuplan.models import (
     ScenarioSpec,
 )
 from gpuplan.models.reasons import DecisionRecord
+from gpuplan.models.scenario import Overheads
 from gpuplan.scenarios.build import (
     build,
     embedded_scenarios,
@@ -49,7 +50,7 @@ from gpuplan.scenarios.sim_interference import simulator_interference
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.params import PolicyConfig
 from gpuplan.solver_core.policy import Policy
-from gpuplan.solver_core.registry import make_policy
+from gpuplan.solver_core.registry import cost_model_of, make_policy
 
 if TYPE_CHECKING:
     # Loaning only: Aryl's reclaim solvers load OR-Tools' CP-SAT, scipy.optimize and pandas
@@ -214,11 +215,12 @@ def run(
     interference = simulator_interference(
         spec.simulator.interference, prepared.jobs, spec.seed, prepared.source or spec.name
     )
+    overheads = policy_overheads(spec.overheads, chosen)
     result, _, _ = simulate(
         prepared.cluster,
         prepared.jobs,
         chosen,
-        overheads=spec.overheads,
+        overheads=overheads,
         events=prepared.events,
         scenario=spec.name,
         seed=spec.seed,
@@ -230,7 +232,7 @@ def run(
         learning=spec.learning,
         reclaimer=reclaimer,
         interference=interference,
-        restart_gate=gate_for_scenario(spec.engine.restart_gate, spec.overheads),
+        restart_gate=gate_for_scenario(spec.engine.restart_gate, overheads),
         reasons=reasons,
     )
     if usage is None or reclaimer is None:
@@ -239,6 +241,16 @@ def run(
 
     metrics = loaning_metrics(usage, result, prepared.events, reclaimer.outcomes)
     return result.model_copy(update={"loaning": metrics})
+
+
+def policy_overheads(overheads: Overheads, policy: Policy) -> Overheads:
+    """The scenario's overheads with the fields ``policy`` declares for its own mechanism
+    (``PolicyDef.cost_model``: termination-based resizing pays a full restart per grow)
+    replaced; unchanged for a policy that declares none."""
+    cost = cost_model_of(policy)
+    if not cost:
+        return overheads
+    return Overheads.model_validate({**overheads.model_dump(), **cost})
 
 
 def run_scenario(

@@ -215,6 +215,13 @@ class WorkloadSpec(BaseModel):
         "traces folder ($GPUPLAN_TRACES or ../shared/traces)",
     )
     vc: str | None = Field(default=None, description="Philly virtual cluster")
+    throughputs: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="source gavel: Gavel's throughput table (e.g. "
+        "gavel/physical_cluster_throughputs.json, what Gavel's physical-cluster runs read); "
+        "resolved like path; null: gavel/simulation_throughputs.json",
+    )
     start_s: float | None = Field(
         default=None, ge=0, le=MAX_TIME_S, description="window start (s after origin)"
     )
@@ -246,6 +253,8 @@ class WorkloadSpec(BaseModel):
     def _check(self) -> WorkloadSpec:
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s must be after start_s")
+        if self.throughputs is not None and self.source != "gavel":
+            raise ValueError("throughputs (Gavel's throughput table) needs source: gavel")
         return self
 
     @field_validator("size_mix")

@@ -246,10 +246,19 @@ def _inline_jobs(workload: WorkloadSpec) -> list[JobSpec]:
     return jobs
 
 
-def _gavel_profiles(base: Path | None) -> dict:
+GAVEL_THROUGHPUTS = "gavel/simulation_throughputs.json"
+"""Gavel's throughput table when a scenario names none (``workload.throughputs``)."""
+
+
+def _gavel_profiles(base: Path | None, throughputs: str | None = None) -> dict:
     from .profiles import gavel_profiles
 
-    table = gavel_profiles(resolve_trace_path("gavel/simulation_throughputs.json", base))
+    try:
+        path = resolve_trace_path(throughputs or GAVEL_THROUGHPUTS, base)
+        check_regular_file(path, "throughput table")
+    except InputError as err:
+        raise _secondary(err, "workload.throughputs") from None
+    table = gavel_profiles(path)
     return {job_type: prof for (job_type, worker), prof in table.items() if worker == "v100"}
 
 
@@ -422,7 +431,7 @@ def _map_rows(
 
     # Gavel rows count work in their job type's steps: a missing profile is an error.
     gavel = workload.source == "gavel"
-    profiles = _gavel_profiles(base) if gavel else None
+    profiles = _gavel_profiles(base, workload.throughputs) if gavel else None
     strict = "job_type" if gavel else None
     if workload.mapping == "elastic":
         return map_elastic(rows, profiles, cluster_gpus=capacity, require_profile=strict)

@@ -22,4 +22,10 @@ DECLARED: tuple[Declared, ...] = (
         ".wrappers",
         "jobs with a compute share alpha < 1 share GPUs (fractional demands)",
     ),
+    wrapper(
+        "cost-model",
+        ".cost_model",
+        "the policy's decisions unchanged, run with these overheads in place of the "
+        "scenario's (e.g. SideCar's decisions at termination-based resize costs)",
+    ),
 )

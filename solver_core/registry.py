@@ -50,6 +50,7 @@ __all__ = [
     "RegistryError",
     "WrapperDef",
     "WrapperInfo",
+    "cost_model_of",
     "make_policy",
     "parameterless",
     "policy_def",
@@ -80,6 +81,10 @@ class PolicyDef:
     name: str
     build: Callable[[Any, int], Policy]
     params: type[Params] = NoParams
+    cost_model: Callable[[Any], Mapping[str, Any]] | None = None
+    """The overheads the policy's mechanism implies (termination-based resizing, stop-free
+    scaling), from its parameters: ``Overheads`` fields that replace the scenario's when the
+    policy runs in the simulator (:func:`cost_model_of`); None: the scenario's overheads."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,8 @@ class WrapperDef:
     name: str
     apply: Callable[[StagedPolicy, Any, int], StagedPolicy]
     params: type[Params] = NoParams
+    cost_model: Callable[[Any], Mapping[str, Any]] | None = None
+    """As :attr:`PolicyDef.cost_model`; applied after the base's, wrappers in order."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class PolicyInfo:
     module: str
     build: Callable[[Any, int], Policy] | None = None
     params: type[Params] = NoParams
+    cost_model: Callable[[Any], Mapping[str, Any]] | None = None
     base: str | None = None
     wrappers: tuple[str, ...] = ()
     values: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -116,6 +124,7 @@ class WrapperInfo:
     module: str
     apply: Callable[[StagedPolicy, Any, int], StagedPolicy]
     params: type[Params] = NoParams
+    cost_model: Callable[[Any], Mapping[str, Any]] | None = None
 
 
 def parameterless(name: str, make: Callable[[], Policy]) -> PolicyDef:
@@ -307,7 +316,14 @@ def policy_def(name: str) -> PolicyInfo:
             name, d.summary, d.module, base=d.base, wrappers=d.wrappers, values=d.values
         )
     code = REGISTRY.policy_code(name)
-    return PolicyInfo(name, d.summary, d.module, build=code.build, params=code.params)
+    return PolicyInfo(
+        name,
+        d.summary,
+        d.module,
+        build=code.build,
+        params=code.params,
+        cost_model=code.cost_model,
+    )
 
 
 def wrapper_names() -> dict[str, str]:
@@ -326,7 +342,7 @@ def wrapper_def(name: str, where: str = "wrappers") -> WrapperInfo:
             f"unknown wrapper {name!r}; {hint}choose one of {', '.join(wrappers)}", field=where
         )
     code = REGISTRY.wrapper_code(name)
-    return WrapperInfo(name, d.summary, d.module, code.apply, code.params)
+    return WrapperInfo(name, d.summary, d.module, code.apply, code.params, code.cost_model)
 
 
 def resolve_config(name: str, configs: Mapping[str, PolicyConfig] | None = None) -> PolicyConfig:
@@ -405,7 +421,19 @@ def _build(cfg: PolicyConfig, seed: int, configs: Mapping[str, PolicyConfig] | N
         policy = w.apply(policy, p, seed)
     if isinstance(policy, StagedPolicy) and policy.name != cfg.name:
         policy = policy.renamed(cfg.name)
+    cost: dict[str, Any] = {}
+    for declares, p in zip([base, *wrappers], params, strict=True):
+        if declares.cost_model is not None:
+            cost.update(declares.cost_model(p))
+    if cost:
+        # An attribute, not a field: wrappers and renames rebuild the object first.
+        policy.cost_model = cost  # type: ignore[attr-defined]
     return policy
+
+
+def cost_model_of(policy: Policy) -> Mapping[str, Any] | None:
+    """The overheads ``policy`` declared for itself (``PolicyDef.cost_model``), or None."""
+    return getattr(policy, "cost_model", None)
 
 
 def make_policy(

@@ -19,6 +19,8 @@ STATEFUL = [
     "tiresias-l",
     "themis",
     "max-min-perf",
+    "max-min-agnostic",
+    "gavel-fifo",
     "afs-p-learning",
     "aryl",
     "tiresias-l-packed",

@@ -224,6 +224,19 @@ DECLARED: tuple[Declared, ...] = (
         ".maxmin_perf",
         "Gavel heterogeneity-aware max-min fairness (LP over time on GPU types, 360 s rounds)",
     ),
+    policy(
+        "max-min-agnostic",
+        ".maxmin_perf",
+        "Gavel heterogeneity-agnostic max-min fairness (max_min_fairness: the same LP with "
+        "every throughput 1, 360 s rounds)",
+    ),
+    # gavel_fifo.py
+    policy(
+        "gavel-fifo",
+        ".gavel_fifo",
+        "Gavel's FIFO: arrival order, seeded random GPU type per job (or as Gavel's code "
+        "ships: the last type), no backfill, Gavel's 360 s rounds",
+    ),
     # offline_optimal.py
     policy(
         "offline-optimal",

@@ -40,7 +40,14 @@ from ..placement.gpu_types import nodes_by_type, type_speed
 from ..policy import Placements, Shares, StagedPolicy
 from ..registry import PolicyDef
 
-__all__ = ["POLICIES", "Allocation", "MaxMinPerf", "equal_share", "solve_allocation"]
+__all__ = [
+    "POLICIES",
+    "Allocation",
+    "MaxMinAgnostic",
+    "MaxMinPerf",
+    "equal_share",
+    "solve_allocation",
+]
 
 ROUND_S = 360.0
 """Gavel's default round length (its simulator's ``time_per_iteration``)."""
@@ -251,6 +258,10 @@ class MaxMinPerf:
             return math.inf
         return x / (got / seen)
 
+    def order(self, job: ActiveJob) -> tuple[float | int | str, ...]:
+        """Tie-break among equal priorities: earlier submission, then job id."""
+        return (job.spec.submit_time, job.id)
+
     # ------------------------------------------------------------------ stages
     def shares(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         self._credit(view)
@@ -278,7 +289,7 @@ class MaxMinPerf:
                 for t, x in row.items()
                 if x > 1e-9
             ),
-            key=lambda p: (-p[0], -p[1], active[p[2]].spec.submit_time, p[2], p[3]),
+            key=lambda p: (-p[0], -p[1], *self.order(active[p[2]]), p[3]),
         )
         for _, _, job_id, gpu_type in ranked:
             sf = active[job_id].spec.requested_gpus
@@ -322,6 +333,28 @@ class MaxMinPerf:
         return self._round_end
 
 
+@dataclass
+class MaxMinAgnostic(MaxMinPerf):
+    """Gavel's heterogeneity-agnostic ``max_min_fairness``: the same LP and rounds, with every
+    job's throughput 1 on every GPU type that can host it (upstream replaces the throughput
+    matrix by ones), so time, not work, is shared equally."""
+
+    @staticmethod
+    def _rates(view: ClusterView, job: ActiveJob, capacity: dict[str, int]) -> dict[str, float]:
+        rates = MaxMinPerf._rates(view, job, capacity)
+        return {t: 1.0 for t, r in rates.items() if r > 0.0}
+
+
+def max_min_agnostic(round_s: float = ROUND_S) -> StagedPolicy:
+    """The ``max-min-agnostic`` policy with rounds of ``round_s`` seconds."""
+    if not round_s > 0:
+        raise ValueError(f"round_s must be > 0, got {round_s}")
+    state = MaxMinAgnostic(round_s=round_s)
+    return StagedPolicy(
+        "max-min-agnostic", state.shares, state.placement, state.wakeup, memory=state
+    )
+
+
 def max_min_perf(round_s: float = ROUND_S) -> StagedPolicy:
     """The ``max-min-perf`` policy with rounds of ``round_s`` seconds."""
     if not round_s > 0:
@@ -338,4 +371,7 @@ class MaxMinPerfParams(Params):
 
 POLICIES = [
     PolicyDef("max-min-perf", lambda p, _seed: max_min_perf(p.round_s), MaxMinPerfParams),
+    PolicyDef(
+        "max-min-agnostic", lambda p, _seed: max_min_agnostic(p.round_s), MaxMinPerfParams
+    ),
 ]

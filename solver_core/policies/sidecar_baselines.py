@@ -134,7 +134,24 @@ def _termination(p: TerminationParams, seed: int) -> StagedPolicy:
     return StagedPolicy("termination", TerminationStage(costs), best_fit_placement, resume_wakeup)
 
 
+TERMINATION_DOWN_S = 204.0
+"""SideCar's measured termination-based shrink (004 digest §3.4; termination never shrinks,
+but a scenario's reclaim may)."""
+
+
+def _termination_costs(p: TerminationParams) -> dict[str, object]:
+    """What terminate-and-restart costs in the simulator: each grow is a full restart of
+    ``restart_s`` (the same cost the policy predicts with), a shrink 204 s, and no early
+    initialisation (a terminated job cannot keep training while its successor starts)."""
+    return {
+        "resize_mode": "checkpoint_restart",
+        "resize_up_s": p.restart_s,
+        "resize_down_s": TERMINATION_DOWN_S,
+        "early_init_s": 0.0,
+    }
+
+
 POLICIES = [
     PolicyDef("k8s-default", _k8s, K8sParams),
-    PolicyDef("termination", _termination, TerminationParams),
+    PolicyDef("termination", _termination, TerminationParams, cost_model=_termination_costs),
 ]
