@@ -87,7 +87,9 @@ class LabConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
-        slot = 0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % ROOT_SLOTS
+        slot = (
+            0 if self.root == DEFAULT_ROOT else 1 + zlib.crc32(str(self.root).encode()) % ROOT_SLOTS
+        )
         if self.ctld_port is None:
             object.__setattr__(self, "ctld_port", 6917 + 4 * slot)
         if self.slurmd_port0 is None:

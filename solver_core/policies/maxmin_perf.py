@@ -371,7 +371,5 @@ class MaxMinPerfParams(Params):
 
 POLICIES = [
     PolicyDef("max-min-perf", lambda p, _seed: max_min_perf(p.round_s), MaxMinPerfParams),
-    PolicyDef(
-        "max-min-agnostic", lambda p, _seed: max_min_agnostic(p.round_s), MaxMinPerfParams
-    ),
+    PolicyDef("max-min-agnostic", lambda p, _seed: max_min_agnostic(p.round_s), MaxMinPerfParams),
 ]
