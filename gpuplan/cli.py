@@ -48,7 +48,7 @@ from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, 
 from . import __version__, inspect_cmds, sweep
 from .inspect_cmds import decisions_file
 from .out_paths import check_out_dir
-from .term import console
+from .term import console, print_table
 
 if TYPE_CHECKING:
     from gpuplan.executors.metrics import RunSummary
@@ -185,15 +185,15 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
     console = _console()
     table = compare_table(summaries)
     table.caption = caption
-    console.print(table)
+    print_table(console, table)
     loans = loaning_table(summaries)
     if loans is not None:
         loans.caption = caption
-        console.print(loans)
+        print_table(console, loans)
     bounds = bounds_table(summaries)  # offline-optimal's proven bound and gap
     if bounds is not None:
         bounds.caption = caption
-        console.print(bounds)
+        print_table(console, bounds)
 
 
 def _warn(prepared: api.PreparedScenario) -> None:
@@ -335,7 +335,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
             lo = spec.loaning
             shape += f" + {lo.servers} x {lo.gpus_per_server} {lo.gpu_type} lending"
         table.add_row(name, shape, spec.workload.source, spec.description)
-    _console().print(table)
+    print_table(_console(), table)
     return 0
 
 
@@ -347,13 +347,13 @@ def cmd_policies(args: argparse.Namespace) -> int:
     table.add_column("what it does")
     for name, desc in policy_names().items():
         table.add_row(name, desc)
-    _console().print(table)
+    print_table(_console(), table)
     wrappers = Table(title="Wrappers (wrappers: [...] in a configuration)")
     wrappers.add_column("name")
     wrappers.add_column("what it does")
     for name, desc in wrapper_names().items():
         wrappers.add_row(name, desc)
-    _console().print(wrappers)
+    print_table(_console(), wrappers)
     return 0
 
 
@@ -386,7 +386,7 @@ def _show_policy(name: str) -> int:
         for row in describe_params(model):
             table.add_row(*(escape(c) for c in row))
     console = _console()
-    console.print(table)
+    print_table(console, table)
     for note in notes:
         console.print(escape(note))
     if not table.rows:
