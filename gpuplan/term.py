@@ -62,10 +62,12 @@ def _columns_env() -> int | None:
 
 def console(err: bool = False) -> Console:
     """A console on stdout (or stderr): a terminal's own width; when the stream is piped or
-    logged, ``COLUMNS`` if set, else 160 columns so the comparison table is not split."""
+    logged, ``COLUMNS`` if set, else 160 columns so the comparison table is not split.
+    ``emoji=False``: text is printed as written (a description or job id holding ``:smile:``
+    stays text), and rich's table of emoji codes is never loaded (start-up time)."""
     stream = sys.stderr if err else sys.stdout
     width = None if stream.isatty() else (_columns_env() or DEFAULT_WIDTH)
-    return _PipeConsole(stderr=err, highlight=False, width=width)
+    return _PipeConsole(stderr=err, highlight=False, width=width, emoji=False)
 
 
 # ------------------------------------------------------------------------------ tables
@@ -83,7 +85,7 @@ def _plain(cell: object) -> str:
     """The text a cell shows (cells are rich markup strings, escaped where they quote input)."""
     if isinstance(cell, Text):
         return cell.plain
-    return Text.from_markup(cell).plain if isinstance(cell, str) else str(cell)
+    return Text.from_markup(cell, emoji=False).plain if isinstance(cell, str) else str(cell)
 
 
 def _widest_line(text: str) -> int:
