@@ -348,13 +348,13 @@ def cmd_policies(args: argparse.Namespace) -> int:
     table.add_column("name")
     table.add_column("what it does")
     for name, desc in policy_names().items():
-        table.add_row(name, desc)
+        table.add_row(escape(name), escape(desc))  # text, not rich markup
     print_table(_console(), table)
     wrappers = Table(title="Wrappers (wrappers: [...] in a configuration)")
     wrappers.add_column("name")
     wrappers.add_column("what it does")
     for name, desc in wrapper_names().items():
-        wrappers.add_row(name, desc)
+        wrappers.add_row(escape(name), escape(desc))
     print_table(_console(), wrappers)
     return 0
 
