@@ -27,8 +27,9 @@ $(VENV)/.test: $(VENV)/.core
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 	@touch $@
 
+# COLUMNS=80: the table README.md shows, on any terminal (tests/test_readme_demo.py compares).
 demo: $(VENV)/.core
-	$(BIN)/gpuplan compare --scenario philly-default --policies fifo,fifo-backfill,srtf,srsf
+	COLUMNS=80 $(BIN)/gpuplan compare --scenario philly-default --policies fifo,fifo-backfill,srtf,srsf
 
 test: $(VENV)/.test
 	$(BIN)/ruff check .

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -23,35 +24,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpuplan.executors.control import command as slurm_controller
 from gpuplan.executors.control.command import OneLineParser, seed_arg
-from gpuplan.models import ClusterState, GpuplanError, InputError, RunResult
 from gpuplan.models.bounds import MAX_SEED
+from gpuplan.models.errors import GpuplanError, InputError
 from gpuplan.models.extras import require_extra
-from gpuplan.models.reasons import DecisionRecord
-from gpuplan.scenarios.build import embedded_scenarios, load_scenario_file
-from gpuplan.scenarios.input_files import (
-    check_path_text,
-    parse_structured,
-    read_stdin,
-    read_text,
-)
-from gpuplan.solver_core.params import _split_top as split_top
-from gpuplan.solver_core.params import describe_params, split_policy_list
-from gpuplan.solver_core.registry import policy_def, policy_names, wrapper_def, wrapper_names
 
-from . import __version__, inspect_cmds, sweep
-from .inspect_cmds import decisions_file
+from . import __version__
 from .out_paths import check_out_dir
-from .term import console
+from .term import console, print_table
 
 if TYPE_CHECKING:
     from gpuplan.executors.metrics import RunSummary
+    from gpuplan.models import RunResult
+    from gpuplan.models.reasons import DecisionRecord
 
     from . import api
 
@@ -111,6 +101,8 @@ def _check_out(text: str | None) -> Path | None:
     symlink is refused (a planted link would redirect every file we write)."""
     if text is None:
         return None
+    from gpuplan.scenarios.input_files import check_path_text
+
     check_path_text(text, "output folder", field="out")  # '' is refused, not read as "."
     return check_out_dir(text)
 
@@ -125,6 +117,8 @@ def _check_plots(args: argparse.Namespace) -> None:
 def _check_scenario(text: str) -> str:
     """``--scenario``: a name or a path; text no file can have (5,000 characters, a NUL byte)
     is refused here, before the lookup's ``exists()`` raises on it."""
+    from gpuplan.scenarios.input_files import check_path_text
+
     check_path_text(text, "scenario", field="scenario")
     return text
 
@@ -185,15 +179,15 @@ def _print_tables(summaries: list[tuple[str, RunSummary]], caption: str | None =
     console = _console()
     table = compare_table(summaries)
     table.caption = caption
-    console.print(table)
+    print_table(console, table)
     loans = loaning_table(summaries)
     if loans is not None:
         loans.caption = caption
-        console.print(loans)
+        print_table(console, loans)
     bounds = bounds_table(summaries)  # offline-optimal's proven bound and gap
     if bounds is not None:
         bounds.caption = caption
-        console.print(bounds)
+        print_table(console, bounds)
 
 
 def _warn(prepared: api.PreparedScenario) -> None:
@@ -219,6 +213,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if out is None:
         result = _run_with_progress(prepared, args.policy, args.json)
     else:
+        from .inspect_cmds import decisions_file
+
         with decisions_file(out) as sink:  # decisions.jsonl: one record per decision
             result = _run_with_progress(prepared, args.policy, args.json, sink)
     summary = summarize(result)
@@ -246,6 +242,8 @@ def _parse_seeds(text: str | None) -> list[int | None]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpuplan.executors.metrics import compare_json, mean_summary, summarize
+    from gpuplan.solver_core.params import _split_top as split_top
+    from gpuplan.solver_core.params import split_policy_list
 
     from . import api
 
@@ -292,6 +290,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from gpuplan.models import ClusterState
+    from gpuplan.scenarios.input_files import (
+        check_path_text,
+        parse_structured,
+        read_stdin,
+        read_text,
+    )
+
     from . import api
 
     if args.state != "-":
@@ -320,45 +328,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    from gpuplan.scenarios.listing import listing  # a static index: no YAML, no pydantic
+
     table = Table(title="Embedded scenarios")
     for col in ("name", "cluster", "workload", "description"):
         table.add_column(col)
-    for name, path in embedded_scenarios().items():
-        spec = load_scenario_file(path)
-        c = spec.cluster
-        shape = (
-            f"{c.nodes} x {c.gpus_per_node} {c.gpu_type}"
-            if isinstance(c.nodes, int)
-            else f"{len(c.nodes)} nodes"
-        )
-        if spec.loaning is not None:
-            lo = spec.loaning
-            shape += f" + {lo.servers} x {lo.gpus_per_server} {lo.gpu_type} lending"
-        table.add_row(name, shape, spec.workload.source, spec.description)
-    _console().print(table)
+    for row in listing():
+        table.add_row(*(escape(cell) for cell in row))
+    print_table(_console(), table)
     return 0
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
+    from gpuplan.solver_core.registry import policy_names, wrapper_names
+
     if args.name:
         return _show_policy(args.name)
     table = Table(title="Policies")
     table.add_column("name")
     table.add_column("what it does")
     for name, desc in policy_names().items():
-        table.add_row(name, desc)
-    _console().print(table)
+        table.add_row(escape(name), escape(desc))  # text, not rich markup
+    print_table(_console(), table)
     wrappers = Table(title="Wrappers (wrappers: [...] in a configuration)")
     wrappers.add_column("name")
     wrappers.add_column("what it does")
     for name, desc in wrapper_names().items():
-        wrappers.add_row(name, desc)
-    _console().print(wrappers)
+        wrappers.add_row(escape(name), escape(desc))
+    print_table(_console(), wrappers)
     return 0
 
 
 def _show_policy(name: str) -> int:
     """One policy (or wrapper): what it is and its parameters."""
+    from gpuplan.solver_core.params import describe_params
+    from gpuplan.solver_core.registry import policy_def, wrapper_def, wrapper_names
+
     if name in wrapper_names():
         w = wrapper_def(name)
         title, models, notes = f"wrapper {name}: {w.description}", [w.params], []
@@ -386,7 +391,7 @@ def _show_policy(name: str) -> int:
         for row in describe_params(model):
             table.add_row(*(escape(c) for c in row))
     console = _console()
-    console.print(table)
+    print_table(console, table)
     for note in notes:
         console.print(escape(note))
     if not table.rows:
@@ -399,7 +404,9 @@ def _file_stem(policy: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in policy)[:120]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``gpuplan`` parser; with ``command``, the slow-to-import commands other than that
+    one are registered by name only (:data:`LAZY_COMMANDS`)."""
     parser = OneLineParser(
         prog="gpuplan", description="Allocation engine for DL training jobs on GPU clusters."
     )
@@ -454,12 +461,38 @@ def build_parser() -> argparse.ArgumentParser:
     # The controller's options live beside it (executors/control/command.py); registering
     # them loads no Slurm code.
     slurm_controller.add_subcommand(sub)
-    sweep.add_subcommand(sub)
-    inspect_cmds.add_subcommands(sub)  # gpuplan status / explain (gpuplan/inspect_cmds.py)
-    from . import solve  # gpuplan solve PROBLEM --instance FILE (gpuplan/solve.py)
-
-    solve.add_subcommand(sub)
+    # Commands whose modules are slow to import register only when they are the one that
+    # runs (or when every command must show: --help, no command, a misspelt one); otherwise
+    # their names alone are there, which parsing another command never reaches.
+    for module, (register, names) in LAZY_COMMANDS.items():
+        if command is None or command in names:
+            getattr(importlib.import_module(module), register)(sub)
+        else:
+            for name in names:
+                sub.add_parser(name, add_help=False)
     return parser
+
+
+LAZY_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpuplan.sweep": ("add_subcommand", ("sweep",)),
+    "gpuplan.inspect_cmds": ("add_subcommands", ("status", "explain")),
+    "gpuplan.solve": ("add_subcommand", ("solve",)),
+}
+"""module -> (its registering function, the commands it registers), in ``--help``'s order."""
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names when it is one that :data:`LAZY_COMMANDS` may leave out or
+    one of the others; ``None`` (register everything) when it names none or an unknown one."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    lazy = {n for _, names in LAZY_COMMANDS.values() for n in names}
+    return first if first in lazy or first in _OWN_COMMANDS else None
+
+
+_OWN_COMMANDS = frozenset(
+    {"simulate", "compare", "plan", "scenarios", "policies", "slurm-controller"}
+)
+"""Commands registered by :func:`build_parser` whatever runs (cheap to register)."""
 
 
 STATUS_CLOSED_PIPE = 141
@@ -490,8 +523,8 @@ def _quiet_after_closed_stdout() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command(argv)).parse_args(argv)
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at exit

@@ -285,7 +285,7 @@ def cmd_solve(args: argparse.Namespace) -> int:  # noqa: C901 (a named exception
         table.add_column("description")
         for name, spec in PROBLEMS.items():
             table.add_row(name, ", ".join(spec.solvers()), escape(spec.description))
-        console.print(table)
+        term.print_table(console, table)
         return 0
     if not args.problem or not (args.instance or args.generate):
         raise InputError(
@@ -343,7 +343,7 @@ def cmd_solve(args: argparse.Namespace) -> int:  # noqa: C901 (a named exception
             f"{r['_solve_ms']:.1f}",
             f"{r['wall_ms']:.1f}",
         )
-    console.print(table)
+    term.print_table(console, table)
     for r in rows:  # what a relaxed baseline leaves out, and what any answer broke
         if r.get("ignores") or r.get("violations"):
             what = ", ".join(r.get("ignores", [])) or "nothing by design"

@@ -50,6 +50,58 @@ def test_light_commands_import_no_solver_backend(argv: list[str]) -> None:
     assert not any(m.startswith("gpuplan.solver_core.aryl") for m in modules)
 
 
+LISTING_MUST_NOT_LOAD = (
+    *HEAVY,
+    "numpy",
+    "scipy",
+    "pydantic",
+    "pydantic_core",
+    "yaml",
+    "rich.progress",
+    "gpuplan.scenarios.build",
+    "gpuplan.solver_core",
+    "gpuplan.executors.simulator",
+    "gpuplan.executors.metrics",
+    "gpuplan.inspect_cmds",
+    "gpuplan.sweep",
+    "gpuplan.solve",
+)
+"""What a cold ``gpuplan scenarios`` (goal 0.3 s) must not import: it reads the static index
+(``scenarios/listing.py``) and prints one rich table."""
+
+
+def test_scenarios_reads_the_index_and_builds_no_model() -> None:
+    modules = _modules(CLI.format(argv=["scenarios"]))
+    assert "gpuplan.scenarios.listing" in modules and "rich.table" in modules
+    loaded = sorted(
+        m for m in modules if any(m == h or m.startswith(h + ".") for h in LISTING_MUST_NOT_LOAD)
+    )
+    assert loaded == []
+
+
+def test_simulate_loads_no_other_command() -> None:
+    """A run imports the simulator and its models, not the modules of status, explain,
+    sweep or solve (registered by name only, gpuplan.cli.LAZY_COMMANDS)."""
+    modules = _modules(
+        CLI.format(argv=["simulate", "--scenario", "h200-colocation", "--policy", "fifo"])
+    )
+    assert "gpuplan.executors.simulator" in {m.rsplit(".", 1)[0] for m in modules} | modules
+    assert not {"gpuplan.inspect_cmds", "gpuplan.sweep", "gpuplan.solve"} & modules
+    assert _heavy(modules) == []
+
+
+def test_a_lazy_command_still_parses_and_runs() -> None:
+    """``solve --list`` registers its own parser; ``--help`` lists every command."""
+    modules = _modules(CLI.format(argv=["solve", "--list"]))
+    assert "gpuplan.solve" in modules and "gpuplan.sweep" not in modules
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0
+    for name in ("simulate", "scenarios", "sweep", "status", "explain", "solve"):
+        assert name in proc.stdout
+
+
 def test_make_policy_fifo_imports_no_solver_backend() -> None:
     modules = _modules("from gpuplan.solver_core.registry import make_policy\nmake_policy('fifo')")
     assert "gpuplan.solver_core.registry" in modules
