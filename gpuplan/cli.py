@@ -456,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     slurm_controller.add_subcommand(sub)
     sweep.add_subcommand(sub)
     inspect_cmds.add_subcommands(sub)  # gpuplan status / explain (gpuplan/inspect_cmds.py)
+    from . import server_cmds  # gpuplan server / submit / cancel (gpuplan/server_cmds.py)
+
+    server_cmds.add_subcommands(sub)
     from . import solve  # gpuplan solve PROBLEM --instance FILE (gpuplan/solve.py)
 
     solve.add_subcommand(sub)
