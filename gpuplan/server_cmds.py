@@ -25,12 +25,12 @@ def _state_dir(args: argparse.Namespace) -> Path:
 def cmd_server(args: argparse.Namespace) -> int:
     from gpuplan.executors.local.gpus import choose_gpus
     from gpuplan.executors.local.server import Server, ServerOptions
+    from gpuplan.solver_core.registry import make_policy
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if args.poll <= 0 or args.lease < 0:
-        raise InputError("must be positive", field="--poll" if args.poll <= 0 else "--lease")
+    if args.poll <= 0 or args.lease < 0 or args.ckpt_grace <= 0:
+        bad = "--poll" if args.poll <= 0 else "--lease" if args.lease < 0 else "--ckpt-grace"
+        raise InputError("must be positive", field=bad)
+    make_policy(args.policy, args.seed)  # an unknown policy is refused here, in one line
     options = ServerOptions(
         state_dir=_state_dir(args),
         gpus=choose_gpus(args.gpus),
@@ -39,6 +39,11 @@ def cmd_server(args: argparse.Namespace) -> int:
         poll_s=args.poll,
         lease_s=args.lease,
         ckpt_grace_s=args.ckpt_grace,
+        restart_gate=args.restart_gate,
+    )
+    # Logging only once the options are accepted: a refusal stays one line.
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     Server(options).run()
     return 0
@@ -148,6 +153,13 @@ def add_subcommands(sub: Any) -> None:
     )
     srv.add_argument(
         "--ckpt-grace", type=float, default=30.0, help="seconds a job has to checkpoint and exit"
+    )
+    srv.add_argument(
+        "--no-restart-gate",
+        dest="restart_gate",
+        action="store_false",
+        help="carry out every change the policy plans, even one whose restart costs more "
+        "than it gains (default: the restart gate skips those)",
     )
     srv.set_defaults(func=cmd_server)
 

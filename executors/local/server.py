@@ -59,6 +59,8 @@ class ServerOptions:
     poll_s: float = 0.5
     lease_s: float = 30.0
     ckpt_grace_s: float = 30.0
+    restart_gate: bool = True
+    """Drop planned changes that cost more than they gain (:mod:`..restart_gate`)."""
 
 
 def spec_of(row: JobRow) -> JobSpec:
@@ -116,7 +118,12 @@ class Server:
             state_dir=self.state_dir,
             bind=gpus.bind,
         )
-        self.engine = Engine(self.cluster, self.policy, self.executor)
+        self.engine = Engine(
+            self.cluster,
+            self.policy,
+            self.executor,
+            restart_gate="auto" if options.restart_gate else None,
+        )
         self._submit_lock = threading.Lock()
         self.socket: SocketServer | None = None
 
@@ -200,8 +207,16 @@ class Server:
                 "state_dir": str(self.state_dir),
                 "adopted": sorted(self.executor.adopted),
             },
-            "jobs": [r.public() for r in self.journal.all()],
+            "jobs": [self._live(r.public()) for r in self.journal.all()],
         }
+
+    def _live(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A running job's progress as last measured (the journal has it as of the last
+        event batch; the executor re-anchors it at every poll)."""
+        job = self.engine.running.get(row["id"])
+        if job is not None and row["state"] == "running":
+            row["done"] = float(job.done)
+        return row
 
     # ------------------------------------------------------------------ engine thread
     def _recover(self) -> None:

@@ -120,6 +120,12 @@ class SocketServer:
 def request(state_dir: Path, cmd: str, args: dict[str, Any], timeout_s: float = 60.0) -> Any:
     """Send one request to the server of ``state_dir``; its result, or InputError (one line)."""
     state_dir = Path(os.path.abspath(state_dir))
+    if not os.path.lexists(state_dir):
+        raise InputError(
+            "no gpuplan server is running here (no state dir; start one with `gpuplan server`)",
+            source=str(state_dir),
+            field="server",
+        )
     check_private(state_dir)
     path = socket_path(state_dir)
     try:
