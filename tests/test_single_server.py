@@ -241,6 +241,29 @@ def test_three_jobs_share_four_gpus_and_complete_with_their_work(daemon) -> None
     assert d.proc is not None and d.proc.poll() is None  # the daemon lives on, idle
 
 
+def test_opaque_commands_run_where_and_as_they_were_submitted(daemon) -> None:
+    """No --work: the command runs verbatim (no shell of ours) in the submitter's directory with
+    the submitter's environment and its GPUs; exit 0 completes it, a failing one fails after
+    its restarts, with the exit code as the reason."""
+    d = daemon("fifo")
+    d.start()
+    d.env["GPUPLAN_TEST_MARK"] = "a value; $(touch pwned) `x`"
+    ok = d.submit(
+        "--gpus",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        'printf "%s|%s|%s" "$CUDA_VISIBLE_DEVICES" "$GPUPLAN_JOB_ID" "$GPUPLAN_TEST_MARK" > seen',
+    )
+    bad = d.submit("--gpus", "1", "--name", "bad", "--", "sh", "-c", "exit 3")
+    wait_for("ok completed", lambda: d.jobs()[ok]["state"] == "completed")
+    assert (d.base / "seen").read_text() == f"0,1,2|{ok}|a value; $(touch pwned) `x`"
+    assert not (d.base / "pwned").exists()
+    wait_for("bad failed", lambda: d.jobs()[bad]["state"] == "failed")
+    assert "exit codes {'local': 3}" in d.jobs()[bad]["reason"]
+
+
 def test_cancel_stops_a_running_job_and_frees_its_gpus(daemon) -> None:
     d = daemon("fifo")
     d.start()

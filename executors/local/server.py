@@ -226,6 +226,7 @@ class Server:
             return
         found = self.executor.found_at_start()
         now = self.executor.now()
+        adopted: list[str] = []
         for row in rows:
             self.launcher.commands[row.id] = command_of(row)
             kind, placement = found.get(row.id, (None, {}))
@@ -242,6 +243,7 @@ class Server:
                     log.warning("job %s found running but not adoptable: %s", row.id, err)
                 else:
                     self.executor.adopt(job)
+                    adopted.append(row.id)
                     log.info("adopted job %s running on GPUs %s", row.id, placement)
                     if row.cancel_requested:
                         self.executor.cancel(row.id)
@@ -249,6 +251,11 @@ class Server:
             self.executor.submit(spec, command_of(row))
             if row.cancel_requested:
                 self.executor.cancel(row.id)
+        if adopted and self.engine.restart_gate is not None:
+            # As the Slurm controller does: the dwell clocks of the run before are gone, and a
+            # policy that re-divides GPUs at every event would otherwise resize an adopted job
+            # in the first plan, so a server restart would stop a running job.
+            self.engine.restart_gate.hold(adopted, now)
 
     def _journal_batch(self, now: float, events: list[Any]) -> None:
         for event in events:
