@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,9 +199,5 @@ class LocalExecutor(SshExecutor):
 
 
 def allocation_of(job_id: str, placement: Mapping[str, tuple[int, ...]]) -> JobAllocation:
+    """The whole-GPU allocation of a job found running on ``placement``."""
     return JobAllocation(job_id=job_id, placement={n: tuple(g) for n, g in placement.items()})
-
-
-def default_python() -> str:
-    """The interpreter the agent and sidecars run with: this one."""
-    return sys.executable
