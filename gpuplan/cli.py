@@ -476,6 +476,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 LAZY_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpuplan.sweep": ("add_subcommand", ("sweep",)),
     "gpuplan.inspect_cmds": ("add_subcommands", ("status", "explain")),
+    "gpuplan.server_cmds": ("add_subcommands", ("server", "submit", "cancel")),
     "gpuplan.solve": ("add_subcommand", ("solve",)),
 }
 """module -> (its registering function, the commands it registers), in ``--help``'s order."""

@@ -362,6 +362,10 @@ def explain_journal(path: str, job: str) -> list[str]:
 
 # ---------------------------------------------------------------------------- command line
 def cmd_status(args: Any) -> int:
+    if args.server is not None:  # the single server's (gpuplan/server_cmds.py)
+        from gpuplan.server_cmds import server_status
+
+        return server_status(args.server or None, args.json)
     data = status_data(args.journal)
     if args.json:
         print(json.dumps(data, indent=2))
@@ -391,6 +395,13 @@ def add_subcommands(sub: Any) -> None:
         "--journal",
         default=DEFAULT_STATE_DB,
         help=f"the controller's journal (default {DEFAULT_STATE_DB})",
+    )
+    st.add_argument(
+        "--server",
+        nargs="?",
+        const="",
+        default=None,
+        help="instead: the single server's jobs (its state dir; default the default one)",
     )
     st.add_argument("--json", action="store_true", help="print JSON instead of text")
     st.set_defaults(func=cmd_status)

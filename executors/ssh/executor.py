@@ -39,8 +39,8 @@ Design (why it looks like this):
   it already runs on, the job is adopted without a restart; otherwise it is checkpoint-stopped
   and started where the engine wants it. Sidecars nobody claims in the first plan are stopped.
 
-The engine API is synchronous; the executor runs its own asyncio loop (asyncssh) inside its
-calls.
+The engine API is synchronous; the executor runs its own asyncio loop (asyncssh, or the local
+transport's subprocesses) inside its calls.
 
 Modules: this one is the :class:`~gpuplan.executors.base.Executor` (events, plans, failures);
 :mod:`.plans` applies plans (stops, adoptions, in-place resizes, launches);
@@ -86,7 +86,6 @@ from .accounting import measure_progress, rank_state, reported_progress
 from .gpus import NodeGpus
 from .launchers import CommandLauncher, Launcher, StandinLauncher, WorkerCommand, safe_name
 from .plans import PlanApplier
-from .pool import NodeAddress, SshPool
 from .remote import (
     REMOTE_ERRORS,
     SIDECAR_DIGEST,
@@ -95,6 +94,7 @@ from .remote import (
     SidecarNodes,
     UnsafeRunRoot,
 )
+from .rpc import NodeAddress
 from .state import FoundJob, JobRun, RankRun, SshSettings, classify_found, run_from_found
 
 __all__ = [
@@ -124,7 +124,10 @@ class SshExecutor(Executor, PlanApplier):
     ``nodes`` maps every node name of ``cluster`` to its address. ``jobs`` are submitted at
     their ``submit_time`` (seconds after the executor's time origin); ``events`` (capacity
     changes, ...) are delivered at their time. ``state_dir`` (engine side) keeps the time origin
-    so a restarted engine continues the same clock.
+    so a restarted engine continues the same clock. ``transport``: how the nodes' agents are
+    reached, an :class:`~.pool.SshPool` (the default, built from ``settings``; needs the
+    ``ssh`` extra) or the single server's local transport
+    (:class:`gpuplan.executors.local.transport.LocalTransport`), which has its interface.
     """
 
     def __init__(
@@ -137,6 +140,7 @@ class SshExecutor(Executor, PlanApplier):
         jobs: Iterable[JobSpec] = (),
         events: Iterable[Event] = (),
         state_dir: str | Path | None = None,
+        transport: Any = None,
     ) -> None:
         missing = [n.name for n in cluster.nodes if n.name not in nodes]
         if missing:
@@ -145,13 +149,17 @@ class SshExecutor(Executor, PlanApplier):
         self.addresses = dict(nodes)
         self.launcher = launcher
         self.settings = settings
-        self.pool = SshPool(
-            self.addresses,
-            known_hosts=settings.known_hosts,
-            client_keys=settings.client_keys,
-            connect_timeout_s=settings.connect_timeout_s,
-            ssh_config=settings.ssh_config,
-        )
+        if transport is None:
+            from .pool import SshPool  # asyncssh: the 'ssh' extra (MissingExtra without it)
+
+            transport = SshPool(
+                self.addresses,
+                known_hosts=settings.known_hosts,
+                client_keys=settings.client_keys,
+                connect_timeout_s=settings.connect_timeout_s,
+                ssh_config=settings.ssh_config,
+            )
+        self.pool = transport
         in_place = settings.in_place_resize and launcher.resizes_in_place
         self.core = ProgressCore(
             ExecutorCapabilities(

@@ -50,11 +50,13 @@ def no_nul(values: Iterable[str], what: str) -> None:
 @dataclass(frozen=True)
 class WorkerCommand:
     """What one rank of a job runs: argv (never parsed by a shell), extra env, and the files
-    the sidecar reports back (``progress``, ``checkpoint``: JSON; ``done``: a marker)."""
+    the sidecar reports back (``progress``, ``checkpoint``: JSON; ``done``: a marker), and the
+    working directory (None: the sidecar's job directory)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
 
 
 class Launcher(ABC):

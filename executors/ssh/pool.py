@@ -15,53 +15,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuplan.models.extras import MissingExtra
+
+from .rpc import (
+    NodeAddress,
+    NodeUnreachable,
+    RemoteCommandError,
+    RemoteResult,
+    RpcChannel,
+)
 
 try:
     import asyncssh
 except ImportError as _err:  # the 'ssh' extra: a core install has no SSH executor
     raise MissingExtra("gpuplan.executors.ssh", "ssh", "asyncssh") from _err
 
-
-@dataclass(frozen=True)
-class NodeAddress:
-    """How to reach one node of the cluster model over SSH."""
-
-    host: str
-    port: int = 22
-    username: str = "root"
-
-
-class NodeUnreachable(Exception):
-    """A node could not be reached or a command on it did not finish."""
-
-    def __init__(self, node: str, reason: str) -> None:
-        super().__init__(f"{node}: {reason}")
-        self.node = node
-        self.reason = reason
+__all__ = [
+    "HostKeyRejected",
+    "NodeAddress",
+    "NodeUnreachable",
+    "RemoteCommandError",
+    "RemoteResult",
+    "RpcChannel",
+    "SshPool",
+    "SshRpcChannel",
+]
 
 
 class HostKeyRejected(NodeUnreachable):
     """The node's host key is not the one in known_hosts (or is missing from it)."""
-
-
-class RemoteCommandError(Exception):
-    """A remote command ran but failed (non-zero exit or unparsable output)."""
-
-
-@dataclass(frozen=True)
-class RemoteResult:
-    exit_status: int | None
-    stdout: str
-    stderr: str
 
 
 class SshPool:
@@ -198,7 +186,7 @@ class SshPool:
         except (OSError, asyncssh.Error) as exc:
             self.drop(node)
             raise NodeUnreachable(node, f"cannot start {argv[:2]}: {exc!r}") from exc
-        return RpcChannel(node, process)
+        return SshRpcChannel(node, process)
 
     async def close(self) -> None:
         conns = list(self._conns.values())
@@ -210,69 +198,22 @@ class SshPool:
                 await asyncio.wait_for(conn.wait_closed(), timeout=2.0)
 
 
-class RpcChannel:
-    """Requests and replies as JSON lines over one remote process's stdin/stdout.
+class SshRpcChannel(RpcChannel):
+    """An :class:`~.rpc.RpcChannel` over a remote process's stdin/stdout (asyncssh)."""
 
-    Requests are ``{"id", "cmd", "args"}``; the server answers ``{"id", "ok", "result"}`` or
-    ``{"id", "ok": false, "error"}``, possibly out of order (it may serve requests in parallel).
-    When the channel breaks, every waiting call fails with :class:`NodeUnreachable`.
-    """
+    io_errors = (OSError, asyncssh.Error)
 
     def __init__(self, node: str, process: asyncssh.SSHClientProcess[Any]) -> None:
-        self.node = node
         self._process = process
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._ids = itertools.count(1)
-        self.closed = False
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        super().__init__(node)
 
-    async def _read(self) -> None:
-        reason = "channel closed"
-        try:
-            while True:
-                line = await self._process.stdout.readline()
-                if not line:
-                    break
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                future = self._pending.pop(message.get("id"), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-        except (OSError, asyncssh.Error) as exc:
-            reason = f"channel broke: {exc!r}"
-        finally:
-            self.closed = True
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(NodeUnreachable(self.node, reason))
-            self._pending.clear()
+    async def _readline(self) -> str | bytes:
+        return await self._process.stdout.readline()
 
-    async def call(self, cmd: str, args: dict[str, Any], timeout: float) -> Any:
-        if self.closed:
-            raise NodeUnreachable(self.node, "channel closed")
-        request_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        try:
-            self._process.stdin.write(
-                json.dumps({"id": request_id, "cmd": cmd, "args": args}) + "\n"
-            )
-            reply = await asyncio.wait_for(future, timeout=timeout)
-        except (OSError, asyncssh.Error) as exc:
-            raise NodeUnreachable(self.node, f"{cmd}: {exc!r}") from exc
-        except TimeoutError as exc:
-            raise NodeUnreachable(self.node, f"{cmd}: no reply in {timeout:.0f} s") from exc
-        finally:
-            self._pending.pop(request_id, None)
-        if not reply.get("ok"):
-            raise RemoteCommandError(f"{self.node}: {cmd}: {reply.get('error')}")
-        return reply.get("result")
+    def _write(self, line: str) -> None:
+        self._process.stdin.write(line)
 
-    def close(self) -> None:
-        self.closed = True
+    def _close_io(self) -> None:
         with contextlib.suppress(OSError, asyncssh.Error):
             self._process.stdin.write_eof()
         self._process.close()
-        self._reader.cancel()

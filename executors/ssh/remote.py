@@ -14,13 +14,16 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import GpuplanError, JobAllocation, JobSpec
 
 from . import sidecar as sidecar_module
 from .launchers import Launcher, no_nul, safe_name
-from .pool import NodeAddress, NodeUnreachable, RemoteCommandError, RpcChannel, SshPool
+from .rpc import NodeAddress, NodeUnreachable, RemoteCommandError, RpcChannel
+
+if TYPE_CHECKING:  # the SSH pool needs asyncssh; the local transport has the same interface
+    from .pool import SshPool
 from .state import JobRun, RankRun, SshSettings
 
 log = logging.getLogger("gpuplan.executors.ssh.executor")
@@ -372,7 +375,7 @@ class SidecarNodes:
                 "devices": self.bind(node, gpus),
                 "argv": list(cmd.argv),
                 "env": env,
-                "cwd": None,
+                "cwd": cmd.cwd,
                 "files": dict(cmd.files),
             }
             rank = kept.get(node)
