@@ -195,7 +195,7 @@ def warm_up(lab: Harness) -> None:
     """Run the executor once with no jobs: its first start-up on a cold lab (sshd's first
     connections, the node agents' first Python start) takes seconds, and :func:`run_shrink_grow`'s
     trace, whose jobs arrive on the executor's clock, needs ``big`` started alone before
-    ``small`` arrives at 1.5 s. Warm, start-up takes a fraction of that (the suite order ran
+    ``small`` arrives at 5 s. Warm, start-up takes a fraction of that (the suite order ran
     this test after tests/test_ssh.py, which warmed the lab; run alone it failed)."""
     folder = lab.tmp / "warm-up"  # its own engine dir: the clock origin stays the test's
     folder.mkdir(mode=0o755)
@@ -211,8 +211,12 @@ def warm_up(lab: Harness) -> None:
 
 def run_shrink_grow(lab: Harness, in_place: bool, tag: str) -> tuple[Engine, SshExecutor]:
     """One node of 4 GPUs: elastic ``big`` (1-4 GPUs) runs alone, rigid ``small`` (2 GPUs)
-    arrives and makes AFS-P shrink it, and when ``small`` ends ``big`` grows back."""
-    jobs = [elastic(f"big{tag}", 0.0, 4, 1, 4, 6.0), rigid(f"small{tag}", 1.5, 2, 1.5)]
+    arrives and makes AFS-P shrink it, and when ``small`` ends ``big`` grows back.
+
+    ``small`` arrives on the executor's clock, so ``big`` must be running by then: 5 s leaves
+    room for the first poll and start-up on a loaded machine (they took 2.1-2.4 s at load
+    average 5-7, which made an arrival at 1.5 s find ``big`` not yet started)."""
+    jobs = [elastic(f"big{tag}", 0.0, 4, 1, 4, 12.0), rigid(f"small{tag}", 5.0, 2, 1.5)]
     cluster = cluster_of(["node1"], 4)
     ex = lab.executor(cluster, jobs, in_place_resize=in_place, run_root=lab.tmp / f"runs{tag}")
     policy = "afs-p" if "afs-p" in policy_names() else "srtf"
