@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .bounds import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_ITERATIONS, MAX_LIST, MAX_TIME_S
+from .goodput import GoodputModel
 from .throughput import ThroughputProfile
 
 
@@ -146,6 +147,11 @@ class JobSpec(BaseModel):
         default=None, description="how its GPUs may spread over nodes; None: any way"
     )
     throughput: ThroughputProfile = Field(default_factory=ThroughputProfile.linear)
+    goodput: GoodputModel | None = Field(
+        default=None,
+        description="Pollux goodput inputs (models/goodput.py): the `pollux` policy picks the "
+        "batch size with the allocation; work is then in scale-invariant iterations",
+    )
 
     @model_validator(mode="after")
     def _fill_work(self) -> JobSpec:

@@ -44,7 +44,7 @@ WorkloadSource = Literal[
     "inline",
     "aryl_testbed",
 ]
-JobMapping = Literal["rigid", "afs", "elastic", "aryl"]
+JobMapping = Literal["rigid", "afs", "elastic", "aryl", "goodput"]
 
 
 class Overheads(BaseModel):

@@ -408,6 +408,12 @@ def _map_rows(
         return map_pollux(
             rows, resolve_trace_path("pollux/profiles", base), workload.mapping, capacity
         )
+    if workload.mapping == "goodput":
+        raise InputError(
+            "mapping 'goodput' needs Pollux rows (source: pollux): other traces have no "
+            "gradient statistics",
+            field="workload.mapping",
+        )
     if workload.mapping == "afs":
         from .mapping import map_afs
         from .zoo import load_afs_zoo

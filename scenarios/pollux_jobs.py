@@ -21,6 +21,11 @@ shortest ``validation-<batch>.csv``). Each job here keeps its own batch and GPU 
 * **mapping**: ``rigid`` (Pollux's Tiresias baseline) runs each job at ``num_replicas``;
   ``elastic`` (its Optimus baseline) lets it use ``1 .. B // min_local_bsz`` GPUs (ncf: 1),
   capped at the cluster, the batch staying ``B`` -- exactly ``get_optimus_job_info``.
+  ``goodput`` (Pollux itself, :func:`goodput_job`) ignores the row's batch and GPU count:
+  the job carries a :class:`~gpuplan.models.goodput.GoodputModel`, its work is the progress
+  at its last epoch end (scale-invariant iterations) and it may use ``1 .. min(64,
+  max_batch // min_local_bsz)`` GPUs (ncf: 1, at Pollux's fixed batch 32,768), so that the
+  ``pollux`` policy picks its batch with its allocation.
 
 Differences kept (``docs/results/fidelity.md``): the steps are counted at ``B`` for every
 ``k`` (Pollux counts them at the rounded batch ``k x atomic x (accum + 1)``, within a few
@@ -39,16 +44,29 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.models import Elasticity, InputError, JobSpec, ThroughputProfile
+from gpuplan.models.goodput import GoodputModel
 
 from . import fit_cache
 from .input_files import MAX_TRACE_BYTES, read_text
 from .throughput_fit import FitResult, fit_pollux_params, pollux_samples, predict_step_time
 from .trace_job import TraceJob
 
-__all__ = ["PolluxApp", "map_pollux", "pollux_app", "pollux_steps", "pollux_step_time"]
+__all__ = [
+    "PolluxApp",
+    "goodput_job",
+    "goodput_model",
+    "map_pollux",
+    "pollux_app",
+    "pollux_steps",
+    "pollux_step_time",
+]
 
 NODE_GPUS = 4
 """GPUs per node of the Pollux testbed and simulator (g4dn.12xlarge, 4 x T4)."""
+FIXED_BATCH = {"ncf": 32768}
+"""Pollux's simulator pins NCF's global batch (``target_batch_size = 32768``) under Pollux."""
+MAX_REPLICAS = 64
+"""Pollux's simulator caps a job at 64 replicas ("simulator can't handle more")."""
 MAX_LOCAL_BSZ = {"yolov3": 8}
 """Upstream ``APPLICATIONS`` overrides of the per-GPU batch ceiling (else placements' max)."""
 
@@ -238,20 +256,98 @@ def _profile(model_dir: Path, batch: int, max_gpus: int) -> ThroughputProfile:
     )
 
 
+def _epoch_end(app: PolluxApp, epoch: int) -> float:
+    """Progress at which ``epoch`` (1-based count of finished epochs) ends: the smallest over
+    the validation files, as Pollux's ``get_progress``."""
+    return min(rows[epoch - 1]["progress"] for rows in app.validation.values())
+
+
+@cache
+def goodput_model(model_dir: Path) -> GoodputModel:
+    """The :class:`GoodputModel` of a Pollux profile folder (fitted step time, statistics)."""
+    app = pollux_app(model_dir)
+    batches = tuple(app.validation)
+    return GoodputModel(
+        perf=app.fit.params.as_tuple(),  # type: ignore[arg-type]
+        init_batch=app.init_batch,
+        max_batch=app.max_batch,
+        min_local=app.min_local,
+        max_local=app.max_local,
+        batches=batches,
+        grad_sqr=tuple(
+            tuple(r["grad_sqr"] for r in app.validation[b][: app.epochs]) for b in batches
+        ),
+        grad_var=tuple(
+            tuple(r["grad_var"] for r in app.validation[b][: app.epochs]) for b in batches
+        ),
+        epoch_ends=tuple(_epoch_end(app, e) for e in range(1, app.epochs + 1)),
+        fixed_batch=FIXED_BATCH.get(app.name),
+    )
+
+
+def goodput_max_gpus(model_dir: Path) -> int:
+    """Most GPUs Pollux lets the job use (``get_pollux_job_info``'s bound, before the
+    policy's exploration limit)."""
+    app = pollux_app(model_dir)
+    if app.name in FIXED_BATCH:
+        return 1
+    return max(1, min(MAX_REPLICAS, app.max_batch // app.min_local))
+
+
+@cache
+def _goodput_profile(model_dir: Path, max_gpus: int) -> ThroughputProfile:
+    """Progress/s at 1..``max_gpus`` packed GPUs at the goodput-best batch, with the first
+    epoch's statistics at the initial batch: the engine's base rate, which the ``pollux``
+    policy corrects per decision through the allocation's ``efficiency``."""
+    import numpy as np
+
+    model = goodput_model(model_dir)
+    sqr, var = model.grad_stats(model.init_batch, 0)
+    good, _, _ = model.optimize(0, np.arange(1, max_gpus + 1), sqr, var)
+    if not all(g > 0 for g in good):
+        raise InputError(
+            f"no feasible batch for some GPU count up to {max_gpus}", source=str(model_dir)
+        )
+    return ThroughputProfile(
+        points={k: float(g) for k, g in enumerate(good, start=1)},
+        reference_gpu="t4",
+        source=f"Pollux {model_dir.name} goodput at the best batch, epoch 0, progress/s",
+    )
+
+
+def goodput_job(row: TraceJob, model_dir: Path, cluster_gpus: int | None) -> JobSpec:
+    """The job Pollux itself runs for ``row`` (mapping ``goodput``, see the module doc)."""
+    upper = goodput_max_gpus(model_dir)
+    if cluster_gpus is not None:
+        upper = min(upper, cluster_gpus)
+    model = goodput_model(model_dir)
+    return JobSpec(
+        id=row.id,
+        user=row.user,
+        submit_time=row.submit_time,
+        requested_gpus=min(row.gpus, upper),
+        elasticity=Elasticity(min_gpus=1, max_gpus=upper),
+        total_iterations=model.work,
+        model=row.model,
+        throughput=_goodput_profile(model_dir, upper),
+        goodput=model,
+    )
+
+
 def map_pollux(
     rows: Sequence[TraceJob],
     profiles_dir: Path,
     mapping: str = "rigid",
     cluster_gpus: int | None = None,
 ) -> list[JobSpec]:
-    """Jobs for Pollux workload rows under ``mapping`` (``rigid`` or ``elastic``).
+    """Jobs for Pollux workload rows under ``mapping`` (``rigid``, ``elastic``, ``goodput``).
 
     Errors name the row's source and field: a missing model folder (``application``), a
     mapping Pollux rows cannot take (``workload.mapping``), a request above the cluster.
     """
-    if mapping not in ("rigid", "elastic"):
+    if mapping not in ("rigid", "elastic", "goodput"):
         raise InputError(
-            f"Pollux workloads take mapping 'rigid' or 'elastic', not {mapping!r}",
+            f"Pollux workloads take mapping 'rigid', 'elastic' or 'goodput', not {mapping!r}",
             field="workload.mapping",
         )
     jobs = []
@@ -267,6 +363,9 @@ def map_pollux(
             raise InputError(
                 f"no Pollux profile for model {row.model!r}", source=row.source, field="application"
             )
+        if mapping == "goodput":
+            jobs.append(goodput_job(row, model_dir, cluster_gpus))
+            continue
         app = pollux_app(model_dir)
         upper = row.gpus
         elasticity = None

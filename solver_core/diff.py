@@ -4,10 +4,10 @@ Action rules, per job:
 
 * pending -> placed: ``start``;
 * running -> not placed: ``preempt``;
-* running, same GPUs and share: ``keep`` (listed only with ``include_keep``; the simulator does
-  not need thousands of no-op actions per event);
-* running, same GPUs, another share: ``reshare`` (co-located jobs change their fraction of each
-  GPU; nothing restarts);
+* running, same GPUs, share and efficiency: ``keep`` (listed only with ``include_keep``; the
+  simulator does not need thousands of no-op actions per event);
+* running, same GPUs, another share or efficiency: ``reshare`` (co-located jobs change their
+  fraction of each GPU, or Pollux changes a job's batch size; nothing restarts);
 * running, different GPU count: ``resize``;
 * running, same count on different GPUs: ``migrate``.
 
@@ -58,8 +58,9 @@ def build_plan(
             )
         elif after is before or (
             after.placement == before.placement  # type: ignore[union-attr]
-            and after.share == before.share
-        ):  # type: ignore[union-attr]
+            and after.share == before.share  # type: ignore[union-attr]
+            and after.efficiency == before.efficiency  # type: ignore[union-attr]
+        ):
             if include_keep:
                 actions.append(
                     construct(Action, kind="keep", job_id=job_id, before=before, after=after)

@@ -255,6 +255,13 @@ DECLARED: tuple[Declared, ...] = (
         "Optimus: one GPU each in arrival order, then greedy "
         "largest remaining-time reduction per GPU (estimates assumed exact)",
     ),
+    # pollux.py
+    policy(
+        "pollux",
+        ".pollux",
+        "Pollux (OSDI'21): every round, GPU counts (exact knapsack DP) and each job's batch "
+        "size chosen together to maximise the generalised mean of goodput speedups",
+    ),
     # packed and reuse presets
     *(
         d
