@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any, Literal
 
 from gpuplan.models import (
@@ -37,6 +38,7 @@ from gpuplan.models import (
     RunResult,
     ThroughputMeasured,
 )
+from gpuplan.solver_core.hooks import ResizePreference
 from gpuplan.solver_core.policy import Policy, Reclaimer
 
 from .base import Executor
@@ -101,6 +103,9 @@ class Engine(NodeMembership, PlanApplication, Deciding):
             self._add_node(name)
         self.running: dict[str, ActiveJob] = {}
         self.pending: dict[str, ActiveJob] = {}
+        self._read_only = (MappingProxyType(self.running), MappingProxyType(self.pending))
+        """What views hand policies: read-only windows on ``running`` and ``pending`` (made
+        once: O(1) per decision, and always showing the books' current contents)."""
         self._changes = ChangeLog(executor)
         self._touched = self._changes.touched
         """Jobs written since the last view (see :mod:`.change_log`)."""
@@ -129,7 +134,8 @@ class Engine(NodeMembership, PlanApplication, Deciding):
         that resizes by restart still runs, every resize paying the restart: say so once, at
         start, and count those resizes (``recorder.degraded_resizes``)."""
         caps = self.executor.capabilities
-        if not getattr(self.policy, "wants_in_place_resize", False) or caps.resize != "restart":
+        wants = isinstance(self.policy, ResizePreference) and self.policy.wants_in_place_resize
+        if not wants or caps.resize != "restart":
             return False
         log.warning(
             "policy %s wants stop-free (in-place) resizing, but %s resizes by "

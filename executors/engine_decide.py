@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import time as wallclock
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 from gpuplan.models import AllocationPlan, ClusterView, PlanRefused
 from gpuplan.models.state import ChangeSet
 from gpuplan.solver_core.diff import build_delta_plan, build_plan
+from gpuplan.solver_core.hooks import DeltaPolicy
 from gpuplan.solver_core.policy import Decision, Delta
 
 from .reasons import DecisionReasons
@@ -24,12 +27,19 @@ from .reasons import DecisionReasons
 class Deciding:
     """Engine mixin: views, decisions, plan acceptance and wake-ups."""
 
+    _read_only: tuple[MappingProxyType[str, Any], MappingProxyType[str, Any]]
+    """Set by ``Engine``: read-only windows on its ``running`` and ``pending`` books."""
+
     check_delta_plans = False
     """Re-check plans built from a policy's delta (``check_actions`` in :meth:`Executor.accept`)
     on every executor. Off by default: an executor that trusts built plans (the simulator,
     ``Executor.trusts_built_plans``) then skips the check, as their starts are on GPUs the
     engine's free index holds and the ledger's ``occupy`` still refuses a taken GPU; the tests
     turn it on."""
+
+    _delta_of: tuple[object, Any] = (None, None)
+    """(policy, its ``decide_delta`` or None): the :class:`DeltaPolicy` check, done once per
+    policy object rather than per decision (a Protocol check costs tens of microseconds)."""
 
     reasons: DecisionReasons | None = None
     """Set to record why each plan's actions were taken and why waiting jobs wait
@@ -61,8 +71,8 @@ class Deciding:
             cluster=self.cluster,
             nodes=ledger.usable,
             free=ledger.live_free() if live else ledger.free_view(),
-            running=self.running,
-            pending=self.pending,
+            running=self._read_only[0],
+            pending=self._read_only[1],
             shared=ledger.shared_view(),
             shaped=self.shaped,
             interference=interference,
@@ -77,8 +87,14 @@ class Deciding:
         when it offers none or declines this view (a stage may also answer with a full
         :class:`Decision` it built on the live view). Never with an ``on_plan`` hook, which
         reads the plan's full ``allocations``."""
-        delta_of = getattr(self.policy, "decide_delta", None)
-        if delta_of is None or self.on_plan is not None:
+        if self.on_plan is not None:
+            return None
+        policy, delta_of = self._delta_of
+        if policy is not self.policy:  # the first decision, or the policy was swapped
+            policy = self.policy
+            delta_of = policy.decide_delta if isinstance(policy, DeltaPolicy) else None
+            self._delta_of = (policy, delta_of)
+        if delta_of is None:
             return None
         view = self.view(now, live=True)
         t0 = wallclock.perf_counter()

@@ -9,6 +9,7 @@ explainer only reads the policy's state after a decision, never writes it.
 from __future__ import annotations
 
 import math
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import Action, ActiveJob
@@ -121,7 +122,11 @@ class AfsExplainer(Explainer):
     name = "afs"
 
     def __init__(self, stage: Any, label: str) -> None:
+        from gpuplan.solver_core.policies.afs import AfsP
+
         self.stage, self.label = stage, label
+        self.counter = stage.counter if isinstance(stage, AfsP) else None
+        """AFS-P's and AFS-S's processor-sharing counter (AFS-L keeps none)."""
         self._rank: dict[str, int] | None = None
 
     def begin(self, engine: Any, now: float) -> None:
@@ -144,9 +149,8 @@ class AfsExplainer(Explainer):
             "share": job.gpus if job.allocation is not None else 0,
             "rank": self._ranks(engine, now).get(job.spec.id, -1),
         }
-        counter = getattr(self.stage, "counter", None)
-        if counter is not None:
-            out["counter"] = counter(job, now)
+        if self.counter is not None:
+            out["counter"] = self.counter(job, now)
         return out
 
     def waiting(self, job: ActiveJob, engine: Any, now: float) -> Reason | None:
@@ -338,8 +342,9 @@ def explainer_for(policy: Any) -> Explainer:
     from gpuplan.solver_core.policies.aryl import ArylPolicy
     from gpuplan.solver_core.policies.sidecar import SidecarStage
     from gpuplan.solver_core.policies.tiresias import TiresiasL
+    from gpuplan.solver_core.policy import StagedPolicy
 
-    stage = getattr(policy, "shares", None)
+    stage = policy.allocation if isinstance(policy, StagedPolicy) else None
     if isinstance(stage, AfsS):
         return AfsExplainer(stage, "AFS-S")
     if isinstance(stage, AfsP):
@@ -350,8 +355,8 @@ def explainer_for(policy: Any) -> Explainer:
         return TiresiasExplainer(stage)
     if isinstance(stage, SidecarStage):
         return SidecarExplainer(stage)
-    if isinstance(getattr(stage, "__self__", None), ArylPolicy):
+    if isinstance(stage, MethodType) and isinstance(stage.__self__, ArylPolicy):
         return ArylExplainer()
-    if "ojpp" in str(getattr(policy, "name", "")):
+    if isinstance(policy, StagedPolicy) and "ojpp" in policy.name:
         return OjppExplainer()
     return Explainer()

@@ -356,10 +356,12 @@ class DecisionReasons:
     def reclaim(self, engine: Any, now: float, chosen: Iterable[str]) -> None:
         """A reclaim of loaned servers (Aryl's capacity loaning): each server given back and
         the jobs it held, before they scale in or are evicted."""
+        from gpuplan.solver_core.aryl.reclaim import Reclaimer  # only reached on a reclaim
+
         chooser = engine.reclaimer
-        name = getattr(chooser, "__name__", type(chooser).__name__)
-        outcomes = getattr(chooser, "outcomes", None)  # Aryl's reclaimer: why these servers
-        outcome = outcomes[-1] if outcomes and getattr(outcomes[-1], "time", None) == now else None
+        name = getattr(chooser, "__name__", type(chooser).__name__)  # a function or an object
+        outcomes = chooser.outcomes if isinstance(chooser, Reclaimer) else None  # why these
+        outcome = outcomes[-1] if outcomes and outcomes[-1].time == now else None
         why: dict[str, Term] = {}
         if outcome is not None:
             why = {
@@ -417,7 +419,7 @@ class DecisionReasons:
                 )
         record = DecisionRecord(
             time=now,
-            policy=getattr(engine.policy, "name", ""),
+            policy=engine.policy.name,
             actions=actions,
             waiting=len(engine.pending),
         )

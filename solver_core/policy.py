@@ -5,7 +5,7 @@ executor's job) written in Gavel's style of small functions:
 
 * **admission** (:data:`Admission`) is asked once per arriving job and may refuse it with a
   reason (default :func:`admit_if_fits`: refuse only what could never run on the cluster);
-* **allocation** (:data:`AllocationStage`, historically the *shares* stage) decides what each
+* **allocation** (:data:`AllocationStage`) decides what each
   job gets: a whole-GPU count (``int``) or a :class:`Demand` — a count on one GPU type, a
   fraction of each GPU (co-location), or a placement already chosen by a joint policy such as
   Aryl's. Jobs left out get nothing;
@@ -35,6 +35,8 @@ from typing import Any, Protocol
 
 from gpuplan.models import Cluster, ClusterView, JobAllocation, JobSpec, SolverStats
 
+from .hooks import DeltaStage, Stateful, Stateless, undeclared_state
+
 __all__ = [
     "Admission",
     "Allocation",
@@ -49,9 +51,9 @@ __all__ = [
     "PolicyBase",
     "Reclaimer",
     "Shares",
-    "SharesStage",
     "StagedPolicy",
     "Stateful",
+    "Stateless",
     "Wakeup",
     "admit_if_fits",
     "demand_counts",
@@ -87,8 +89,6 @@ Allocation = Mapping[str, "int | Demand"]
 """An allocation stage's answer: a count or a :class:`Demand` per job."""
 Placements = dict[str, JobAllocation]
 AllocationStage = Callable[[ClusterView, list[SolverStats]], Allocation]
-SharesStage = AllocationStage
-"""The allocation stage's older name (most stages return plain counts)."""
 PlacementStage = Callable[[ClusterView, Shares, list[SolverStats]], Placements]
 Admission = Callable[[JobSpec, Cluster], "str | None"]
 """(arriving job, cluster) -> None to admit, or the reason it is refused."""
@@ -138,29 +138,6 @@ class Delta:
     starts: Placements
     preempts: list[str] = field(default_factory=list)
     stats: list[SolverStats] = field(default_factory=list)
-
-
-class DeltaStage(Protocol):
-    """An allocation stage that can also answer as a :class:`Delta`. ``delta`` returns None
-    when it cannot on this view (or with this ``placement`` stage): the engine then asks
-    :meth:`StagedPolicy.decide` as usual. A stateful stage that finds out only after ranking
-    that a delta cannot stand for its counts returns the full :class:`Decision` instead
-    (built with ``placement`` from the same counts), so it is never asked twice per event."""
-
-    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Allocation: ...
-
-    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None: ...
-
-
-class Stateful(Protocol):
-    """A stage that remembers things between decisions (AFS-P counters, Tiresias queues,
-    Themis leases, max-min-perf's attained time). ``snapshot`` returns plain JSON data;
-    ``restore`` on a fresh object of the same configuration makes it decide exactly as the
-    original would have, so a controller that restarts changes no decision."""
-
-    def snapshot(self) -> dict[str, Any]: ...
-
-    def restore(self, state: dict[str, Any]) -> None: ...
 
 
 class Policy(Protocol):
@@ -222,17 +199,23 @@ def with_counts(allocation: Allocation, counts: Mapping[str, int]) -> dict[str, 
 
 @dataclass
 class StagedPolicy:
-    """admission, then allocation (``shares``), then placement; optional wake-ups and reclaim.
+    """admission, then ``allocation``, then ``placement``; optional wake-ups and reclaim.
 
     An allocation of plain counts goes straight to ``placement``; one with :class:`Demand`
     entries goes through :func:`~.placement.demands.place_demands`, which places typed demands
     per GPU type with the same stage, keeps pre-placed ones, and co-locates fractional ones.
     Placements that break a job's ``node_shape`` are then left out
     (:func:`~.placement.shapes.enforce_shapes`).
+
+    Every stage declares how its state is saved (:mod:`.hooks`): a stage object is of a
+    :class:`Stateless` class, or :class:`Stateful` and the policy's ``memory`` (or one of its
+    :class:`~.hooks.Memories` parts); a function's closure holds only values and declared
+    stages. Construction (``replace`` included) raises ``TypeError`` otherwise, so a stage with
+    state cannot silently lose it on a controller restart.
     """
 
     name: str
-    shares: AllocationStage
+    allocation: AllocationStage
     placement: PlacementStage
     wakeup: Wakeup | None = None
     admission: Admission = admit_if_fits
@@ -240,11 +223,34 @@ class StagedPolicy:
     no_network_sharing: bool = False
     """Set by the network-packing wrapper: later placement wrappers must keep the rule."""
     memory: Stateful | None = None
-    """The stage whose state outlives a decision (None: the policy is memoryless)."""
+    """The stage whose state outlives a decision (None: every stage is stateless)."""
     wants_in_place_resize: bool = False
     """The policy resizes often because it assumes stop-free scaling (EDL). On an executor
     that resizes by restart the engine still runs it, but warns once and counts every such
     resize (``RunResult.degraded_resizes``): the restarts are paid, never hidden."""
+    _delta_of: tuple[object, Any] = field(
+        default=(None, None), init=False, repr=False, compare=False
+    )
+    """(allocation stage, its ``delta`` or None): the Protocol check, done once per stage."""
+
+    def __post_init__(self) -> None:
+        if self.memory is not None and not isinstance(self.memory, Stateful):
+            raise TypeError(f"policy {self.name}: memory {self.memory!r} is not Stateful")
+        stages = {
+            "allocation": self.allocation,
+            "placement": self.placement,
+            "wakeup": self.wakeup,
+            "admission": self.admission,
+            "reclaimer": self.reclaimer,
+        }
+        for part, stage in stages.items():
+            why = None if stage is None else undeclared_state(stage, self.memory)
+            if why is not None:
+                raise TypeError(
+                    f"policy {self.name}: its {part} stage does not declare how its state is "
+                    f"saved ({why}): make its class Stateless, or Stateful and the policy's "
+                    "memory"
+                )
 
     def admit(self, spec: JobSpec, cluster: Cluster) -> str | None:
         return self.admission(spec, cluster)
@@ -254,7 +260,7 @@ class StagedPolicy:
         from .placement.demands import place_demands  # placement imports this module
         from .placement.shapes import enforce_shapes
 
-        allocation = self.shares(view, stats)
+        allocation = self.allocation(view, stats)
         if set(map(type, allocation.values())) <= {int}:  # plain counts (C-speed check)
             placements = self.placement(view, allocation, stats)  # type: ignore[arg-type]
             shares: Shares = allocation  # type: ignore[assignment]
@@ -264,19 +270,23 @@ class StagedPolicy:
         return Decision(shares=shares, placements=enforce_shapes(view, placements), stats=stats)
 
     def decide_delta(self, view: ClusterView) -> Delta | Decision | None:
-        """The decision as changes only, when the allocation stage offers it (a
-        :class:`DeltaStage` such as FIFO's or SRTF's) and can answer on ``view``; else None
-        and the engine calls :meth:`decide`. A wrapper that replaces the allocation stage
-        drops the fast path with it (the new stage has no ``delta``), and the stage itself
-        declines a placement stage it does not reproduce, so a delta never bypasses one."""
-        delta = getattr(self.shares, "delta", None)
+        """The decision as changes only, when the allocation stage is a :class:`DeltaStage`
+        (FIFO's, SRTF's, ...) and can answer on ``view``; else None and the engine calls
+        :meth:`decide`. A wrapper that replaces the allocation stage drops the fast path with
+        it (the new stage is no ``DeltaStage``), and the stage itself declines a placement
+        stage it does not reproduce, so a delta never bypasses one."""
+        stage, delta = self._delta_of
+        if stage is not self.allocation:  # first call, or the stage was replaced
+            stage = self.allocation
+            delta = stage.delta if isinstance(stage, DeltaStage) else None
+            self._delta_of = (stage, delta)
         return None if delta is None else delta(view, self.placement)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         return self.wakeup(view) if self.wakeup else None
 
     def snapshot(self) -> dict[str, Any]:
-        """The policy's memory as JSON data (``{}`` for a memoryless policy)."""
+        """The policy's memory as JSON data (``{}`` when every stage is stateless)."""
         return self.memory.snapshot() if self.memory is not None else {}
 
     def restore(self, state: dict[str, Any]) -> None:

@@ -29,8 +29,16 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from .limits import SolveLimits
 from .params import NoParams, Params
-from .placement.compose import make_placement, regulated_shares
-from .policy import Allocation, AllocationStage, Demand, StagedPolicy, demand_counts, with_counts
+from .placement.compose import make_placement, regulated_allocation
+from .policy import (
+    Allocation,
+    AllocationStage,
+    Demand,
+    StagedPolicy,
+    Stateless,
+    demand_counts,
+    with_counts,
+)
 from .registry import WrapperDef
 
 __all__ = ["WRAPPERS", "FairShareUntilMeasured", "colocated", "solve_limits"]
@@ -81,7 +89,9 @@ def _network_packing(policy: StagedPolicy, p: PackingParams, seed: int) -> Stage
     limits = solve_limits(p)
     return replace(
         policy,
-        shares=regulated_shares(policy.shares, p.regulation, backend=p.backend, limits=limits),
+        allocation=regulated_allocation(
+            policy.allocation, p.regulation, backend=p.backend, limits=limits
+        ),
         placement=make_placement(
             p.placement, no_network_sharing=True, backend=p.backend, limits=limits
         ),
@@ -101,7 +111,7 @@ def _reuse(policy: StagedPolicy, p: ReuseParams, seed: int) -> StagedPolicy:
     )
 
 
-class FairShareUntilMeasured:
+class FairShareUntilMeasured(Stateless):
     """Cap unmeasured jobs' counts at ``max(1, M // n)`` (n = active jobs, M = usable GPUs);
     GPUs the cap frees stay idle until the job's measurement arrives (the price AFS accepts)."""
 
@@ -124,7 +134,7 @@ class FairShareUntilMeasured:
 
 
 def _learning(policy: StagedPolicy, p: Params, seed: int) -> StagedPolicy:
-    return replace(policy, shares=FairShareUntilMeasured(policy.shares))
+    return replace(policy, allocation=FairShareUntilMeasured(policy.allocation))
 
 
 def colocated(inner: AllocationStage) -> AllocationStage:
@@ -167,7 +177,7 @@ def colocated(inner: AllocationStage) -> AllocationStage:
 
 
 def _colocation(policy: StagedPolicy, p: Params, seed: int) -> StagedPolicy:
-    return replace(policy, shares=colocated(policy.shares))
+    return replace(policy, allocation=colocated(policy.allocation))
 
 
 WRAPPERS = [

@@ -622,7 +622,7 @@ def _rigid(job_id: str, submit: float, duration: float) -> JobSpec:
 
 def _run_afs_p(jobs: list[JobSpec], gpus: int, **kw: object):
     stage = AfsP(unit_time=100.0, **kw)
-    policy = StagedPolicy("afs-p", stage, best_fit_placement, stage.next_wakeup)
+    policy = StagedPolicy("afs-p", stage, best_fit_placement, stage.next_wakeup, memory=stage)
     checker = CapacityChecker()
     result, _, executor = simulate(
         Cluster.uniform(1, gpus),
@@ -683,7 +683,7 @@ def test_registered_policies_are_fresh_objects() -> None:
     for name in ("afs-l", "afs-p", "afs-s"):
         assert name in names
         p1, p2 = make_policy(name), make_policy(name)
-        assert p1.name == name and p1 is not p2 and p1.shares is not p2.shares
+        assert p1.name == name and p1 is not p2 and p1.allocation is not p2.allocation
     assert make_policy("afs-p").wakeup is not None
 
 

@@ -128,8 +128,8 @@ def test_registered_fresh_policies_with_public_shares_stages() -> None:
         assert names.get(name)
         a, b = make_policy(name), make_policy(name)
         assert a.name == name
-        assert a is not b and a.shares is not b.shares  # stateful stages are never shared
-        assert isinstance(a.shares, expected_stage[name])
+        assert a is not b and a.allocation is not b.allocation  # stateful stages are never shared
+        assert isinstance(a.allocation, expected_stage[name])
         assert a.placement is best_fit_placement
     # the timer-driven ones wire their wakeup in
     assert make_policy("tiresias-l").wakeup is not None
@@ -238,18 +238,18 @@ def test_srtf_e_selection_then_leftovers_by_throughput_gain() -> None:
     c = rigid("c", 2, 4, 1e5)  # longest: no room for its 4 GPUs after a and b
     view = make_view(0, Cluster.uniform(2, 4), [(a, 0, 0), (b, 0, 0), (c, 0, 0)])
     # rigid SRTF order a (526 s), b (5000 s), c (25000 s): 2 + 1 + 4 = 7 of 8 GPUs
-    shares = make_policy("srtf-e").shares(view, [])
+    shares = make_policy("srtf-e").allocation(view, [])
     # leftover 1 GPU: a 2->3 gains 0.8/GPU, b 1->2 gains 5/7 = 0.714/GPU -> a
     assert shares == {"a": 3, "b": 1, "c": 4}
     view = make_view(0, Cluster.uniform(2, 4), [(a, 0, 0), (b, 0, 0)])
     # leftover 5: a -> 3 (its max useful), then b takes the other 4
-    assert make_policy("srtf-e").shares(view, []) == {"a": 3, "b": 5}
-    assert make_policy("srsf-e").shares(view, []) == {"a": 3, "b": 5}
+    assert make_policy("srtf-e").allocation(view, []) == {"a": 3, "b": 5}
+    assert make_policy("srsf-e").allocation(view, []) == {"a": 3, "b": 5}
     # the leftover goes by gain, not by age: b (newer) gains 1.0/GPU, a only 0.2
     a = elastic("a", 0, 1, 1000, ThroughputProfile(points={1: 1.0, 2: 1.2}, extrapolation="flat"))
     b = elastic("b", 1, 1, 1000, peak_profile(8))
     view = make_view(0, Cluster.uniform(1, 3), [(a, 0, 0), (b, 0, 0)])
-    assert make_policy("srtf-e").shares(view, []) == {"a": 1, "b": 2}
+    assert make_policy("srtf-e").allocation(view, []) == {"a": 1, "b": 2}
 
 
 def test_srtf_e_never_exceeds_max_useful_gpus() -> None:
@@ -278,7 +278,7 @@ def test_srtf_e_never_exceeds_max_useful_gpus() -> None:
             )
         view = make_view(100, cluster, jobs)
         for name in ("srtf-e", "srsf-e"):
-            shares = make_policy(name).shares(view, [])
+            shares = make_policy(name).allocation(view, [])
             for job_id, n in shares.items():
                 spec = view.pending[job_id].spec
                 assert spec.requested_gpus <= n <= max_useful_gpus(spec, 16)
@@ -385,14 +385,14 @@ def test_tiresias_max_runs_jobs_at_max_useful_gpus() -> None:
     a = elastic("a", 0, 1, 1e6, peak_profile(6))
     b = elastic("b", 1, 2, 1e6, peak_profile(3))
     view = make_view(0, Cluster.uniform(2, 4), [(a, 0, 0), (b, 0, 0)])
-    assert make_policy("tiresias-l-max").shares(view, []) == {"a": 6}  # b's 3 no longer fits
-    assert make_policy("tiresias-l").shares(view, []) == {"a": 1, "b": 2}
-    assert make_policy("srtf-max").shares(view, []) == {"a": 6}
+    assert make_policy("tiresias-l-max").allocation(view, []) == {"a": 6}  # b's 3 no longer fits
+    assert make_policy("tiresias-l").allocation(view, []) == {"a": 1, "b": 2}
+    assert make_policy("srtf-max").allocation(view, []) == {"a": 6}
     c = elastic("c", 2, 1, 1e4, peak_profile(3))  # short: first in SRTF-max
     view = make_view(0, Cluster.uniform(2, 4), [(a, 0, 0), (c, 0, 0)])
-    assert make_policy("srtf-max").shares(view, []) == {"c": 3}
+    assert make_policy("srtf-max").allocation(view, []) == {"c": 3}
     # SRSF-max ranks by time x GPUs: c 3333 x 3 < a 166667 x 6
-    assert make_policy("srsf-max").shares(view, []) == {"c": 3}
+    assert make_policy("srsf-max").allocation(view, []) == {"c": 3}
 
 
 # --------------------------------------------------------------------------- Themis
@@ -522,8 +522,8 @@ def test_shares_invariants_on_random_states(name: str) -> None:
     for trial in range(40):
         view = _random_state(rng, f"s{trial}-")
         policy = make_policy(name)
-        shares = policy.shares(view, [])
-        again = make_policy(name).shares(view, [])
+        shares = policy.allocation(view, [])
+        again = make_policy(name).allocation(view, [])
         assert shares == again, "deterministic"
         assert sum(shares.values()) <= view.capacity
         for job_id, n in shares.items():

@@ -25,11 +25,11 @@ from gpuplan.models import (
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
 from gpuplan.solver_core.policies.afs import AfsJob, AfsL, afs_l_shares, build_ladder, scan_order
 from gpuplan.solver_core.policies.afs_job import ScanOrder, remaining_all
-from gpuplan.solver_core.policy import Shares, StagedPolicy
+from gpuplan.solver_core.policy import Shares, StagedPolicy, Stateless
 from tests.bench.afs_scale import workload
 
 
-class _Compared:
+class _Compared(Stateless):
     """The production stage, checked against the from-scratch computation at every call."""
 
     def __init__(self) -> None:

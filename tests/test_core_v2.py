@@ -198,7 +198,7 @@ def test_admission_is_a_policy_stage() -> None:
 
     base = make_policy("fifo")
     assert isinstance(base, StagedPolicy)
-    policy = StagedPolicy("fifo-small", base.shares, base.placement, admission=small_only)
+    policy = StagedPolicy("fifo-small", base.allocation, base.placement, admission=small_only)
     result, engine, _ = simulate(
         cluster, [_job("a", 4), _job("b", 2)], policy, overheads=NO_OVERHEADS
     )
@@ -209,8 +209,8 @@ def test_admission_is_a_policy_stage() -> None:
 # --------------------------------------------------------------------------- parameters
 def test_parameters_reach_the_policy_and_bad_ones_are_one_line() -> None:
     p = make_policy("tiresias-l(thresholds=[500, 1000], promote_knob=null, service=time)")
-    assert p.shares.thresholds == (500.0, 1000.0) and p.shares.promote_knob is None
-    assert p.shares.service == "time"
+    assert p.allocation.thresholds == (500.0, 1000.0) and p.allocation.promote_knob is None
+    assert p.allocation.service == "time"
     for bad, field in [
         ("tiresias-l(thresholds=[2, 1])", "tiresias-l"),
         ("tiresias-l(knob=1)", "knob"),

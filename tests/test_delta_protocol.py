@@ -31,6 +31,7 @@ from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, FreeIndex, Node, NodeFailure, RunResult
 from gpuplan.scenarios.mapping import map_rigid
 from gpuplan.scenarios.synthetic import synthetic_jobs
+from gpuplan.solver_core.hooks import DeltaStage
 from gpuplan.solver_core.placement.network_packing import packed_placement
 from gpuplan.solver_core.policy import StagedPolicy
 from gpuplan.solver_core.registry import make_policy
@@ -95,8 +96,8 @@ def _digest(result: RunResult) -> str:
 def _full_protocol(policy: StagedPolicy) -> StagedPolicy:
     """The same policy with its allocation stage hidden behind a plain function: no
     ``delta``, so the engine decides every event with ``decide``."""
-    stage = policy.shares
-    return replace(policy, shares=lambda view, stats: stage(view, stats))
+    stage = policy.allocation
+    return replace(policy, allocation=lambda view, stats: stage(view, stats))
 
 
 def _mixed_cluster() -> Cluster:
@@ -119,7 +120,7 @@ def test_delta_decisions_equal_full_decisions(policy: str, case: str) -> None:
     jobs = _jobs(160, cluster.total_gpus, seed=7)
     events = _failures(cluster) if case == "failures" else []
     fast = make_policy(policy)
-    assert isinstance(fast, StagedPolicy) and hasattr(fast.shares, "delta")
+    assert isinstance(fast, StagedPolicy) and isinstance(fast.allocation, DeltaStage)
     calls = {"decide": 0}
     original = fast.decide
 

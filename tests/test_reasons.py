@@ -172,7 +172,7 @@ def test_tiresias_queue_level_is_the_attained_service_bucket() -> None:
     # A (4 GPUs) runs alone, crosses 3600 GPU-s at 900 s and drops to Q1; B (Q0) preempts it.
     jobs = [_spec("A", 4, duration=3000.0), _spec("B", 4, submit=100.0, duration=500.0)]
     records, (_, engine) = _run("tiresias-l", jobs, Cluster.uniform(1, 4))
-    stage = engine.policy.shares
+    stage = engine.policy.allocation
     seen = 0
     for rec in records:
         reasons = [a.reason for a in rec.actions] + list(rec.pending.values())

@@ -49,6 +49,7 @@ from gpuplan.models import (
     ThroughputProfile,
 )
 from gpuplan.solver_core.diff import check_actions, check_plan, check_shapes
+from gpuplan.solver_core.hooks import Foreseeing
 from gpuplan.solver_core.registry import make_policy, policy_names
 
 from . import slurm_fixtures as fx
@@ -249,8 +250,8 @@ class ShapeWatch(SimulatedCluster):
 def _run(policy: str, jobs: list[JobSpec]) -> tuple[ShapeWatch, Engine]:
     cluster = Cluster.uniform(3, 4)
     built = make_policy(policy, seed=0)
-    if getattr(built, "needs_future", False):
-        built.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal
+    if isinstance(built, Foreseeing):  # offline-optimal
+        built.foresee(cluster, jobs)
     learning = LearningSpec(enabled=True) if policy.endswith("-learning") else None
     executor = ShapeWatch(cluster, jobs, learning=learning)
     engine = Engine(cluster, built, executor, sample_interval_s=None)

@@ -133,7 +133,7 @@ def test_bad_history_on_the_command_line_exits_2_with_one_line(capsys, tmp_path:
 def test_upstream_events_refuses_the_starvation_knob() -> None:
     with pytest.raises(InputError, match="promote_knob"):
         make_policy("tiresias-l(upstream_events=true)")
-    assert make_policy(UPSTREAM_500).shares is not None  # null knob: built
+    assert make_policy(UPSTREAM_500).allocation is not None  # null knob: built
 
 
 # ------------------------------------------------------------------------- the loop

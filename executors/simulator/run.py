@@ -16,6 +16,7 @@ from gpuplan.models import (
 )
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
 from gpuplan.models.interference import InterferenceModel
+from gpuplan.solver_core.hooks import BoundReporting, Foreseeing
 from gpuplan.solver_core.policy import Policy, Reclaimer
 
 from ..engine import Engine, PlanHook, ProgressHook
@@ -52,15 +53,17 @@ def simulate(
     policy's own ``reclaimer`` (Aryl's), else the engine's default.
     The run ends at ``horizon_s`` of simulated time at the latest; jobs still running then are
     reported unfinished, never simulated for ever. ``interference`` slows co-located jobs
-    (shares < 1) down; None: shares alone set their speed. A policy that declares
-    ``needs_future`` (offline-optimal) is handed the whole job list first (``foresee``); a
-    policy's ``bound`` (what offline-optimal proved about the optimum) goes into the result.
+    (shares < 1) down; None: shares alone set their speed. A
+    :class:`~gpuplan.solver_core.hooks.Foreseeing` policy (offline-optimal) is handed the
+    whole job list first (``foresee``); a
+    :class:`~gpuplan.solver_core.hooks.BoundReporting` policy's ``bound`` (what
+    offline-optimal proved about the optimum) goes into the result.
     ``restart_gate``: drop changes that cost more than they gain (off by default here).
     ``reasons``: handed one :class:`~gpuplan.models.reasons.DecisionRecord` per decision
     (why each action, why each waiting job waits; :mod:`..reasons`); None records none.
     """
-    if getattr(policy, "needs_future", False):
-        policy.foresee(cluster, jobs)  # type: ignore[attr-defined]  # offline-optimal only
+    if isinstance(policy, Foreseeing):  # offline-optimal
+        policy.foresee(cluster, jobs)
     executor = SimulatedCluster(
         cluster,
         jobs,
@@ -89,7 +92,6 @@ def simulate(
     engine.run(progress)
     wall = wallclock.perf_counter() - t0
     result = engine.result(scenario=scenario, seed=seed, wall_s=wall)
-    bound = getattr(policy, "bound", None)  # offline-optimal's proven bound, if any
-    if isinstance(bound, ObjectiveBound):
-        result.bound = bound
+    if isinstance(policy, BoundReporting) and isinstance(policy.bound, ObjectiveBound):
+        result.bound = policy.bound  # what offline-optimal proved
     return result, engine, executor

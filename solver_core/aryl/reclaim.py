@@ -37,6 +37,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gpuplan.models import ClusterView, SolverStats
 
@@ -138,6 +139,20 @@ class Reclaimer:
         self.outcomes: list[ReclaimOutcome] = []
         self.flexible_source: Callable[[], Mapping[str, Mapping[str, Sequence[int]]]] | None = None
         """Set by a scheduler that knows its flexible workers (Aryl's policy does)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """The random method's generator state (its draws continue across a controller
+        restart); the other methods choose from the view alone and save nothing. ``outcomes``
+        is a log for explanations, not memory."""
+        if self.method != "random":
+            return {}
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "rng" in state:
+            version, internal, gauss = state["rng"]
+            self.rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
 
     def choose(self, inst: ReclaimInstance, count: int) -> tuple[list[str], SolverStats | None]:
         picked: list[str] = []

@@ -31,8 +31,8 @@ from gpuplan.models import ClusterView, SolverStats
 from ..limits import SolveLimits
 from ..policy import (
     Allocation,
+    AllocationStage,
     PlacementStage,
-    SharesStage,
     StagedPolicy,
     demand_counts,
     with_counts,
@@ -49,7 +49,7 @@ __all__ = [
     "make_placement",
     "packed_policy",
     "packed_variant",
-    "regulated_shares",
+    "regulated_allocation",
 ]
 
 RegulationName = Literal["greedy", "marginal", "exact"]
@@ -58,19 +58,19 @@ REGULATIONS: tuple[str, ...] = ("greedy", "marginal", "exact")
 PLACEMENTS: tuple[str, ...] = ("reuse-greedy", "reuse-exact", "ffd", "best-fit")
 
 
-def regulated_shares(
-    shares_stage: SharesStage,
+def regulated_allocation(
+    allocation_stage: AllocationStage,
     regulation: RegulationName = "greedy",
     *,
     backend: str = "cp-sat",
     limits: SolveLimits | None = None,
-) -> SharesStage:
-    """``shares_stage`` followed by network-packing regulation of its output."""
+) -> AllocationStage:
+    """``allocation_stage`` followed by network-packing regulation of its output."""
     if regulation not in REGULATIONS:
         raise ValueError(f"regulation must be one of {REGULATIONS} or None, got {regulation!r}")
 
     def stage(view: ClusterView, stats: list[SolverStats]) -> Allocation:
-        allocation = shares_stage(view, stats)
+        allocation = allocation_stage(view, stats)
         counts = regulate_view(
             view,
             demand_counts(allocation),
@@ -81,7 +81,7 @@ def regulated_shares(
         )
         return with_counts(allocation, counts)
 
-    stage.__name__ = f"regulated_{getattr(shares_stage, '__name__', 'shares')}"
+    stage.__name__ = f"regulated_{getattr(allocation_stage, '__name__', 'allocation')}"
     return stage
 
 
@@ -108,7 +108,7 @@ def make_placement(
 
 def packed_policy(
     name: str,
-    shares_stage: SharesStage,
+    allocation_stage: AllocationStage,
     regulation: RegulationName | None = "greedy",
     placement: PlacementName = "reuse-greedy",
     *,
@@ -117,15 +117,15 @@ def packed_policy(
     placement_limits: SolveLimits | None = None,
     wakeup: Callable[[ClusterView], float | None] | None = None,
 ) -> StagedPolicy:
-    """A :class:`StagedPolicy`: ``shares_stage`` -> regulation (unless ``None``) -> placement.
+    """A :class:`StagedPolicy`: ``allocation_stage`` -> regulation (unless ``None``) -> placement.
 
     With a regulation, the reuse placements enforce the no-network-sharing rule; without one
     they only maximise reuse (shares of arbitrary sizes need not fit that rule).
     """
-    shares = shares_stage
+    shares = allocation_stage
     if regulation is not None:
-        shares = regulated_shares(
-            shares_stage, regulation, backend=backend, limits=regulation_limits
+        shares = regulated_allocation(
+            allocation_stage, regulation, backend=backend, limits=regulation_limits
         )
     place = make_placement(
         placement,
@@ -150,7 +150,7 @@ def packed_variant(
     name is ``"<base>-packed"``."""
     packed = packed_policy(
         name or f"{base.name}-packed",
-        base.shares,
+        base.allocation,
         regulation,
         placement,
         backend=backend,

@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from pydantic import Field
@@ -49,7 +48,7 @@ from gpuplan.models.bounds import MAX_TIME_S
 
 from ..params import Params
 from ..placement.best_fit import best_fit_placement
-from ..policy import Shares, StagedPolicy
+from ..policy import Shares, StagedPolicy, Stateless
 from ..registry import PolicyDef, parameterless
 from .afs_job import AfsJob, ScanOrder, remaining_all, scan_order
 from .afs_l_fast import afs_l_columns, afs_l_shares
@@ -135,7 +134,7 @@ def maxmin_shares(jobs: Sequence[AfsJob], total: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- shares stages
-class AfsL:
+class AfsL(Stateless):
     """AFS-L shares stage: Algorithm 1 with known remaining lengths, on ``view.capacity`` GPUs.
 
     Stateless between decisions apart from a ladder cache (the paper recomputes every share
@@ -298,8 +297,9 @@ def _staged(
     name: str,
     shares: Callable[[ClusterView, list[SolverStats]], Shares],
     wakeup: Callable[[ClusterView], float | None] | None = None,
+    memory: AfsP | None = None,
 ) -> StagedPolicy:
-    return StagedPolicy(name, shares, best_fit_placement, wakeup)
+    return StagedPolicy(name, shares, best_fit_placement, wakeup, memory=memory)
 
 
 class AfsPParams(Params):
@@ -319,7 +319,7 @@ class AfsPParams(Params):
 def _afs_p_like(name: str, cls: type[AfsP]) -> Callable[[AfsPParams, int], StagedPolicy]:
     def build(p: AfsPParams, seed: int) -> StagedPolicy:
         stage = cls(unit_time=p.unit_time_s, seed=seed, preemptive=p.preemptive)
-        return replace(_staged(name, stage, stage.next_wakeup), memory=stage)
+        return _staged(name, stage, stage.next_wakeup, memory=stage)
 
     return build
 

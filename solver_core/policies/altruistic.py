@@ -23,7 +23,7 @@ import heapq
 from gpuplan.models import ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
-from ..policy import Shares, StagedPolicy
+from ..policy import Shares, StagedPolicy, Stateless
 from ..registry import parameterless
 from .ladders import Ladders
 from .ranked_queue import RankedQueue, RankKey
@@ -66,7 +66,7 @@ def grow_by_throughput(view: ClusterView, shares: Shares, ladders: Ladders) -> S
     return shares
 
 
-class AltruisticShortestFirst:
+class AltruisticShortestFirst(Stateless):
     """Rigid shortest-first selection, then leftover GPUs by throughput gain."""
 
     def __init__(self, key: RankKey) -> None:

@@ -52,6 +52,7 @@ from ..aryl.hetero import ADVANCED_EFFICIENCY, mixed_efficiency
 from ..aryl.mckp import MckpGroup, solve_mckp
 from ..aryl.placement import Placement, ServerBook
 from ..aryl.reclaim import Reclaimer
+from ..hooks import Memories
 from ..limits import SolveLimits
 from ..params import Params
 from ..placement.best_fit import best_fit_placement
@@ -130,8 +131,9 @@ def _single_node(job: ActiveJob) -> bool:
     return shape is not None and shape.max_nodes == 1
 
 
-class ArylPolicy:
-    """Aryl's job scheduler (see module docstring)."""
+class ArylPolicy(Memories):
+    """Aryl's job scheduler (see module docstring). It is the policy's memory, and its
+    reclaimer's (the random method's generator) is one of its parts."""
 
     def __init__(self, name: str = "aryl", config: ArylConfig | None = None) -> None:
         self.name = name
@@ -167,15 +169,24 @@ class ArylPolicy:
             self.name, self.allocate, best_fit_placement, reclaimer=self.reclaimer, memory=self
         )
 
+    @property
+    def parts(self) -> tuple[Reclaimer]:
+        return (self.reclaimer,)
+
     def snapshot(self) -> dict[str, Any]:
-        """Each elastic job's flexible GPUs (node -> indices): reclaim releases those first."""
-        return {
+        """Each elastic job's flexible GPUs (node -> indices): reclaim releases those first;
+        and the reclaimer's memory when it keeps one (random reclaim's generator)."""
+        state: dict[str, Any] = {
             "flexible": {
                 j: {n: list(g) for n, g in nodes.items()} for j, nodes in self._flex.items()
             }
         }
+        if reclaimer := self.reclaimer.snapshot():
+            state["reclaimer"] = reclaimer
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
+        self.reclaimer.restore(state.get("reclaimer", {}))
         self._flex = {
             str(j): {str(n): tuple(int(x) for x in g) for n, g in nodes.items()}
             for j, nodes in state.get("flexible", {}).items()

@@ -14,7 +14,7 @@ from operator import attrgetter
 from gpuplan.models import ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement, place_new_best_fit
-from ..policy import Delta, PlacementStage, Shares, StagedPolicy
+from ..policy import Delta, PlacementStage, Shares, StagedPolicy, Stateless
 from ..registry import parameterless
 
 _GPUS = attrgetter("gpus")
@@ -58,7 +58,7 @@ def fifo_starts(view: ClusterView, free: int, backfill: bool) -> list[tuple[str,
     return starts
 
 
-class Fifo:
+class Fifo(Stateless):
     """FIFO's allocation stage (a :class:`~..policy.DeltaStage`): as a full decision, every
     running job keeps its GPUs and queued jobs start in order while they fit; as a delta, only
     the jobs it starts, placed with the view's free-count index. Without shared GPUs the

@@ -20,7 +20,7 @@ import math
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
-from ..policy import Shares, StagedPolicy
+from ..policy import Shares, StagedPolicy, Stateless
 from ..registry import parameterless
 from .ladders import Ladders, max_useful_gpus, useful_ladder
 from .tiresias import Entry, SizedQueue, TiresiasL
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-class MaxGpusShortestFirst:
+class MaxGpusShortestFirst(Stateless):
     """SRTF / SRSF where every job runs rigidly at its max useful GPU count ``u``.
 
     Rank key: remaining time at ``u`` (SRTF), times ``u`` (SRSF) — the job's own speed at the
@@ -91,8 +91,9 @@ def tiresias_l_max_shares() -> TiresiasL:
 
 
 def _staged(name: str, stage: MaxGpusShortestFirst | TiresiasL) -> StagedPolicy:
-    wakeup = stage.next_wakeup if isinstance(stage, TiresiasL) else None
-    return StagedPolicy(name, stage, best_fit_placement, wakeup)
+    if isinstance(stage, TiresiasL):  # its queues and stints are its memory
+        return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup, memory=stage)
+    return StagedPolicy(name, stage, best_fit_placement)
 
 
 POLICIES = [

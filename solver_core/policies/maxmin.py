@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
-from ..policy import Shares, StagedPolicy
+from ..policy import Shares, StagedPolicy, Stateless
 from ..registry import parameterless
 from .ladders import Ladders
 from .ranked_queue import RankedQueue
@@ -78,7 +78,7 @@ def progressive_fill(
     return {seen[pos].spec.id: count for pos, count in filled.items()}
 
 
-class MaxMinShares:
+class MaxMinShares(Stateless):
     """Max-min fair shares stage; keeps the arrival-ordered queue between decisions."""
 
     def __init__(self) -> None:

@@ -1,11 +1,11 @@
 """``offline-optimal``: replay the minimum-average-JCT schedule of a small, fully known job set.
 
 No online policy can know the future; this one is told it, so ``gpuplan compare`` can show how
-far each online policy is from the best possible schedule. It declares ``needs_future``; the
-simulator (:func:`~gpuplan.executors.simulator.run.simulate`) then calls :meth:`foresee` with
-the whole job list before the first event. The policy solves once and from then on only
-replays the schedule: a list of segments (GPU counts held from one instant to another), with a
-wake-up at every segment boundary.
+far each online policy is from the best possible schedule. It is
+:class:`~..hooks.Foreseeing`: the simulator (:func:`~gpuplan.executors.simulator.run.simulate`)
+calls :meth:`foresee` with the whole job list before the first event. The policy solves once
+and from then on only replays the schedule: a list of segments (GPU counts held from one
+instant to another), with a wake-up at every segment boundary.
 
 Every instance, rigid or elastic, is solved in continuous time first (:mod:`..offline_elastic`:
 branch and bound over event orders, an LP per order; a rigid job is a job whose allowed counts
@@ -93,8 +93,6 @@ class OfflineOptimal(PolicyBase):
     """Solves once from the whole job list (:meth:`foresee`), then replays the schedule."""
 
     name = "offline-optimal"
-    needs_future = True
-    """The simulator passes the scenario's jobs to :meth:`foresee` before the first event."""
 
     def __init__(self, params: OfflineParams | None = None, seed: int = 0) -> None:
         self.params = params or OfflineParams()

@@ -42,6 +42,7 @@ from pydantic import Field
 from gpuplan.models import ActiveJob, ClusterView, JobAllocation, SolverStats
 from gpuplan.models.ojpp import OjppInstance, OjppJob
 
+from ..hooks import Memories
 from ..ojpp.baselines import BASELINE_RULES
 from ..ojpp.greedy import greedy_order
 from ..ojpp.heuristic import heuristic_order
@@ -362,10 +363,10 @@ def ojpp_wrap(
 
 def _apply(policy: StagedPolicy, p: OjppParams, seed: int) -> StagedPolicy:
     if not p.ojpap:
-        shares, placement = ojpp_wrap(policy.shares, policy.placement, p)
-        return replace(policy, shares=shares, placement=placement)
+        shares, placement = ojpp_wrap(policy.allocation, policy.placement, p)
+        return replace(policy, allocation=shares, placement=placement)
     online = Ojpap(p)
-    shares, placement = ojpp_wrap(policy.shares, policy.placement, p, online)
+    shares, placement = ojpp_wrap(policy.allocation, policy.placement, p, online)
     base_wakeup, base_memory = policy.wakeup, policy.memory
 
     def wakeup(view: ClusterView) -> float | None:
@@ -374,14 +375,18 @@ def _apply(policy: StagedPolicy, p: OjppParams, seed: int) -> StagedPolicy:
         return theirs if ours is None else ours if theirs is None else min(ours, theirs)
 
     memory = online if base_memory is None else _Memory(base_memory, online)
-    return replace(policy, shares=shares, placement=placement, wakeup=wakeup, memory=memory)
+    return replace(policy, allocation=shares, placement=placement, wakeup=wakeup, memory=memory)
 
 
-class _Memory:
+class _Memory(Memories):
     """The base policy's memory and OJPAP's, side by side in one snapshot."""
 
     def __init__(self, base: Stateful, online: Ojpap) -> None:
         self.base, self.online = base, online
+
+    @property
+    def parts(self) -> tuple[Stateful, ...]:
+        return (self.base, self.online)
 
     def snapshot(self) -> dict[str, Any]:
         return {"base": self.base.snapshot(), "ojpap": self.online.snapshot()}

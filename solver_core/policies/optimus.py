@@ -25,7 +25,7 @@ from __future__ import annotations
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..placement.best_fit import best_fit_placement
-from ..policy import Shares, StagedPolicy
+from ..policy import Shares, StagedPolicy, Stateless
 from ..registry import parameterless
 from .ladders import Ladders
 from .maxmin import arrival_key, progressive_fill
@@ -39,7 +39,7 @@ def marginal_gain(job: ActiveJob, count: int, nxt: int, now: float) -> float:
     return (left / rate(count) - left / rate(nxt)) / (nxt - count)
 
 
-class OptimusShares:
+class OptimusShares(Stateless):
     """Greedy marginal-gain shares stage; keeps the arrival-ordered queue between decisions."""
 
     def __init__(self) -> None:

@@ -19,7 +19,7 @@ from gpuplan.models import ActiveJob, ClusterView, JobSpec, SolverStats
 
 from ..delta import delta_from_changes, delta_from_shares, delta_ready
 from ..placement.best_fit import best_fit_placement
-from ..policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
+from ..policy import Decision, Delta, PlacementStage, Shares, StagedPolicy, Stateless
 from ..registry import parameterless
 from .ranked_queue import Entry, RankedQueue, RankKey
 from .running_order import RunningOrder
@@ -215,7 +215,7 @@ def changes_by_rank(  # noqa: C901 (a named exception to the complexity gate)
     return starts, preempts
 
 
-class ShortestFirst:
+class ShortestFirst(Stateless):
     """Shares stage ranking jobs by ``key``; keeps its sorted queue between decisions.
 
     With ``order`` (SRTF, SJF: keys whose running order only changes when a job starts,

@@ -32,7 +32,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..params import Params
 from ..placement.best_fit import best_fit_placement
-from ..policy import Allocation, StagedPolicy
+from ..policy import Allocation, StagedPolicy, Stateless
 from ..registry import PolicyDef
 from .sidecar_accuracy import AccuracyTarget
 from .sidecar_model import Costs, HostBook, Predictor, Remaining, options
@@ -139,7 +139,7 @@ def algorithm2(
     return choice
 
 
-class SidecarStage:
+class SidecarStage(Stateless):
     """The allocation stage: Alg. 1 for pending jobs, then Alg. 2 for idle GPUs."""
 
     def __init__(

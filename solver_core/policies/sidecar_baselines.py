@@ -25,7 +25,7 @@ from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ..params import Params
 from ..placement.best_fit import best_fit_placement
-from ..policy import Allocation, StagedPolicy
+from ..policy import Allocation, StagedPolicy, Stateless
 from ..registry import PolicyDef
 from .sidecar import resume_wakeup
 from .sidecar_model import Costs, HostBook, Predictor, options
@@ -40,7 +40,7 @@ def drawn_count(job: ActiveJob, seed: int, limit: int) -> int:
     return random.Random(f"k8s-default/{seed}/{job.id}").choice(opts)
 
 
-class K8sDefaultStage:
+class K8sDefaultStage(Stateless):
     """Static counts, first-fit on one host, no head-of-line blocking."""
 
     def __init__(self, seed: int, size: Size) -> None:
@@ -64,7 +64,7 @@ class K8sDefaultStage:
         return book.allocation()
 
 
-class TerminationStage:
+class TerminationStage(Stateless):
     """One GPU on arrival, then one option step at a time by terminate-and-restart."""
 
     def __init__(self, costs: Costs) -> None:

@@ -36,7 +36,7 @@ from gpuplan.models import Cluster, ClusterView, Elasticity, JobSpec, SolverStat
 from gpuplan.scenarios.zoo import load_afs_zoo
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
 from gpuplan.solver_core.policies.afs import AfsL
-from gpuplan.solver_core.policy import Shares, StagedPolicy
+from gpuplan.solver_core.policy import Shares, StagedPolicy, Stateless
 from gpuplan.solver_core.registry import make_policy
 
 GPUS_PER_NODE = 8
@@ -72,7 +72,7 @@ def workload(active: int, probes: int, seed: int = SEED) -> list[JobSpec]:
     return jobs
 
 
-class _TimedShares:
+class _TimedShares(Stateless):
     """The AFS-L stage, timing its own calls in CPU time (the share part of a decision)."""
 
     def __init__(self) -> None:
