@@ -122,9 +122,7 @@ class Deciding:
             stats = decision.stats
             plan = build_plan(view, decision, self.policy.name)
         ms = (wallclock.perf_counter() - t0) * 1000.0
-        # build_plan / build_delta_plan set every field, decision_ms included (so it is in the
-        # fields set already): a plain write is what pydantic's __setattr__ would do, cheaper.
-        plan.__dict__["decision_ms"] = ms
+        plan.decision_ms = ms
         self.recorder.decided(ms, stats)
         if self.on_plan is not None:
             self.on_plan(view, plan)

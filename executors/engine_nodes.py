@@ -84,7 +84,7 @@ class NodeMembership:
         if not kept or kept not in job.spec.allowed_counts():
             return None
         after = JobAllocation.fast(job.id, rest, alloc.share, alloc.efficiency)
-        shrink = Action.model_construct(kind="resize", job_id=job.id, before=alloc, after=after)
+        shrink = Action(kind="resize", job_id=job.id, before=alloc, after=after)
         plan = AllocationPlan.model_construct(
             time=now,
             policy=self.policy.name,

@@ -197,9 +197,7 @@ class ProgressCore:
 
     # ------------------------------------------------------------------ outcomes
     def complete(self, time: float, job_id: str) -> None:
-        self._outbox.append(
-            JobCompletion.model_construct(time=time, kind="completion", job_id=job_id)
-        )
+        self._outbox.append(JobCompletion(time=time, job_id=job_id))
 
     def fail(self, time: float, job_id: str, reason: str) -> None:
         self.failures[job_id] = reason

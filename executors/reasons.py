@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import Action, ActiveJob, AllocationPlan, Node
-from gpuplan.models.fast import construct
 from gpuplan.models.reasons import ActionReason, DecisionRecord, Reason, Term
 
 from .reason_explainers import (
@@ -175,8 +174,7 @@ def capacity_reason(job: ActiveJob, free: FreeSummary) -> Reason | None:
         fits = sum(k // g for k in free.per_node.get(t, []))
         if fits * g < need:
             terms["gpus_per_node"] = g
-            return construct(
-                Reason,
+            return Reason.model_construct(
                 code="no-node-fits",
                 text=f"needs {need}{of} GPUs as {need // g} "
                 f"nodes x {g}, room for {fits} such nodes",
@@ -185,16 +183,15 @@ def capacity_reason(job: ActiveJob, free: FreeSummary) -> Reason | None:
         return None
     if shape is not None and shape.max_nodes == 1:
         if most < need:
-            return construct(
-                Reason,
+            return Reason.model_construct(
                 code="no-node-fits",
                 text=f"needs {gpus(need)}{of} on one node, at most {most} free on any node",
                 terms=terms,
             )
         return None
     if total < need:
-        return construct(
-            Reason, code="no-capacity", text=f"needs {gpus(need)}{of}, {total} free", terms=terms
+        return Reason.model_construct(
+            code="no-capacity", text=f"needs {gpus(need)}{of}, {total} free", terms=terms
         )
     return None
 
@@ -234,8 +231,7 @@ def pending_reasons(
             blocked = (
                 own
                 if own is not None
-                else construct(
-                    Reason,
+                else Reason.model_construct(
                     code="behind",
                     text="the policy serves the jobs ahead of it first",
                     terms={"needs": job.spec.min_gpus},
@@ -248,7 +244,7 @@ def pending_reasons(
             text += f"; behind {n} job{'s' if n > 1 else ''} of higher priority: {names}" + (
                 ", ..." if n > SHOW_AHEAD else ""
             )
-        out[jid] = construct(Reason, code=blocked.code, text=text, terms=terms)
+        out[jid] = Reason.model_construct(code=blocked.code, text=text, terms=terms)
         n += 1
         if len(ahead) < SHOW_AHEAD:
             ahead.append(jid)

@@ -7,12 +7,12 @@ call made to reach it. Executors consume plans; nothing else crosses that bounda
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from .bounds import MAX_SPEED
-from .fast import construct
 
 ActionKind = Literal["start", "resize", "preempt", "migrate", "reshare", "keep"]
 """``reshare``: same GPUs, another ``share`` of each (co-located jobs; no restart)."""
@@ -20,8 +20,13 @@ SolverStatus = Literal[
     "optimal", "feasible", "infeasible", "timeout", "heuristic", "error", "not_solved"
 ]
 
+_new = object.__new__
+_set = object.__setattr__
+"""How a frozen dataclass sets its own fields (what its generated ``__init__`` does)."""
 
-class JobAllocation(BaseModel):
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobAllocation:
     """Where one job runs. ``placement`` maps node name -> sorted GPU indices on that node.
 
     ``share`` < 1 means each worker uses that fraction of its GPU (co-location, OJPP); several
@@ -32,25 +37,44 @@ class JobAllocation(BaseModel):
     training (App. A) paces a job on mixed GPU types by their mean speed times ``e``, not by the
     slowest GPU, so its policy sets ``efficiency = e * mean speed / min speed``. It says nothing
     about GPU occupancy, unlike ``share``.
+
+    A slotted frozen dataclass, not a pydantic model: one is built for every start, resize and
+    move inside the engine's loop (issue 27 item 4). Pydantic still reads and writes it where it
+    crosses a file or JSON boundary (``AllocationPlan``, ``ClusterState``), with the same field
+    checks. Building one checks it (:meth:`__post_init__`); :meth:`fast` is for our own
+    placement code's output.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     job_id: str
-    placement: dict[str, tuple[int, ...]] = Field(default_factory=dict)
-    share: float = Field(default=1.0, gt=0, le=1)
-    efficiency: float = Field(default=1.0, gt=0, le=MAX_SPEED)
+    placement: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    efficiency: Annotated[float, Field(gt=0, le=MAX_SPEED)] = 1.0
 
-    @model_validator(mode="after")
-    def _check(self) -> JobAllocation:
+    def __post_init__(self) -> None:
+        """The checks the pydantic model made: each GPU list a non-empty tuple of distinct
+        indices >= 0, not empty; ``0 < share <= 1``, ``0 < efficiency <= MAX_SPEED``."""
+        if not isinstance(self.job_id, str):
+            raise ValueError(f"job_id: a string, got {self.job_id!r}")
+        placement: dict[str, tuple[int, ...]] = {}
         for node, gpus in self.placement.items():
+            gpus = tuple(gpus)
             if not gpus:
                 raise ValueError(f"placement[{node!r}]: empty GPU list")
+            if not all(type(g) is int for g in gpus):
+                raise ValueError(f"placement[{node!r}]: GPU indices must be integers: {gpus}")
             if len(set(gpus)) != len(gpus):
                 raise ValueError(f"placement[{node!r}]: repeated GPU index in {gpus}")
             if min(gpus) < 0:
                 raise ValueError(f"placement[{node!r}]: negative GPU index")
-        return self
+            placement[node] = gpus
+        _set(self, "placement", placement)
+        for name, top in (("share", 1.0), ("efficiency", MAX_SPEED)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name}: a number, got {value!r}")
+            if not 0.0 < value <= top:
+                raise ValueError(f"{name}: must be > 0 and <= {top:g}, got {value!r}")
+            _set(self, name, float(value))
 
     @property
     def gpus(self) -> int:
@@ -71,21 +95,32 @@ class JobAllocation(BaseModel):
         share: float = 1.0,
         efficiency: float = 1.0,
     ) -> JobAllocation:
-        """Build without re-validation: for placements produced by our own placement code."""
-        return construct(
-            cls, job_id=job_id, placement=placement, share=share, efficiency=efficiency
-        )
+        """Build without the checks: for placements produced by our own placement code (valid
+        by construction; ``check_plan`` / ``check_actions`` still check what a plan does)."""
+        a = _new(cls)
+        _set(a, "job_id", job_id)
+        _set(a, "placement", placement)
+        _set(a, "share", share)
+        _set(a, "efficiency", efficiency)
+        return a
 
 
-class Action(BaseModel):
-    """One change an executor must carry out."""
+_KINDS = frozenset(get_args(ActionKind))
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """One change an executor must carry out (a slotted frozen dataclass, like
+    :class:`JobAllocation`: built for every change a plan makes)."""
 
     kind: ActionKind
     job_id: str
     before: JobAllocation | None = None
     after: JobAllocation | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"Action.kind: one of {sorted(_KINDS)}, got {self.kind!r}")
 
     @property
     def gpus_before(self) -> int:

@@ -27,6 +27,8 @@ from .plan import JobAllocation
 
 JobStatus = Literal["pending", "running", "finished"]
 
+INF = float("inf")
+
 NO_OBSERVATIONS: Mapping[tuple[str, int], float] = MappingProxyType({})
 """The ``ClusterView.interference`` of an executor that observes no interference."""
 
@@ -54,6 +56,31 @@ class ChangeSet:
         """Whether a consumer that last saw ``seen`` = ``(stream, seq)`` saw every view of
         this stream before this one."""
         return seen is not None and seen[0] == self.stream and seen[1] == self.seq - 1
+
+
+def remaining_work(job: ActiveJob, now: float) -> float:
+    """Iterations ``job`` still has to do at ``now``: the one remaining-work formula (issue 27
+    item 4), ``max(0, work - done_at(now))`` with :meth:`ActiveJob.done_at` inlined and
+    ``min``/``max`` written as conditionals that pick the same operand, so the floats are
+    those of the method pair. It is :meth:`ActiveJob.remaining`, and what every policy's
+    per-job loop calls (SRTF/SRSF's keys, AFS-L's columns, Themis' rho): one module-level
+    function, so one call per job."""
+    work: float = job.spec.total_iterations  # type: ignore[assignment]
+    done = job.done
+    anchor, resume, rate = job.anchor_time, job.resume_time, job.rate
+    start = anchor if anchor > resume else resume
+    if not (now <= start or rate <= 0.0):
+        moved = done + rate * (now - start)
+        done = moved if moved < work else work  # min(work, moved)
+    left = work - done
+    return left if left > 0.0 else 0.0  # max(0.0, left)
+
+
+def remaining_time(job: ActiveJob, now: float, gpus: int) -> float:
+    """Seconds ``job`` needs from ``now`` on ``gpus`` GPUs at its profile's packed rate (AFS
+    ``j.len(c)``, SRTF's key at the requested size); inf where that rate is 0 (no GPUs)."""
+    rate = job.spec.throughput.rate(gpus)
+    return remaining_work(job, now) / rate if rate > 0 else INF
 
 
 @dataclass(slots=True, eq=False)
@@ -98,9 +125,8 @@ class ActiveJob:
             return self.done
         return min(self.spec.work, self.done + self.rate * (now - start))
 
-    def remaining(self, now: float) -> float:
-        """Iterations still to do at ``now``."""
-        return max(0.0, self.spec.work - self.done_at(now))
+    remaining = remaining_work
+    """``remaining(now)``: iterations still to do at ``now`` (:func:`remaining_work`)."""
 
     def attained_service_at(self, now: float) -> float:
         """GPU-seconds held so far (Tiresias' attained service)."""
@@ -286,8 +312,7 @@ class ClusterView:
 
     def remaining_time(self, job: ActiveJob, gpus: int) -> float:
         """Seconds to finish on ``gpus`` GPUs (AFS ``j.len(c)``); inf for 0 GPUs."""
-        rate = job.spec.throughput.rate(gpus)
-        return job.remaining(self.now) / rate if rate > 0 else float("inf")
+        return remaining_time(job, self.now, gpus)
 
 
 # --------------------------------------------------------------------------- JSON snapshot

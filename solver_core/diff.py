@@ -27,7 +27,6 @@ from gpuplan.models import (
     JobAllocation,
     NodeShape,
 )
-from gpuplan.models.fast import construct
 
 from .policy import Decision, Delta
 
@@ -54,7 +53,7 @@ def build_plan(
         after = placements.get(job_id)
         if after is None:
             actions.append(
-                construct(Action, kind="preempt", job_id=job_id, before=before, after=None)
+                Action(kind="preempt", job_id=job_id, before=before, after=None)
             )
         elif after is before or (
             after.placement == before.placement  # type: ignore[union-attr]
@@ -63,25 +62,24 @@ def build_plan(
         ):
             if include_keep:
                 actions.append(
-                    construct(Action, kind="keep", job_id=job_id, before=before, after=after)
+                    Action(kind="keep", job_id=job_id, before=before, after=after)
                 )
         elif after.placement == before.placement:  # type: ignore[union-attr]
             actions.append(
-                construct(Action, kind="reshare", job_id=job_id, before=before, after=after)
+                Action(kind="reshare", job_id=job_id, before=before, after=after)
             )
         elif after.gpus != job.gpus:
             actions.append(
-                construct(Action, kind="resize", job_id=job_id, before=before, after=after)
+                Action(kind="resize", job_id=job_id, before=before, after=after)
             )
         else:
             actions.append(
-                construct(Action, kind="migrate", job_id=job_id, before=before, after=after)
+                Action(kind="migrate", job_id=job_id, before=before, after=after)
             )
     for job_id, after in placements.items():
         if job_id in view.pending:
-            actions.append(construct(Action, kind="start", job_id=job_id, before=None, after=after))
-    return construct(
-        AllocationPlan,
+            actions.append(Action(kind="start", job_id=job_id, before=None, after=after))
+    return AllocationPlan.model_construct(
         time=view.now,
         policy=policy,
         allocations=placements,
@@ -105,8 +103,7 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
     if delta.preempts:
         for job_id in delta.preempts:
             actions.append(
-                construct(
-                    Action,
+                Action(
                     kind="preempt",
                     job_id=job_id,
                     before=running[job_id].allocation,
@@ -115,9 +112,8 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
             )
     if delta.starts:
         for job_id, after in delta.starts.items():
-            actions.append(construct(Action, kind="start", job_id=job_id, before=None, after=after))
-    return construct(
-        AllocationPlan,
+            actions.append(Action(kind="start", job_id=job_id, before=None, after=after))
+    return AllocationPlan.model_construct(
         time=view.now,
         policy=policy,
         allocations=delta.starts,

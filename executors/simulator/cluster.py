@@ -61,7 +61,6 @@ from gpuplan.models import (
     placement_rate,
 )
 from gpuplan.models.bounds import SIMULATION_HORIZON_S
-from gpuplan.models.fast import construct
 from gpuplan.models.interference import InterferenceModel
 from gpuplan.models.state import NO_OBSERVATIONS
 
@@ -162,21 +161,15 @@ class SimulatedCluster(Executor):
                         self._close_segment(job_id, time)
                     if self._colocated:  # else the job held no shared GPU: nothing to re-rate
                         self._leave_shared(job_id, time)
-                    batch.append(
-                        construct(JobCompletion, time=time, kind="completion", job_id=job_id)
-                    )
+                    batch.append(JobCompletion(time=time, job_id=job_id))
                 elif kind == _ARRIVAL:
-                    batch.append(
-                        construct(
-                            JobArrival, time=time, kind="arrival", job=self._believed(payload)
-                        )
-                    )
+                    batch.append(JobArrival(time=time, job=self._believed(payload)))
                 elif kind == _SWITCH:
                     self._switch(time, payload)  # type: ignore[arg-type]
                 elif kind == _INTERNAL:
                     self._internal(time, payload)
                 elif kind == _TIMER:
-                    batch.append(construct(Timer, time=time, kind="timer", name="round"))
+                    batch.append(Timer(time=time))
                 else:
                     batch.append(payload)  # type: ignore[arg-type]
             if batch:

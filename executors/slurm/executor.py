@@ -271,7 +271,7 @@ class SlurmExecutor(Executor):
             events: list[Event] = self.core.drain()
             for spec in self._arrivals.due(now):
                 self.jobs.track_spec(spec)
-                events.append(JobArrival.model_construct(time=now, kind="arrival", job=spec))
+                events.append(JobArrival(time=now, job=spec))
             polled: float | None = None
             if time.time() >= self._next_poll:
                 self._last_poll = time.time()
@@ -280,7 +280,7 @@ class SlurmExecutor(Executor):
                 polled = time.perf_counter() - t0
                 self._next_poll = time.time() + self.poll_interval_s
             if self._timers.fire(now) and not any(isinstance(e, Timer) for e in events):
-                events.append(Timer.model_construct(time=now, kind="timer", name="round"))
+                events.append(Timer(time=now))
             if events:
                 self.jobs.sync_all(now)
                 self.batch_poll_s = polled
@@ -440,15 +440,9 @@ class SlurmExecutor(Executor):
             if up != self._node_up[node.name]:
                 self._node_up[node.name] = up
                 if up:
-                    events.append(
-                        NodeRecovery.model_construct(time=now, kind="recovery", node=node.name)
-                    )
+                    events.append(NodeRecovery(time=now, node=node.name))
                 else:
-                    events.append(
-                        NodeFailure.model_construct(
-                            time=now, kind="failure", node=node.name, recover_after=None
-                        )
-                    )
+                    events.append(NodeFailure(time=now, node=node.name))
         running = [t for t in self.jobs.tracked.values() if t.running and t.slurm_id is not None]
         if not running:
             return events

@@ -10,8 +10,10 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from gpuplan.models import ActiveJob, ClusterView
+from gpuplan.models.state import remaining_work
 
 __all__ = ["AfsJob", "ScanOrder", "remaining_all", "scan_order"]
 
@@ -90,22 +92,6 @@ class ScanOrder:
 
 
 def remaining_all(jobs: Sequence[ActiveJob], now: float) -> list[float]:
-    """``[job.remaining(now) for job in jobs]``, inlined (same float operations, same values).
-
-    ``ActiveJob.remaining`` costs two method calls per job; at thousands of jobs per event
-    that is a large share of an AFS-L decision. Keep in step with
-    :meth:`~gpuplan.models.ActiveJob.done_at` (``test_afs`` checks the two agree).
-    """
-    out = []
-    append = out.append
-    for job in jobs:
-        work = job.spec.total_iterations
-        done = job.done
-        start = job.anchor_time if job.anchor_time > job.resume_time else job.resume_time
-        rate = job.rate
-        if not (now <= start or rate <= 0.0):
-            moved = done + rate * (now - start)
-            done = moved if moved < work else work  # min(work, moved)
-        left = work - done
-        append(left if left > 0.0 else 0.0)  # max(0.0, left)
-    return out
+    """``[job.remaining(now) for job in jobs]``: :func:`~gpuplan.models.state.remaining_work`
+    mapped over the jobs (one C-level map, one call per job)."""
+    return list(map(remaining_work, jobs, repeat(now, len(jobs))))

@@ -16,6 +16,7 @@ import bisect
 from collections.abc import Mapping
 
 from gpuplan.models import ActiveJob, ClusterView, JobSpec, SolverStats
+from gpuplan.models.state import remaining_work
 
 from ..delta import delta_from_changes, delta_from_shares, delta_ready
 from ..placement.best_fit import best_fit_placement
@@ -26,22 +27,11 @@ from .running_order import RunningOrder
 
 
 def remaining_time(job: ActiveJob, now: float) -> float:
-    """Seconds left at the requested size. :meth:`ActiveJob.done_at` is inlined, and
-    ``min``/``max`` written as conditionals that pick the same operand (``min(a, b)`` is ``b``
-    only when ``b < a``), so the floats are the same: every running job is ranked on every
-    event, and the calls were most of SRTF's decision time at 1,024 GPUs."""
+    """Seconds left at the requested size: :func:`~gpuplan.models.state.remaining_work` over
+    the rate at that size (a profile's rate at a request is > 0; the loop below keeps it per
+    job)."""
     spec = job.spec
-    total: float = spec.total_iterations  # type: ignore[assignment]
-    anchor, resume, rate = job.anchor_time, job.resume_time, job.rate
-    start = anchor if anchor > resume else resume
-    if now <= start or rate <= 0.0:
-        done = job.done
-    else:
-        done = job.done + rate * (now - start)
-        if not done < total:
-            done = total
-    left = total - done
-    return (left if left > 0.0 else 0.0) / spec.throughput.rate(spec.requested_gpus)
+    return remaining_work(job, now) / spec.throughput.rate(spec.requested_gpus)
 
 
 def remaining_service(job: ActiveJob, now: float) -> float:
@@ -52,7 +42,7 @@ class RunningKeys:
     """SRTF's (``service`` False) or SRSF's keys of every running job, ascending, in one pass.
 
     The same float operations as :func:`remaining_time` (times the GPU count for SRSF), with
-    each job's constants (total iterations, rate at its requested size, submit time) cached
+    each job's constants (rate at its requested size, submit time, GPU count) cached
     per job and spec object: a new spec (a measured throughput replaces it) is re-read. The
     rate lookup was a fifth of SRTF's decision time (every running job, every event)."""
 
@@ -60,7 +50,7 @@ class RunningKeys:
 
     def __init__(self, service: bool) -> None:
         self.service = service
-        self._cache: dict[str, tuple[JobSpec, float, float, float, int]] = {}
+        self._cache: dict[str, tuple[JobSpec, float, float, int]] = {}
 
     def __call__(self, running: Mapping[str, ActiveJob], now: float) -> list[Entry]:
         cache = self._cache
@@ -75,23 +65,13 @@ class RunningKeys:
             if c is None or c[0] is not spec:
                 c = (
                     spec,
-                    spec.total_iterations,
                     spec.throughput.rate(spec.requested_gpus),
                     spec.submit_time,
                     spec.requested_gpus,
                 )  # type: ignore[assignment]
                 cache[job_id] = c  # type: ignore[assignment]
-            _, total, per_s, submit, gpus = c  # type: ignore[misc]
-            anchor, resume, rate = job.anchor_time, job.resume_time, job.rate
-            start = anchor if anchor > resume else resume
-            if now <= start or rate <= 0.0:
-                done = job.done
-            else:
-                done = job.done + rate * (now - start)
-                if not done < total:
-                    done = total
-            left = total - done
-            key = (left if left > 0.0 else 0.0) / per_s
+            _, per_s, submit, gpus = c
+            key = remaining_work(job, now) / per_s
             append((key * gpus if service else key, submit, job_id))
         out.sort()
         return out

@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gpuplan.models import ActiveJob, ClusterView
+from gpuplan.models.state import remaining_work
 
 from .themis_state import JobFacts
 
@@ -100,16 +101,11 @@ class RhoMixin:
     def _rho(
         self, facts: JobFacts, job: ActiveJob, count: int, now: float, area_now: float
     ) -> float:
-        """rho of ``job`` at ``count`` > 0 GPUs from its cached facts: ``ActiveJob.remaining``
-        and :meth:`mean_contention` inlined, same float operations in the same order."""
+        """rho of ``job`` at ``count`` > 0 GPUs from its cached facts: :meth:`mean_contention`
+        inlined, same float operations in the same order."""
         work = facts.work
-        start = job.anchor_time if job.anchor_time > job.resume_time else job.resume_time
-        if now <= start or job.rate <= 0.0:
-            done = job.done
-        else:
-            done = min(work, job.done + job.rate * (now - start))
         rate = facts.rate
-        t_shared = (now - facts.submit) + max(0.0, work - done) / rate(count)
+        t_shared = (now - facts.submit) + remaining_work(job, now) / rate(count)
         peak = facts.ladder[-1]
         contention = self._contention(facts, now, area_now)
         if self.ideal == "afs":
@@ -158,13 +154,7 @@ class RhoMixin:
                 out.append((-self._rho(f, job, count, now, area_now), key, job, ladder, f))
                 continue
             work = f.work
-            anchor, resume, r = job.anchor_time, job.resume_time, job.rate
-            start = anchor if anchor > resume else resume
-            if now <= start or r <= 0.0:
-                done = job.done
-            else:
-                done = min(work, job.done + r * (now - start))
-            t_shared = (now - f.submit) + max(0.0, work - done) / rate
+            t_shared = (now - f.submit) + remaining_work(job, now) / rate
             since = f.since
             if now - since <= _EPS:
                 contention = active
