@@ -52,30 +52,20 @@ def build_plan(
         before = job.allocation
         after = placements.get(job_id)
         if after is None:
-            actions.append(
-                Action(kind="preempt", job_id=job_id, before=before, after=None)
-            )
+            actions.append(Action(kind="preempt", job_id=job_id, before=before, after=None))
         elif after is before or (
             after.placement == before.placement  # type: ignore[union-attr]
             and after.share == before.share  # type: ignore[union-attr]
             and after.efficiency == before.efficiency  # type: ignore[union-attr]
         ):
             if include_keep:
-                actions.append(
-                    Action(kind="keep", job_id=job_id, before=before, after=after)
-                )
+                actions.append(Action(kind="keep", job_id=job_id, before=before, after=after))
         elif after.placement == before.placement:  # type: ignore[union-attr]
-            actions.append(
-                Action(kind="reshare", job_id=job_id, before=before, after=after)
-            )
+            actions.append(Action(kind="reshare", job_id=job_id, before=before, after=after))
         elif after.gpus != job.gpus:
-            actions.append(
-                Action(kind="resize", job_id=job_id, before=before, after=after)
-            )
+            actions.append(Action(kind="resize", job_id=job_id, before=before, after=after))
         else:
-            actions.append(
-                Action(kind="migrate", job_id=job_id, before=before, after=after)
-            )
+            actions.append(Action(kind="migrate", job_id=job_id, before=before, after=after))
     for job_id, after in placements.items():
         if job_id in view.pending:
             actions.append(Action(kind="start", job_id=job_id, before=None, after=after))
