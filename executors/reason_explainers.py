@@ -334,10 +334,10 @@ class SidecarExplainer(Explainer):
 def explainer_for(policy: Any) -> Explainer:
     """The explainer of a policy: by its allocation stage's type (a wrapper that replaced the
     stage gets the generic one), OJPP by name."""
-    from gpuplan.solver_core.policies.afs import AfsL, AfsP, AfsS
-    from gpuplan.solver_core.policies.aryl import ArylPolicy
-    from gpuplan.solver_core.policies.sidecar import SidecarStage
-    from gpuplan.solver_core.policies.tiresias import TiresiasL
+    from gpuplan.solver_core.policies.afs.afs import AfsL, AfsP, AfsS
+    from gpuplan.solver_core.policies.aryl.aryl import ArylPolicy
+    from gpuplan.solver_core.policies.baselines.tiresias import TiresiasL
+    from gpuplan.solver_core.policies.sidecar.sidecar import SidecarStage
 
     stage = getattr(policy, "shares", None)
     if isinstance(stage, AfsS):

@@ -92,7 +92,7 @@ class _Context:
         if not self._makespan[0]:
             value = None
             try:
-                from gpuplan.solver_core.policies.sidecar_model import HostBook, Predictor
+                from gpuplan.solver_core.policies.sidecar.sidecar_model import HostBook, Predictor
 
                 view = self.engine._check_view(self.now)
                 book = HostBook.of(view)

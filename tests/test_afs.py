@@ -27,8 +27,8 @@ from gpuplan.models import (
 )
 from gpuplan.scenarios.zoo import load_afs_zoo
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies import afs_l_fast as fast_mod
-from gpuplan.solver_core.policies.afs import (
+from gpuplan.solver_core.policies.afs import afs_l_fast as fast_mod
+from gpuplan.solver_core.policies.afs.afs import (
     AfsJob,
     AfsL,
     AfsP,
@@ -38,7 +38,7 @@ from gpuplan.solver_core.policies.afs import (
     build_ladder,
     maxmin_shares,
 )
-from gpuplan.solver_core.policies.afs_reference import (
+from gpuplan.solver_core.policies.afs.afs_reference import (
     afs_l_reference,
     afs_p_reference,
     inequality3,

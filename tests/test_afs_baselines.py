@@ -32,17 +32,17 @@ from gpuplan.scenarios.synthetic import synthetic_jobs
 from gpuplan.scenarios.zoo import load_afs_zoo
 from gpuplan.solver_core.diff import check_plan
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies.altruistic import AltruisticShortestFirst
-from gpuplan.solver_core.policies.max_gpus import (
+from gpuplan.solver_core.policies.baselines.altruistic import AltruisticShortestFirst
+from gpuplan.solver_core.policies.baselines.max_gpus import (
     Ladders,
     MaxGpusShortestFirst,
     max_useful_gpus,
     useful_ladder,
 )
-from gpuplan.solver_core.policies.maxmin import MaxMinShares
-from gpuplan.solver_core.policies.optimus import OptimusShares, marginal_gain
-from gpuplan.solver_core.policies.themis import Themis, themis_policy, tiebreak_key
-from gpuplan.solver_core.policies.tiresias import (
+from gpuplan.solver_core.policies.baselines.maxmin import MaxMinShares
+from gpuplan.solver_core.policies.baselines.optimus import OptimusShares, marginal_gain
+from gpuplan.solver_core.policies.baselines.themis import Themis, themis_policy, tiebreak_key
+from gpuplan.solver_core.policies.baselines.tiresias import (
     SizedQueue,
     TiresiasL,
     rigid_walk,

@@ -23,8 +23,14 @@ from gpuplan.models import (
     ThroughputProfile,
 )
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies.afs import AfsJob, AfsL, afs_l_shares, build_ladder, scan_order
-from gpuplan.solver_core.policies.afs_job import ScanOrder, remaining_all
+from gpuplan.solver_core.policies.afs.afs import (
+    AfsJob,
+    AfsL,
+    afs_l_shares,
+    build_ladder,
+    scan_order,
+)
+from gpuplan.solver_core.policies.afs.afs_job import ScanOrder, remaining_all
 from gpuplan.solver_core.policy import Shares, StagedPolicy
 from tests.bench.afs_scale import workload
 

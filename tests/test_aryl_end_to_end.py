@@ -34,7 +34,7 @@ from gpuplan.scenarios.inference import (
     preemption_ratio,
 )
 from gpuplan.scenarios.trace_job import TraceJob
-from gpuplan.solver_core.aryl.reclaim import Reclaimer, reclaim_metrics
+from gpuplan.solver_core.policies.aryl.reclaim import Reclaimer, reclaim_metrics
 from gpuplan.solver_core.registry import make_policy, policy_names
 from tests.conftest import NO_OVERHEADS, CapacityChecker
 

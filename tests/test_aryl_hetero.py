@@ -25,8 +25,8 @@ from gpuplan.models import (
     placement_rate,
 )
 from gpuplan.scenarios.inference import loaning_cluster
-from gpuplan.solver_core.aryl.hetero import mixed_efficiency, theoretical_throughput
-from gpuplan.solver_core.policies.aryl import ArylConfig
+from gpuplan.solver_core.policies.aryl.aryl import ArylConfig
+from gpuplan.solver_core.policies.aryl.hetero import mixed_efficiency, theoretical_throughput
 from gpuplan.solver_core.registry import make_policy
 from tests.conftest import NO_OVERHEADS
 from tests.test_aryl_end_to_end import PoolChecker, draw_loan_events

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.solver_core.aryl.mckp import (
+from gpuplan.solver_core.policies.aryl.mckp import (
     MckpGroup,
     solve_dp,
     solve_exact,
     solve_greedy,
     solve_mckp,
 )
-from gpuplan.solver_core.aryl.two_phase import (
+from gpuplan.solver_core.policies.aryl.two_phase import (
     ArylJob,
     allocate_inelastic,
     elastic_group,

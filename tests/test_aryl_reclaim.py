@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.solver_core.aryl.reclaim import (
+from gpuplan.solver_core.limits import SolveLimits
+from gpuplan.solver_core.policies.aryl.reclaim import (
     Reclaimer,
     ReclaimInstance,
     ReclaimJob,
@@ -23,7 +24,6 @@ from gpuplan.solver_core.aryl.reclaim import (
     select_random,
     select_scf,
 )
-from gpuplan.solver_core.limits import SolveLimits
 
 # Fig. 5, reconstructed (digest §2.2.3): 6 servers x 8 GPUs; job a on servers 1-2 (half each),
 # b only on 3, c = 8 GPUs on 4 + 2 on 5, d = 2 GPUs on 5 + 8 on 6.

@@ -1,7 +1,7 @@
 """Frozen reference for Aryl's reclaim greedy, and old-vs-new identity tests.
 
 The code below is ``select_aryl`` (with its ``_GreedyState`` and ``_flexible_phase``) exactly as
-it was before the lazy look-ahead rewrite of :mod:`gpuplan.solver_core.aryl.reclaim`: every
+it was before the lazy look-ahead rewrite of :mod:`gpuplan.solver_core.policies.aryl.reclaim`: every
 server's heap key carried an eagerly computed look-ahead. The rewrite must return the *same
 servers in the same order* on every instance (it only changes when the look-ahead is computed),
 so the tests here compare the two on seeded benchmark layouts and on hypothesis instances.
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
-from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, select_aryl
+from gpuplan.solver_core.policies.aryl.reclaim import ReclaimInstance, select_aryl
 from tests.bench.aryl import reclaim_layout
 from tests.test_aryl_reclaim import instances
 

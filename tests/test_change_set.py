@@ -1,6 +1,6 @@
 """The view's change set (``ClusterView.changed``, issue 13 round 4) names every job written.
 
-:class:`~gpuplan.solver_core.policies.running_order.RunningOrder` re-keys only the jobs the
+:class:`~gpuplan.solver_core.helpers.running_order.RunningOrder` re-keys only the jobs the
 change set names, so a writer of a job's progress or lifecycle fields that forgets to report
 it would silently mis-rank. These tests run whole simulations with two checks on:
 
@@ -33,8 +33,8 @@ from gpuplan.scenarios.mapping import map_rigid
 from gpuplan.scenarios.synthetic import synthetic_jobs
 from gpuplan.solver_core import change_verify
 from gpuplan.solver_core.change_verify import ChangeSetMissed
-from gpuplan.solver_core.policies.running_order import RunningOrder
-from gpuplan.solver_core.policies.shortest_first import remaining_time
+from gpuplan.solver_core.helpers.running_order import RunningOrder
+from gpuplan.solver_core.policies.baselines.shortest_first import remaining_time
 from gpuplan.solver_core.registry import make_policy
 
 _STRICT = attrgetter(
@@ -257,7 +257,7 @@ def test_slurm_ssh_and_hand_built_views_carry_no_change_set() -> None:
 def test_ranked_queue_verifier_catches_an_unreported_arrival(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gpuplan.solver_core.policies.ranked_queue import RankedQueue
+    from gpuplan.solver_core.helpers.ranked_queue import RankedQueue
 
     cluster = Cluster.uniform(1, 8)
     a = JobSpec(id="a", submit_time=0.0, requested_gpus=1, total_iterations=100.0)

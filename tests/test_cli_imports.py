@@ -47,7 +47,7 @@ def test_light_commands_import_no_solver_backend(argv: list[str]) -> None:
     modules = _modules(CLI.format(argv=argv))
     assert "gpuplan.cli" in modules
     assert _heavy(modules) == []
-    assert not any(m.startswith("gpuplan.solver_core.aryl") for m in modules)
+    assert not any(m.startswith("gpuplan.solver_core.policies.aryl") for m in modules)
 
 
 def test_make_policy_fifo_imports_no_solver_backend() -> None:
@@ -58,5 +58,5 @@ def test_make_policy_fifo_imports_no_solver_backend() -> None:
 
 def test_the_probe_sees_a_solver_backend_when_one_is_loaded() -> None:
     """Aryl's reclaim solvers do load CP-SAT and scipy.optimize: the probe must say so."""
-    found = _heavy(_modules("import gpuplan.solver_core.aryl.reclaim"))
+    found = _heavy(_modules("import gpuplan.solver_core.policies.aryl.reclaim"))
     assert "ortools" in found and "scipy.optimize" in found

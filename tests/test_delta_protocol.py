@@ -186,7 +186,7 @@ def test_running_keys_equal_the_key_function(
 ) -> None:
     """The cached batch keys are the very floats of remaining_time/remaining_service."""
     from gpuplan.models import ActiveJob
-    from gpuplan.solver_core.policies.shortest_first import (
+    from gpuplan.solver_core.policies.baselines.shortest_first import (
         RunningKeys,
         remaining_service,
         remaining_time,
@@ -245,16 +245,16 @@ def test_incremental_running_order_equals_a_full_sort(
     (groups, totals, late jobs)."""
     from gpuplan.models import ActiveJob, ClusterView
     from gpuplan.models.state import ChangeSet
-    from gpuplan.solver_core.policies.ranked_queue import RankedQueue
-    from gpuplan.solver_core.policies.running_order import RunningOrder
-    from gpuplan.solver_core.policies.shortest_first import (
+    from gpuplan.solver_core.helpers.ranked_queue import RankedQueue
+    from gpuplan.solver_core.helpers.running_order import RunningOrder
+    from gpuplan.solver_core.policies.baselines.shortest_first import (
         RunningKeys,
         changes_by_rank,
         remaining_service,
         remaining_time,
         rigid_by_rank,
     )
-    from gpuplan.solver_core.policies.sjf import gpu_count
+    from gpuplan.solver_core.policies.baselines.sjf import gpu_count
 
     key = {"srtf": remaining_time, "srsf": remaining_service, "sjf": gpu_count}[kind]
     specs = _jobs(20, 16, seed=11)

@@ -17,8 +17,8 @@ from gpuplan.models import (
     JobSpec,
     SolverStats,
 )
-from gpuplan.solver_core.policies.edl import machine_counts
-from gpuplan.solver_core.policies.elastic_tiresias import ElasticTiresias, compact_one, norm
+from gpuplan.solver_core.policies.edl.edl import machine_counts
+from gpuplan.solver_core.policies.edl.elastic_tiresias import ElasticTiresias, compact_one, norm
 from gpuplan.solver_core.registry import make_policy
 
 CONCAVE = {1: 1.0, 2: 1.9, 4: 3.4, 8: 5.6}

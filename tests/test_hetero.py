@@ -19,7 +19,7 @@ from gpuplan.models import (
 from gpuplan.models.scenario import ScenarioSpec
 from gpuplan.scenarios.profiles import gavel_profiles
 from gpuplan.solver_core.placement.gpu_types import spans_types
-from gpuplan.solver_core.policies.maxmin_perf import max_min_perf, solve_allocation
+from gpuplan.solver_core.policies.baselines.maxmin_perf import max_min_perf, solve_allocation
 from gpuplan.solver_core.registry import make_policy
 
 from .conftest import need_traces

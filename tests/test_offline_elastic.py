@@ -13,7 +13,7 @@ from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, Elasticity, JobSpec, ThroughputProfile
 from gpuplan.solver_core.offline_elastic import order_lp, replay_finish, solve_elastic
 from gpuplan.solver_core.offline_model import OfflineInstance, offline_instance, slot_horizon
-from gpuplan.solver_core.policies.offline_optimal import OfflineOptimal, OfflineParams
+from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
 from tests.bench.optimality import ELASTIC_POLICIES, NO_OVERHEADS, avg_jct, small_instance
 from tests.test_offline_optimal import brute_force

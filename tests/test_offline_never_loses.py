@@ -33,7 +33,7 @@ from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, Elasticity, JobSpec, Overheads, ThroughputProfile
 from gpuplan.solver_core.offline_elastic import order_lp
 from gpuplan.solver_core.offline_model import offline_instance, solve_offline
-from gpuplan.solver_core.policies.offline_optimal import OfflineOptimal, OfflineParams
+from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
 from tests.bench.optimality import ELASTIC_POLICIES, NO_OVERHEADS, RIGID_POLICIES, avg_jct
 from tests.test_offline_elastic import every_order

@@ -17,7 +17,7 @@ from gpuplan.solver_core.offline_model import (
     slot_horizon,
     solve_offline,
 )
-from gpuplan.solver_core.policies.offline_optimal import OfflineOptimal, OfflineParams
+from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
 from tests.bench.optimality import (
     ELASTIC_POLICIES,

@@ -20,8 +20,8 @@ from gpuplan.models import (
 )
 from gpuplan.scenarios.ojpp_interference import OjppInterference
 from gpuplan.solver_core.params import PolicyConfig
-from gpuplan.solver_core.policies.ojpap import Ojpap
-from gpuplan.solver_core.policies.ojpp import OjppParams
+from gpuplan.solver_core.policies.ojpp.ojpap import Ojpap
+from gpuplan.solver_core.policies.ojpp.ojpp import OjppParams
 from gpuplan.solver_core.registry import make_policy
 
 from .conftest import CapacityChecker

@@ -11,7 +11,7 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.models.ojpp import load_ojpp
-from gpuplan.solver_core.ojpp import check_solution
+from gpuplan.solver_core.policies.ojpp import check_solution
 
 from .test_ojpp_model import GOOD, _with
 

@@ -8,8 +8,8 @@ import json
 import math
 
 from gpuplan.models.ojpp import OjppInstance
-from gpuplan.solver_core.ojpp.check import check_solution
-from gpuplan.solver_core.ojpp.online import (
+from gpuplan.solver_core.policies.ojpp.check import check_solution
+from gpuplan.solver_core.policies.ojpp.online import (
     GpuEwma,
     OnlineState,
     adjust,

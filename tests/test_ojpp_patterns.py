@@ -12,15 +12,15 @@ from hypothesis import HealthCheck, given, settings
 
 from gpuplan.models.ojpp import OjppInstance, counts_slowdown
 from gpuplan.solver_core.limits import SolveLimits
-from gpuplan.solver_core.ojpp import check_solution, solve
-from gpuplan.solver_core.ojpp.exact import solve_exact
-from gpuplan.solver_core.ojpp.model import device_violation
-from gpuplan.solver_core.ojpp.pattern_greedy import (
+from gpuplan.solver_core.policies.ojpp import check_solution, solve
+from gpuplan.solver_core.policies.ojpp.exact import solve_exact
+from gpuplan.solver_core.policies.ojpp.model import device_violation
+from gpuplan.solver_core.policies.ojpp.pattern_greedy import (
     greedy_patterns,
     run_pattern_greedy,
     worker_weights,
 )
-from gpuplan.solver_core.ojpp.patterns import enumerate_patterns
+from gpuplan.solver_core.policies.ojpp.patterns import enumerate_patterns
 
 from .ojpp_gen import random_instance
 from .test_ojpp_solvers import instances

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from gpuplan.models.ojpp import OjppInstance
 from gpuplan.solver_core.limits import SolveLimits
 from gpuplan.solver_core.mip_backends import available_backends
-from gpuplan.solver_core.ojpp import HEURISTIC_SOLVERS, check_solution, solve
-from gpuplan.solver_core.ojpp.exact import clique_bound, lower_bound, solve_exact
-from gpuplan.solver_core.ojpp.heuristic import gregariousness, heuristic_order
-from gpuplan.solver_core.ojpp.model import device_violation
+from gpuplan.solver_core.policies.ojpp import HEURISTIC_SOLVERS, check_solution, solve
+from gpuplan.solver_core.policies.ojpp.exact import clique_bound, lower_bound, solve_exact
+from gpuplan.solver_core.policies.ojpp.heuristic import gregariousness, heuristic_order
+from gpuplan.solver_core.policies.ojpp.model import device_violation
 
 from .ojpp_gen import TYPES, brute_force, random_instance
 

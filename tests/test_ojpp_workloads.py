@@ -21,7 +21,7 @@ from gpuplan.scenarios.ojpp_workloads import (
     scenario_text,
     workload,
 )
-from gpuplan.solver_core.ojpp import check_solution, solve
+from gpuplan.solver_core.policies.ojpp import check_solution, solve
 
 
 @pytest.mark.parametrize("queue", list(QUEUES))

@@ -11,7 +11,7 @@ import pytest
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import AllocationPlan, Cluster, ClusterView, JobSpec, MemoryProfile
 from gpuplan.models.ojpp import OjppInstance
-from gpuplan.solver_core.ojpp import check_solution
+from gpuplan.solver_core.policies.ojpp import check_solution
 from gpuplan.solver_core.registry import make_policy, policy_names
 
 from .conftest import NO_OVERHEADS, CapacityChecker

@@ -11,9 +11,9 @@ from gpuplan.api import prepare, run
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import ActiveJob, Cluster, ClusterView, Elasticity, JobAllocation, JobSpec
 from gpuplan.scenarios.build import resolve_scenario
-from gpuplan.solver_core.policies.sidecar import algorithm1, algorithm2
-from gpuplan.solver_core.policies.sidecar_baselines import drawn_count
-from gpuplan.solver_core.policies.sidecar_model import Costs, HostBook, Predictor
+from gpuplan.solver_core.policies.sidecar.sidecar import algorithm1, algorithm2
+from gpuplan.solver_core.policies.sidecar.sidecar_baselines import drawn_count
+from gpuplan.solver_core.policies.sidecar.sidecar_model import Costs, HostBook, Predictor
 from gpuplan.solver_core.registry import make_policy
 
 CURVE = {1: 1.0, 2: 1.7, 4: 2.4, 8: 2.9}

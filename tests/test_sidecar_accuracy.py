@@ -10,7 +10,7 @@ import pytest
 from gpuplan.api import prepare, run
 from gpuplan.executors.metrics import summarize
 from gpuplan.models import ActiveJob, JobSpec
-from gpuplan.solver_core.policies.sidecar_accuracy import (
+from gpuplan.solver_core.policies.sidecar.sidecar_accuracy import (
     AccuracyCurve,
     AccuracyTarget,
     _fit_at,
@@ -129,7 +129,7 @@ def test_wl4_without_noise_is_sidecar_and_with_noise_still_beats_default() -> No
 
 
 def test_schemes_equal_to_a_millionth_keep_the_first_found() -> None:
-    from gpuplan.solver_core.policies.sidecar import _better
+    from gpuplan.solver_core.policies.sidecar.sidecar import _better
 
     assert _better((1000.0, 5000.0), None)
     assert _better((1000.0 + 1e-4, 4000.0), (1000.0, 5000.0))  # makespans tie: sums decide

@@ -14,7 +14,7 @@ from gpuplan.models import load_ojpp
 from gpuplan.solve import solve_data
 from gpuplan.solve_check import ignored_rules, verify
 from gpuplan.solver_core.limits import SolveLimits
-from gpuplan.solver_core.ojpp import check_solution
+from gpuplan.solver_core.policies.ojpp import check_solution
 from gpuplan.solver_core.problems.common import Outcome
 from gpuplan.solver_core.problems.generate import generate
 from gpuplan.solver_core.problems.mckp import load as load_mckp

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.cli import main
-from gpuplan.solver_core.aryl.mckp import MckpGroup, solve_dp, solve_greedy
-from gpuplan.solver_core.aryl.reclaim_model import ReclaimJob
+from gpuplan.solver_core.policies.aryl.mckp import MckpGroup, solve_dp, solve_greedy
+from gpuplan.solver_core.policies.aryl.reclaim_model import ReclaimJob
 
 MCKP = {
     "capacity": 18,

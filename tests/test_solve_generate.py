@@ -76,7 +76,7 @@ def test_size_is_what_the_docs_say() -> None:
 
 def test_generated_reclaim_is_one_coupled_component_at_scale() -> None:
     """The hard case of issue 15: a thousand servers tied together by multi-server jobs."""
-    from gpuplan.solver_core.aryl.reclaim_exact import components
+    from gpuplan.solver_core.policies.aryl.reclaim_exact import components
 
     rf = reclaim.load(generate("reclaim", 1000, 0), "r")
     assert max(len(c) for c in components(rf.inst)) > 900

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from gpuplan.solver_core.aryl import reclaim_exact
-from gpuplan.solver_core.aryl.reclaim_greedy import select_aryl
-from gpuplan.solver_core.aryl.reclaim_lns import LNS_NEIGHBOURHOOD, improve, lp_bound
-from gpuplan.solver_core.aryl.reclaim_model import ReclaimInstance, ReclaimJob, evaluate
-from gpuplan.solver_core.aryl.reclaim_rins import lp_relaxation, rins, tight_model
 from gpuplan.solver_core.limits import SolveLimits
+from gpuplan.solver_core.policies.aryl import reclaim_exact
+from gpuplan.solver_core.policies.aryl.reclaim_greedy import select_aryl
+from gpuplan.solver_core.policies.aryl.reclaim_lns import LNS_NEIGHBOURHOOD, improve, lp_bound
+from gpuplan.solver_core.policies.aryl.reclaim_model import ReclaimInstance, ReclaimJob, evaluate
+from gpuplan.solver_core.policies.aryl.reclaim_rins import lp_relaxation, rins, tight_model
 from gpuplan.solver_core.problems import reclaim
 from gpuplan.solver_core.problems.generate import generate
 

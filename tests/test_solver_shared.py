@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from gpuplan.models import Cluster, Elasticity, JobSpec, ThroughputProfile
 from gpuplan.scenarios.zoo import load_afs_zoo
-from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, components
-from gpuplan.solver_core.policies.afs import maxmin_shares
-from gpuplan.solver_core.policies.afs_job import AfsJob
-from gpuplan.solver_core.policies.ladders import LadderCache, Ladders, build_ladder
-from gpuplan.solver_core.policies.maxmin import progressive_fill
-from gpuplan.solver_core.policies.water_fill import water_fill
+from gpuplan.solver_core.helpers.ladders import LadderCache, Ladders, build_ladder
+from gpuplan.solver_core.helpers.water_fill import water_fill
+from gpuplan.solver_core.policies.afs.afs import maxmin_shares
+from gpuplan.solver_core.policies.afs.afs_job import AfsJob
+from gpuplan.solver_core.policies.aryl.reclaim import ReclaimInstance, components
+from gpuplan.solver_core.policies.baselines.maxmin import progressive_fill
 from tests.test_afs_baselines import make_view
 from tests.test_aryl_reclaim import FIG5, instances
 

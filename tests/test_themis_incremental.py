@@ -15,9 +15,9 @@ import math
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import ActiveJob, Cluster, ClusterView, SolverStats
+from gpuplan.solver_core.helpers.ladders import useful_ladder
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies.ladders import useful_ladder
-from gpuplan.solver_core.policies.themis import Themis
+from gpuplan.solver_core.policies.baselines.themis import Themis
 from gpuplan.solver_core.policy import Shares, StagedPolicy
 from tests.bench.afs_scale import workload
 

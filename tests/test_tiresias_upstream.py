@@ -18,7 +18,7 @@ import pytest
 
 from gpuplan.cli import main
 from gpuplan.models import Cluster, InputError
-from gpuplan.solver_core.policies.gittins import (
+from gpuplan.solver_core.policies.baselines.gittins import (
     BUNDLED_HISTORY,
     GittinsIndex,
     _round_half_away,
