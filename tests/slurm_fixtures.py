@@ -1,6 +1,6 @@
 """Helpers for the real-Slurm tests (imported by ``tests/test_slurm.py``; no conftest magic).
 
-* :func:`start_lab` brings the lab up through ``gpuplan.executors.slurm.lab`` and turns a failure
+* :func:`start_lab` brings the lab up through ``tests.labs.slurm.lab`` and turns a failure
   into ``pytest.fail`` under CI (``CI`` set to a true value, or ``GPUPLAN_REQUIRE_SLURM=1``) and
   ``pytest.skip`` elsewhere: a CI run that silently skips the cluster tests would hide a broken
   set-up step, while a laptop without root or apt should still run the rest of the suite.
@@ -36,8 +36,6 @@ from gpuplan.executors.slurm.executor import (
     file_key,
     standin_command,
 )
-from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab, lock_path, open_lock
-from gpuplan.executors.slurm.lab_config import DEFAULT_ROOT
 from gpuplan.models import (
     Checkpointing,
     Cluster,
@@ -45,6 +43,8 @@ from gpuplan.models import (
     JobSpec,
     ThroughputProfile,
 )
+from tests.labs.slurm.lab import LabConfig, LabError, SlurmLab, lock_path, open_lock
+from tests.labs.slurm.lab_config import DEFAULT_ROOT
 
 LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "") or DEFAULT_ROOT)
 """The lab's root: ``GPUPLAN_SLURM_LAB`` or the default. Either way the lab creates it private

@@ -36,8 +36,8 @@ from gpuplan.executors.control.markers import REFUSED, marker, refused_marker
 from gpuplan.executors.slurm import comments
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
 from gpuplan.executors.slurm.comments import CommentError, parse_comment
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import Cluster, InputError, Node
+from tests.labs.slurm.lab import SlurmLab
 
 from . import slurm_fixtures as fx
 

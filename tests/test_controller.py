@@ -49,8 +49,8 @@ from gpuplan.executors.control.journal import (
     JournalError,
 )
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import Cluster, InputError, Node
+from tests.labs.slurm.lab import SlurmLab
 
 from . import slurm_fixtures as fx
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.executors.control import command
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.executors.slurm.wake import AnyWake, SubmitProbe, WakeFile, submitted_count
+from tests.labs.slurm.lab import SlurmLab
 
 from .test_controller import (  # noqa: F401 - fixtures
     LAB_WAIT_S,

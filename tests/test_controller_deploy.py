@@ -27,8 +27,8 @@ from gpuplan import __version__
 from gpuplan.executors.control import command
 from gpuplan.executors.control.deploy import hook_version
 from gpuplan.executors.control.sdnotify import Notifier, notify_address, watchdog_period_s
-from gpuplan.executors.slurm.lab_config import LabConfig
-from gpuplan.executors.slurm.lab_render import render_files
+from tests.labs.slurm.lab_config import LabConfig
+from tests.labs.slurm.lab_render import render_files
 
 ROOT = Path(__file__).resolve().parent.parent
 

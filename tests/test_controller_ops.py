@@ -43,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuplan import __version__
 from gpuplan.executors.control.controller import engine_id
 from gpuplan.executors.control.journal import SCHEMA_VERSION, Journal
-from gpuplan.executors.slurm.lab import SlurmLab
+from tests.labs.slurm.lab import SlurmLab
 
 from . import slurm_fixtures as fx
 from .test_controller import (  # noqa: F401 - fixtures

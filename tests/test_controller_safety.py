@@ -46,7 +46,7 @@ from gpuplan.executors.control.journal import (
     Journal,
     UnsafeStatePath,
 )
-from gpuplan.executors.slurm.lab import SlurmLab
+from tests.labs.slurm.lab import SlurmLab
 
 from . import slurm_fixtures as fx
 

@@ -18,8 +18,8 @@ from gpuplan.executors.control.controller import engine_id
 from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.control.markers import spec_from_slurm
 from gpuplan.executors.slurm.cli import SlurmJob, SlurmNode, parse_job_gpus
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import NodeShape
+from tests.labs.slurm.lab import SlurmLab
 
 from . import slurm_fixtures as fx
 from .test_controller import (  # noqa: F401 - fixtures

@@ -14,8 +14,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.executors.slurm.wake import WakeFile, epilog_script
+from tests.labs.slurm.lab import SlurmLab
 
 from .test_controller import (  # noqa: F401 - fixtures
     LAB_WAIT_S,

@@ -1,4 +1,4 @@
-"""The labs' private-root helpers (gpuplan.executors.labroot): what they refuse and what they
+"""The labs' private-root helpers (tests.labs.labroot): what they refuse and what they
 never follow. The lab tests (test_slurm.py, test_ssh.py) replay issue 23's attacks with a
 second user; these run as anyone, plus one that needs root (the dpkg lock)."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.executors.labroot import (
+from tests.labs.labroot import (
     apt_get,
     private_dir,
     private_root,

@@ -18,8 +18,8 @@ import pytest
 from gpuplan.executors.nvml.crosscheck import bind_node, check_gres, model_matches
 from gpuplan.executors.nvml.local import read_local
 from gpuplan.executors.nvml.records import BadInventory, parse_inventory
+from gpuplan.executors.ssh.agent import NvmlReader
 from gpuplan.executors.ssh.gpus import NodeGpus
-from gpuplan.executors.ssh.sidecar import NvmlReader
 from gpuplan.models import Cluster, Node, NodeFailure, NodeRecovery
 
 GIB = 1 << 30

@@ -31,7 +31,6 @@ from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.engine import Engine
 from gpuplan.executors.simulator.cluster import SimulatedCluster
 from gpuplan.executors.slurm.cli import SlurmJob
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import (
     Action,
     ActiveJob,
@@ -50,6 +49,7 @@ from gpuplan.models import (
 )
 from gpuplan.solver_core.diff import check_actions, check_plan, check_shapes
 from gpuplan.solver_core.registry import make_policy, policy_names
+from tests.labs.slurm.lab import SlurmLab
 
 from . import slurm_fixtures as fx
 from .test_controller import (  # noqa: F401 - fixtures

@@ -1,7 +1,7 @@
 """The Slurm executor, its CLI adapter, the job_submit hook and the lab — against a REAL Slurm.
 
 The session fixture starts a 4-node x 4-GPU Slurm 22.05 cluster through
-``gpuplan.executors.slurm.lab`` (munged + slurmctld + 4 ``slurmd -N``, fake GPUs, the shipped
+``tests.labs.slurm.lab`` (munged + slurmctld + 4 ``slurmd -N``, fake GPUs, the shipped
 ``job_submit.lua``). Outside CI a machine without root/apt skips these tests with the reason;
 under CI (``CI=true``) the same condition fails them. The first block are unit tests of parsing
 and argv building that need no cluster.
@@ -50,10 +50,11 @@ from gpuplan.executors.slurm.executor import (
     parse_comment,
     standin_command,
 )
-from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
-from gpuplan.executors.slurm.lab_config import JOB_ID_BAND
-from gpuplan.executors.slurm.lab_render import render_files
 from gpuplan.solver_core.registry import make_policy
+from tests.labs import CHECKOUT
+from tests.labs.slurm.lab import LabConfig, LabError, SlurmLab
+from tests.labs.slurm.lab_config import JOB_ID_BAND
+from tests.labs.slurm.lab_render import render_files
 
 from . import slurm_fixtures as fx
 
@@ -329,7 +330,8 @@ def test_lab_runs_four_gpu_nodes_and_up_is_idempotent(lab: SlurmLab) -> None:
     after = json.loads((lab.root / "run" / "started.json").read_text())
     assert {k: v["pid"] for k, v in after.items()} == {k: v["pid"] for k, v in before.items()}
     status = subprocess.run(
-        [sys.executable, "-m", "gpuplan.executors.slurm.lab", "status", "--root", str(lab.root)],
+        [sys.executable, "-m", "tests.labs.slurm.lab", "status", "--root", str(lab.root)],
+        cwd=CHECKOUT,
         capture_output=True,
         text=True,
         check=True,
@@ -494,7 +496,8 @@ def test_a_root_another_user_created_is_refused_everywhere(
         with pytest.raises(LabError, match="belongs to uid"), lab.exclusive(timeout_s=1):
             pass
         cli = subprocess.run(
-            [sys.executable, "-m", "gpuplan.executors.slurm.lab", "down", "--root", str(root)],
+            [sys.executable, "-m", "tests.labs.slurm.lab", "down", "--root", str(root)],
+            cwd=CHECKOUT,
             capture_output=True,
             text=True,
             timeout=60,

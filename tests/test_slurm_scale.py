@@ -33,7 +33,7 @@ from gpuplan.executors.control.cycle_times import (
 from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.slurm import job_states
 from gpuplan.executors.slurm.cli import SlurmJob
-from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab
+from tests.labs.slurm.lab import LabConfig, LabError, SlurmLab
 
 from . import slurm_fixtures as fx
 from .bench.slurm_scale import node_prefix

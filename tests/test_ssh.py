@@ -1,6 +1,6 @@
 """SSH executor, sidecar and SSH lab: real sshd "nodes" on 127.0.1.x, real processes.
 
-The lab (``gpuplan.executors.ssh.lab``) starts in a session fixture. Outside CI a machine that
+The lab (``tests.labs.ssh.lab``) starts in a session fixture. Outside CI a machine that
 cannot run it (not root, no apt) skips these tests with the reason; with ``CI`` set to a true
 value or ``GPUPLAN_REQUIRE_SSH=1`` a lab that cannot start is a test *error*, so a green CI can
 never hide a broken set-up. All nodes of the lab share one filesystem, which stands in for the
@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from gpuplan.executors.engine import Engine
+from gpuplan.executors.ssh.agent import parse_proc_stat, pid_alive
 from gpuplan.executors.ssh.executor import (
     CommandLauncher,
     Launcher,
@@ -49,9 +50,7 @@ from gpuplan.executors.ssh.executor import (
     UnsafeRunRoot,
     safe_name,
 )
-from gpuplan.executors.ssh.lab import LabError, SshLab, free_port
 from gpuplan.executors.ssh.pool import HostKeyRejected, NodeAddress, SshPool
-from gpuplan.executors.ssh.sidecar import parse_proc_stat, pid_alive
 from gpuplan.models import (
     CapacityChange,
     Cluster,
@@ -61,6 +60,8 @@ from gpuplan.models import (
     ThroughputProfile,
 )
 from gpuplan.solver_core.registry import make_policy, policy_names
+from tests.labs import CHECKOUT
+from tests.labs.ssh.lab import LabError, SshLab, free_port
 
 RATE = 10.0  # stand-in iterations/s per GPU
 _TRUTHY = ("1", "true", "yes", "on")  # the rule of tests/slurm_fixtures.py::required
@@ -380,7 +381,7 @@ def test_zombie_is_not_alive() -> None:
 def test_sidecar_escalates_to_killing_the_process_group(tmp_path: Path) -> None:
     """A job that ignores the checkpoint signal and SIGTERM, with a child of its own, is
     SIGKILLed as a whole group; the sidecar records how it stopped."""
-    sidecar = Path(sys.modules["gpuplan.executors.ssh.sidecar"].__file__)  # type: ignore[arg-type]
+    sidecar = Path(sys.modules["gpuplan.executors.ssh.agent"].__file__)  # type: ignore[arg-type]
     stubborn = (
         "import signal, subprocess, time\n"
         "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
@@ -532,7 +533,8 @@ def test_a_planted_ssh_lab_root_is_refused_and_its_key_never_authorised(
     assert not list((root / "authorized_keys").iterdir())
     assert (root / "keys" / "id_ed25519.pub").read_text() == planted
     cli = subprocess.run(
-        [sys.executable, "-m", "gpuplan.executors.ssh.lab", "down", "--dir", str(root)],
+        [sys.executable, "-m", "tests.labs.ssh.lab", "down", "--dir", str(root)],
+        cwd=CHECKOUT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -22,7 +22,6 @@ import pytest
 
 from gpuplan import sweep as sweep_module
 from gpuplan.cli import main
-from gpuplan.executors.slurm.lab import SlurmLab
 from gpuplan.models import RunResult, Sample
 from gpuplan.plots import line_styles, span_scale, timeseries_figure
 from gpuplan.sweep import (
@@ -33,6 +32,7 @@ from gpuplan.sweep import (
     run_sweep,
     slurm_cluster,
 )
+from tests.labs.slurm.lab import SlurmLab
 
 BIN = Path(sys.executable).parent
 SMALL = """\

@@ -3,7 +3,7 @@ gpuplan job_submit hook for Slurm's job_submit/lua plugin (tested with Slurm 22.
 
 Install: copy this file next to slurm.conf as job_submit.lua and set `JobSubmitPlugins=lua`
 (slurmctld reads the script at each submission; a syntax error makes slurmctld refuse to start,
-so test it on a lab first: `python -m gpuplan.executors.slurm.lab up --job-submit-lua`).
+so test it on a lab first: `python -m tests.labs.slurm.lab up --job-submit-lua`).
 
 What it does, and why:
 

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from gpuplan.executors.control.journal import Journal
-from gpuplan.executors.slurm.lab import SlurmLab
 from tests import slurm_fixtures as fx
+from tests.labs.slurm.lab import SlurmLab
 
 SEED = 24
 PARTITION = "gpuplan"

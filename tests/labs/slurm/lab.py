@@ -40,7 +40,7 @@ Ports: see :mod:`.lab_config` (never Slurm's standard 6817/6818, distinct per ro
 Parts kept in their own modules: the process manifest and identity checks (:mod:`.lab_procs`),
 the configuration files' text (:mod:`.lab_render`) and the apt-get installer (:mod:`.lab_install`).
 
-Command line: ``python -m gpuplan.executors.slurm.lab up|down|status|env [--job-submit-lua]``.
+Command line: ``python -m tests.labs.slurm.lab up|down|status|env [--job-submit-lua]``.
 """
 
 from __future__ import annotations
@@ -63,11 +63,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
+from gpuplan.executors.pidlock import lock_with_pid
+from gpuplan.executors.slurm.cli import SlurmCli, SlurmError
 from gpuplan.models import GpuplanError
 
 from ..labroot import private_dir, private_root, read_file, write_file
-from ..pidlock import lock_with_pid
-from .cli import SlurmCli, SlurmError
 from .lab_config import JOB_ID_BAND, PACKAGES, LabConfig, LabError
 from .lab_install import install_packages
 from .lab_procs import MUNGED, LabProcesses, _munge_works, _other_slurm_daemons, _tail
@@ -214,7 +214,7 @@ class SlurmLab(LabProcesses):
             raise LabError(
                 f"a Slurm lab with another configuration runs under {self.root} (started by "
                 f"{running_owner or 'unknown'}: {', '.join(sorted(live))}); stop it first "
-                f"(python -m gpuplan.executors.slurm.lab down --root {self.root}) or use "
+                f"(python -m tests.labs.slurm.lab down --root {self.root}) or use "
                 "another --root"
             )
         self.reused = False
@@ -550,9 +550,9 @@ def _remove_tree(top: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuplan.executors.slurm.lab up|down|status|env``."""
+    """``python -m tests.labs.slurm.lab up|down|status|env``."""
     parser = argparse.ArgumentParser(
-        prog="python -m gpuplan.executors.slurm.lab", description=__doc__.splitlines()[0]
+        prog="python -m tests.labs.slurm.lab", description=__doc__.splitlines()[0]
     )
     parser.add_argument("action", choices=["up", "down", "status", "env", "restart-ctld"])
     default = LabConfig()
