@@ -9,7 +9,8 @@ writes. The instance is the one ``model_construct`` would build from the same va
 ``__dict__`` (same keys, same order: declaration order), the same ``model_fields_set`` (the
 names given), ``__pydantic_extra__`` and ``__pydantic_private__`` None; defaults are the same
 objects ``model_construct`` would use (immutable defaults shared, other defaults and
-``default_factory`` called per instance). ``tests/test_models_fast.py`` checks this per class.
+``default_factory`` called per instance). ``tests/models/test_models_fast.py`` checks this
+per class.
 
 Two deliberate differences, both on inputs no caller of the fast path gives: an unknown field
 name or a missing required field raises ``TypeError`` (``model_construct`` silently drops the

@@ -1,4 +1,4 @@
-"""Helpers for the real-Slurm tests (imported by ``tests/test_slurm.py``; no conftest magic).
+"""Helpers for the real-Slurm tests (imported by ``tests/slurm/test_slurm.py``; no conftest magic).
 
 * :func:`start_lab` brings the lab up through ``tests.labs.slurm.lab`` and turns a failure
   into ``pytest.fail`` under CI (``CI`` set to a true value, or ``GPUPLAN_REQUIRE_SLURM=1``) and
@@ -104,7 +104,7 @@ def lab_session(config: LabConfig | None = None) -> Iterator[SlurmLab]:
 
 
 def lab_locked_here(lab_root: Path = LAB_ROOT) -> bool:
-    """True when this very process already holds the lab (``tests/test_slurm.py``'s session
+    """True when this very process already holds the lab (``tests/slurm/test_slurm.py``'s session
     fixture ran first): taking the lock again would wait for ourselves until it timed out.
     The lock lives in the lab's private root; it is read only when that root passes the lab's
     own checks (``SlurmLab.env`` verifies it) and opened the lab's safe way."""
@@ -277,7 +277,7 @@ def make_executor(
 
 def run(cluster: Cluster, executor: SlurmExecutor, policy: object) -> Engine:
     """Run ``policy`` to the end. Without the restart gate: these tests check that the
-    executor carries out every change a policy plans (tests/test_restart_gate.py checks the
+    executor carries out every change a policy plans (tests/engine/test_restart_gate.py checks the
     gate on the lab)."""
     engine = Engine(
         cluster,

@@ -286,7 +286,7 @@ local function parse_comment(comment)
     return fields
 end
 
--- For tests: tests/test_comment_grammar.py loads this file with a stub `slurm` table and
+-- For tests: tests/slurm/test_comment_grammar.py loads this file with a stub `slurm` table and
 -- runs its corpus through this very function (slurmctld itself never calls it by this name).
 gpuplan_hook = { parse_comment = parse_comment }
 

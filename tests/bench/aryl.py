@@ -130,7 +130,9 @@ def bench_reclaim(
 ) -> list[dict[str, Any]]:
     """Heuristic vs exact (CP-SAT) on ``seeds`` layouts per size, reclaiming ``demand`` of the
     fleet; SCF and Random for context. Times are medians; quality is summed over seeds."""
-    from tests.test_aryl_reclaim_reference import select_aryl_reference  # (imports this module)
+    from tests.policies.test_aryl_reclaim_reference import (
+        select_aryl_reference,  # (imports this module)
+    )
 
     rows = []
     for n in sizes:

@@ -284,7 +284,7 @@ def select_aryl(
     never pay for it. Every pick re-keys the servers whose cost or look-ahead it can change
     (those sharing a touched job, and their neighbours), so a computed look-ahead is never
     stale and the picks are identical to computing every key eagerly
-    (``tests/test_aryl_reclaim_reference.py`` checks this against the eager version).
+    (``tests/policies/test_aryl_reclaim_reference.py`` checks this against the eager version).
     """
     count = clamp_count(inst, count)
     st = _GreedyState(inst, dynamic)
