@@ -84,6 +84,19 @@ def test_the_wheel_holds_no_lab_and_no_test_module(tmp_path: Path) -> None:
     assert {"labroot", "lab"}.isdisjoint(stems)
     assert [n for n in modules if Path(n).stem.startswith("lab_")] == []
     assert [n for n in names if n.startswith("tests/") or "/tests/" in n] == []
+    packaged = {str(Path(n).parent) for n in modules}
+    in_checkout = {  # the folder gpuplan/X/... is installed as gpuplan/X/..., models/... too
+        str(
+            Path(
+                "gpuplan",
+                *(() if folder == "gpuplan" else (folder,)),
+                *init.parent.relative_to(CHECKOUT / folder).parts,
+            )
+        )
+        for folder in RUNTIME
+        for init in (CHECKOUT / folder).rglob("__init__.py")
+    }
+    assert sorted(in_checkout - packaged) == []  # a package pyproject.toml forgot to list
     for required in (
         "gpuplan/solver_core/policies/baselines/fifo.py",
         "gpuplan/solver_core/policies/aryl/aryl.py",
