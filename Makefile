@@ -27,7 +27,7 @@ $(VENV)/.test: $(VENV)/.core
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 	@touch $@
 
-# COLUMNS=80: the table README.md shows, on any terminal (tests/test_readme_demo.py compares).
+# COLUMNS=80: the table README.md shows, on any terminal (tests/cli/test_readme_demo.py compares).
 demo: $(VENV)/.core
 	COLUMNS=80 $(BIN)/gpuplan compare --scenario philly-default --policies fifo,fifo-backfill,srtf,srsf
 

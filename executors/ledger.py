@@ -6,7 +6,7 @@ the nodes with a shared GPU) and updated them by hand in four places. :class:`Gp
 them all; the engine only asks it to occupy, vacate, add or remove, and reads views of it.
 
 Invariants (:meth:`GpuLedger.check` asserts every one; the hypothesis tests in
-``tests/test_ledger.py`` drive random occupy / vacate / add / remove / loan / reclaim
+``tests/engine/test_ledger.py`` drive random occupy / vacate / add / remove / loan / reclaim
 sequences against a brute-force model and call it after each step):
 
 1. ``usable``, ``free`` and ``shared`` have the same keys; ``free[n]`` and ``shared[n]`` are

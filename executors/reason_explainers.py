@@ -122,7 +122,7 @@ class AfsExplainer(Explainer):
     name = "afs"
 
     def __init__(self, stage: Any, label: str) -> None:
-        from gpuplan.solver_core.policies.afs import AfsP
+        from gpuplan.solver_core.policies.afs.afs import AfsP
 
         self.stage, self.label = stage, label
         self.counter = stage.counter if isinstance(stage, AfsP) else None
@@ -338,10 +338,10 @@ class SidecarExplainer(Explainer):
 def explainer_for(policy: Any) -> Explainer:
     """The explainer of a policy: by its allocation stage's type (a wrapper that replaced the
     stage gets the generic one), OJPP by name."""
-    from gpuplan.solver_core.policies.afs import AfsL, AfsP, AfsS
-    from gpuplan.solver_core.policies.aryl import ArylPolicy
-    from gpuplan.solver_core.policies.sidecar import SidecarStage
-    from gpuplan.solver_core.policies.tiresias import TiresiasL
+    from gpuplan.solver_core.policies.afs.afs import AfsL, AfsP, AfsS
+    from gpuplan.solver_core.policies.aryl.aryl import ArylPolicy
+    from gpuplan.solver_core.policies.baselines.tiresias import TiresiasL
+    from gpuplan.solver_core.policies.sidecar.sidecar import SidecarStage
     from gpuplan.solver_core.policy import StagedPolicy
 
     stage = policy.allocation if isinstance(policy, StagedPolicy) else None

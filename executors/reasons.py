@@ -91,7 +91,7 @@ class _Context:
         if not self._makespan[0]:
             value = None
             try:
-                from gpuplan.solver_core.policies.sidecar_model import HostBook, Predictor
+                from gpuplan.solver_core.policies.sidecar.sidecar_model import HostBook, Predictor
 
                 view = self.engine._check_view(self.now)
                 book = HostBook.of(view)
@@ -352,7 +352,7 @@ class DecisionReasons:
     def reclaim(self, engine: Any, now: float, chosen: Iterable[str]) -> None:
         """A reclaim of loaned servers (Aryl's capacity loaning): each server given back and
         the jobs it held, before they scale in or are evicted."""
-        from gpuplan.solver_core.aryl.reclaim import Reclaimer  # only reached on a reclaim
+        from gpuplan.solver_core.policies.aryl.reclaim import Reclaimer  # only reached on a reclaim
 
         chooser = engine.reclaimer
         name = getattr(chooser, "__name__", type(chooser).__name__)  # a function or an object

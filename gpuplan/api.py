@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     # Loaning only: Aryl's reclaim solvers load OR-Tools' CP-SAT, scipy.optimize and pandas
     # (seconds), so a scenario without a loaning block must not pay for them (issue 28).
     from gpuplan.scenarios.inference import InferenceLoad
-    from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome
+    from gpuplan.solver_core.policies.aryl.reclaim import ReclaimOutcome
 
 __all__ = [
     "PreparedScenario",
@@ -185,7 +185,7 @@ class _ScoredDefaultReclaimer:
         self.outcomes: list[ReclaimOutcome] = []
 
     def __call__(self, view: ClusterView, on_loan: list[str], count: int) -> list[str]:
-        from gpuplan.solver_core.aryl.reclaim import ReclaimInstance, evaluate
+        from gpuplan.solver_core.policies.aryl.reclaim import ReclaimInstance, evaluate
 
         chosen = reclaim_least_used(view, on_loan, count)
         outcome = evaluate(ReclaimInstance.from_view(view, on_loan), chosen)

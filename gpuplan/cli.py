@@ -6,7 +6,7 @@ naming the file/row/field, and the exit status is 2.
 Start-up matters (issue 28: ``gpuplan scenarios`` in 0.3 s, a small ``simulate`` in 0.5 s), so
 the top level imports only what parsing the arguments needs; each command imports its
 machinery (the simulator, metrics and numpy, rich's progress bar) when it runs.
-tests/test_cli_imports.py checks that the light commands load no solver backend.
+tests/cli/test_cli_imports.py checks that the light commands load no solver backend.
 """
 
 from __future__ import annotations

@@ -70,21 +70,21 @@ class Problem:
 
 
 def _ojpp_solvers() -> tuple[str, ...]:
-    from gpuplan.solver_core.ojpp import SOLVERS
+    from gpuplan.solver_core.policies.ojpp import SOLVERS
 
     return SOLVERS
 
 
 def _ojpp_defaults() -> tuple[str, ...]:
     from gpuplan.solver_core.mip_backends import available_backends
-    from gpuplan.solver_core.ojpp import EXACT_SOLVERS, HEURISTIC_SOLVERS
+    from gpuplan.solver_core.policies.ojpp import EXACT_SOLVERS, HEURISTIC_SOLVERS
 
     have = set(available_backends())
     return (*(s for s in EXACT_SOLVERS if s in have), *HEURISTIC_SOLVERS)
 
 
 def _ojpp_run(inst: Any, solver: str, limits: SolveLimits) -> Outcome:
-    from gpuplan.solver_core.ojpp import solve
+    from gpuplan.solver_core.policies.ojpp import solve
 
     answer = solve(inst, solver, limits)
     st = answer.stats

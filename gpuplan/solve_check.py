@@ -5,7 +5,7 @@ one. OJPP's Table 4 baselines (``best-fit``, ``i-greedy``, ``b-greedy``, ``c-gre
 only some of the rules by design, so they "use" fewer GPUs than the proven optimum; this module
 says which rules each such *relaxed* solver ignores and, for every solver, lists what its answer
 breaks under the full model, read by the problem's independent checker
-(:func:`gpuplan.solver_core.ojpp.check_solution`, the ``check`` of each module in
+(:func:`gpuplan.solver_core.policies.ojpp.check_solution`, the ``check`` of each module in
 :mod:`gpuplan.solver_core.problems`). An answer that breaks a rule gets status ``infeasible``
 (its objective is kept, so the table shows what the relaxation bought; its gap is dropped, as a
 gap to the bound means nothing for an answer outside the model).
@@ -36,7 +36,7 @@ def ignored_rules(problem: str, solver: str) -> list[str]:
     """The rules of ``problem``'s full model that ``solver`` does not enforce, by design."""
     if problem != "ojpp":
         return []
-    from gpuplan.solver_core.ojpp.baselines import BASELINE_RULES
+    from gpuplan.solver_core.policies.ojpp.baselines import BASELINE_RULES
 
     rules = BASELINE_RULES.get(solver)
     if rules is None:
@@ -46,7 +46,7 @@ def ignored_rules(problem: str, solver: str) -> list[str]:
 
 def _violations(problem: str, inst: Any, out: Outcome) -> list[str]:
     if problem == "ojpp":
-        from gpuplan.solver_core.ojpp import check_solution
+        from gpuplan.solver_core.policies.ojpp import check_solution
 
         return check_solution(inst, out.solution["gpus"])
     mod = importlib.import_module(f"gpuplan.solver_core.problems.{problem}")

@@ -8,7 +8,7 @@ every core command (``simulate``, ``compare``, ``plan``, ``solve``, ``policies``
 ``scenarios``) and a command that needs a missing extra stops before doing any work with one
 line naming the extra to install (exit 2 in the CLI: :class:`MissingExtra` is a
 :class:`~gpuplan.models.errors.GpuplanError`). The names here must match
-``[project.optional-dependencies]`` in ``pyproject.toml`` (``tests/test_extras.py`` checks).
+``[project.optional-dependencies]`` in ``pyproject.toml`` (``tests/cli/test_extras.py`` checks).
 
 This module lives in ``models`` because every layer raises the error (the SSH executor, the
 interference predictor in ``scenarios``, the CLI); it imports nothing optional itself.

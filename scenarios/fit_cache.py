@@ -13,7 +13,7 @@ files' names are part of it, their folder and times are not. A hit skips reading
 checking the tables as well as the fit (the stored value was computed from the same bytes,
 which passed those checks then). Values are stored as JSON, whose floats keep their shortest
 round-trip repr, so a run is bit-identical with and without the cache
-(tests/test_fit_cache.py).
+(tests/scenarios/test_fit_cache.py).
 
 Where: ``$XDG_CACHE_HOME/gpuplan`` (an absolute path), else ``~/.cache/gpuplan``; created mode
 0700. Other local users are hostile (threat model: docs/cli.md, "The fit cache"):

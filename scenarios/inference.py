@@ -52,7 +52,7 @@ from gpuplan.models import (
 )
 from gpuplan.models.bounds import MAX_TIME_S
 from gpuplan.models.records import LoaningMetrics
-from gpuplan.solver_core.aryl.reclaim import ReclaimOutcome, reclaim_metrics
+from gpuplan.solver_core.policies.aryl.reclaim import ReclaimOutcome, reclaim_metrics
 
 from .input_files import parse_structured, read_text
 from .mapping import map_rigid

@@ -7,7 +7,7 @@ Python loader, pydantic's model building); the listing's goal is 0.3 s (issue 28
 taken from the index only when the file's bytes still hash to that value; any other file (an
 edited or added scenario in a development tree) is parsed as before, so the listing is never
 stale, only slower. ``python -m gpuplan.scenarios.listing`` rewrites the index;
-tests/test_scenario_listing.py fails while it is out of date.
+tests/scenarios/test_scenario_listing.py fails while it is out of date.
 
 The index ships inside the package and is read like the scenarios themselves: whoever can
 write it can also write the scenario files, so it grants nothing more.

@@ -20,7 +20,7 @@ whenever it fits keeps about half the GPUs busy or is in the longest job's tail.
 estimate, not a guarantee: a policy that idles GPUs while jobs wait (strict FIFO behind a job
 of more than half the cluster) or pays many preemption and resize pauses can run longer, and
 the pauses' own bound (``MAX_OVERHEAD_S``) and the simulator's stop still bound that. On the
-embedded scenarios real spans are 0.2-0.5 of it (``tests/test_work_budget.py`` checks it).
+embedded scenarios real spans are 0.2-0.5 of it (``tests/scenarios/test_work_budget.py`` checks it).
 With a ``loaning`` block the run lasts at least until the last loan event
 (``loaning.horizon_s``, default last submission + 2 x ``period_s``). The horizon is capped at
 the simulator's stop, ``SIMULATION_HORIZON_S`` (40 years), which no run passes. A workload near

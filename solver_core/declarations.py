@@ -12,7 +12,7 @@ policy or wrapper, the module whose ``POLICIES``/``WRAPPERS`` hold its code and 
 model (:class:`~.registry.PolicyDef`, :class:`~.registry.WrapperDef`); a preset is data
 only (a base, wrappers and values, the same as a scenario's ``policies:`` entry), so it lives
 in the table alone. The registry refuses a name declared twice and a module that registers a
-name its table does not declare for it (``tests/test_registry.py`` imports every module and
+name its table does not declare for it (``tests/policies/test_registry.py`` imports every module and
 checks both directions).
 
 This module imports nothing of gpuplan's and no third-party package: a table costs nothing

@@ -11,7 +11,7 @@ lists the code in ``POLICIES = [PolicyDef(name, build, Params), ...]`` (and
   (``make_policy('fifo')`` loads FIFO's module, not Aryl's CP-SAT or SciPy);
 * is strict: a name declared twice, a module registering a name its table does not declare
   for it, or a declared name its module does not register, is a :class:`RegistryError` naming
-  both places (``tests/test_registry.py`` loads every module and checks both directions).
+  both places (``tests/policies/test_registry.py`` loads every module and checks both directions).
 
 A name is either
 

@@ -77,7 +77,7 @@ def run_sim():
 @pytest.fixture(autouse=True)
 def _check_delta_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs with the engine re-checking the plans it builds from deltas (off by
-    default for speed; tests/test_engine_delta_check.py covers both settings)."""
+    default for speed; tests/engine/test_engine_delta_check.py covers both settings)."""
     from gpuplan.executors.engine import Engine
 
     monkeypatch.setattr(Engine, "check_delta_plans", True)
@@ -161,7 +161,8 @@ def _private_fit_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     """The fit cache (scenarios/fit_cache.py) of the session lives in a temporary folder, not
     in the user's ``~/.cache/gpuplan``: a test run neither reads entries left there nor leaves
     its own. Shared by the session's tests (and the subprocesses they start), so a Pollux
-    model is fitted once per session; tests/test_fit_cache.py points each test at its own."""
+    model is fitted once per session; tests/scenarios/test_fit_cache.py points each test at
+    its own."""
     previous = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     try:

@@ -6,7 +6,7 @@ import random
 from collections.abc import Iterator
 
 from gpuplan.models.ojpp import OjppInstance
-from gpuplan.solver_core.ojpp.check import check_solution
+from gpuplan.solver_core.policies.ojpp.check import check_solution
 
 TYPES = ("lenet", "resnet", "vgg", "lstm")
 

@@ -1,6 +1,6 @@
-"""Helpers for the real-Slurm tests (imported by ``tests/test_slurm.py``; no conftest magic).
+"""Helpers for the real-Slurm tests (imported by ``tests/slurm/test_slurm.py``; no conftest magic).
 
-* :func:`start_lab` brings the lab up through ``gpuplan.executors.slurm.lab`` and turns a failure
+* :func:`start_lab` brings the lab up through ``tests.labs.slurm.lab`` and turns a failure
   into ``pytest.fail`` under CI (``CI`` set to a true value, or ``GPUPLAN_REQUIRE_SLURM=1``) and
   ``pytest.skip`` elsewhere: a CI run that silently skips the cluster tests would hide a broken
   set-up step, while a laptop without root or apt should still run the rest of the suite.
@@ -36,8 +36,6 @@ from gpuplan.executors.slurm.executor import (
     file_key,
     standin_command,
 )
-from gpuplan.executors.slurm.lab import LabConfig, LabError, SlurmLab, lock_path, open_lock
-from gpuplan.executors.slurm.lab_config import DEFAULT_ROOT
 from gpuplan.models import (
     Checkpointing,
     Cluster,
@@ -46,6 +44,8 @@ from gpuplan.models import (
     ThroughputProfile,
 )
 from tests.lab_reaper import stop_stray_controllers
+from tests.labs.slurm.lab import LabConfig, LabError, SlurmLab, lock_path, open_lock
+from tests.labs.slurm.lab_config import DEFAULT_ROOT
 
 LAB_ROOT = Path(os.environ.get("GPUPLAN_SLURM_LAB", "") or DEFAULT_ROOT)
 """The lab's root: ``GPUPLAN_SLURM_LAB`` or the default. Either way the lab creates it private
@@ -115,7 +115,7 @@ def _stop_strays(lab: SlurmLab, when: str) -> None:
 
 
 def lab_locked_here(lab_root: Path = LAB_ROOT) -> bool:
-    """True when this very process already holds the lab (``tests/test_slurm.py``'s session
+    """True when this very process already holds the lab (``tests/slurm/test_slurm.py``'s session
     fixture ran first): taking the lock again would wait for ourselves until it timed out.
     The lock lives in the lab's private root; it is read only when that root passes the lab's
     own checks (``SlurmLab.env`` verifies it) and opened the lab's safe way."""
@@ -288,7 +288,7 @@ def make_executor(
 
 def run(cluster: Cluster, executor: SlurmExecutor, policy: object) -> Engine:
     """Run ``policy`` to the end. Without the restart gate: these tests check that the
-    executor carries out every change a policy plans (tests/test_restart_gate.py checks the
+    executor carries out every change a policy plans (tests/engine/test_restart_gate.py checks the
     gate on the lab)."""
     engine = Engine(
         cluster,

@@ -5,8 +5,8 @@ and the controller later turns the same comment into a ``JobSpec``. When the two
 ``tonumber`` read hex, its key pattern took digits) a comment could be held by the hook, refused
 by the controller and released to Slurm's own scheduler: a queue bypass. This module and the
 hook's ``parse_comment`` implement exactly the grammar below, check for check and message for
-message; ``tests/test_comment_grammar.py`` runs a corpus through both (under every Lua the hook
-may meet) and requires the same verdict and the same values. Change both or neither.
+message; ``tests/slurm/test_comment_grammar.py`` runs a corpus through both (under every Lua
+the hook may meet) and requires the same verdict and the same values. Change both or neither.
 
 Grammar (``docs/slurm.md`` has the same text for users)::
 

@@ -3,7 +3,7 @@ gpuplan job_submit hook for Slurm's job_submit/lua plugin (tested with Slurm 22.
 
 Install: copy this file next to slurm.conf as job_submit.lua and set `JobSubmitPlugins=lua`
 (slurmctld reads the script at each submission; a syntax error makes slurmctld refuse to start,
-so test it on a lab first: `python -m gpuplan.executors.slurm.lab up --job-submit-lua`).
+so test it on a lab first: `python -m tests.labs.slurm.lab up --job-submit-lua`).
 
 What it does, and why:
 
@@ -286,7 +286,7 @@ local function parse_comment(comment)
     return fields
 end
 
--- For tests: tests/test_comment_grammar.py loads this file with a stub `slurm` table and
+-- For tests: tests/slurm/test_comment_grammar.py loads this file with a stub `slurm` table and
 -- runs its corpus through this very function (slurmctld itself never calls it by this name).
 gpuplan_hook = { parse_comment = parse_comment }
 

@@ -2,7 +2,7 @@
 
 Design (why it looks like this):
 
-* **One sidecar per job and node** (:mod:`.sidecar`, uploaded to every node) is the training
+* **One sidecar per job and node** (:mod:`.agent`, uploaded to every node) is the training
   process's parent. The engine never signals a training process directly; it writes the desired
   state (``control.json``) and the sidecar acts and acknowledges. Resize, migrate and preempt
   are all "checkpoint-stop, then start on the new GPUs" (``capabilities.resize == "restart"``);

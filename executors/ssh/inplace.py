@@ -5,7 +5,7 @@ Why: a checkpoint-restart resize costs the job a stop, a process start and a che
 new GPU set and lets it switch between two mini-batches. Here the executor sends the job's
 sidecar a ``run`` control with ``in_place: true`` and the new GPUs; the sidecar writes
 ``resize.json``, sends the training process SIGUSR2 and waits for its progress file to report
-the new GPU count from the same PID (see :mod:`.sidecar` and :mod:`gpuplan.executors.standin`).
+the new GPU count from the same PID (see :mod:`.agent` and :mod:`gpuplan.executors.standin`).
 
 Scope, deliberately narrow: a **single-rank job whose GPUs change on the same node**. A move
 to other nodes or a multi-node job needs new ranks and a new split of the remaining work, so it

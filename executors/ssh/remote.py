@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import GpuplanError, JobAllocation, JobSpec
 
-from . import sidecar as sidecar_module
+from . import agent as sidecar_module
 from .launchers import Launcher, no_nul, safe_name
 from .rpc import NodeAddress, NodeUnreachable, RemoteCommandError, RpcChannel
 

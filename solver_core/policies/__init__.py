@@ -1,4 +1,10 @@
-"""The policies: one module per policy family, and this table of every name they register.
+"""The policies: one folder per paper, and this table of every name they register.
+
+Folders: ``afs/`` (AFS / CoDDL), ``aryl/`` (Aryl: the policy and its reclaim, MCKP and
+placement solvers), ``ojpp/`` (OJPP: the wrapper, OJPAP and the packing solvers), ``edl/``,
+``sidecar/``, each with its entry module named after the paper (``afs/afs.py``), and
+``baselines/`` (FIFO, SRTF/SRSF, SJF, Tiresias, Themis, Max-Min, Optimus, ...). Helpers that
+several families share (ladders, water-filling, ranked queues) are in ``solver_core/helpers/``.
 
 ``DECLARED`` is what ``gpuplan policies`` lists and what configurations resolve against; the
 registry reads it without importing the modules below, and imports a module the first time
@@ -6,8 +12,9 @@ one of its names is built (:mod:`..declarations`, docs/architecture.md, "The reg
 base policy's or wrapper's entry names the module whose ``POLICIES``/``WRAPPERS`` hold its
 code; a preset is data only and lives here alone. The order is the order of the listing.
 
-Modules without an entry here (``afs_job``, ``ladders``, ``ranked_queue``, ``sidecar_model``,
-...) are helpers of the policy modules: nothing imports them unless a policy does.
+Modules without an entry here (``afs/afs_job``, ``sidecar/sidecar_model``, a paper's
+solvers, ...) are helpers of the policy modules: nothing imports them unless a policy (or
+``gpuplan solve``, for a paper's solvers) does.
 
 Presets kept under names because results and benchmarks use them:
 
@@ -76,40 +83,46 @@ def _ojpap(base: str) -> Declared:
 
 
 DECLARED: tuple[Declared, ...] = (
-    # fifo.py, shortest_first.py: the rigid baselines
-    policy("fifo", ".fifo", "rigid gang FIFO, no backfill (head-of-line blocking)"),
-    policy("fifo-backfill", ".fifo", "rigid gang FIFO; later jobs that fit start early"),
-    policy("srtf", ".shortest_first", "preemptive shortest remaining time first (rigid)"),
+    # baselines/fifo.py, shortest_first.py: the rigid baselines
+    policy("fifo", ".baselines.fifo", "rigid gang FIFO, no backfill (head-of-line blocking)"),
+    policy("fifo-backfill", ".baselines.fifo", "rigid gang FIFO; later jobs that fit start early"),
+    policy("srtf", ".baselines.shortest_first", "preemptive shortest remaining time first (rigid)"),
     policy(
         "srsf",
-        ".shortest_first",
+        ".baselines.shortest_first",
         "preemptive shortest remaining service (time x GPUs) first (rigid)",
     ),
-    # afs.py
+    # afs/afs.py
     policy(
-        "afs-l", ".afs", "AFS-L: elastic GPU-by-GPU sharing by inequality (3), job lengths known"
+        "afs-l",
+        ".afs.afs",
+        "AFS-L: elastic GPU-by-GPU sharing by inequality (3), job lengths known",
     ),
     policy(
-        "afs-p", ".afs", "AFS-P: length-unaware AFS, (3) both ways + 2 h processor-sharing counters"
+        "afs-p",
+        ".afs.afs",
+        "AFS-P: length-unaware AFS, (3) both ways + 2 h processor-sharing counters",
     ),
     policy(
-        "afs-s", ".afs", "AFS-S: AFS-P knowing only peak-throughput counts (capped max-min sharing)"
+        "afs-s",
+        ".afs.afs",
+        "AFS-S: AFS-P knowing only peak-throughput counts (capped max-min sharing)",
     ),
-    # altruistic.py
+    # baselines/altruistic.py
     policy(
         "srtf-e",
-        ".altruistic",
+        ".baselines.altruistic",
         "SRTF at requested GPUs, leftover GPUs to the largest throughput gain (AFS §5.5)",
     ),
     policy(
         "srsf-e",
-        ".altruistic",
+        ".baselines.altruistic",
         "SRSF at requested GPUs, leftover GPUs to the largest throughput gain (AFS §5.5)",
     ),
-    # aryl.py
+    # aryl/aryl.py
     policy(
         "aryl",
-        ".aryl",
+        ".aryl.aryl",
         "Aryl: capacity loaning + elastic scaling (SJF + MCKP DP, grouped "
         "BFD, cost-greedy reclaim)",
     ),
@@ -186,17 +199,17 @@ DECLARED: tuple[Declared, ...] = (
         base="aryl",
         values={"heterogeneous": True, "hetero_efficiency": 1.0},
     ),
-    # edl.py, elastic_tiresias.py
+    # edl/edl.py, edl/elastic_tiresias.py
     policy(
         "edl-elastic",
-        ".edl",
+        ".edl.edl",
         "EDL's synthetic-workload Elastic policy (003 §6.3): "
         "least-loaded machine, uniform shares per machine, scale out while throughput "
         "rises",
     ),
     policy(
         "elastic-tiresias",
-        ".elastic_tiresias",
+        ".edl.elastic_tiresias",
         "EDL Elastic-Tiresias (003 Alg. 1): "
         "Tiresias-L plus compaction (scale in low-priority jobs when > N wait) and "
         "expansion (free GPUs to the largest relative throughput gain)",
@@ -204,61 +217,69 @@ DECLARED: tuple[Declared, ...] = (
     # learning presets (the learning wrapper is in ../wrappers.py)
     _learning("afs-l", "AFS-L"),
     _learning("afs-p", "AFS-P"),
-    # max_gpus.py
-    policy("srtf-max", ".max_gpus", "SRTF, each job rigid at its max useful GPUs (AFS Fig. 6)"),
-    policy("srsf-max", ".max_gpus", "SRSF, each job rigid at its max useful GPUs (AFS Fig. 6)"),
+    # baselines/max_gpus.py
+    policy(
+        "srtf-max",
+        ".baselines.max_gpus",
+        "SRTF, each job rigid at its max useful GPUs (AFS Fig. 6)",
+    ),
+    policy(
+        "srsf-max",
+        ".baselines.max_gpus",
+        "SRSF, each job rigid at its max useful GPUs (AFS Fig. 6)",
+    ),
     policy(
         "tiresias-l-max",
-        ".max_gpus",
+        ".baselines.max_gpus",
         "Tiresias-L (2D-LAS), each job rigid at its max useful GPUs (AFS Fig. 6)",
     ),
-    # maxmin.py, maxmin_perf.py
+    # baselines/maxmin.py, maxmin_perf.py
     policy(
         "max-min",
-        ".maxmin",
+        ".baselines.maxmin",
         "elastic max-min fair water-filling up to max useful GPUs; "
         "FIFO when jobs outnumber GPUs (length-unaware)",
     ),
     policy(
         "max-min-perf",
-        ".maxmin_perf",
+        ".baselines.maxmin_perf",
         "Gavel heterogeneity-aware max-min fairness (LP over time on GPU types, 360 s rounds)",
     ),
     policy(
         "max-min-agnostic",
-        ".maxmin_perf",
+        ".baselines.maxmin_perf",
         "Gavel heterogeneity-agnostic max-min fairness (max_min_fairness: the same LP with "
         "every throughput 1, 360 s rounds)",
     ),
-    # gavel_fifo.py
+    # baselines/gavel_fifo.py
     policy(
         "gavel-fifo",
-        ".gavel_fifo",
+        ".baselines.gavel_fifo",
         "Gavel's FIFO: arrival order, seeded random GPU type per job (or as Gavel's code "
         "ships: the last type), no backfill, Gavel's 360 s rounds",
     ),
-    # offline_optimal.py
+    # baselines/offline_optimal.py
     policy(
         "offline-optimal",
-        ".offline_optimal",
+        ".baselines.offline_optimal",
         "minimum average JCT with every arrival "
         "known (<= 12 jobs and 16 GPUs; rigid: time-indexed CP-SAT; elastic: exact "
         "continuous branch and bound over event orders; simulator only): the reference",
     ),
-    # OJPP presets (the ojpp wrapper is below)
+    # OJPP presets (the ojpp wrapper is in ojpp/ojpp.py)
     *(_ojpp(base) for base in ("fifo", "afs-l", "srtf")),
     *(_ojpap(base) for base in ("fifo", "afs-l", "srtf")),
-    # optimus.py
+    # baselines/optimus.py
     policy(
         "optimus",
-        ".optimus",
+        ".baselines.optimus",
         "Optimus: one GPU each in arrival order, then greedy "
         "largest remaining-time reduction per GPU (estimates assumed exact)",
     ),
-    # pollux.py
+    # pollux/pollux.py
     policy(
         "pollux",
-        ".pollux",
+        ".pollux.pollux",
         "Pollux (OSDI'21): every round, GPU counts (exact knapsack DP) and each job's batch "
         "size chosen together to maximise the generalised mean of goodput speedups",
     ),
@@ -268,10 +289,10 @@ DECLARED: tuple[Declared, ...] = (
         for base in ("afs-l", "afs-p", "srtf", "srsf", "tiresias-l", "max-min")
         for d in _packed(base)
     ),
-    # sidecar.py, sidecar_baselines.py
+    # sidecar/sidecar.py, sidecar/sidecar_baselines.py
     policy(
         "sidecar",
-        ".sidecar",
+        ".sidecar.sidecar",
         "SideCar (004): Alg. 1 reshaping down with one donor for "
         "incoming jobs, Alg. 2 reshaping up for idle GPUs, least predicted makespan; one "
         "host per job",
@@ -285,48 +306,52 @@ DECLARED: tuple[Declared, ...] = (
     ),
     policy(
         "k8s-default",
-        ".sidecar_baselines",
+        ".sidecar.sidecar_baselines",
         "Kubernetes default scheduler (SideCar "
         "baseline): a static count drawn from the job's options with the run's seed, "
         "first-fit on one host",
     ),
     policy(
         "termination",
-        ".sidecar_baselines",
+        ".sidecar.sidecar_baselines",
         "Optimus-style termination baseline "
         "(SideCar): 1 GPU on arrival, then grow one option step at a time by "
         "terminate-and-restart, no shrink",
     ),
-    # gittins.py
+    # baselines/gittins.py
     policy(
         "tiresias-gittins",
-        ".gittins",
+        ".baselines.gittins",
         "Tiresias' discretised Gittins index "
         "(dlas-gpu-gittins): 3 GPU-time queues, ranked inside by the index of a GPU-service "
         "history, at the Tiresias simulator's events",
     ),
-    # sjf.py, themis.py, tiresias.py
-    policy("sjf", ".sjf", "preemptive smallest-GPU-count first (Tiresias simulator's sjf), rigid"),
+    # baselines/sjf.py, themis.py, tiresias.py
+    policy(
+        "sjf",
+        ".baselines.sjf",
+        "preemptive smallest-GPU-count first (Tiresias simulator's sjf), rigid",
+    ),
     policy(
         "themis",
-        ".themis",
+        ".baselines.themis",
         "Themis: finish-time fairness (rho) partial auctions among the "
         "worst 20%, random leftovers, 20-min GPU leases",
     ),
     policy(
         "tiresias-l",
-        ".tiresias",
+        ".baselines.tiresias",
         "Tiresias-L: discretised 2D-LAS (GPU x time), 2 queues, rigid, preemptive, length-unaware",
     ),
-    # wrappers
+    # wrappers (baselines/first_fit.py, ojpp/ojpp.py)
     wrapper(
         "first-fit",
-        ".first_fit",
+        ".baselines.first_fit",
         "Slurm-like linear placement: nodes in name order, lowest GPU indices first",
     ),
     wrapper(
         "ojpp",
-        ".ojpp",
+        ".ojpp.ojpp",
         "OJPP (paper 002): jobs with a memory profile packed as "
         "co-located workers under memory, collision, slowdown and balance bounds",
     ),

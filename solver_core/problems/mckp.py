@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..aryl.mckp import MckpGroup, solve_dp, solve_greedy
 from ..backends import MipModel, Solution, lin_sum
 from ..limits import SolveLimits
+from ..policies.aryl.mckp import MckpGroup, solve_dp, solve_greedy
 from .common import (
     MATHOPT_SOLVERS,
     MIP_SOLVERS,

@@ -19,11 +19,11 @@ from typing import Any
 
 from gpuplan.models import InputError
 
-from ..aryl.reclaim_exact import select_exact
-from ..aryl.reclaim_greedy import select_aryl, select_random, select_scf
-from ..aryl.reclaim_model import ReclaimInstance, ReclaimJob, evaluate
 from ..backends import MipModel, Solution, lin_sum
 from ..limits import SolveLimits
+from ..policies.aryl.reclaim_exact import select_exact
+from ..policies.aryl.reclaim_greedy import select_aryl, select_random, select_scf
+from ..policies.aryl.reclaim_model import ReclaimInstance, ReclaimJob, evaluate
 from .common import (
     MATHOPT_SOLVERS,
     MIP_SOLVERS,

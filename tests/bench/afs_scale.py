@@ -35,7 +35,7 @@ from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, ClusterView, Elasticity, JobSpec, SolverStats
 from gpuplan.scenarios.zoo import load_afs_zoo
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
-from gpuplan.solver_core.policies.afs import AfsL
+from gpuplan.solver_core.policies.afs.afs import AfsL
 from gpuplan.solver_core.policy import Shares, StagedPolicy, Stateless
 from gpuplan.solver_core.registry import make_policy
 

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 
 from gpuplan.models import Elasticity, JobSpec
 from gpuplan.scenarios.zoo import load_afs_zoo
-from gpuplan.solver_core.policies.afs import AfsJob, afs_l_shares, build_ladder
-from gpuplan.solver_core.policies.afs_reference import afs_l_reference
+from gpuplan.solver_core.policies.afs.afs import AfsJob, afs_l_shares, build_ladder
+from gpuplan.solver_core.policies.afs.afs_reference import afs_l_reference
 
 JOBS = (100, 1000, 5000)
 GPUS = (64, 1024, 8192)

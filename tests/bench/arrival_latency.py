@@ -8,7 +8,7 @@ unprivileged user submits N one-GPU jobs of 2 s of work, one at a time with seed
 first decision is its start). Reported per setting: median / p90 / max seconds from ``sbatch``
 returning to the controller's journal row of the job (``first_seen``: discovery) and to the
 journaled start intent (the first decision), and the controller's CPU seconds per minute.
-No asserts: this reports (the mechanism's test is ``tests/test_controller_arrivals.py``).
+No asserts: this reports (the mechanism's test is ``tests/slurm/test_controller_arrivals.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from gpuplan.executors.control.journal import Journal
-from gpuplan.executors.slurm.lab import SlurmLab
 from tests import slurm_fixtures as fx
+from tests.labs.slurm.lab import SlurmLab
 
 SEED = 24
 PARTITION = "gpuplan"

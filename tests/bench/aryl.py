@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuplan.solver_core.aryl.mckp import MckpGroup, solve_dp, solve_exact, solve_greedy
-from gpuplan.solver_core.aryl.reclaim import (
+from gpuplan.solver_core.policies.aryl.mckp import MckpGroup, solve_dp, solve_exact, solve_greedy
+from gpuplan.solver_core.policies.aryl.reclaim import (
     ReclaimInstance,
     evaluate,
     select_aryl,
@@ -33,7 +33,7 @@ from gpuplan.solver_core.aryl.reclaim import (
     select_random,
     select_scf,
 )
-from gpuplan.solver_core.aryl.two_phase import ArylJob, elastic_group
+from gpuplan.solver_core.policies.aryl.two_phase import ArylJob, elastic_group
 
 RECLAIM_SIZES = (50, 100, 200, 500)
 MCKP_SIZES = ((64, 100), (256, 250), (1024, 500), (2048, 1000))
@@ -130,7 +130,9 @@ def bench_reclaim(
 ) -> list[dict[str, Any]]:
     """Heuristic vs exact (CP-SAT) on ``seeds`` layouts per size, reclaiming ``demand`` of the
     fleet; SCF and Random for context. Times are medians; quality is summed over seeds."""
-    from tests.test_aryl_reclaim_reference import select_aryl_reference  # (imports this module)
+    from tests.policies.test_aryl_reclaim_reference import (
+        select_aryl_reference,  # (imports this module)
+    )
 
     rows = []
     for n in sizes:
@@ -426,7 +428,7 @@ def run_result(
     from gpuplan.models import Overheads
     from gpuplan.scenarios.inference import PoolUsage, loaning_scenario, preemption_ratio
     from gpuplan.scenarios.usage_bound import window_usage_bound
-    from gpuplan.solver_core.aryl.reclaim import reclaim_metrics
+    from gpuplan.solver_core.policies.aryl.reclaim import reclaim_metrics
     from gpuplan.solver_core.registry import make_policy, policy_names
 
     setting = setting or {}

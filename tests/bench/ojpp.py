@@ -23,9 +23,9 @@ import time
 
 from gpuplan.models.ojpp import OjppInstance
 from gpuplan.solver_core.limits import SolveLimits
-from gpuplan.solver_core.ojpp import solve
-from gpuplan.solver_core.ojpp.exact import OjppAnswer, solve_exact
-from gpuplan.solver_core.ojpp.patterns import enumerate_patterns
+from gpuplan.solver_core.policies.ojpp import solve
+from gpuplan.solver_core.policies.ojpp.exact import OjppAnswer, solve_exact
+from gpuplan.solver_core.policies.ojpp.patterns import enumerate_patterns
 from tests.ojpp_gen import random_instance
 
 SIZES = (10, 20, 30, 40, 60, 80)

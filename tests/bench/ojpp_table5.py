@@ -32,7 +32,7 @@ from gpuplan.scenarios.ojpp_workloads import (
     workload,
 )
 from gpuplan.scenarios.traces import resolve_trace_path
-from gpuplan.solver_core.ojpp import check_solution, solve
+from gpuplan.solver_core.policies.ojpp import check_solution, solve
 
 SETTINGS = [
     (0.05, 0.1, 0.1),

@@ -24,7 +24,7 @@ from statistics import mean
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, Elasticity, JobSpec, Overheads, ThroughputProfile
-from gpuplan.solver_core.policies.offline_optimal import OfflineOptimal, OfflineParams
+from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
 
 SLOT_S = 60.0

@@ -17,11 +17,11 @@ import statistics
 import sys
 import time
 
-from gpuplan.solver_core.aryl.reclaim_exact import select_exact
-from gpuplan.solver_core.aryl.reclaim_greedy import select_aryl
-from gpuplan.solver_core.aryl.reclaim_lns import improve
-from gpuplan.solver_core.aryl.reclaim_model import evaluate
 from gpuplan.solver_core.limits import SolveLimits
+from gpuplan.solver_core.policies.aryl.reclaim_exact import select_exact
+from gpuplan.solver_core.policies.aryl.reclaim_greedy import select_aryl
+from gpuplan.solver_core.policies.aryl.reclaim_lns import improve
+from gpuplan.solver_core.policies.aryl.reclaim_model import evaluate
 from gpuplan.solver_core.problems import reclaim
 from gpuplan.solver_core.problems.generate import generate
 

@@ -49,9 +49,9 @@ from gpuplan.executors.control.cycle_times import load as load_cycles
 from gpuplan.executors.control.cycle_times import meta_key, percentile
 from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
-from gpuplan.executors.slurm.lab import LabConfig, SlurmLab
 from tests import slurm_fixtures as fx
 from tests.bench.slurm_vs_native import Item
+from tests.labs.slurm.lab import LabConfig, SlurmLab
 
 SEED = 16
 PYTHON = "/usr/bin/python3"

@@ -39,8 +39,6 @@ from gpuplan.executors.control.journal import Journal
 from gpuplan.executors.restart_gate import gate_for_scenario
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
-from gpuplan.executors.slurm.lab import SlurmLab
-from gpuplan.executors.slurm.lab_config import LabConfig
 from gpuplan.models import (
     Cluster,
     Elasticity,
@@ -53,6 +51,8 @@ from gpuplan.models import (
 from gpuplan.models.scenario import RestartGateSpec
 from gpuplan.solver_core.registry import make_policy
 from tests import slurm_fixtures as fx
+from tests.labs.slurm.lab import SlurmLab
+from tests.labs.slurm.lab_config import LabConfig
 
 SEED = 16
 SLURM_START_S = 0.4

@@ -1,5 +1,5 @@
 --[[
-Test harness for executors/slurm/job_submit.lua (used by tests/test_comment_grammar.py).
+Test harness for executors/slurm/job_submit.lua (used by tests/slurm/test_comment_grammar.py).
 
 Loads the REAL hook with a stub `slurm` table (what slurmctld's job_submit/lua plugin provides)
 and runs cases through it. Usage:

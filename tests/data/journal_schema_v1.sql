@@ -1,5 +1,5 @@
 -- The controller journal's schema 1, as gpuplan 0.1.0 (before schema migrations) created it.
--- Frozen test data: tests/test_journal_migrations.py builds an old journal from it. Never edit.
+-- Frozen test data: tests/slurm/test_journal_migrations.py builds an old journal from it. Never edit.
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

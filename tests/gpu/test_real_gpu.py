@@ -108,7 +108,7 @@ def inventory_check(dry: bool) -> dict[str, Any]:
 
 
 def _sidecar() -> Any:
-    from gpuplan.executors.ssh import sidecar
+    from gpuplan.executors.ssh import agent as sidecar
 
     return sidecar
 

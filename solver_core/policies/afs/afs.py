@@ -1,0 +1,331 @@
+"""AFS share policies: AFS-L, AFS-P and AFS-S (Hwang et al., NSDI'21; 000 digest §2.1-2.8).
+
+AFS ("Apathetic Future Share") hands out GPUs one at a time. Each GPU goes to the job that
+TOPPRIORITY picks by the pairwise inequality (3)::
+
+    (p'_b - p_b) / p'_b  >  (p'_a - p_a) / p_a          (j_a shorter, j_b longer)
+
+with ``p = P(cnt)`` and ``p' = P(next count)``; when (3) holds the longer job gets the GPU.
+This module provides the three variants as *shares stages* (``(view, stats) -> {job: gpus}``)
+so that they compose with any placement:
+
+* :class:`AfsL` — Algorithm 1 with known lengths (``len(c) = remaining iterations / P(c)``);
+* :class:`AfsP` — length-unaware: (3) is tested both ways (a seeded coin decides when neither
+  way holds), and processor-sharing counters time-slice the cluster when jobs outnumber GPUs;
+* :class:`AfsS` — AFS-P that knows only each job's peak-throughput GPU count, so it shares by
+  max-min fairness capped at that count (App. D).
+
+Choices where the paper is silent (docs/algorithms/afs.md has the full list):
+
+* **scan order** — TOPPRIORITY visits jobs sorted by ``(submit_time, id)``. (3) is not
+  transitive (§7.1 counterexample), so the result depends on the order, which must be fixed;
+* **ladders and the saturation guard** — a job may only move to its next *allowed* count
+  (``0 -> min_gpus``, then one GPU at a time or to the next entry of ``allowed``), only while
+  the step fits in the GPUs left, and only if its throughput strictly rises
+  (``P(next) > P(cnt)``) — the ladder stops at the first count that would not help. GPUs no job
+  can use stay idle rather than slowing a job down;
+* a job with no GPUs compares by its length at its first count (``len(1)`` in the paper).
+
+Modules. This one holds the three stages, AFS-P's loop and AFS-S's capped max-min; the fast
+AFS-L is :mod:`.afs_l_fast` (Algorithm 1 without its O(M·n) cost, identical shares), the
+input type and scan order :mod:`.afs_job`, ladders :mod:`.ladders` (shared with the
+baselines) and water-filling :mod:`.water_fill` (shared with Max-Min). Their public names
+(:class:`AfsJob`, :func:`afs_l_shares`, :func:`build_ladder`, :func:`scan_order`) stay
+importable from here.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from gpuplan.models import ActiveJob, ClusterView, SolverStats
+from gpuplan.models.bounds import MAX_TIME_S
+
+from ...helpers.ladders import Ladder, LadderCache, build_ladder
+from ...helpers.water_fill import water_fill
+from ...params import Params
+from ...placement.best_fit import best_fit_placement
+from ...policy import Shares, StagedPolicy, Stateless
+from ...registry import PolicyDef, parameterless
+from .afs_job import AfsJob, ScanOrder, remaining_all, scan_order
+from .afs_l_fast import afs_l_columns, afs_l_shares
+
+__all__ = [
+    "DEFAULT_UNIT_TIME_S",
+    "AfsJob",
+    "AfsL",
+    "AfsP",
+    "AfsS",
+    "POLICIES",
+    "Ladder",
+    "afs_l_shares",
+    "afs_p_loop",
+    "build_ladder",
+    "maxmin_shares",
+    "scan_order",
+]
+
+INF = math.inf
+DEFAULT_UNIT_TIME_S = 7200.0
+"""AFS-P unit time at full trace scale (2 h, paper footnote 11); scale it with the trace."""
+
+
+# --------------------------------------------------------------------------- AFS-P / AFS-S cores
+def afs_p_loop(jobs: Sequence[AfsJob], total: int, rng: random.Random) -> list[int]:
+    """Algorithm 1's loop with AFS-P's TOPPRIORITY (the ``n <= M`` branch of AFS-P).
+
+    For the incumbent ``j*`` and each scanned ``j``: if (3) holds with ``a = j*, b = j`` the
+    scanned job wins; if it holds with ``a = j, b = j*`` the incumbent stays; if neither holds
+    the true priority depends on the unknown finishing order, and ``rng`` flips a fair coin.
+    (3) never holds both ways (it would need ``G_j > H_x >= G_x > H_j >= G_j``). Lengths are
+    never read. O(M·n); AFS-P only runs it when jobs do not outnumber GPUs.
+    """
+    n = len(jobs)
+    lvl = [-1] * n
+    cnt = [0] * n
+    g = [1.0] * n
+    h = [INF] * n
+    steps = [j.counts[0] if j.counts else 0 for j in jobs]
+    alive = [i for i in range(n) if jobs[i].counts]
+    m = total
+    rand = rng.random
+    while m > 0:
+        elig = [i for i in alive if steps[i] <= m]
+        if not elig:
+            break
+        star = elig[0]
+        for j in elig[1:]:
+            if g[j] > h[star]:
+                star = j
+            elif g[star] > h[j]:
+                pass
+            elif rand() < 0.5:
+                star = j
+        job = jobs[star]
+        level = lvl[star] + 1
+        lvl[star] = level
+        cnt[star] = job.counts[level]
+        m -= steps[star]
+        if level + 1 < len(job.counts):
+            p, pn = job.rates[level], job.rates[level + 1]
+            g[star] = (pn - p) / pn
+            h[star] = (pn - p) / p
+            steps[star] = job.counts[level + 1] - cnt[star]
+        else:
+            alive.remove(star)
+    return cnt
+
+
+def maxmin_shares(jobs: Sequence[AfsJob], total: int) -> list[int]:
+    """Max-min fair counts, each capped at the top of its ladder (AFS-S's ``n <= M`` branch).
+
+    Water-filling (:func:`~.water_fill.water_fill`, fewest GPUs first): first steps in scan
+    order, then the next step always goes to the job holding the fewest GPUs whose step fits
+    (ties: scan order). The ladder top is the job's peak-throughput count, the only throughput
+    fact AFS-S may use.
+    """
+    filled = water_fill((j.counts for j in jobs), total)
+    return [filled.get(i, 0) for i in range(len(jobs))]
+
+
+# --------------------------------------------------------------------------- shares stages
+class AfsL(Stateless):
+    """AFS-L shares stage: Algorithm 1 with known remaining lengths, on ``view.capacity`` GPUs.
+
+    Stateless between decisions apart from a ladder cache (the paper recomputes every share
+    from scratch at each churn event; placement keeps jobs where they are).
+    """
+
+    def __init__(self) -> None:
+        self._ladders = LadderCache("stop")
+        self._scan = ScanOrder()
+
+    def items(self, view: ClusterView) -> list[AfsJob]:
+        """The view's active jobs as :class:`AfsJob` in scan order (with remaining work)."""
+        cap = view.capacity
+        now = view.now
+        out = []
+        for job in scan_order(view.active()):
+            counts, rates = self._ladders.ladder(job, cap)
+            out.append(AfsJob(job.spec.id, job.remaining(now), counts, rates))
+        return out
+
+    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        # The same computation as afs_l_shares(self.items(view)), on columns: the scan order
+        # is kept across decisions and no AfsJob is built (items() is the readable version).
+        cap = view.capacity
+        jobs = self._scan.jobs(view)
+        ladders = self._ladders.ladders(jobs, cap)
+        self._ladders.prune(self._scan.ids)
+        counts = afs_l_columns(remaining_all(jobs, view.now), ladders, cap)
+        return {job.spec.id: c for job, c in zip(jobs, counts, strict=True) if c > 0}
+
+
+class AfsP:
+    """AFS-P shares stage (length-unaware), with processor-sharing counters.
+
+    * ``n <= M`` (every job's first step fits at once): counters are ignored and shares come
+      from :func:`afs_p_loop` — (3) both ways, seeded coin when neither way holds.
+    * otherwise ("stage one"): one first step each, in increasing order of the jobs' counters
+      (ties: submit time, id). A counter counts whole ``unit_time`` periods the job has held at
+      least one GPU (wall time, from ``ActiveJob.held_time_at``; it also runs while ``n <= M``).
+      With ``preemptive=False`` (the default, digest §7.2 item 9) a running job keeps its slot
+      until it completes or finishes its current unit; only then it is evicted and competes
+      again with its increased counter. ``preemptive=True`` re-ranks everyone at every decision.
+
+    The stage asks to be woken at the next unit boundary of a running job (``next_wakeup``), so
+    time slicing happens even without arrivals or completions. Counters seen at the previous
+    decision are kept to detect that boundary. Randomness: ``random.Random`` seeded from
+    ``(seed, view.now)``, so a decision is a pure function of the view and the policy state.
+    """
+
+    def __init__(
+        self, unit_time: float = DEFAULT_UNIT_TIME_S, seed: int = 0, preemptive: bool = False
+    ) -> None:
+        if not unit_time > 0:
+            raise ValueError(f"unit_time must be > 0, got {unit_time}")
+        self.unit_time = float(unit_time)
+        self.seed = seed
+        self.preemptive = preemptive
+        self._ladders = LadderCache("stop")
+        self._scan = ScanOrder()
+        self._counters: dict[str, int] = {}
+        self.time_slicing = False
+        """Whether the last decision was in the jobs-outnumber-GPUs mode."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters seen at the last decision and the mode: what decides who keeps a slot."""
+        return {"counters": dict(self._counters), "time_slicing": self.time_slicing}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
+        self.time_slicing = bool(state.get("time_slicing", False))
+
+    def counter(self, job: ActiveJob, now: float) -> int:
+        """Whole units ``job`` has held GPUs for (a 1e-9 unit tolerance absorbs float drift so a
+        wakeup scheduled exactly at a boundary counts it)."""
+        return math.floor(job.held_time_at(now) / self.unit_time + 1e-9)
+
+    def counters(self) -> dict[str, int]:
+        """Counters seen at the last decision (a copy)."""
+        return dict(self._counters)
+
+    def _share_loop(self, items: list[AfsJob], total: int, view: ClusterView) -> list[int]:
+        rng = random.Random(f"afs-p:{self.seed}:{view.now!r}")
+        return afs_p_loop(items, total, rng)
+
+    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        cap = view.capacity
+        now = view.now
+        # Scan order kept across decisions and ladders read in one pass (as AFS-L does); the
+        # AfsJob inputs of the share loop are built only when it runs (n <= M).
+        jobs = self._scan.jobs(view)
+        ladders = self._ladders.ladders(jobs, cap)
+        self._ladders.prune(self._scan.ids)
+        previous = self._counters
+        unit = self.unit_time
+        current = {}
+        for job in jobs:  # self.counter(job, now), inlined (same float operations)
+            held = job.held_time + (max(0.0, now - job.anchor_time) if job.gpus else 0.0)
+            current[job.spec.id] = math.floor(held / unit + 1e-9)
+        self._counters = current
+        runnable = [(job, lad) for job, lad in zip(jobs, ladders, strict=True) if lad[0]]
+        need = sum(lad[0][0] for _, lad in runnable)
+        if need <= cap:
+            self.time_slicing = False
+            # remaining is never read by AFS-P: NaN makes any accidental use visible
+            items = [AfsJob(job.spec.id, math.nan, *lad) for job, lad in runnable]
+            counts = self._share_loop(items, cap, view)
+            return {it.id: c for it, c in zip(items, counts, strict=True) if c > 0}
+        self.time_slicing = True
+
+        # Rank: (counter, submit_time, id). The jobs are in scan order, (submit_time, id), so
+        # a stable sort by the counter alone gives exactly that order (ids are unique).
+        first = [(job.spec.id, lad[0][0], job.gpus) for job, lad in runnable]
+        ranked = sorted(first, key=lambda t: current[t[0]])
+        shares: Shares = {}
+        free = cap
+        if not self.preemptive:
+            # Keepers: running jobs that have not crossed a unit boundary since last decision.
+            for job_id, step, gpus in ranked:
+                if gpus > 0 and current[job_id] == previous.get(job_id, -1) and step <= free:
+                    shares[job_id] = step
+                    free -= step
+        for job_id, step, _gpus in ranked:
+            if free <= 0:
+                break
+            if job_id not in shares and step <= free:
+                shares[job_id] = step
+                free -= step
+        return shares
+
+    def next_wakeup(self, view: ClusterView) -> float | None:
+        """Next unit boundary of a job holding GPUs, while time slicing (else None)."""
+        if not self.time_slicing:
+            return None
+        best = INF
+        unit = self.unit_time
+        now = view.now
+        for job in view.running.values():
+            if job.gpus <= 0:
+                continue
+            held = job.held_time_at(now)
+            boundary = (self.counter(job, now) + 1) * unit
+            best = min(best, now + max(boundary - held, 1e-9 * unit))
+        return best if best < INF else None
+
+
+class AfsS(AfsP):
+    """AFS-S (App. D): AFS-P knowing only each job's peak-throughput GPU count.
+
+    Without throughput values (3) cannot be evaluated, so while jobs do not outnumber GPUs the
+    cluster is shared max-min fairly, each job capped at its peak count (the top of its ladder);
+    when they do, AFS-P's counters time-slice it exactly as in AFS-P.
+    """
+
+    def _share_loop(self, items: list[AfsJob], total: int, view: ClusterView) -> list[int]:
+        return maxmin_shares(items, total)
+
+
+# --------------------------------------------------------------------------- registry
+def _staged(
+    name: str,
+    shares: Callable[[ClusterView, list[SolverStats]], Shares],
+    wakeup: Callable[[ClusterView], float | None] | None = None,
+    memory: AfsP | None = None,
+) -> StagedPolicy:
+    return StagedPolicy(name, shares, best_fit_placement, wakeup, memory=memory)
+
+
+class AfsPParams(Params):
+    unit_time_s: float = Field(
+        DEFAULT_UNIT_TIME_S,
+        gt=0,
+        le=MAX_TIME_S,
+        description="processor-sharing unit (counter window), seconds",
+    )
+    preemptive: bool = Field(
+        False,
+        description="re-rank running jobs at every decision "
+        "instead of letting them keep their slot until a unit ends",
+    )
+
+
+def _afs_p_like(name: str, cls: type[AfsP]) -> Callable[[AfsPParams, int], StagedPolicy]:
+    def build(p: AfsPParams, seed: int) -> StagedPolicy:
+        stage = cls(unit_time=p.unit_time_s, seed=seed, preemptive=p.preemptive)
+        return _staged(name, stage, stage.next_wakeup, memory=stage)
+
+    return build
+
+
+POLICIES = [
+    parameterless("afs-l", lambda: _staged("afs-l", AfsL())),
+    PolicyDef("afs-p", _afs_p_like("afs-p", AfsP), AfsPParams),
+    PolicyDef("afs-s", _afs_p_like("afs-s", AfsS), AfsPParams),
+]

@@ -1,0 +1,458 @@
+"""Tiresias-L: discretised two-dimensional least-attained-service (2D-LAS), rigid, preemptive.
+
+The AFS paper's baseline for the job-length-unaware category (000 digest §2.13). Tiresias
+(Gu et al., NSDI'19) cannot know job lengths, so it favours jobs that have received little
+*service*, measured in two dimensions: GPUs x time. Continuous LAS would preempt constantly, so
+priorities are discretised into K queues (a multi-level feedback queue):
+
+* every job enters Q0; once its attained service since it last entered Q0 reaches the queue's
+  upper threshold it is demoted to the next queue (it joins that queue's tail);
+* queues are served in order; inside a queue running jobs come first, then waiting jobs in the
+  order they entered the queue — so jobs of the same queue never preempt each other, only a
+  higher queue preempts a lower one (the reason for discretising);
+* each job gets exactly its size (requested GPUs; the Fig. 6 variant uses max useful GPUs) or
+  nothing; a job that does not fit is skipped (work-conserving backfill, as Tiresias' simulator);
+* starvation: a waiting job in a lower queue whose waiting time since it last ran in this stint
+  reaches ``PROMOTEKNOB`` x its executed time is promoted back to Q0, and both counters restart.
+
+Defaults (``docs/algorithms/baselines.md``): K = 2 queues, Q0 threshold 3600 GPU-seconds,
+PROMOTEKNOB = 8 — the Tiresias paper's settings as reproduced by Vodascheduler
+(``pkg/algorithm``: "Settings described in the original Tiresias paper"). Tiresias' own
+simulator (``jobs.py``) ships ``queue_limit = [3250, 7200, 18000]`` and runs ``dlas-gpu`` with the
+knob off; both are one constructor argument away.
+
+Demotions and promotions happen *between* events, so the stage exposes
+:meth:`TiresiasL.next_wakeup`: the earliest time a running job crosses its threshold or a
+waiting job becomes due for promotion. The engine then re-decides at exactly that time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gpuplan.models import ActiveJob, ClusterView, InputError, SolverStats
+
+from ...delta import delta_from_shares, delta_ready
+from ...params import Params
+from ...placement.best_fit import best_fit_placement
+from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
+from ...registry import PolicyDef
+
+Service = Literal["gpu_time", "time"]
+SizeFn = Callable[[ActiveJob, int], int]
+"""(job, usable capacity) -> the rigid GPU count the job runs at (0: cannot run)."""
+
+TIRESIAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0,)
+"""Upper attained-service limits of Q0..Q(K-2) in GPU-seconds (K = 2 queues)."""
+TIRESIAS_PROMOTE_KNOB = 8.0
+"""Promote when waiting time >= knob x executed time (None or 0 disables)."""
+
+_SERVICE_EPS = 1e-6  # GPU-seconds: a timer fired at the exact crossing may land a hair short
+_TIME_EPS = 1e-6
+
+
+def requested_size(job: ActiveJob, limit: int) -> int:
+    """The job's requested GPU count (the rigid baselines' size)."""
+    return job.spec.requested_gpus
+
+
+def rigid_walk(order: Iterable[tuple[str, int]], capacity: int) -> Shares:
+    """Give each ``(job id, size)`` of ``order`` its size while GPUs last; skip misfits.
+
+    The reference semantics of every rigid rank policy here; :meth:`SizedQueue.walk` computes
+    the same result without visiting the jobs that are skipped.
+    """
+    free = capacity
+    shares: Shares = {}
+    for job_id, need in order:
+        if 0 < need <= free:
+            shares[job_id] = need
+            free -= need
+            if free == 0:
+                break
+    return shares
+
+
+Entry = tuple  # sortable; the last element is the job id
+
+
+class SizedQueue:
+    """Waiting jobs in rank order, bucketed by their rigid size (fixed when the job is queued).
+
+    Like :class:`~.ranked_queue.RankedQueue` the order is kept across decisions (newcomers
+    inserted, leavers removed) because a waiting job's entry is static. Keeping one sorted list
+    per size lets :meth:`walk` skip every job that is too big without looking at it: on a busy
+    cluster with big rigid jobs (the max-GPU variants) a plain walk reads hundreds of misfits
+    per decision. A size is recomputed only when the job is queued again or the usable capacity
+    changes, so the buckets always match the sizes the walk grants.
+    """
+
+    def __init__(self, entry_of: Callable[[ActiveJob, float], Entry], size: SizeFn) -> None:
+        self.entry_of = entry_of
+        self.size = size
+        self.entries: dict[str, Entry] = {}
+        self.sizes: dict[str, int] = {}
+        self.buckets: dict[int, list[Entry]] = {}
+        self._capacity: int | None = None
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def insert(self, job: ActiveJob, entry: Entry, capacity: int) -> None:
+        job_id = job.spec.id
+        size = self.size(job, capacity)
+        self.entries[job_id] = entry
+        self.sizes[job_id] = size
+        bisect.insort(self.buckets.setdefault(size, []), entry)
+
+    def remove(self, job_id: str) -> None:
+        entry = self.entries.pop(job_id)
+        bucket = self.buckets[self.sizes.pop(job_id)]
+        del bucket[bisect.bisect_left(bucket, entry)]
+
+    def _rebuild(self) -> None:
+        buckets: dict[int, list[Entry]] = {}
+        for job_id, entry in self.entries.items():
+            buckets.setdefault(self.sizes[job_id], []).append(entry)
+        for bucket in buckets.values():
+            bucket.sort()
+        self.buckets = buckets
+
+    def sync(self, view: ClusterView) -> tuple[set[str], list[str]]:
+        """Follow ``view.pending``; returns (removed ids, added ids in submit order)."""
+        pending, entries, sizes = view.pending, self.entries, self.sizes
+        capacity = view.capacity
+        removed = entries.keys() - pending.keys()
+        added = sorted(
+            pending.keys() - entries.keys(), key=lambda j: (pending[j].spec.submit_time, j)
+        )
+        rebuild = capacity != self._capacity or len(removed) + len(added) > 64
+        if rebuild:
+            for job_id in removed:
+                del entries[job_id]
+                del sizes[job_id]
+        else:
+            for job_id in removed:
+                self.remove(job_id)
+        if capacity != self._capacity:
+            self._capacity = capacity
+            for job_id in entries:
+                sizes[job_id] = self.size(pending[job_id], capacity)
+        now = view.now
+        for job_id in added:
+            job = pending[job_id]
+            if rebuild:
+                entries[job_id] = self.entry_of(job, now)
+                sizes[job_id] = self.size(job, capacity)
+            else:
+                self.insert(job, self.entry_of(job, now), capacity)
+        if rebuild:
+            self._rebuild()
+        return removed, added
+
+    def walk(self, running: list[tuple[Entry, int]], capacity: int) -> Shares:
+        """:func:`rigid_walk` over the running jobs (``(entry, size)``, any order) merged with
+        the queue, in entry order. A k-way merge of the size buckets that still fit: a bucket
+        whose next job does not fit is dropped for good (free GPUs only shrink), so the cost is
+        O((grants + sizes) log sizes), independent of how many jobs wait."""
+        run_buckets: dict[int, list[Entry]] = {}
+        for entry, size in running:
+            run_buckets.setdefault(size, []).append(entry)
+        heap: list[tuple[Entry, int, int, list[Entry]]] = []
+        for buckets in (self.buckets, run_buckets):
+            for size, bucket in buckets.items():
+                if bucket and 0 < size <= capacity:
+                    if buckets is run_buckets:
+                        bucket.sort()
+                    heap.append((bucket[0], size, 0, bucket))
+        heapq.heapify(heap)
+        free = capacity
+        shares: Shares = {}
+        while heap:
+            entry, size, i, bucket = heapq.heappop(heap)
+            if size > free:
+                continue
+            shares[entry[-1]] = size
+            free -= size
+            if free == 0:
+                break
+            if i + 1 < len(bucket):
+                heapq.heappush(heap, (bucket[i + 1], size, i + 1, bucket))
+        return shares
+
+
+@dataclass(slots=True)
+class _Stint:
+    """A job's queue state. Bases are the job's counters when it last entered Q0."""
+
+    queue: int
+    seq: int
+    service_base: float = 0.0
+    held_base: float = 0.0
+    pend_base: float | None = None  # total pending time when the job first ran in this stint
+    version: int = 0  # invalidates stale promotion timers
+
+
+class TiresiasL:
+    """Shares stage for discretised 2D-LAS; keeps queues between decisions."""
+
+    def __init__(
+        self,
+        thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS_GPU_S,
+        promote_knob: float | None = TIRESIAS_PROMOTE_KNOB,
+        size: SizeFn = requested_size,
+        service: Service = "gpu_time",
+    ) -> None:
+        if service not in ("gpu_time", "time"):
+            raise ValueError(f"service must be 'gpu_time' or 'time', got {service!r}")
+        if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(set(thresholds)):
+            raise ValueError(f"thresholds must be positive and increasing, got {thresholds}")
+        if promote_knob is not None and promote_knob < 0:
+            raise ValueError(f"promote_knob must be >= 0 or None, got {promote_knob}")
+        self.thresholds = tuple(float(t) for t in thresholds)
+        self.promote_knob = promote_knob or None
+        self.size = size
+        self.service = service
+        self._last = len(self.thresholds)  # index of the lowest-priority queue
+        self._state: dict[str, _Stint] = {}
+        # waiting jobs, entries (queue, 1, seq, id): running jobs (queue, 0, seq, id) go first
+        self._waiting = SizedQueue(self._entry_of, size)
+        self._promote: list[tuple[float, int, str]] = []  # (due time, version, id)
+        self._seq = 0
+        self._running_at_decision: list[str] = []
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def queue_of(self, job_id: str) -> int | None:
+        """Current queue of a known job (0 = highest priority), for inspection and tests."""
+        st = self._state.get(job_id)
+        return None if st is None else st.queue
+
+    def _stint(self, job_id: str) -> _Stint:
+        st = self._state.get(job_id)
+        if st is None:
+            # Service counts from zero: a job restored from a state file with prior service
+            # lands in the queue its total attained service deserves.
+            st = self._state[job_id] = _Stint(queue=0, seq=self._next_seq())
+        return st
+
+    def snapshot(self) -> dict[str, Any]:
+        """Each known job's queue and counter bases, the sequence counter and the jobs that
+        ran at the last decision. Waiting order and promotion timers are rebuilt from these at
+        the next decision (their due times depend only on the bases)."""
+        return {
+            "stints": {j: asdict(st) for j, st in self._state.items()},
+            "seq": self._seq,
+            "running_at_decision": list(self._running_at_decision),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._state = {str(j): _Stint(**st) for j, st in state.get("stints", {}).items()}
+        self._seq = int(state.get("seq", 0))
+        self._running_at_decision = [str(j) for j in state.get("running_at_decision", [])]
+        self._waiting = SizedQueue(self._entry_of, self.size)
+        self._promote = []
+
+    def _entry_of(self, job: ActiveJob, now: float) -> Entry:
+        st = self._stint(job.spec.id)
+        return (st.queue, 1, st.seq, job.spec.id)
+
+    def _arm_promotion(self, job: ActiveJob, st: _Stint, now: float) -> None:
+        """Schedule the promotion of a waiting lower-queue job (its due time is fixed while it
+        waits: executed time is frozen and waiting time grows at rate 1)."""
+        if self.promote_knob is None or st.queue == 0:
+            return
+        executed = job.held_time_at(now) - st.held_base
+        if executed <= 0:
+            return
+        waited = job.pending_time_at(now) - (st.pend_base if st.pend_base is not None else 0.0)
+        st.version += 1
+        due = now + self.promote_knob * executed - waited
+        heapq.heappush(self._promote, (due, st.version, job.spec.id))
+
+    def _service(self, job: ActiveJob, now: float) -> float:
+        """Attained service: GPU-seconds (AFS's Tiresias-L) or executed wall seconds (what the
+        upstream Tiresias simulator's ``dlas`` counts)."""
+        if self.service == "time":
+            return job.held_time_at(now)
+        return job.attained_service_at(now)
+
+    def _demote(self, job: ActiveJob, st: _Stint, now: float) -> None:
+        service = self._service(job, now) - st.service_base
+        while st.queue < self._last and service >= self.thresholds[st.queue] - _SERVICE_EPS:
+            st.queue += 1
+            st.seq = self._next_seq()
+
+    def _promote_due(self, view: ClusterView) -> None:
+        now, heap = view.now, self._promote
+        while heap and heap[0][0] <= now + _TIME_EPS:
+            _, version, job_id = heapq.heappop(heap)
+            st = self._state.get(job_id)
+            job = view.pending.get(job_id)
+            if st is None or job is None or st.version != version or st.queue == 0:
+                continue
+            self._waiting.remove(job_id)
+            st.queue = 0
+            st.seq = self._next_seq()
+            st.service_base = self._service(job, now)
+            st.held_base = job.held_time_at(now)
+            st.pend_base = None
+            st.version += 1
+            self._waiting.insert(job, self._entry_of(job, now), view.capacity)
+
+    # ------------------------------------------------------------------ the stage
+    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        now, running, pending = view.now, view.running, view.pending
+        capacity = view.capacity
+        for job_id in self._running_at_decision:
+            if job_id not in running and job_id not in pending:
+                self._state.pop(job_id, None)
+        for job_id, job in running.items():
+            st = self._stint(job_id)
+            if st.pend_base is None:
+                st.pend_base = job.pending_time_at(now)
+            self._demote(job, st, now)
+        removed, added = self._waiting.sync(view)
+        for job_id in removed:
+            if job_id not in running:  # finished (or vanished): forget it
+                self._state.pop(job_id, None)
+        for job_id in added:
+            self._arm_promotion(pending[job_id], self._state[job_id], now)
+        self._promote_due(view)
+        self._running_at_decision = list(running)
+
+        state, size = self._state, self.size
+        ranked_running = [
+            ((state[j].queue, 0, state[j].seq, j), size(job, capacity))
+            for j, job in running.items()
+        ]
+        return self._waiting.walk(ranked_running, capacity)
+
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
+        """The decision as changes (:func:`~..delta.delta_from_shares`): preemptions of
+        demoted or outranked jobs, starts placed with the view's free-count index. None on a
+        view a delta cannot stand for (checked before the stage runs: it keeps state), or
+        for a subclass that decides otherwise."""
+        if not delta_ready(view, placement) or type(self).__call__ is not TiresiasL.__call__:
+            return None
+        stats: list[SolverStats] = []
+        return delta_from_shares(view, self(view, stats), placement, stats)
+
+    def next_wakeup(self, view: ClusterView) -> float | None:
+        """Earliest threshold crossing of a running job or promotion of a waiting one.
+
+        Called after the decision was carried out, so ``view.running`` holds the new
+        allocation. Jobs preempted by that decision are queued here at once, so their
+        promotion timers exist before the next event.
+        """
+        now = view.now
+        for job_id in self._running_at_decision:
+            job = view.pending.get(job_id)
+            if job is not None and job_id not in self._waiting:
+                st = self._stint(job_id)
+                self._waiting.insert(job, self._entry_of(job, now), view.capacity)
+                self._arm_promotion(job, st, now)
+        best = math.inf
+        for job_id, job in view.running.items():
+            st = self._state.get(job_id)
+            if st is None or st.queue >= self._last or job.gpus <= 0:
+                continue
+            left = self.thresholds[st.queue] - (self._service(job, now) - st.service_base)
+            pace = job.gpus if self.service == "gpu_time" else 1
+            best = min(best, now + max(left, 0.0) / pace)
+        heap = self._promote
+        while heap:
+            due, version, job_id = heap[0]
+            st = self._state.get(job_id)
+            if st is not None and st.version == version and job_id in view.pending:
+                best = min(best, due)
+                break
+            heapq.heappop(heap)
+        if best == math.inf:
+            return None
+        return max(best, now + _TIME_EPS)
+
+
+def tiresias_l_shares(
+    thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS_GPU_S,
+    promote_knob: float | None = TIRESIAS_PROMOTE_KNOB,
+    service: Service = "gpu_time",
+) -> TiresiasL:
+    """A fresh Tiresias-L shares stage (rigid at requested GPUs)."""
+    return TiresiasL(thresholds, promote_knob, service=service)
+
+
+def tiresias_l_policy(name: str = "tiresias-l", **kwargs: object) -> StagedPolicy:
+    """Tiresias-L with best-fit placement and its demotion/promotion timers wired in."""
+    stage = tiresias_l_shares(**kwargs)  # type: ignore[arg-type]
+    return StagedPolicy(name, stage, best_fit_placement, stage.next_wakeup, memory=stage)
+
+
+class TiresiasParams(Params):
+    thresholds: tuple[float, ...] = Field(
+        TIRESIAS_THRESHOLDS_GPU_S,
+        min_length=1,
+        max_length=16,
+        description="upper service limits of Q0..Q(K-2), increasing (K queues)",
+    )
+    promote_knob: float | None = Field(
+        TIRESIAS_PROMOTE_KNOB,
+        ge=0,
+        le=1e6,
+        description="promote to Q0 when waiting >= knob x executed time; null/0: off",
+    )
+    service: Service = Field(
+        "gpu_time",
+        description="gpu_time: GPU-seconds (AFS); time: executed seconds (upstream Tiresias dlas)",
+    )
+    upstream_events: bool = Field(
+        False,
+        description="as the Tiresias simulator: demotion checked at its whole-second "
+        "events, waiting jobs to the back of their queue after each pass (needs "
+        "promote_knob: null)",
+    )
+
+
+def _build(p: TiresiasParams, seed: int) -> StagedPolicy:
+    if p.upstream_events:
+        return _build_upstream(p)
+    try:
+        return tiresias_l_policy(
+            thresholds=p.thresholds, promote_knob=p.promote_knob, service=p.service
+        )
+    except ValueError as err:
+        raise InputError(str(err), field="policies.tiresias-l") from None
+
+
+def _build_upstream(p: TiresiasParams) -> StagedPolicy:
+    """``upstream_events``: the simulator's loop (:mod:`.tiresias_upstream`), imported only
+    when asked for."""
+    if p.promote_knob:
+        raise InputError(
+            "upstream_events has no starvation knob (the simulator's dlas-gpu-N "
+            "is not ported): set promote_knob to null",
+            field="policies.tiresias-l.promote_knob",
+        )
+    from .tiresias_upstream import UpstreamMLFQ
+
+    try:
+        stage = UpstreamMLFQ(p.thresholds, p.service)
+    except ValueError as err:
+        raise InputError(str(err), field="policies.tiresias-l") from None
+    return StagedPolicy("tiresias-l", stage, best_fit_placement, stage.next_wakeup, memory=stage)
+
+
+POLICIES = [PolicyDef("tiresias-l", _build, TiresiasParams)]

@@ -1,0 +1,1 @@
+"""The command line: commands, imports, extras, hostile inputs, sweep and its report."""

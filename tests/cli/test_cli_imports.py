@@ -1,0 +1,114 @@
+"""The light entry points load no solver backend and no heavy library (issues 27 and 28).
+
+``gpuplan scenarios``, ``gpuplan policies`` and ``make_policy('fifo')`` run in a fresh
+interpreter that then prints ``sorted(sys.modules)``; none of OR-Tools, scipy.optimize,
+networkx, pandas or Dask may be among them. Why a subprocess: this test process has long
+imported all of them. The probe itself is checked on an import that does load them, so a probe
+that saw nothing could not pass. Timings are in tests/bench/cli_startup.py, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("ortools", "scipy.optimize", "networkx", "pandas", "dask", "distributed")
+
+PROBE = """\
+import contextlib, io, json, sys
+{code}
+print("MODULES=" + json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+CLI = """\
+from gpuplan.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main({argv!r}) == 0
+"""
+
+
+def _modules(code: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(code=code)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("MODULES="))
+    return set(json.loads(line.removeprefix("MODULES=")))
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+@pytest.mark.parametrize("argv", [["scenarios"], ["policies"], ["policies", "fifo"]])
+def test_light_commands_import_no_solver_backend(argv: list[str]) -> None:
+    modules = _modules(CLI.format(argv=argv))
+    assert "gpuplan.cli" in modules
+    assert _heavy(modules) == []
+    assert not any(m.startswith("gpuplan.solver_core.policies.aryl") for m in modules)
+
+
+LISTING_MUST_NOT_LOAD = (
+    *HEAVY,
+    "numpy",
+    "scipy",
+    "pydantic",
+    "pydantic_core",
+    "yaml",
+    "rich.progress",
+    "gpuplan.scenarios.build",
+    "gpuplan.solver_core",
+    "gpuplan.executors.simulator",
+    "gpuplan.executors.metrics",
+    "gpuplan.inspect_cmds",
+    "gpuplan.sweep",
+    "gpuplan.solve",
+)
+"""What a cold ``gpuplan scenarios`` (goal 0.3 s) must not import: it reads the static index
+(``scenarios/listing.py``) and prints one rich table."""
+
+
+def test_scenarios_reads_the_index_and_builds_no_model() -> None:
+    modules = _modules(CLI.format(argv=["scenarios"]))
+    assert "gpuplan.scenarios.listing" in modules and "rich.table" in modules
+    loaded = sorted(
+        m for m in modules if any(m == h or m.startswith(h + ".") for h in LISTING_MUST_NOT_LOAD)
+    )
+    assert loaded == []
+
+
+def test_simulate_loads_no_other_command() -> None:
+    """A run imports the simulator and its models, not the modules of status, explain,
+    sweep or solve (registered by name only, gpuplan.cli.LAZY_COMMANDS)."""
+    modules = _modules(
+        CLI.format(argv=["simulate", "--scenario", "h200-colocation", "--policy", "fifo"])
+    )
+    assert "gpuplan.executors.simulator" in {m.rsplit(".", 1)[0] for m in modules} | modules
+    assert not {"gpuplan.inspect_cmds", "gpuplan.sweep", "gpuplan.solve"} & modules
+    assert _heavy(modules) == []
+
+
+def test_a_lazy_command_still_parses_and_runs() -> None:
+    """``solve --list`` registers its own parser; ``--help`` lists every command."""
+    modules = _modules(CLI.format(argv=["solve", "--list"]))
+    assert "gpuplan.solve" in modules and "gpuplan.sweep" not in modules
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0
+    for name in ("simulate", "scenarios", "sweep", "status", "explain", "solve"):
+        assert name in proc.stdout
+
+
+def test_make_policy_fifo_imports_no_solver_backend() -> None:
+    modules = _modules("from gpuplan.solver_core.registry import make_policy\nmake_policy('fifo')")
+    assert "gpuplan.solver_core.registry" in modules
+    assert _heavy(modules) == []
+
+
+def test_the_probe_sees_a_solver_backend_when_one_is_loaded() -> None:
+    """Aryl's reclaim solvers do load CP-SAT and scipy.optimize: the probe must say so."""
+    found = _heavy(_modules("import gpuplan.solver_core.policies.aryl.reclaim"))
+    assert "ortools" in found and "scipy.optimize" in found

@@ -1,0 +1,1 @@
+"""The docs: links resolve, examples run, published numbers match the code."""

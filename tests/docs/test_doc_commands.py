@@ -1,0 +1,160 @@
+"""Every documented ``gpuplan`` command in docs/results/*.md prints the numbers the doc gives
+(issue 29, acceptance: "a test runs every documented gpuplan command ... and compares its
+output with the number printed in the doc").
+
+A doc marks a checked command as one statement::
+
+    `gpuplan compare --scenario S --policies a,b --json` prints `avg_jct_s` 851, 819.765;
+    `makespan_s` 1249, 1023.529.
+
+that is, the command in backticks (it must end in ``--json``), the word ``prints``, then one or
+more ``` `FIELD` ``` followed by one number per row of the JSON output (policies x seeds, in
+order), numbers without thousands separators, groups separated by ``;``. Each number is
+compared at the precision written (``1249`` is the value rounded to a whole number,
+``1023.529`` to three decimals). A ``gpuplan compare|simulate --scenario ... --json`` command in
+backticks that is followed by no ``prints`` is a failure: a documented command either is
+checked or is not written as one. ``slurm.md`` (lab runs, ``tests/docs/test_slurm_bench_doc.py``)
+and ``gpu.md`` (hardware) are not read. The Tiresias rows of fidelity.md are a table of their
+own, checked by ``tests/policies/test_tiresias_upstream.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuplan.cli import main
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+SKIPPED_DOCS = {"slurm.md", "gpu.md"}
+COMMAND = re.compile(r"`(gpuplan (?:compare|simulate) [^`]*?--json)`")
+GROUP = re.compile(r"\s*`(\w+)`((?:\s*-?\d+(?:\.\d+)?\s*,)*\s*-?\d+(?:\.\d+)?)\s*;?")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+SLOW = ("sidecar-wl",)
+"""Commands taking tens of seconds on a loaded 2-core machine: marked slow (still in make test)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    doc: str
+    line: int
+    command: str
+    expected: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _docs() -> list[Path]:
+    return sorted(p for p in RESULTS.glob("*.md") if p.name not in SKIPPED_DOCS)
+
+
+def _checks(path: Path) -> list[Check]:
+    text = path.read_text(encoding="utf-8")
+    out: list[Check] = []
+    for match in COMMAND.finditer(text):
+        rest = text[match.end() :]
+        head = re.match(r"\s+prints\s", rest)
+        if head is None:
+            continue
+        pos, groups = head.end(), []
+        while (g := GROUP.match(rest, pos)) is not None:
+            groups.append((g.group(1), tuple(NUMBER.findall(g.group(2)))))
+            pos = g.end()
+        if groups:
+            line = text.count("\n", 0, match.start()) + 1
+            out.append(Check(path.name, line, match.group(1), tuple(groups)))
+    return out
+
+
+CHECKS = [c for p in _docs() for c in _checks(p)]
+
+
+def _reads_traces(command: str) -> bool:
+    """Whether the command's scenario reads a file of the shared traces folder."""
+    from gpuplan.scenarios.build import resolve_scenario
+
+    argv = shlex.split(command)
+    spec, _ = resolve_scenario(argv[argv.index("--scenario") + 1])
+    return spec.workload.path is not None
+
+
+def _param(c: Check) -> object:
+    marks = [pytest.mark.slow] if any(s in c.command for s in SLOW) else []
+    if _reads_traces(c.command):
+        marks.append(pytest.mark.traces)
+    return pytest.param(c, id=f"{c.doc}:{c.line}", marks=marks)
+
+
+def test_the_marked_commands_are_found() -> None:
+    """The docs this issue touched carry marked commands (guards the parser itself)."""
+    docs = {c.doc for c in CHECKS}
+    assert {"sidecar.md", "fidelity.md"} <= docs, docs
+
+
+def test_every_documented_json_command_is_checked() -> None:
+    """A full ``gpuplan compare|simulate --scenario ... --json`` command in a results doc is
+    followed by ``prints`` and its numbers (this test's format or the Tiresias table's)."""
+    unchecked = []
+    for path in _docs():
+        text = path.read_text(encoding="utf-8")
+        for match in COMMAND.finditer(text):
+            if "--scenario" not in match.group(1):
+                continue
+            after = text[match.end() : match.end() + 400]
+            if not re.match(r"\s*(\|\s*)?prints\s", after):
+                unchecked.append(f"{path.name}:{text.count(chr(10), 0, match.start()) + 1}")
+    assert not unchecked, f"documented commands without their numbers: {unchecked}"
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+@pytest.mark.parametrize("check", [_param(c) for c in CHECKS])
+def test_documented_command_prints_the_documented_numbers(
+    check: Check, request: pytest.FixtureRequest
+) -> None:
+    if _reads_traces(check.command):
+        request.getfixturevalue("traces")  # skip (or fail under CI) without the shared traces
+    argv = shlex.split(check.command)[1:]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    assert code == 0, check.command
+    bad = _mismatches(check, json.loads(out.getvalue()))
+    assert not bad, f"{check.doc}:{check.line} ({check.command}): {bad}"
+
+
+def _mismatches(check: Check, rows: list[dict]) -> list[str]:
+    """Each field whose printed values, rounded as the doc writes them, differ from the doc."""
+    bad = []
+    for field, numbers in check.expected:
+        if len(numbers) != len(rows):
+            bad.append(f"{field}: {len(numbers)} numbers for {len(rows)} rows")
+            continue
+        got = [round(float(r[field]), _decimals(n)) for r, n in zip(rows, numbers, strict=True)]
+        if got != [float(n) for n in numbers]:
+            bad.append(f"{field}: printed {got}, doc {list(numbers)}")
+    return bad
+
+
+def test_the_parser_reads_a_statement_and_the_comparison_can_fail(tmp_path: Path) -> None:
+    """A marked statement over two lines, its groups and precision; a wrong number, a
+    missing row and a rounding difference are each reported."""
+    doc = tmp_path / "x.md"
+    doc.write_text(
+        "Text.\n`gpuplan compare --scenario s --policies a,b --json` prints `avg_jct_s` 851,\n"
+        "819.8; `resizes` 0, 37. Next sentence 12, 13.\n"
+    )
+    (check,) = _checks(doc)
+    assert check.expected == (("avg_jct_s", ("851", "819.8")), ("resizes", ("0", "37")))
+    good = [{"avg_jct_s": 850.6, "resizes": 0}, {"avg_jct_s": 819.76, "resizes": 37}]
+    assert _mismatches(check, good) == []
+    assert _mismatches(check, [good[0], {**good[1], "resizes": 36}]) != []
+    assert _mismatches(check, [good[0], {**good[1], "avg_jct_s": 819.74}]) != []
+    assert _mismatches(check, good[:1]) != []

@@ -1,0 +1,1 @@
+"""The SSH lab: sshd daemons on this machine standing for nodes (test support)."""

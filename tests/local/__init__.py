@@ -1,0 +1,1 @@
+"""The single-server executor (gpuplan server / submit / cancel)."""

@@ -1,0 +1,1 @@
+"""The shared pydantic models and their fast construction."""

@@ -1,0 +1,1 @@
+"""Policies: each paper's and baseline's decisions, the registry, placement, wrappers."""

@@ -1,0 +1,1 @@
+"""Trace loaders, profiles, scenario files, workloads and interference tables."""
