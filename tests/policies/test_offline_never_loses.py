@@ -99,6 +99,20 @@ def test_issue_instances(rows: list[tuple[float, int, float]], gpus: int) -> Non
         assert best <= online * (1 + REL), (name, online, best)
 
 
+def test_a_completion_on_a_segment_boundary_is_not_preempted() -> None:
+    """Found by the property test below: j3's planned end and the next segment's start are one
+    instant, and j3 still owed ~1e-14 of its work there. The replay used to preempt it and park
+    it behind j2's whole 32-s segment (54.44 s avg JCT against the planned 46.44 s, which
+    fifo-backfill reaches)."""
+    rows = [(0.0, 1, 37.891), (37.891, 1, 27.0), (13.0, 4, 32.0), (28.0, 1, 36.938)]
+    cluster, jobs = Cluster.uniform(1, 4), rigid_jobs(rows)
+    best, policy = offline(cluster, jobs)
+    assert policy.bound is not None and policy.bound.status == "optimal"
+    assert best == pytest.approx(policy.bound.planned_avg_jct_s, rel=REL)
+    assert best == pytest.approx(46.44175, rel=REL)
+    assert best <= avg_jct(cluster, jobs, make_policy("fifo-backfill")) * (1 + REL)
+
+
 @st.composite
 def small_instances(draw: st.DrawFn) -> tuple[Cluster, list[JobSpec], bool]:
     """2-4 jobs on 2 or 4 GPUs, arrivals 0-60 s, 5-60 s long, off any common grid; rigid

@@ -84,6 +84,8 @@ class OfflineParams(Params):
 
 TOL_S = 1e-6
 """Two instants closer than this (s) are one: the simulator's clock and the LP's times."""
+FINISH_S = 1e-6
+"""A running job that needs at most this long (s) to finish is finishing, not overdue."""
 PROVEN_REL = 1e-5
 """A schedule within this relative distance of its proven lower bound counts as optimal (the
 continuous schedule does 1e-6 more work per job than its LP, see offline_elastic.MARGIN)."""
@@ -227,6 +229,7 @@ class OfflineOptimal(PolicyBase):
                 if g:
                     shares[job_id] = g
             overdue = [j for j in jobs if self._overdue(j, slot)]
+        shares = self._finishing_first(view, overdue, shares)
         free = sum(n.gpus for n in view.nodes.values()) - sum(shares.values())
         for job_id in overdue:
             if job_id in shares:
@@ -239,6 +242,33 @@ class OfflineOptimal(PolicyBase):
         stats, self._unreported = self._unreported, []
         placements = best_fit_placement(view, shares, stats)
         return Decision(shares=shares, placements=enforce_shapes(view, placements), stats=stats)
+
+    @staticmethod
+    def _finishing_first(view: ClusterView, overdue: list[str], planned: Shares) -> Shares:
+        """Keep a running job that is past its planned end only by rounding on its GPUs, and
+        defer the planned jobs that no longer fit until it completes.
+
+        Why: the schedule's segment boundary and the job's completion event can land on the
+        same instant with the job still owing ~1e-14 of its work in floating point. Taking its
+        GPUs for the next segment would preempt it at that instant and park it behind the whole
+        next segment (measured: a 4-job instance replayed at 54.44 s avg JCT against its planned
+        46.44 s). Its completion event follows at once and the deferred jobs start then."""
+        finishing = {
+            j: view.running[j].gpus
+            for j in overdue
+            if j in view.running
+            and view.running[j].gpus > 0
+            and view.remaining_time(view.running[j], view.running[j].gpus) <= FINISH_S
+        }
+        if not finishing:
+            return planned
+        shares: Shares = dict(finishing)
+        free = sum(n.gpus for n in view.nodes.values()) - sum(shares.values())
+        for job_id, count in planned.items():
+            if job_id not in shares and count <= free:
+                shares[job_id] = count
+                free -= count
+        return shares
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         if self.schedule is None or not (view.running or view.pending):
