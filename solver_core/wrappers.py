@@ -113,7 +113,14 @@ def _reuse(policy: StagedPolicy, p: ReuseParams, seed: int) -> StagedPolicy:
 
 class FairShareUntilMeasured(Stateless):
     """Cap unmeasured jobs' counts at ``max(1, M // n)`` (n = active jobs, M = usable GPUs);
-    GPUs the cap frees stay idle until the job's measurement arrives (the price AFS accepts)."""
+    GPUs the cap frees stay idle until the job's measurement arrives (the price AFS accepts).
+
+    A job none of whose allowed counts fits under the cap (a rigid 8-GPU job when the cap is
+    2) keeps its smallest allowed count instead of 0: it is measured only by running, so a 0
+    would keep it unmeasured, and so capped, for as long as the queue is long. Measured before
+    this rule: under Elastic-Tiresias the inner stage preempted everything for two such jobs of
+    the highest priority and the cap then zeroed them, leaving all 16 GPUs idle with 8 jobs
+    waiting until the run ended."""
 
     def __init__(self, inner: AllocationStage) -> None:
         self.inner = inner
@@ -128,8 +135,9 @@ class FairShareUntilMeasured(Stateless):
         for job_id, gpus in counts.items():
             job = view.running.get(job_id) or view.pending.get(job_id)
             if job is not None and not job.measured and gpus > fair:
-                allowed = [c for c in job.spec.allowed_counts() if c <= fair]
-                counts[job_id] = max(allowed) if allowed else 0
+                allowed = job.spec.allowed_counts()
+                under = [c for c in allowed if 0 < c <= fair]
+                counts[job_id] = max(under) if under else min(c for c in allowed if c > 0)
         return with_counts(allocation, counts)
 
 

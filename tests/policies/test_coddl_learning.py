@@ -202,3 +202,26 @@ def test_learning_policies_drop_to_the_measured_saturation_point(policy: str) ->
     )
     plan_gpus = make_policy(policy.removesuffix("-learning")).decide(fresh.to_view()).shares
     assert plan_gpus == {"a": 2}
+
+
+@pytest.mark.parametrize(
+    "config", ["elastic-tiresias(wrappers=[learning])", "tiresias-l(wrappers=[learning])"]
+)
+def test_an_unmeasured_job_above_the_fair_cap_still_runs(config: str) -> None:
+    """The learning cap (``max(1, M // n)`` GPUs for an unmeasured job) must not zero a job
+    none of whose allowed counts fits under it: it is measured only by running. Before the
+    rule, Elastic-Tiresias on this workload (16 GPUs, 8 jobs waiting, two unmeasured 8-GPU jobs
+    first in line) preempted every running job for them, the cap zeroed them, and the run
+    ended with 8 jobs never finished and every GPU idle."""
+    from gpuplan.executors.engine import Engine
+    from gpuplan.executors.simulator.cluster import SimulatedCluster
+    from gpuplan.models import Cluster, LearningSpec
+    from gpuplan.solver_core.registry import make_policy
+    from tests.policies.test_policy_interface import workload
+
+    cluster, jobs = Cluster.uniform(2, 8), workload()
+    executor = SimulatedCluster(cluster, jobs, learning=LearningSpec(enabled=True), seed=3)
+    engine = Engine(cluster, make_policy(config, seed=3), executor, sample_interval_s=None)
+    engine.run()
+    unfinished = [r.job_id for r in engine.result().jobs if r.finish_time is None]
+    assert not unfinished, unfinished

@@ -42,7 +42,7 @@ WRAPPED = [
     "tiresias-l(wrappers=[network-packing])",
     "afs-s(wrappers=[reuse])",
     "tiresias-l(wrappers=[ojpp])",
-    "elastic-tiresias(wrappers=[reuse])",
+    "elastic-tiresias(wrappers=[reuse, learning])",
 ]
 """Wrappers on stateful bases (the registry's presets cover them on AFS-L, SRTF, FIFO, ...)."""
 
