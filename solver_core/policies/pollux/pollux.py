@@ -210,8 +210,9 @@ class PolluxPolicy(PolicyBase):
         for job in jobs:
             mem = self._memory[job.id]
             kmax = min(_max_gpus(job.spec), gpus)
-            if p.explore:
-                kmax = min(kmax, max(2 * mem.held_max, 1))
+            if p.explore:  # never below the job's smallest count: a rigid job would starve
+                smallest = min((c for c in job.spec.allowed_counts() if c > 0), default=1)
+                kmax = min(kmax, max(2 * mem.held_max, smallest))
             s = self._speedups(job, kmax, fair, now, node_gpus) * scale
             age = now - job.spec.submit_time
             restarts = max(mem.allocations - 1, 0)
