@@ -66,6 +66,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     for flag, value in (("--work", args.work), ("--duration", args.duration)):
         if value is not None and not value > 0:
             raise InputError(f"{value}: must be positive", field=flag)
+    for flag, value in (("--memory", args.memory), ("--compute", args.compute)):
+        if value is not None and not 0 < value <= 1:
+            raise InputError(f"{value}: a fraction of one GPU, in (0, 1]", field=flag)
     result = request(
         _state_dir(args),
         "submit",
@@ -79,6 +82,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             "name": args.name or "",
             "work": args.work,
             "duration": args.duration,
+            "memory": args.memory,
+            "compute": args.compute,
         },
     )
     print(result["id"])
@@ -176,6 +181,19 @@ def add_subcommands(sub: Any) -> None:
         "$GPUPLAN_STATE_DIR/$GPUPLAN_JOB_ID.ckpt) and the server accounts its progress",
     )
     sm.add_argument("--duration", type=float, default=None, help="estimated seconds at --gpus")
+    sm.add_argument(
+        "--memory",
+        type=float,
+        default=None,
+        help="fraction of one GPU's memory each worker needs (0-1]: the job may share GPUs "
+        "under an OJPP policy (fifo-ojpp)",
+    )
+    sm.add_argument(
+        "--compute",
+        type=float,
+        default=None,
+        help="fraction of one GPU's compute each worker uses (0-1], default 1 (OJPP's alpha)",
+    )
     sm.add_argument("--server", default=None, help="the server's state dir")
     sm.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sm.set_defaults(func=cmd_submit)

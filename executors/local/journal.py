@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``memory`` and ``compute`` (a job's OJPP profile); a version-1 journal gains them
+empty on open."""
 FINAL = ("completed", "failed", "cancelled", "rejected")
 """States a job never leaves."""
 
@@ -42,9 +44,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     done REAL NOT NULL DEFAULT 0,
     start_time REAL,
     end_time REAL,
-    reason TEXT NOT NULL DEFAULT ''
+    reason TEXT NOT NULL DEFAULT '',
+    memory REAL,
+    compute REAL
 );
 """
+_ADDED_IN_2 = ("memory", "compute")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,10 @@ class JobRow:
     start_time: float | None
     end_time: float | None
     reason: str
+    memory: float | None = None
+    """Fraction of one GPU's memory each worker needs (OJPP's gamma); None: not co-locatable."""
+    compute: float | None = None
+    """Fraction of one GPU's compute each worker uses (OJPP's alpha)."""
 
     def public(self) -> dict[str, Any]:
         """What ``gpuplan status`` shows (no environment: it may hold secrets)."""
@@ -88,6 +97,8 @@ class JobRow:
             "reason": self.reason,
             "cancel_requested": self.cancel_requested,
             "argv": self.argv,
+            "memory": self.memory,
+            "compute": self.compute,
         }
 
 
@@ -106,6 +117,10 @@ class ServerJournal:
                     f"({SCHEMA_VERSION})"
                 )
             db.executescript(_SCHEMA)
+            have = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+            for column in _ADDED_IN_2:
+                if column not in have:  # a version-1 journal: its jobs have no profile
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {column} REAL")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
@@ -132,12 +147,15 @@ class ServerJournal:
         work: float | None,
         duration: float | None,
         submit_time: float,
+        memory: float | None = None,
+        compute: float | None = None,
     ) -> JobRow:
         """Journal a new job (before the engine hears of it) and give it its id ``jN``."""
         with self._db() as db:
             cur = db.execute(
                 "INSERT INTO jobs (name, argv, cwd, env, gpus, min_gpus, max_gpus, work, "
-                "duration, submit_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "duration, submit_time, memory, compute) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     json.dumps(list(argv)),
@@ -149,6 +167,8 @@ class ServerJournal:
                     work,
                     duration,
                     submit_time,
+                    memory,
+                    compute,
                 ),
             )
             seq = cur.lastrowid
@@ -184,7 +204,7 @@ class ServerJournal:
             rows = db.execute(
                 "SELECT id, name, argv, cwd, env, gpus, min_gpus, max_gpus, work, duration, "
                 "submit_time, state, cancel_requested, placement, done, start_time, end_time, "
-                f"reason FROM jobs {where} ORDER BY seq",
+                f"reason, memory, compute FROM jobs {where} ORDER BY seq",
                 params,
             ).fetchall()
         return [
@@ -207,6 +227,8 @@ class ServerJournal:
                 start_time=r[15],
                 end_time=r[16],
                 reason=r[17],
+                memory=r[18],
+                compute=r[19],
             )
             for r in rows
         ]

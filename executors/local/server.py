@@ -31,6 +31,7 @@ from gpuplan.models import (
     JobCompletion,
     JobFailure,
     JobSpec,
+    MemoryProfile,
 )
 from gpuplan.models.cluster import Node
 from gpuplan.solver_core.registry import make_policy
@@ -64,8 +65,19 @@ class ServerOptions:
 
 
 def spec_of(row: JobRow) -> JobSpec:
-    """The engine's job spec for a journaled job."""
+    """The engine's job spec for a journaled job. A job submitted with ``--memory`` or
+    ``--compute`` carries an OJPP memory profile (a steady footprint: no variable peak), which
+    makes it co-locatable under an OJPP policy (``fifo-ojpp``, ``ojpp-paper``); the others
+    hold whole GPUs."""
     elastic = row.min_gpus < row.max_gpus
+    profile = None
+    if row.memory is not None or row.compute is not None:
+        profile = MemoryProfile(
+            gamma=row.memory if row.memory is not None else 0.0,
+            delta=0.0,
+            p=0.0,
+            compute=row.compute if row.compute is not None else 1.0,
+        )
     return JobSpec(
         id=row.id,
         submit_time=max(0.0, row.submit_time),
@@ -74,7 +86,22 @@ def spec_of(row: JobRow) -> JobSpec:
         total_iterations=row.work,
         duration=None if row.work is not None else (row.duration or DEFAULT_DURATION_S),
         model=row.name or None,
+        memory=profile,
     )
+
+
+def _fraction(value: Any, flag: str) -> float | None:
+    """A fraction of one GPU, ``(0, 1]``, or None when not given (checked here too: the
+    socket is the boundary, whatever client sent it)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{value!r}: not a number", field=flag) from None
+    if not 0.0 < number <= 1.0:  # NaN fails too
+        raise InputError(f"{value!r}: a fraction of one GPU, in (0, 1]", field=flag)
+    return number
 
 
 def command_of(row: JobRow) -> JobCommand:
@@ -166,6 +193,7 @@ class Server:
         hi, gpus = min(hi, have), min(gpus, have)
         work = args.get("work")
         duration = args.get("duration")
+        share = {k: _fraction(args.get(k), f"--{k}") for k in ("memory", "compute")}
         with self._submit_lock:
             row = self.journal.add(
                 name=str(args.get("name") or ""),
@@ -178,6 +206,7 @@ class Server:
                 work=None if work is None else float(work),
                 duration=None if duration is None else float(duration),
                 submit_time=self.executor.now(),
+                **share,
             )
             try:
                 spec = spec_of(row)

@@ -334,6 +334,9 @@ def test_a_server_restart_resubmits_a_job_that_fenced_while_it_was_down(daemon) 
         (["--gpus", "2"], "no command to run"),
         (["--gpus", "2", "--"], "no command to run"),
         (["--gpus", "2", "--work", "-1", "--", "true"], "field '--work'"),
+        (["--gpus", "1", "--memory", "0", "--", "true"], "field '--memory'"),
+        (["--gpus", "1", "--compute", "1.5", "--", "true"], "field '--compute'"),
+        (["--gpus", "1", "--compute", "nan", "--", "true"], "field '--compute'"),
     ],
 )
 def test_bad_submissions_are_one_line_and_exit_2(daemon, args: list[str], text: str) -> None:
@@ -462,3 +465,35 @@ def test_another_uid_is_refused_on_the_socket(daemon) -> None:
     # and a client run as that user gets one line, not a traceback
     refused = d.cli("status", "--server", str(d.state), user=user)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_fifo_ojpp_co_locates_two_profiled_jobs_on_one_gpu(daemon) -> None:
+    """Two 1-GPU jobs submitted with an OJPP profile (``--memory``, ``--compute``) on a 1-GPU
+    server under ``fifo-ojpp``: the second is packed onto the first's GPU (both run at once,
+    same placement) and both complete with their work; a job without a profile waits for a
+    whole GPU."""
+    d = daemon("fifo-ojpp(theta_max=1.5,theta_balance=1.5)", gpus="1")
+    d.start()
+    profile = ("--memory", "0.3", "--compute", "0.5")
+    first = d.submit(
+        "--gpus", "1", "--work", "40", "--name", "resnet18", *profile, "--", *standin(rate=2.0)
+    )
+    second = d.submit(
+        "--gpus", "1", "--work", "20", "--name", "resnet18", *profile, "--", *standin(rate=2.0)
+    )
+    whole = d.submit("--gpus", "1", "--work", "4", "--", *standin())
+    both = wait_for(
+        "both profiled jobs run on GPU 0 together",
+        lambda: (lambda j: j if j[first]["state"] == j[second]["state"] == "running" else None)(
+            d.jobs()
+        ),
+    )
+    assert both[first]["placement"] == both[second]["placement"] == "local:0", both
+    assert both[first]["memory"] == 0.3 and both[first]["compute"] == 0.5
+    assert both[whole]["state"] == "pending", both[whole]
+    wait_for(
+        "every job completed",
+        lambda: all(j["state"] == "completed" for j in d.jobs().values()),
+    )
+    for job_id, work in ((first, 40.0), (second, 20.0), (whole, 4.0)):
+        assert_tiled(d, job_id, work)

@@ -168,3 +168,40 @@ def test_the_interference_parameter_replaces_the_default_matrix() -> None:
         on_plan=hook,
     )
     assert max(sharing) >= 2
+
+
+@pytest.mark.parametrize(
+    ("compute", "policy", "packed"),
+    [
+        (0.95, "fifo-ojpp(theta_max=1.5,theta_balance=1.5)", False),  # shares exceed one GPU
+        (0.5, "fifo-ojpp", False),  # the same-type term 0.2 is above theta_max 0.1
+        (0.5, "fifo-ojpp(theta_max=1.5,theta_balance=1.5)", True),
+    ],
+)
+def test_what_packs_two_resnet18_copies_onto_one_gpu(
+    compute: float, policy: str, packed: bool
+) -> None:
+    """The three cases docs/results/gpu.md states for two ResNet-18 copies on one GPU: only
+    declared compute shares that fit one GPU and thresholds above the predicted slowdown pack
+    them (the second then starts at once instead of after the first)."""
+    from gpuplan.executors.engine import Engine
+    from gpuplan.executors.simulator.cluster import SimulatedCluster
+    from gpuplan.models.cluster import Node
+
+    profile = MemoryProfile(gamma=0.05, delta=0.0, p=0.0, compute=compute)
+    jobs = [
+        JobSpec(
+            id=f"j{i}",
+            submit_time=float(i),
+            requested_gpus=1,
+            duration=100.0,
+            model="resnet18",
+            memory=profile,
+        )
+        for i in range(2)
+    ]
+    cluster = Cluster(nodes=[Node(name="n", gpus=1, gpu_type="v100")])
+    engine = Engine(cluster, make_policy(policy), SimulatedCluster(cluster, jobs))
+    engine.run()
+    second = {r.job_id: r for r in engine.result().jobs}["j1"]
+    assert second.first_start == (1.0 if packed else 100.0)
