@@ -67,6 +67,7 @@ def test_bundle_is_the_shipped_text_and_deterministic() -> None:
     assert first.count('if __name__ == "__main__":') == 1
     assert first.rstrip().endswith('if __name__ == "__main__":\n    sys.exit(main())')
     compile(first, "<bundle>", "exec")
+    ast.parse(first, feature_version=(3, 9))  # the nodes' oldest Python (docs/ssh.md, "Nodes")
 
 
 def test_bundle_imports_only_the_standard_library() -> None:

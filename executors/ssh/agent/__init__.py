@@ -14,7 +14,9 @@ script (``gpuplan.executors.ssh.agent_bundle``; this text is its docstring), upl
 node and runs it with the node's ``python3``; nothing of gpuplan needs to be installed there.
 The modules, in the bundle's order: ``files`` (atomic JSON, the event log, ``/proc`` liveness),
 ``sidecar`` (the daemon), ``commands`` (the client commands), ``nvml_reader`` (GPU inventory),
-``program`` (the command line and the agent's JSON-lines server).
+``program`` (the command line and the agent's JSON-lines server). On the engine host the package
+is imported (the NVML reader, tests) and ``python -m gpuplan.executors.ssh.agent`` is the same
+program.
 
 Per job and node there is one directory ``DIR`` (under the executor's run root):
 
