@@ -34,7 +34,13 @@ class BundleError(RuntimeError):
     """A module of the agent package breaks the layout the bundle needs (a developer error)."""
 
 
-def _docstring_source(where: str, text: str, tree: ast.Module) -> str:
+def _lines_of(lines: list[str], node: ast.stmt) -> str:
+    """The whole lines a top-level statement spans (a slice: ``ast.get_source_segment`` would
+    split the file again for every statement)."""
+    return "".join(lines[node.lineno - 1 : node.end_lineno]).rstrip("\n")
+
+
+def _docstring_source(where: str, lines: list[str], tree: ast.Module) -> str:
     first = tree.body[0] if tree.body else None
     if not (
         isinstance(first, ast.Expr)
@@ -42,9 +48,7 @@ def _docstring_source(where: str, text: str, tree: ast.Module) -> str:
         and isinstance(first.value.value, str)
     ):
         raise BundleError(f"{where}: no module docstring")
-    segment = ast.get_source_segment(text, first)
-    assert segment is not None
-    return segment
+    return _lines_of(lines, first)
 
 
 def _module_part(
@@ -56,8 +60,8 @@ def _module_part(
     path = package / f"{name}.py"
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text, filename=str(path))
-    _docstring_source(f"{package.name}/{name}.py", text, tree)
     lines = text.splitlines(keepends=True)
+    _docstring_source(f"{package.name}/{name}.py", lines, tree)
     body_from: int | None = None  # 0-based line where the code after the imports starts
     names: set[str] = set()
     for node in tree.body[1:]:
@@ -83,9 +87,7 @@ def _module_part(
                     raise BundleError(f"{where}: {root!r} is not in the standard library")
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
                 continue
-            segment = ast.get_source_segment(text, node)
-            assert segment is not None
-            imports.add(segment)
+            imports.add(_lines_of(lines, node))
             continue
         if body_from is None:
             end = max(n.end_lineno or n.lineno for n in tree.body[: tree.body.index(node)])
@@ -117,7 +119,9 @@ def agent_source(package: Path = PACKAGE, modules: tuple[str, ...] = MODULES) ->
     so that a bundle that is not valid Python never leaves the engine. (``package`` and
     ``modules`` are parameters for the bundler's own tests.)"""
     init_text = (package / "__init__.py").read_text(encoding="utf-8")
-    docstring = _docstring_source(f"{package.name}/__init__.py", init_text, ast.parse(init_text))
+    docstring = _docstring_source(
+        f"{package.name}/__init__.py", init_text.splitlines(keepends=True), ast.parse(init_text)
+    )
     imports: set[str] = set()
     defined: set[str] = set()
     parts: list[str] = []
