@@ -1,15 +1,15 @@
 """This machine's GPUs from NVML, for callers that run on a GPU host (the single-server case,
 a Slurm node's cross-check, the device test). The reading itself is the SSH agent's
-:class:`~gpuplan.executors.ssh.agent.NvmlReader` (one NVML reader for nodes and this host);
-no nvidia-ml-py, no NVML library or no GPU is not an error: the declared inventory is used and
-that is said once, at INFO."""
+:class:`~gpuplan.executors.ssh.agent.nvml_reader.NvmlReader` (one NVML reader for nodes and
+this host); no nvidia-ml-py, no NVML library or no GPU is not an error: the declared inventory
+is used and that is said once, at INFO."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from ..ssh.agent import NvmlReader
+from ..ssh.agent.nvml_reader import NvmlReader
 from .records import NodeInventory, parse_inventory
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """NVML answers -> typed GPU records and a health verdict (a pure function, no NVML needed).
 
 The answers are the JSON the SSH agent's ``inventory`` request returns
-(:class:`gpuplan.executors.ssh.agent.NvmlReader`): ``{"nvml": false, "reason"}`` on a node
-without NVML, else ``{"nvml": true, "driver", "time", "gpus": [...]}`` with, per GPU, ``index,
+(:class:`gpuplan.executors.ssh.agent.nvml_reader.NvmlReader`): ``{"nvml": false, "reason"}`` on a
+node without NVML, else ``{"nvml": true, "driver", "time", "gpus": [...]}`` with, per GPU, ``index,
 uuid, name, memory_total`` (bytes), ``mig`` ([current, pending] MIG mode), the health counters
 ``ecc_uncorrected_volatile, retired_pages_dbe, retired_pending, remapped_rows`` ([corrected,
 uncorrected, pending, failure]), ``throttle_reasons`` (bit mask), ``xids`` (recent Xid critical

@@ -13,12 +13,12 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.models import GpuplanError, JobAllocation, JobSpec
 
 from . import agent as sidecar_module
+from .agent_bundle import agent_source
 from .launchers import Launcher, no_nul, safe_name
 from .rpc import NodeAddress, NodeUnreachable, RemoteCommandError, RpcChannel
 
@@ -28,7 +28,8 @@ from .state import JobRun, RankRun, SshSettings
 
 log = logging.getLogger("gpuplan.executors.ssh.executor")
 
-SIDECAR_SOURCE = Path(sidecar_module.__file__).read_text(encoding="utf-8")
+SIDECAR_SOURCE = agent_source()
+"""The sidecar program as shipped: the :mod:`.agent` package bundled into one script."""
 SIDECAR_DIGEST = hashlib.sha256(SIDECAR_SOURCE.encode()).hexdigest()[:12]
 # Installs the sidecar from stdin, atomically, only if its content changed; then renews the
 # node's lease (argv[2]) and prints how old it was, as JSON.

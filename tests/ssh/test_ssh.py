@@ -42,6 +42,7 @@ import pytest
 from gpuplan.executors.engine import Engine
 from gpuplan.executors.ssh.agent import parse_proc_stat, pid_alive
 from gpuplan.executors.ssh.executor import (
+    SIDECAR_SOURCE,
     CommandLauncher,
     Launcher,
     SshExecutor,
@@ -381,7 +382,8 @@ def test_zombie_is_not_alive() -> None:
 def test_sidecar_escalates_to_killing_the_process_group(tmp_path: Path) -> None:
     """A job that ignores the checkpoint signal and SIGTERM, with a child of its own, is
     SIGKILLed as a whole group; the sidecar records how it stopped."""
-    sidecar = Path(sys.modules["gpuplan.executors.ssh.agent"].__file__)  # type: ignore[arg-type]
+    sidecar = tmp_path / "sidecar.py"  # the program as shipped: the agent package, bundled
+    sidecar.write_text(SIDECAR_SOURCE, encoding="utf-8")
     stubborn = (
         "import signal, subprocess, time\n"
         "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"

@@ -103,6 +103,13 @@ def test_the_wheel_holds_no_lab_and_no_test_module(tmp_path: Path) -> None:
         "gpuplan/solver_core/helpers/ladders.py",
         "gpuplan/solver_core/policies/baselines/tiresias_yarn_gput1000.csv",
         "gpuplan/executors/slurm/job_submit.lua",
-        "gpuplan/executors/ssh/agent.py",
+        "gpuplan/executors/ssh/agent/__init__.py",
+        "gpuplan/executors/ssh/agent/files.py",
+        "gpuplan/executors/ssh/agent/sidecar.py",
+        "gpuplan/executors/ssh/agent/commands.py",
+        "gpuplan/executors/ssh/agent/nvml_reader.py",
+        "gpuplan/executors/ssh/agent/program.py",
+        "gpuplan/executors/ssh/agent/__main__.py",
+        "gpuplan/executors/ssh/agent_bundle.py",
     ):
         assert required in names, required
