@@ -252,9 +252,7 @@ def _stats(values: Sequence[float]) -> tuple[float | None, ...]:
     """Mean, median, p95, p99 with numpy's linear percentile (``None`` x 4 when empty)."""
     if not values:
         return (None, None, None, None)
-    arr = np.asarray(values, dtype=float)
-    p50, p95, p99 = np.percentile(arr, [50.0, 95.0, 99.0], method="linear")
-    return (float(arr.mean()), float(p50), float(p95), float(p99))
+    return (float(np.asarray(values, dtype=float).mean()), *_percentiles(values))
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -293,12 +291,8 @@ def summarize(result: RunResult) -> RunSummary:
     if result.gpu_seconds_capacity > 0:
         utilisation = result.gpu_seconds_allocated / result.gpu_seconds_capacity
 
-    p50_ms = p95_ms = p99_ms = max_ms = None
-    if result.decision_ms:
-        lat = np.asarray(result.decision_ms, dtype=float)
-        p50, p95, p99 = np.percentile(lat, [50.0, 95.0, 99.0], method="linear")
-        p50_ms, p95_ms, p99_ms, max_ms = float(p50), float(p95), float(p99), float(lat.max())
-
+    p50_ms, p95_ms, p99_ms = _percentiles(result.decision_ms)
+    max_ms = float(np.max(result.decision_ms)) if result.decision_ms else None
     solver = _percentiles(result.solver_ms)
     samples = result.samples
     return RunSummary(

@@ -227,6 +227,19 @@ def parse_str(value: str, row: int, field: str, source: str) -> str:
     return s
 
 
+def parse_unique_str(value: str, row: int, field: str, source: str, seen: dict[str, int]) -> str:
+    """:func:`parse_str` for an id column: a value already in ``seen`` (value -> the row it
+    first stood in; this call adds it) is an error naming both rows, since two jobs with one
+    id could not be told apart downstream."""
+    s = parse_str(value, row, field, source)
+    first = seen.setdefault(s, row)
+    if first != row:
+        raise InputError(
+            f"duplicate {field} {s!r} (first at row {first})", source=source, row=row, field=field
+        )
+    return s
+
+
 def parse_datetime(value: str, row: int, field: str, source: str) -> float:
     """An ISO date-time (``YYYY-MM-DD HH:MM:SS``) as POSIX seconds.
 

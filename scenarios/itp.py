@@ -18,9 +18,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuplan.models.errors import InputError
-
-from .csvio import Table, gc_paused, parse_float, parse_int, parse_str, read_table, source_label
+from .csvio import (
+    Table,
+    gc_paused,
+    parse_float,
+    parse_int,
+    parse_str,
+    parse_unique_str,
+    read_table,
+    source_label,
+)
 from .trace_job import TraceJob
 from .traces import build_job, select_window
 
@@ -41,15 +48,7 @@ def _base_fields(table: Table) -> list[tuple[float, int, dict[str, object]]]:
     seen: dict[str, int] = {}
     out: list[tuple[float, int, dict[str, object]]] = []
     for row, f in table.rows:
-        job_id = parse_str(f[i_id], row, "job_id", src)
-        first = seen.setdefault(job_id, row)
-        if first != row:
-            raise InputError(
-                f"duplicate job_id {job_id!r} (first at row {first})",
-                source=src,
-                row=row,
-                field="job_id",
-            )
+        job_id = parse_unique_str(f[i_id], row, "job_id", src, seen)
         submit = parse_float(f[i_sub], row, "submission_time", src, ge=0)
         fields: dict[str, object] = {
             "id": job_id,

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuplan.models.errors import InputError
-
-from .csvio import gc_paused, parse_float, parse_int, parse_str, read_table, source_label
+from .csvio import (
+    gc_paused,
+    parse_float,
+    parse_int,
+    parse_str,
+    parse_unique_str,
+    read_table,
+    source_label,
+)
 from .trace_job import TraceJob
 from .traces import build_job
 
@@ -39,12 +45,7 @@ def load_pollux_workload(path: str | Path) -> list[TraceJob]:
     seen: dict[str, int] = {}
     records: list[tuple[float, int, dict[str, object]]] = []
     for row, f in table.rows:
-        name = parse_str(f[i_name], row, "name", src)
-        first = seen.setdefault(name, row)
-        if first != row:
-            raise InputError(
-                f"duplicate name {name!r} (first at row {first})", source=src, row=row, field="name"
-            )
+        name = parse_unique_str(f[i_name], row, "name", src, seen)
         submit = parse_float(f[i_time], row, "time", src, ge=0)
         fields: dict[str, object] = {
             "id": name,

@@ -342,6 +342,19 @@ def _cell_int(row: dict[str, str], col: str, *, source: str, line: int) -> int:
     return int(text)
 
 
+def _cell_placement(row: dict[str, str], *, source: str, line: int) -> str:
+    """A ``placement`` cell: one digit 1-9 per node, the GPUs the job has on it."""
+    text = (row.get("placement") or "").strip()
+    if not (text.isascii() and text.isdigit()) or "0" in text:
+        raise InputError(
+            f"placement must be digits 1-9 (GPUs per node), got {text!r}",
+            source=source,
+            row=line,
+            field="placement",
+        )
+    return text
+
+
 _PLACEMENT_COLS = ("placement", "local_bsz", "step_time")
 _SCALABILITY_COLS = ("num_nodes", "num_replicas", "local_bsz", "step_time")
 
@@ -357,14 +370,7 @@ def _pollux_tables(
     ppath = model_dir / "placements.csv"
     placements: dict[tuple[str, int], float] = {}
     for line, row in _read_csv(ppath, _PLACEMENT_COLS):
-        placement = (row.get("placement") or "").strip()
-        if not (placement.isascii() and placement.isdigit()) or "0" in placement:
-            raise InputError(
-                f"placement must be digits 1-9 (GPUs per node), got {placement!r}",
-                source=str(ppath),
-                row=line,
-                field="placement",
-            )
+        placement = _cell_placement(row, source=str(ppath), line=line)
         bsz = _cell_int(row, "local_bsz", source=str(ppath), line=line)
         step = _cell_float(row, "step_time", source=str(ppath), line=line)
         if step <= 0:

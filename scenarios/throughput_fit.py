@@ -44,8 +44,11 @@ from numpy.typing import NDArray
 from gpuplan.models.errors import InputError
 from gpuplan.models.throughput import Extrapolation, ThroughputProfile
 from gpuplan.scenarios.profiles import (
+    _PLACEMENT_COLS,
+    _SCALABILITY_COLS,
     _cell_float,
     _cell_int,
+    _cell_placement,
     _make_profile,
     _read_csv,
     pollux_default_local_bsz,
@@ -202,15 +205,8 @@ def pollux_samples(model_dir: Path | str) -> list[PerfSample]:
     mdir = Path(model_dir)
     ppath = mdir / "placements.csv"
     samples: list[PerfSample] = []
-    for line, row in _read_csv(ppath, ("placement", "local_bsz", "step_time")):
-        placement = (row.get("placement") or "").strip()
-        if not (placement.isascii() and placement.isdigit()) or "0" in placement:
-            raise InputError(
-                f"placement must be digits 1-9 (GPUs per node), got {placement!r}",
-                source=str(ppath),
-                row=line,
-                field="placement",
-            )
+    for line, row in _read_csv(ppath, _PLACEMENT_COLS):
+        placement = _cell_placement(row, source=str(ppath), line=line)
         samples.append(
             _table_sample(
                 row, ppath, line, nodes=len(placement), replicas=sum(int(d) for d in placement)
@@ -218,7 +214,7 @@ def pollux_samples(model_dir: Path | str) -> list[PerfSample]:
         )
     spath = mdir / "scalability.csv"
     if spath.exists():
-        for line, row in _read_csv(spath, ("num_nodes", "num_replicas", "local_bsz", "step_time")):
+        for line, row in _read_csv(spath, _SCALABILITY_COLS):
             samples.append(
                 _table_sample(
                     row,

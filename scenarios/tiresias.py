@@ -20,7 +20,15 @@ from pydantic import ValidationError
 from gpuplan.models import Cluster, Node
 from gpuplan.models.errors import InputError
 
-from .csvio import gc_paused, parse_float, parse_int, parse_str, read_table, source_label
+from .csvio import (
+    gc_paused,
+    parse_float,
+    parse_int,
+    parse_str,
+    parse_unique_str,
+    read_table,
+    source_label,
+)
 from .trace_job import TraceJob
 from .traces import build_job
 
@@ -44,15 +52,7 @@ def load_tiresias(path: str | Path) -> list[TraceJob]:
     seen: dict[str, int] = {}
     records: list[tuple[float, int, dict[str, object]]] = []
     for row, f in table.rows:
-        job_id = parse_str(f[i_id], row, "job_id", src)
-        first = seen.setdefault(job_id, row)
-        if first != row:
-            raise InputError(
-                f"duplicate job_id {job_id!r} (first at row {first})",
-                source=src,
-                row=row,
-                field="job_id",
-            )
+        job_id = parse_unique_str(f[i_id], row, "job_id", src, seen)
         submit = parse_float(f[i_sub], row, "submit_time", src, ge=0)
         fields: dict[str, object] = {
             "id": f"tiresias-{job_id}",

@@ -17,8 +17,9 @@ to start in one line). The names, types and units are listed in ``docs/controlle
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpuplan.models.extras import require_extra
 
@@ -82,13 +83,13 @@ class SnapshotCollector(Collector):
         )
         if snap is None:
             return
-        info = GaugeMetricFamily(
+        yield _labelled(
+            GaugeMetricFamily,
             "gpuplan_controller_info",
             "The running controller: release, policy and journal run id",
-            labels=["version", "policy", "run"],
+            ["version", "policy", "run"],
+            [(snap.version, snap.policy, str(snap.run_id), 1)],
         )
-        info.add_metric([snap.version, snap.policy, str(snap.run_id)], 1)
-        yield info
         yield GaugeMetricFamily(
             "gpuplan_snapshot_timestamp_seconds",
             "Unix time of the state these metrics show (published after a cycle)",
@@ -128,14 +129,13 @@ class SnapshotCollector(Collector):
         yield CounterMetricFamily(
             "gpuplan_plans", "Plans with actions journaled by this run", value=snap.plans
         )
-        actions = CounterMetricFamily(
+        yield _labelled(
+            CounterMetricFamily,
             "gpuplan_actions",
             "Journaled actions settled during this run, by kind and outcome",
-            labels=["kind", "status"],
+            ["kind", "status"],
+            snap.actions,
         )
-        for kind, status, count in snap.actions:
-            actions.add_metric([kind, status], count)
-        yield actions
         yield GaugeMetricFamily(
             "gpuplan_actions_open",
             "Journaled intents without an outcome yet",
@@ -148,44 +148,41 @@ class SnapshotCollector(Collector):
             buckets.append(("+Inf", hist.count))
             family.add_metric([], buckets, sum_value=hist.total)
             yield family
-        solver = CounterMetricFamily(
+        yield _labelled(
+            CounterMetricFamily,
             "gpuplan_solver_calls",
             "Solver calls of the policy's decisions, by backend and status",
-            labels=["backend", "status"],
+            ["backend", "status"],
+            snap.solver_calls,
         )
-        for backend, status, count in snap.solver_calls:
-            solver.add_metric([backend, status], count)
-        yield solver
         yield CounterMetricFamily(
             "gpuplan_solver_fallbacks",
             "Solver calls where the exact solver failed and the heuristic answered",
             value=snap.solver_fallbacks,
         )
-        gate = CounterMetricFamily(
+        yield _labelled(
+            CounterMetricFamily,
             "gpuplan_restart_gate_changes",
-            "Changes of running jobs "
-            "the policy proposed, the restart gate carried out or "
+            "Changes of running jobs the policy proposed, the restart gate carried out or "
             "skipped, by kind",
-            labels=["kind", "outcome"],
+            ["kind", "outcome"],
+            snap.gate_changes,
         )
-        for kind, outcome, count in snap.gate_changes:
-            gate.add_metric([kind, outcome], count)
-        yield gate
-        cost = GaugeMetricFamily(
+        yield _labelled(
+            GaugeMetricFamily,
             "gpuplan_change_cost_seconds",
-            "Measured cost of a change "
-            "(journal intent to Slurm RUNNING again): median of the "
+            "Measured cost of a change (journal intent to Slurm RUNNING again): median of the "
             "recent samples, by kind",
-            labels=["kind"],
+            ["kind"],
+            [(kind, median) for kind, _, median in snap.change_costs],
         )
-        samples = CounterMetricFamily(
-            "gpuplan_change_cost_samples", "Change costs measured, by kind", labels=["kind"]
+        yield _labelled(
+            CounterMetricFamily,
+            "gpuplan_change_cost_samples",
+            "Change costs measured, by kind",
+            ["kind"],
+            [(kind, count) for kind, count, _ in snap.change_costs],
         )
-        for kind, count, median in snap.change_costs:
-            cost.add_metric([kind], median)
-            samples.add_metric([kind], count)
-        yield cost
-        yield samples
         yield GaugeMetricFamily(
             "gpuplan_journal_bytes",
             "Size of the journal file and its WAL",
@@ -217,6 +214,21 @@ class SnapshotCollector(Collector):
             "released to Slurm's own scheduler, as of the last poll",
             value=snap.failopen_jobs,
         )
+
+
+def _labelled(
+    family: type[GaugeMetricFamily | CounterMetricFamily],
+    name: str,
+    doc: str,
+    labels: list[str],
+    rows: Iterable[Sequence[Any]],
+) -> Metric:
+    """A family with one sample per row: a row's leading items are the sample's values of
+    ``labels``, its last item the sample's value."""
+    metric = family(name, doc, labels=labels)
+    for *values, value in rows:
+        metric.add_metric(values, value)
+    return metric
 
 
 def _le(bound: float) -> str:

@@ -129,3 +129,19 @@ def test_allocation_rejects_bad_gpu_lists() -> None:
         JobAllocation(job_id="j", placement={"n": (0, 0)})
     with pytest.raises(ValueError, match="empty GPU list"):
         JobAllocation(job_id="j", placement={"n": ()})
+
+
+def test_the_lazy_export_table_agrees_with_each_module() -> None:
+    """``gpuplan.models`` names its exports without importing their modules (PEP 562), so the
+    table repeats names the modules declare; every name must be the module's own object and, in
+    a module with ``__all__`` (``events.py`` lists the same names), one of its public names."""
+    import importlib
+
+    import gpuplan.models as models
+
+    for module_name, names in models._EXPORTS.items():
+        module = importlib.import_module(f"gpuplan.models.{module_name}")
+        public = getattr(module, "__all__", names)
+        for name in names:
+            assert name in public, (module_name, name)
+            assert getattr(models, name) is getattr(module, name), (module_name, name)

@@ -398,3 +398,19 @@ def test_testbed_scenario_aryl_beats_fifo() -> None:
     assert out["aryl"][1]["loaned"] > 0.2  # loaned servers are used
     m = reclaim_metrics(out["aryl"][2].reclaimer.outcomes)
     assert m["events"] > 0 and 0 <= m["met_without_preemption"] <= 1
+
+
+def test_the_base_flexible_repair_moves_whole_servers_first() -> None:
+    """``ArylPolicy._split``'s repair step: flexible GPUs are promoted from the server holding
+    the most (ties: the later name), base GPUs demoted from the one holding the fewest (ties:
+    the earlier name), a server left with none drops out, and no more than asked moves."""
+    from gpuplan.solver_core.policies.aryl.aryl import _move_gpus
+
+    flex = {"a": [0, 1], "b": [4, 5], "c": [7]}
+    base = {"a": [2]}
+    assert _move_gpus(flex, base, 3, max) == 2  # b (2 GPUs, later name than a)
+    assert flex == {"a": [0, 1], "c": [7]} and base == {"a": [2], "b": [4, 5]}
+    assert _move_gpus(flex, base, 1, max) == 1
+    assert flex == {"a": [1], "c": [7]} and base == {"a": [2, 0], "b": [4, 5]}
+    assert _move_gpus(base, flex, 5, min) == 2  # b ties a at 2 GPUs; a comes first
+    assert base == {"b": [4, 5]} and flex == {"a": [1, 2, 0], "c": [7]}

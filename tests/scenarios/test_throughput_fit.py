@@ -259,6 +259,21 @@ def test_bad_csv_names_file_row_field(tmp_path: Path) -> None:
         fitted_pollux_profile(missing)
 
 
+@pytest.mark.parametrize("placement", ["20", "1x", "", "\u0661"])
+def test_a_bad_placement_names_file_row_field_in_both_readers(
+    tmp_path: Path, placement: str
+) -> None:
+    """The fit's reader and the table profile's reader refuse one bad placement cell alike."""
+    (tmp_path / "placements.csv").write_text(
+        f"placement,local_bsz,step_time\n1,8,0.5\n{placement},8,0.3\n", encoding="utf-8"
+    )
+    for read in (pollux_samples, pollux_profile):
+        with pytest.raises(InputError, match="placement must be digits 1-9") as err:
+            read(tmp_path)
+        assert (err.value.field, err.value.row) == ("placement", 3), read
+        assert "placements.csv" in str(err.value)
+
+
 def test_minimal_table_without_sync_column(tmp_path: Path) -> None:
     """Only step times, one node: the fit still runs, pins the cross-node pair, and the profile
     reproduces the table at its measured counts."""

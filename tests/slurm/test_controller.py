@@ -369,6 +369,13 @@ def test_journal_paths_are_escaped_and_files_private(tmp_path: Path) -> None:
         ["--watch", "inf"],
         ["--max-stall", "1e300"],
         ["--seed", "-1"],
+        # the live endpoint's options (issue 25; its other tests: test_controller_http.py)
+        ["--http", "65536"],
+        ["--http", "-1"],
+        ["--http", "http"],
+        ["--http", "\u0661"],
+        ["--http-bind", "localhost"],
+        ["--http-bind", "0.0.0.0; rm"],
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(

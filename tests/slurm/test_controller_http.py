@@ -447,29 +447,6 @@ def test_chromium_renders_the_page_and_escapes_job_names(served, tmp_path: Path)
     assert "loading" not in dom
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        ["--http", "65536"],
-        ["--http", "-1"],
-        ["--http", "http"],
-        ["--http", "\u0661"],
-        ["--http-bind", "localhost"],
-        ["--http-bind", "0.0.0.0; rm"],
-    ],
-)
-def test_bad_http_options_are_one_line_and_exit_2(
-    bad: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    db = tmp_path / "j.db"
-    with pytest.raises(SystemExit) as exit_:
-        command.main(["slurm-controller", "--policy", "fifo", "--state-db", str(db), *bad])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and bad[0] in err[0], err
-    assert not db.exists()
-
-
 def test_a_busy_port_refuses_the_start_before_anything_is_created(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -123,6 +123,25 @@ def _worker_size(job: ActiveJob, gpus: int) -> int:
     return d if gpus % d == 0 else 1
 
 
+def _move_gpus(
+    src: dict[str, list[int]],
+    dst: dict[str, list[int]],
+    count: int,
+    pick: Callable[..., str],
+) -> int:
+    """Move up to ``count`` GPUs of one server from ``src`` to ``dst`` (both node -> GPU
+    indices) and say how many moved; ``pick`` (``max`` or ``min``) chooses the server by how
+    many GPUs it has in ``src``, ties by name. :meth:`ArylPolicy._split` promotes flexible GPUs from
+    the server with the most and demotes base GPUs from the one with the fewest."""
+    node = pick(src, key=lambda n: (len(src[n]), n))
+    move = src[node][:count]
+    src[node] = src[node][len(move) :]
+    if not src[node]:
+        del src[node]
+    dst.setdefault(node, []).extend(move)
+    return len(move)
+
+
 def _single_node(job: ActiveJob) -> bool:
     """The job's GPUs must all be on one server (``node_shape.max_nodes == 1``): Aryl places
     its base workers on one server and its flexible workers only beside them, instead of
@@ -227,21 +246,9 @@ class ArylPolicy(Memories):
         want = job.spec.min_gpus
         have = sum(len(g) for g in base.values())
         while have < want and flex:
-            node = max(flex, key=lambda n: (len(flex[n]), n))
-            move = flex[node][: want - have]
-            flex[node] = flex[node][len(move) :]
-            if not flex[node]:
-                del flex[node]
-            base.setdefault(node, []).extend(move)
-            have += len(move)
+            have += _move_gpus(flex, base, want - have, max)
         while have > want:
-            node = min(base, key=lambda n: (len(base[n]), n))
-            move = base[node][: have - want]
-            base[node] = base[node][len(move) :]
-            if not base[node]:
-                del base[node]
-            flex.setdefault(node, []).extend(move)
-            have -= len(move)
+            have -= _move_gpus(base, flex, have - want, min)
         return base, flex
 
     def _pools(self, view: ClusterView, job: ActiveJob) -> list[list[str]]:
