@@ -478,6 +478,7 @@ LAZY_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpuplan.inspect_cmds": ("add_subcommands", ("status", "explain")),
     "gpuplan.server_cmds": ("add_subcommands", ("server", "submit", "cancel")),
     "gpuplan.solve": ("add_subcommand", ("solve",)),
+    "gpuplan.interference_cmd": ("add_subcommand", ("interference-eval",)),
 }
 """module -> (its registering function, the commands it registers), in ``--help``'s order."""
 

@@ -4,7 +4,7 @@ Why here: ``models`` may not read package files, and a scenario's ``table: h200`
 with nothing outside the repository (``make demo``, the tests). The H200 file holds two complete
 repetitions (``scenarios/data/h200_colocation.md`` records the provenance); what a scenario
 replays is their mean, group by group and job by job, so neither repetition's noise is
-preferred. The evaluation (``tests/bench/interference.py``) reads the repetitions one by one.
+preferred. The evaluation (``scenarios/interference_eval.py``) reads the repetitions one by one.
 """
 
 from __future__ import annotations

@@ -248,6 +248,7 @@ SWEEP = "scenarios: [philly-default]\npolicies: [fifo]\nseeds: [0]\n"
             "slurm",
             "gpuplan slurm-controller --http",
         ),
+        (("sklearn",), ["interference-eval"], "ml", "gpuplan interference-eval"),
     ],
     ids=[
         "simulate",
@@ -257,6 +258,7 @@ SWEEP = "scenarios: [philly-default]\npolicies: [fifo]\nseeds: [0]\n"
         "sweep-slurm",
         "sweep-report",
         "controller-http",
+        "interference-eval",
     ],
 )
 def test_command_names_its_missing_extra(

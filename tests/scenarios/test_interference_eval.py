@@ -1,6 +1,6 @@
 """The interference evaluation against the H200 table (docs/results/interference.md).
 
-The page's tables are the output of ``python -m tests.bench.interference``; this reruns that
+The page's tables are the output of ``gpuplan interference-eval``; this reruns that
 command and compares, checks it is deterministic, and that leave-one-pair-out really leaves the
 pair out (its own measurement cannot move its prediction)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.models.measured_interference import MeasuredGroup, MeasuredTable
+from gpuplan.scenarios.interference_eval import LIMIT, evaluate, evaluate_run, report
 from gpuplan.scenarios.measured_tables import h200_runs
-from tests.bench.interference import LIMIT, evaluate, evaluate_run, report
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "results" / "interference.md"
@@ -25,7 +25,7 @@ BEGIN, END = "<!-- BEGIN interference-eval -->\n", "<!-- END interference-eval -
 @pytest.fixture(scope="module")
 def printed() -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.bench.interference"],
+        [sys.executable, "-m", "gpuplan", "interference-eval"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -38,7 +38,7 @@ def printed() -> str:
 
 def test_the_documented_command_prints_the_pages_tables(printed: str) -> None:
     text = DOC.read_text(encoding="utf-8")
-    assert "python -m tests.bench.interference" in text
+    assert "gpuplan interference-eval" in text
     block = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
     assert block == printed
 

@@ -1,10 +1,13 @@
 """The interference models against the measured H200 co-location table (issue 26 item 5).
 
-``python -m tests.bench.interference`` prints the markdown tables of docs/results/
-interference.md (between its ``BEGIN``/``END interference-eval`` markers; a test reruns this
-command and compares). Every figure is the relative error of a predicted slowdown (solo speed /
-co-located speed, i.e. of the co-located time per iteration): ``|predicted - measured| /
-measured``, for each job of each measured group, in each of the two repetitions.
+``gpuplan interference-eval`` prints the markdown tables of docs/results/interference.md
+(between its ``BEGIN``/``END interference-eval`` markers; a test reruns that command and
+compares). Why a command: an operator deciding whether to trust the simulator's interference
+charges (or the OJPP predictor) for co-location reads this table; the fitted predictor needs
+scikit-learn, the ``ml`` extra. Every figure is the relative error of a predicted slowdown
+(solo speed / co-located speed, i.e. of the co-located time per iteration):
+``|predicted - measured| / measured``, for each job of each measured group, in each of the two
+repetitions.
 
 Models (``scenarios/data/h200_colocation.json``, one repetition at a time):
 
@@ -31,18 +34,18 @@ Everything is deterministic: fixed folds, ``random_state=0``; no clock or random
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import GroupKFold
 
 from gpuplan.models import JobSpec
+from gpuplan.models.extras import require_extra
 from gpuplan.models.measured_interference import MeasuredInterference, MeasuredTable
-from gpuplan.scenarios.measured_tables import MeasuredRun, h200_runs
-from gpuplan.scenarios.ojpp_interference import OjppInterference
-from gpuplan.scenarios.ojpp_predictor import CANDIDATES
+
+from .measured_tables import MeasuredRun, h200_runs
+from .ojpp_interference import OjppInterference
+from .ojpp_predictor import CANDIDATES
 
 LIMIT = 0.15
 """A pair whose worse job errs by more than this is explained in the results page."""
@@ -158,6 +161,9 @@ class _Fitted:
 def fit_predictor(run: MeasuredRun, train: Sequence[Sample]) -> _Fitted:
     """The paper's rule: each candidate's MAE over folds grouped by unordered pair, the best
     refitted on all of ``train`` (ties: candidate order)."""
+    (model_selection,) = require_extra(
+        "ml", "the interference evaluation's predictor", "sklearn.model_selection"
+    )
     feats = _Features(run, train)
     x = np.array([feats.pair(t.victim, t.others[0]) for t in train])
     y = np.array([t.measured - 1.0 for t in train])
@@ -167,7 +173,7 @@ def fit_predictor(run: MeasuredRun, train: Sequence[Sample]) -> _Fitted:
     maes = {}
     for name, make in CANDIDATES.items():
         errors = []
-        for tr, te in GroupKFold(n_splits=folds).split(x, y, groups):
+        for tr, te in model_selection.GroupKFold(n_splits=folds).split(x, y, groups):
             model = make()
             model.fit(x[tr], y[tr])  # type: ignore[attr-defined]
             errors.append(np.abs(np.maximum(0.0, model.predict(x[te])) - y[te]))  # type: ignore[attr-defined]
@@ -320,13 +326,3 @@ def report(evals: list[RunEval]) -> str:
         f"Time-slicing constant k over the folds: {ks}.",
     ]
     return "\n".join(out) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    del argv
-    sys.stdout.write(report(evaluate()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
