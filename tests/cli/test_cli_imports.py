@@ -112,3 +112,29 @@ def test_the_probe_sees_a_solver_backend_when_one_is_loaded() -> None:
     """Aryl's reclaim solvers do load CP-SAT and scipy.optimize: the probe must say so."""
     found = _heavy(_modules("import gpuplan.solver_core.policies.aryl.reclaim"))
     assert "ortools" in found and "scipy.optimize" in found
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf"])
+def test_simulate_imports_no_numpy(policy: str) -> None:
+    """A run's summary takes its means and percentiles from ``executors.pystats`` (numpy's
+    numbers, tested bit for bit) and ``models.goodput`` imports numpy only in ``optimize``:
+    a plain ``simulate`` loads no numpy (~0.1 s of the 0.5 s cold-start goal, issue 28)."""
+    modules = _modules(
+        CLI.format(argv=["simulate", "--scenario", "h200-colocation", "--policy", policy])
+    )
+    assert "gpuplan.executors.metrics" in modules and "gpuplan.models.goodput" in modules
+    assert sorted(m for m in modules if m == "numpy" or m.startswith("numpy.")) == []
+
+
+def test_the_probe_sees_numpy_when_goodput_optimizes() -> None:
+    """The Pollux goodput search does import numpy, on its first call: the probe says so."""
+    modules = _modules(
+        "from gpuplan.models.goodput import GoodputModel\n"
+        "m = GoodputModel(perf=(0.1, 0.01, 0.2, 0.02, 0.1, 0.01, 1.5), init_batch=64,\n"
+        "    max_batch=1024, min_local=8, max_local=256, batches=(64,), grad_sqr=((1.0,),),\n"
+        "    grad_var=((2.0,),), epoch_ends=(1000.0,))\n"
+        "assert 'numpy' not in sys.modules\n"
+        "good, atomic, accum = m.optimize(0, [1, 2, 4], 1.0, 2.0)\n"
+        "assert len(good) == 3 and float(good.max()) > 0\n"
+    )
+    assert "numpy" in modules
