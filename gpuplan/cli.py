@@ -523,7 +523,15 @@ def _quiet_after_closed_stdout() -> int:
     return STATUS_CLOSED_PIPE
 
 
+PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+"""pydantic's documented switch for its plugins. The CLI sets it to ``__all__`` unless the
+user set it: pydantic otherwise reads the entry points of every installed distribution on
+its first model (~10 ms of a cold start) to find plugins gpuplan does not use. Set it to an
+empty string to have pydantic load plugins in the CLI again."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_command(argv)).parse_args(argv)
     try:

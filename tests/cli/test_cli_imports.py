@@ -10,8 +10,10 @@ that saw nothing could not pass. Timings are in tests/bench/cli_startup.py, not 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -126,6 +128,17 @@ def test_simulate_imports_no_numpy(policy: str) -> None:
     assert sorted(m for m in modules if m == "numpy" or m.startswith("numpy.")) == []
 
 
+def test_interference_module_loads_only_for_a_scenario_with_the_block() -> None:
+    """``api.simulator_interference`` imports ``scenarios.sim_interference`` (OJPP matrices,
+    measured tables) only when the scenario has an interference block."""
+    plain = _modules(CLI.format(argv=["simulate", "--scenario", "sidecar-wl1", "--policy", "fifo"]))
+    assert "gpuplan.api" in plain and "gpuplan.scenarios.sim_interference" not in plain
+    colocated = _modules(
+        CLI.format(argv=["simulate", "--scenario", "h200-colocation", "--policy", "fifo"])
+    )
+    assert "gpuplan.scenarios.sim_interference" in colocated
+
+
 def test_the_probe_sees_numpy_when_goodput_optimizes() -> None:
     """The Pollux goodput search does import numpy, on its first call: the probe says so."""
     modules = _modules(
@@ -138,3 +151,44 @@ def test_the_probe_sees_numpy_when_goodput_optimizes() -> None:
         "assert len(good) == 3 and float(good.max()) > 0\n"
     )
     assert "numpy" in modules
+
+
+def _fake_pydantic_plugin(root: Path) -> Path:
+    """A distribution on ``PYTHONPATH`` that registers a pydantic plugin whose import writes
+    a marker file: pydantic's entry-point scan finds it, if it runs."""
+    marker = root / "plugin-loaded"
+    (root / "gpuplan_probe_plugin.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('yes')\n"
+        "class Plugin:\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n"
+        "plugin = Plugin()\n"
+    )
+    info = root / "gpuplan_probe_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gpuplan-probe-plugin\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nprobe = gpuplan_probe_plugin:plugin\n")
+    return marker
+
+
+@pytest.mark.parametrize("setting", [None, ""])
+def test_cli_skips_pydantic_plugin_scan_unless_asked(tmp_path: Path, setting: str | None) -> None:
+    """``gpuplan`` sets pydantic's documented ``PYDANTIC_DISABLE_PLUGINS=__all__`` unless the
+    user set it: no scan of every distribution's entry points on a cold start. An empty value
+    (the user's) has pydantic load plugins again: that run proves the probe plugin is found."""
+    marker = _fake_pydantic_plugin(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["PYTHONPATH"] = str(tmp_path)
+    if setting is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = setting
+    argv = ["simulate", "--scenario", "h200-colocation", "--policy", "fifo"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert marker.exists() is (setting == "")
