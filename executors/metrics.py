@@ -16,11 +16,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from rich.markup import escape
 from rich.table import Table
 
+from gpuplan.executors import pystats
 from gpuplan.models import ActiveJob, JobRecord, RunResult, Sample
 from gpuplan.models.records import LoaningMetrics
 
@@ -249,25 +249,26 @@ def _queueing(record: JobRecord) -> float:
 
 
 def _stats(values: Sequence[float]) -> tuple[float | None, ...]:
-    """Mean, median, p95, p99 with numpy's linear percentile (``None`` x 4 when empty)."""
+    """Mean, median, p95, p99 as numpy's mean and linear percentile give them (``None`` x 4
+    when empty): :mod:`~gpuplan.executors.pystats`, so a run's summary needs no numpy."""
     if not values:
         return (None, None, None, None)
-    return (float(np.asarray(values, dtype=float).mean()), *_percentiles(values))
+    return (pystats.mean(values), *_percentiles(values))
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    """p50, p95, p99 with numpy's linear percentile (``None`` x 3 when empty)."""
+    """p50, p95, p99 as numpy's linear percentile gives them (``None`` x 3 when empty)."""
     if not values:
         return (None, None, None)
-    p50, p95, p99 = np.percentile(
-        np.asarray(values, dtype=float), [50.0, 95.0, 99.0], method="linear"
-    )
-    return (float(p50), float(p95), float(p99))
+    p50, p95, p99 = pystats.percentiles(values, _QS)
+    return (p50, p95, p99)
+
+
+_QS = (50.0, 95.0, 99.0)
 
 
 def _mean(values: Iterable[float]) -> float | None:
-    arr = np.fromiter(values, dtype=float)
-    return float(arr.mean()) if arr.size else None
+    return pystats.mean(values)
 
 
 def summarize(result: RunResult) -> RunSummary:
@@ -292,7 +293,7 @@ def summarize(result: RunResult) -> RunSummary:
         utilisation = result.gpu_seconds_allocated / result.gpu_seconds_capacity
 
     p50_ms, p95_ms, p99_ms = _percentiles(result.decision_ms)
-    max_ms = float(np.max(result.decision_ms)) if result.decision_ms else None
+    max_ms = pystats.maximum(result.decision_ms) if result.decision_ms else None
     solver = _percentiles(result.solver_ms)
     samples = result.samples
     return RunSummary(

@@ -16,7 +16,6 @@ the simulator; without the block the simulator applies shares alone, as before.
 
 from __future__ import annotations
 
-import difflib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -46,7 +45,6 @@ from gpuplan.scenarios.build import (
     fit_error,
     resolve_scenario,
 )
-from gpuplan.scenarios.sim_interference import simulator_interference
 from gpuplan.solver_core.diff import build_plan
 from gpuplan.solver_core.params import PolicyConfig
 from gpuplan.solver_core.policy import Policy
@@ -55,7 +53,11 @@ from gpuplan.solver_core.registry import cost_model_of, make_policy
 if TYPE_CHECKING:
     # Loaning only: Aryl's reclaim solvers load OR-Tools' CP-SAT, scipy.optimize and pandas
     # (seconds), so a scenario without a loaning block must not pay for them (issue 28).
+    from gpuplan.models import JobSpec
+    from gpuplan.models.measured_interference import MeasuredInterference
+    from gpuplan.models.scenario import SimInterferenceSpec
     from gpuplan.scenarios.inference import InferenceLoad
+    from gpuplan.scenarios.ojpp_interference import OjppInterference
     from gpuplan.solver_core.policies.aryl.reclaim import ReclaimOutcome
 
 __all__ = [
@@ -124,11 +126,25 @@ def in_file(err: InputError, source: str) -> InputError:
     return InputError(err.message, source=where, row=err.row, field=err.field)
 
 
+def simulator_interference(
+    spec: SimInterferenceSpec | None, jobs: Sequence[JobSpec], seed: int, source: str
+) -> OjppInterference | MeasuredInterference | None:
+    """``scenarios.sim_interference``'s model for ``spec``, None without a block: that module
+    (OJPP matrices, measured tables) is imported only by a scenario that has one."""
+    if spec is None:
+        return None
+    from gpuplan.scenarios.sim_interference import simulator_interference as build
+
+    return build(spec, jobs, seed, source)
+
+
 def _check_scenario_name(name: str) -> None:
     """A name that is neither embedded nor a file: one line, with the closest embedded names."""
     embedded = embedded_scenarios()
     if name in embedded or Path(name).expanduser().exists():
         return
+    import difflib  # only for a misspelt name
+
     close = difflib.get_close_matches(name, list(embedded), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise InputError(

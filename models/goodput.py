@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:  # numpy is imported by optimize() alone: a job model must not load it
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["GoodputModel", "gain", "iteration_time"]
 
@@ -153,6 +156,8 @@ class GoodputModel(BaseModel):
         ``nodes`` nodes, or packed on ``ceil(replicas / node_gpus)`` when ``nodes`` is 0),
         scored with one epoch's statistics ``(sqr, var)`` as Pollux's agent does (Eq. 6).
         Replica counts with no feasible batch score 0."""
+        import numpy as np  # only the Pollux policy calls this; gpuplan.models stays numpy-free
+
         a = np.asarray(replicas, dtype=np.int64)
         n = np.maximum(1, -(-a // node_gpus)) if nodes == 0 else np.full_like(a, nodes)
         lo = np.maximum(self.init_batch, self.min_local * a).astype(float)

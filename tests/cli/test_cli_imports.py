@@ -10,8 +10,10 @@ that saw nothing could not pass. Timings are in tests/bench/cli_startup.py, not 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +114,78 @@ def test_the_probe_sees_a_solver_backend_when_one_is_loaded() -> None:
     """Aryl's reclaim solvers do load CP-SAT and scipy.optimize: the probe must say so."""
     found = _heavy(_modules("import gpuplan.solver_core.policies.aryl.reclaim"))
     assert "ortools" in found and "scipy.optimize" in found
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf"])
+def test_simulate_imports_no_numpy(policy: str) -> None:
+    """A run's summary takes its means and percentiles from ``executors.pystats`` (numpy's
+    numbers, tested bit for bit) and ``models.goodput`` imports numpy only in ``optimize``:
+    a plain ``simulate`` loads no numpy (~0.1 s of the 0.5 s cold-start goal, issue 28)."""
+    modules = _modules(
+        CLI.format(argv=["simulate", "--scenario", "h200-colocation", "--policy", policy])
+    )
+    assert "gpuplan.executors.metrics" in modules and "gpuplan.models.goodput" in modules
+    assert sorted(m for m in modules if m == "numpy" or m.startswith("numpy.")) == []
+
+
+def test_interference_module_loads_only_for_a_scenario_with_the_block() -> None:
+    """``api.simulator_interference`` imports ``scenarios.sim_interference`` (OJPP matrices,
+    measured tables) only when the scenario has an interference block."""
+    plain = _modules(CLI.format(argv=["simulate", "--scenario", "sidecar-wl1", "--policy", "fifo"]))
+    assert "gpuplan.api" in plain and "gpuplan.scenarios.sim_interference" not in plain
+    colocated = _modules(
+        CLI.format(argv=["simulate", "--scenario", "h200-colocation", "--policy", "fifo"])
+    )
+    assert "gpuplan.scenarios.sim_interference" in colocated
+
+
+def test_the_probe_sees_numpy_when_goodput_optimizes() -> None:
+    """The Pollux goodput search does import numpy, on its first call: the probe says so."""
+    modules = _modules(
+        "from gpuplan.models.goodput import GoodputModel\n"
+        "m = GoodputModel(perf=(0.1, 0.01, 0.2, 0.02, 0.1, 0.01, 1.5), init_batch=64,\n"
+        "    max_batch=1024, min_local=8, max_local=256, batches=(64,), grad_sqr=((1.0,),),\n"
+        "    grad_var=((2.0,),), epoch_ends=(1000.0,))\n"
+        "assert 'numpy' not in sys.modules\n"
+        "good, atomic, accum = m.optimize(0, [1, 2, 4], 1.0, 2.0)\n"
+        "assert len(good) == 3 and float(good.max()) > 0\n"
+    )
+    assert "numpy" in modules
+
+
+def _fake_pydantic_plugin(root: Path) -> Path:
+    """A distribution on ``PYTHONPATH`` that registers a pydantic plugin whose import writes
+    a marker file: pydantic's entry-point scan finds it, if it runs."""
+    marker = root / "plugin-loaded"
+    (root / "gpuplan_probe_plugin.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('yes')\n"
+        "class Plugin:\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n"
+        "plugin = Plugin()\n"
+    )
+    info = root / "gpuplan_probe_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gpuplan-probe-plugin\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nprobe = gpuplan_probe_plugin:plugin\n")
+    return marker
+
+
+def test_cli_leaves_the_users_pydantic_plugins_alone(tmp_path: Path) -> None:
+    """The CLI does not switch pydantic's plugins off (``PYDANTIC_DISABLE_PLUGINS``) to save
+    the ~9 ms entry-point scan: the setting would reach every process it starts, the jobs
+    ``gpuplan submit`` hands to the single server included. A probe plugin is loaded."""
+    marker = _fake_pydantic_plugin(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["PYTHONPATH"] = str(tmp_path)
+    argv = ["simulate", "--scenario", "h200-colocation", "--policy", "fifo"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert marker.exists()
