@@ -30,6 +30,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     if args.poll <= 0 or args.lease < 0 or args.ckpt_grace <= 0:
         bad = "--poll" if args.poll <= 0 else "--lease" if args.lease < 0 else "--ckpt-grace"
         raise InputError("must be positive", field=bad)
+    if not 0 < args.keep_finished <= 36500:  # NaN and infinity fail too
+        raise InputError(f"{args.keep_finished}: days, in (0, 36500]", field="--keep-finished")
     make_policy(args.policy, args.seed)  # an unknown policy is refused here, in one line
     options = ServerOptions(
         state_dir=_state_dir(args),
@@ -40,6 +42,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         lease_s=args.lease,
         ckpt_grace_s=args.ckpt_grace,
         restart_gate=args.restart_gate,
+        keep_finished_s=args.keep_finished * 86400.0,
     )
     # Logging only once the options are accepted: a refusal stays one line.
     logging.basicConfig(
@@ -158,6 +161,14 @@ def add_subcommands(sub: Any) -> None:
     )
     srv.add_argument(
         "--ckpt-grace", type=float, default=30.0, help="seconds a job has to checkpoint and exit"
+    )
+    srv.add_argument(
+        "--keep-finished",
+        type=float,
+        default=7.0,
+        metavar="DAYS",
+        help="days an ended job stays in the journal, its files and checkpoints in the state "
+        "dir (default 7); then both are removed",
     )
     srv.add_argument(
         "--no-restart-gate",

@@ -189,6 +189,22 @@ class ServerJournal:
                 (*fields.values(), job_id),
             )
 
+    def prune(self, before: float) -> list[str]:
+        """Forget the jobs that ended before ``before`` (the server's clock): their rows go,
+        their environments (which may hold secrets) with them. Returns their ids, so the
+        caller removes their files too. Ids are never reused (AUTOINCREMENT)."""
+        with self._db() as db:
+            ids = [
+                r[0]
+                for r in db.execute(
+                    f"SELECT id FROM jobs WHERE state IN {FINAL!r} AND end_time IS NOT NULL "
+                    "AND end_time < ? ORDER BY seq",
+                    (before,),
+                )
+            ]
+            db.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in ids])
+        return ids
+
     def get(self, job_id: str) -> JobRow | None:
         rows = self._select("WHERE id = ?", (job_id,))
         return rows[0] if rows else None

@@ -13,8 +13,10 @@ sidecars fence them after ``lease_s`` without a server; docs/single-server.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -39,6 +41,7 @@ from gpuplan.solver_core.registry import make_policy
 from ..engine import Engine
 from ..pidlock import lock_with_pid
 from ..ssh.executor import SshSettings
+from ..ssh.launchers import safe_name
 from .executor import NODE, JobCommand, LocalExecutor, ServerLauncher, allocation_of
 from .gpus import ServerGpus
 from .journal import JobRow, ServerJournal
@@ -46,6 +49,9 @@ from .statedir import JOURNAL_NAME, prepare_state_dir
 from .wire import SocketServer
 
 log = logging.getLogger(__name__)
+
+PRUNE_EVERY_S = 3600.0
+"""How often the engine thread looks for ended jobs to forget (:meth:`Server.prune`)."""
 
 DEFAULT_DURATION_S = 3600.0
 """The engine's duration estimate for a job submitted without ``--work`` or ``--duration``."""
@@ -62,6 +68,9 @@ class ServerOptions:
     ckpt_grace_s: float = 30.0
     restart_gate: bool = True
     """Drop planned changes that cost more than they gain (:mod:`..restart_gate`)."""
+    keep_finished_s: float = 7 * 86400.0
+    """How long an ended job stays in the journal and its files (checkpoints included) in the
+    state dir; then :meth:`Server.prune` removes both."""
 
 
 def spec_of(row: JobRow) -> JobSpec:
@@ -248,6 +257,27 @@ class Server:
         return row
 
     # ------------------------------------------------------------------ engine thread
+    def prune(self, now: float) -> list[str]:
+        """Forget jobs that ended more than ``keep_finished_s`` ago: their journal rows and
+        their files (``jobs/ID.*``: progress, checkpoint, segment log, a protocol job's own
+        model checkpoint beside them; ``runs/ID@local``: the sidecar's folder). Without this a
+        long-lived server keeps every job's environment and checkpoints forever."""
+        ids = self.journal.prune(now - self.options.keep_finished_s)
+        jobs, runs = self.state_dir / "jobs", self.state_dir / "runs"
+        for job_id in ids:
+            stem = safe_name(job_id)
+            for path in [*jobs.glob(f"{stem}.*"), *jobs.glob(f".{stem}.*")]:
+                with contextlib.suppress(OSError):
+                    if path.is_file() and not path.is_symlink():
+                        path.unlink()
+            sidecar = runs / f"{stem}@{NODE}"
+            if sidecar.is_dir() and not sidecar.is_symlink():
+                shutil.rmtree(sidecar, ignore_errors=True)
+        if ids:
+            keep = self.options.keep_finished_s
+            log.info("pruned %d job(s) that ended over %.0f s ago", len(ids), keep)
+        return ids
+
     def _recover(self) -> None:
         """Adopt or resubmit the journal's unfinished jobs (module docstring)."""
         rows = self.journal.unfinished()
@@ -340,6 +370,7 @@ class Server:
             self.state_dir,
         )
         print(f"gpuplan server ready: {self.socket.path}", flush=True)
+        next_prune = self.executor.now()
         try:
             while True:
                 batch = self.executor.next_events()
@@ -348,6 +379,9 @@ class Server:
                 now, events = batch
                 self.engine.handle(now, events)
                 self._journal_batch(now, events)
+                if now >= next_prune:
+                    self.prune(now)
+                    next_prune = now + PRUNE_EVERY_S
         finally:
             self.socket.close()
             self.executor.detach()

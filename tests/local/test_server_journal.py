@@ -79,3 +79,43 @@ def test_the_socket_boundary_takes_fractions_and_absence() -> None:
     assert _fraction(None, "--compute") is None
     assert _fraction(1, "--compute") == 1.0
     assert _fraction("0.5", "--compute") == 0.5
+
+
+def test_prune_forgets_ended_jobs_and_their_files_only(tmp_path: Path) -> None:
+    """A long-lived server forgets jobs that ended over ``keep_finished_s`` ago: their rows
+    (environments included) and files (checkpoints, the sidecar's folder). Running jobs,
+    recently ended ones and another job's files that merely share a prefix stay."""
+    from gpuplan.executors.local.gpus import choose_gpus
+    from gpuplan.executors.local.server import Server, ServerOptions
+    from gpuplan.executors.nvml.records import NodeInventory
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    options = ServerOptions(
+        state_dir=state,
+        gpus=choose_gpus("1", NodeInventory(nvml=False, reason="test")),
+        policy="fifo",
+        keep_finished_s=100.0,
+    )
+    server = Server(options)
+    try:
+        j = server.journal
+        old, recent, running = _row(j), _row(j), _row(j)
+        j.update(old, state="completed", end_time=10.0)
+        j.update(recent, state="cancelled", end_time=150.0)
+        j.update(running, state="running")
+        jobs, runs = server.state_dir / "jobs", server.state_dir / "runs"
+        doomed = [jobs / f"{old}.progress", jobs / f"{old}.pt", jobs / f".{old}.pt.77.tmp"]
+        kept = [jobs / f"{old}0.progress", jobs / f"{recent}.ckpt", jobs / f"{running}.ckpt"]
+        for path in [*doomed, *kept]:
+            path.write_text("{}")
+        (runs / f"{old}@local").mkdir()
+        (runs / f"{old}@local" / "state.json").write_text("{}")
+        assert server.prune(now=200.0) == [old]
+        assert j.get(old) is None and j.get(recent) is not None and j.get(running) is not None
+        assert not any(p.exists() for p in doomed) and all(p.exists() for p in kept)
+        assert not (runs / f"{old}@local").exists()
+        assert server.prune(now=200.0) == []
+        assert _row(j) == "j4"  # ids are never reused
+    finally:
+        server._lock_fh.close()

@@ -355,6 +355,8 @@ def test_bad_server_options_and_no_server_are_one_line_and_exit_2(daemon, tmp_pa
         (["server", "--gpus", "4", "--policy", "no-such-policy"], "no-such-policy"),
         (["server", "--gpus", "0,0", "--policy", "fifo"], "listed twice"),
         (["server", "--gpus", "x", "--policy", "fifo"], "not a GPU index or UUID"),
+        (["server", "--gpus", "1", "--policy", "fifo", "--keep-finished", "0"], "--keep-finished"),
+        (["server", "--gpus", "1", "--policy", "fifo", "--keep-finished", "nan"], "in (0, 36500]"),
         (["submit", "--gpus", "1", "--", "true"], "no gpuplan server is running here"),
         (["cancel", "j1"], "no gpuplan server is running here"),
         (["status", "--server", "--json"], "no gpuplan server is running here"),
