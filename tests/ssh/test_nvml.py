@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpuplan.executors.nvml import local as nvml_local
 from gpuplan.executors.nvml.crosscheck import bind_node, check_gres, model_matches
 from gpuplan.executors.nvml.local import read_local
 from gpuplan.executors.nvml.records import BadInventory, parse_inventory
@@ -206,7 +207,12 @@ def test_xid_events_are_drained_kept_and_judged() -> None:
     assert fake.calls.count("init") == 1
 
 
-def test_no_nvml_is_declared_inventory_said_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+def test_no_nvml_is_declared_inventory_said_once_at_info(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once per process: start from a process that has not said it yet (an earlier test, the
+    # GPU program's dry run among them, may have read this host's inventory already).
+    monkeypatch.setattr(nvml_local, "_said", set())
     caplog.set_level(logging.INFO)
     inv = read_local(FakeNvml([], init_error=12))  # NVML_ERROR_LIBRARY_NOT_FOUND
     assert not inv.nvml and "NVML not usable" in (inv.reason or "")
