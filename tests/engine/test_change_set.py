@@ -35,6 +35,7 @@ from gpuplan.solver_core import change_verify
 from gpuplan.solver_core.change_verify import ChangeSetMissed
 from gpuplan.solver_core.helpers.running_order import RunningOrder
 from gpuplan.solver_core.policies.baselines.shortest_first import remaining_time
+from gpuplan.solver_core.policies.baselines.tiresias import SizedQueue, requested_size
 from gpuplan.solver_core.registry import make_policy
 
 _STRICT = attrgetter(
@@ -91,6 +92,14 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> _ViewChecker:
         return sync_changed(self, *args)
 
     monkeypatch.setattr(RunningOrder, "_sync_changed", counted)
+    fast["waiting"] = 0
+    changed_membership = SizedQueue._changed_membership
+
+    def counted_waiting(self: SizedQueue, *args: Any) -> tuple[set[str], set[str]]:
+        fast["waiting"] += 1
+        return changed_membership(self, *args)
+
+    monkeypatch.setattr(SizedQueue, "_changed_membership", counted_waiting)
     checker.fast = fast  # type: ignore[attr-defined]
     return checker
 
@@ -125,6 +134,8 @@ def test_whole_runs_with_node_failures_report_every_write(
     assert sum(r.preemptions for r in result.jobs) > 0
     if policy in ("srtf", "sjf"):  # RunningOrder took the change set (and verified it)
         assert checked.fast["syncs"] > 300  # type: ignore[attr-defined]
+    if policy == "tiresias-l":  # so did Tiresias-L's waiting queue
+        assert checked.fast["waiting"] > 300  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -280,6 +291,44 @@ def test_ranked_queue_verifier_catches_an_unreported_arrival(
     assert [e[2] for e in queue.pending_entries(view(2, {"b"}))] == ["a", "b"]
     del pending["a"]
     assert [e[2] for e in queue.pending_entries(view(3, {"a"}))] == ["b"]
+
+
+def test_sized_queue_follows_the_change_set_and_its_verifier_catches_a_miss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tiresias-L's waiting queue reads only the named jobs when the change set follows the
+    previous sync (an unnamed newcomer stays unseen), falls back to the full set differences
+    on a skipped view, and in verify mode names the job the set left out."""
+    cluster = Cluster.uniform(1, 8)
+    pending: dict[str, ActiveJob] = {}
+
+    def add(job_id: str, t: float) -> None:
+        spec = JobSpec(id=job_id, submit_time=t, requested_gpus=2, total_iterations=100.0)
+        pending[job_id] = ActiveJob(spec=spec)
+
+    def view(seq: int, jobs: set[str]) -> ClusterView:
+        return ClusterView(
+            0.0, cluster, {}, {}, {}, dict(pending), changed=ChangeSet(4, seq, frozenset(jobs))
+        )
+
+    def queue_order(queue: SizedQueue) -> list[str]:
+        return sorted(queue.entries, key=lambda j: queue.entries[j])
+
+    queue = SizedQueue(lambda job, now: (job.spec.submit_time, job.spec.id), requested_size)
+    add("a", 1.0)
+    assert queue.sync(view(1, {"a"})) == (set(), ["a"])
+    add("c", 3.0)
+    add("b", 2.0)
+    assert queue.sync(view(2, {"b"})) == (set(), ["b"])  # c was not named: not read
+    assert queue_order(queue) == ["a", "b"]
+    del pending["a"]
+    assert queue.sync(view(4, set())) == ({"a"}, ["c"])  # seq 3 skipped: full differences
+    assert queue_order(queue) == ["b", "c"]
+    assert queue.walk([], 8) == {"b": 2, "c": 2}
+    monkeypatch.setattr(change_verify, "VERIFY", True)
+    add("d", 4.0)
+    with pytest.raises(ChangeSetMissed, match=r"waiting job\(s\).*\['d'\]"):
+        queue.sync(view(5, set()))
 
 
 def test_preemptions_listed_in_running_order_by_entry_numbers(

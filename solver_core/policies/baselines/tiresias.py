@@ -39,6 +39,7 @@ from pydantic import Field
 
 from gpuplan.models import ActiveJob, ClusterView, InputError, SolverStats
 
+from ... import change_verify
 from ...delta import delta_from_shares, delta_ready
 from ...params import Params
 from ...placement.best_fit import best_fit_placement
@@ -101,6 +102,8 @@ class SizedQueue:
         self.sizes: dict[str, int] = {}
         self.buckets: dict[int, list[Entry]] = {}
         self._capacity: int | None = None
+        self._seen: tuple[int, int] | None = None
+        """``(stream, seq)`` of the change set of the last sync (None: none)."""
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.entries
@@ -128,14 +131,40 @@ class SizedQueue:
             bucket.sort()
         self.buckets = buckets
 
+    def _membership(self, view: ClusterView) -> tuple[set[str], set[str]]:
+        """(queued jobs no longer pending, pending jobs not queued). With the view's change
+        set following the one of the previous sync only the jobs it names are looked at
+        (membership changes only for a job that arrived, started, was preempted, finished or
+        failed, and each of those is in the set): the cost follows the jobs an event touched,
+        not the queue's length. Otherwise (first sync, a skipped view, an executor that
+        reports no changes) the set differences over the whole queue."""
+        pending, entries = view.pending, self.entries
+        changed = view.changed
+        seen, self._seen = self._seen, (None if changed is None else (changed.stream, changed.seq))
+        if changed is None or not changed.follows(seen):
+            return entries.keys() - pending.keys(), pending.keys() - entries.keys()
+        return self._changed_membership(view, changed.jobs)
+
+    def _changed_membership(
+        self, view: ClusterView, jobs: frozenset[str]
+    ) -> tuple[set[str], set[str]]:
+        """:meth:`_membership` from the change set's ``jobs`` alone (verified against the
+        full set differences in verify mode)."""
+        pending, entries = view.pending, self.entries
+        removed = {j for j in jobs if j in entries and j not in pending}
+        added = {j for j in jobs if j in pending and j not in entries}
+        if change_verify.VERIFY:
+            left_out = [j for j in (entries.keys() ^ pending.keys()) if j not in jobs]
+            if left_out:
+                raise change_verify.missed("waiting", left_out)
+        return removed, added
+
     def sync(self, view: ClusterView) -> tuple[set[str], list[str]]:
         """Follow ``view.pending``; returns (removed ids, added ids in submit order)."""
         pending, entries, sizes = view.pending, self.entries, self.sizes
         capacity = view.capacity
-        removed = entries.keys() - pending.keys()
-        added = sorted(
-            pending.keys() - entries.keys(), key=lambda j: (pending[j].spec.submit_time, j)
-        )
+        removed, new = self._membership(view)
+        added = sorted(new, key=lambda j: (pending[j].spec.submit_time, j))
         rebuild = capacity != self._capacity or len(removed) + len(added) > 64
         if rebuild:
             for job_id in removed:
