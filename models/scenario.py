@@ -45,6 +45,10 @@ WorkloadSource = Literal[
     "aryl_testbed",
 ]
 JobMapping = Literal["rigid", "afs", "elastic", "aryl", "goodput"]
+WindowOrigin = Literal["trace", "first"]
+"""``workload.origin``: the clock a trace's ``submit_time`` and window count on."""
+ORIGIN_SOURCES = frozenset({"philly", "itp", "itp_augmented"})
+"""Sources whose loaders can move that clock (the others start at their own first row)."""
 
 
 class Overheads(BaseModel):
@@ -228,6 +232,13 @@ class WorkloadSpec(BaseModel):
     end_s: float | None = Field(
         default=None, ge=0, le=MAX_TIME_S, description="window end (s after origin)"
     )
+    origin: WindowOrigin = Field(
+        default="trace",
+        description="what submit_time (and so start_s / end_s) counts from, philly and itp "
+        "sources: 'trace' = the loader's clock (Philly: the whole file's first submission; "
+        "ITP: the file's submission_time); 'first' = the first submission of the selected "
+        "rows (Philly: the VC's own first job; ITP: the file's earliest)",
+    )
     max_jobs: int | None = Field(default=None, ge=1, le=MAX_JOBS)
     mapping: JobMapping = "rigid"
     time_scale: float = Field(
@@ -253,6 +264,11 @@ class WorkloadSpec(BaseModel):
     def _check(self) -> WorkloadSpec:
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s must be after start_s")
+        if self.origin != "trace" and self.source not in ORIGIN_SOURCES:
+            raise ValueError(
+                f"origin {self.origin!r} applies to the {', '.join(sorted(ORIGIN_SOURCES))} "
+                f"sources, not {self.source!r}"
+            )
         if self.throughputs is not None and self.source != "gavel":
             raise ValueError("throughputs (Gavel's throughput table) needs source: gavel")
         return self

@@ -149,15 +149,19 @@ def load_rows(workload: WorkloadSpec, base: Path | None, seed: int) -> list[Trac
     if src == "philly":
         from .philly import load_philly
 
-        return load_philly(_trace_path(workload, base), vc=workload.vc, **window)
+        vc_origin = workload.origin == "first" and workload.vc is not None
+        return load_philly(
+            _trace_path(workload, base), vc=workload.vc, vc_origin=vc_origin, **window
+        )
+    relative = workload.origin == "first"
     if src == "itp":
         from .itp import load_itp
 
-        return load_itp(_trace_path(workload, base), **window)
+        return load_itp(_trace_path(workload, base), relative=relative, **window)
     if src == "itp_augmented":
         from .itp import load_itp_augmented
 
-        return load_itp_augmented(_trace_path(workload, base), **window)
+        return load_itp_augmented(_trace_path(workload, base), relative=relative, **window)
     if src == "gavel":
         from .gavel import load_gavel_trace
 

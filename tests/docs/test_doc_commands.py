@@ -37,9 +37,10 @@ SKIPPED_DOCS = {"slurm.md", "gpu.md"}
 COMMAND = re.compile(r"`(gpuplan (?:compare|simulate) [^`]*?--json)`")
 GROUP = re.compile(r"\s*`(\w+)`((?:\s*-?\d+(?:\.\d+)?\s*,)*\s*-?\d+(?:\.\d+)?)\s*;?")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-SLOW = ("sidecar-wl", "philly-11cb48")
+SLOW = ("sidecar-wl", "philly-11cb48", "philly-2869ce --policies srtf", "aryl-philly", "aryl-itp")
 """Commands taking tens of seconds on a loaded 2-core machine (philly-11cb48: 16,091 jobs, about
-a minute): marked slow (still in make test)."""
+a minute; the Aryl windows, 3,600-5,500 jobs with loan events, 30-60 s a policy; 2869ce's three
+policies x three seeds, about 30 s): marked slow (still in make test)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,14 @@ def _param(c: Check) -> object:
 def test_the_marked_commands_are_found() -> None:
     """The docs this issue touched carry marked commands (guards the parser itself)."""
     docs = {c.doc for c in CHECKS}
-    assert {"sidecar.md", "fidelity.md", "edl.md"} <= docs, docs
+    assert {
+        "sidecar.md",
+        "fidelity.md",
+        "edl.md",
+        "optimality.md",
+        "aryl.md",
+        "afs.md",
+    } <= docs, docs
 
 
 def test_every_documented_json_command_is_checked() -> None:
@@ -161,3 +169,72 @@ def test_the_parser_reads_a_statement_and_the_comparison_can_fail(tmp_path: Path
     assert _mismatches(check, [good[0], {**good[1], "resizes": 36}]) != []
     assert _mismatches(check, [good[0], {**good[1], "avg_jct_s": 819.74}]) != []
     assert _mismatches(check, good[:1]) != []
+
+
+def test_the_optimality_scenarios_are_the_benchs_instances() -> None:
+    """optimality.md's checked commands run embedded scenarios that write out instances of
+    ``tests/bench/optimality.py``: the same cluster, jobs and (no) overheads, so the doc's
+    per-instance rows are the bench's rows."""
+    from gpuplan.scenarios.build import build, resolve_scenario
+    from tests.bench.optimality import NO_OVERHEADS, small_instance
+
+    instances = (("optimality-rigid-5", 5, False), ("optimality-elastic-1", 1, True))
+    for name, seed, elastic in instances:
+        spec, folder = resolve_scenario(name)
+        built = build(spec, folder)
+        cluster, jobs = small_instance(seed, elastic)
+        assert built.jobs == jobs, name
+        assert [(n.gpus, n.gpu_type) for n in built.cluster.nodes] == [
+            (n.gpus, n.gpu_type) for n in cluster.nodes
+        ], name
+        assert spec.overheads == NO_OVERHEADS, name
+        assert spec.seed == seed, name
+
+
+def test_the_afs_sweep_file_declares_the_benchs_264_runs() -> None:
+    """afs.md names ``docs/results/data/afs-reproduction.sweep.yaml`` as the way to rerun the
+    whole reproduction: the 11 Table 3 VCs (in order) x the bench's 8 policies x seeds 0-2."""
+    from gpuplan.sweep_plan import expand_runs, load_sweep
+    from tests.bench.afs_vcs import AWARE, TRACES, UNAWARE
+
+    path = RESULTS / "data" / "afs-reproduction.sweep.yaml"
+    assert "afs-reproduction.sweep.yaml" in (RESULTS / "afs.md").read_text(encoding="utf-8")
+    sweep = load_sweep(path)
+    assert sweep.scenarios == [f"philly-{TRACES[k]}" for k in sorted(TRACES)]
+    assert sweep.policies == AWARE + UNAWARE
+    assert sweep.seeds == [0, 1, 2]
+    runs = expand_runs(sweep, path)
+    assert len(runs) == 264
+    assert len({r.key for r in runs}) == 264
+
+
+@pytest.mark.traces
+@pytest.mark.parametrize(
+    ("name", "trace"),
+    [
+        ("aryl-philly-6c71a0", "Philly VC 6c71a0, days 18-32"),
+        ("aryl-itp-cluster07", "ITP cluster07, days 14-21"),
+    ],
+)
+def test_the_aryl_scenarios_are_the_benchs_replays(traces: Path, name: str, trace: str) -> None:
+    """aryl.md's checked commands run embedded scenarios that rebuild ``tests/bench/aryl.py``'s
+    replays: the same cluster, jobs and loan events (``loaning_scenario`` on the bench's
+    window); the ``-training`` twin has the same jobs on the training pool alone."""
+    from gpuplan import api
+    from gpuplan.scenarios.inference import loaning_scenario
+    from tests.bench.aryl import result_traces
+
+    spec = result_traces()[trace]
+    rows = spec["rows"]()
+    origin = min(r.submit_time for r in rows)
+    rows = [r.model_copy(update={"submit_time": r.submit_time - origin}) for r in rows]
+    ref = loaning_scenario(rows, spec["training"], spec["inference"], seed=0, name=trace)
+    prepared = api.prepare(name)
+    assert prepared.cluster == ref.cluster
+    assert prepared.jobs == ref.jobs
+    assert list(prepared.events) == list(ref.events)
+    alone = api.prepare(f"{name}-training")
+    assert alone.jobs == ref.jobs and not alone.events
+    # the same servers (named n0.. by the scenario's plain cluster, t0.. by loaning_cluster)
+    shape = [(n.gpus, n.gpu_type, n.pool) for n in ref.cluster.nodes if n.pool == "training"]
+    assert [(n.gpus, n.gpu_type, n.pool) for n in alone.cluster.nodes] == shape
