@@ -169,6 +169,13 @@ class AfsL(Stateless):
         counts = afs_l_solve(rem, cols.ladders, cols.did, cols.ladder_arrays(), view.capacity)
         return cols.shares(counts)
 
+    def delta(self, view: ClusterView, placement: object) -> None:
+        """Decline the engine's fast path (AFS re-divides every share), after syncing the
+        columns on its live view: the engine takes the change set with that view, so a
+        stage that never saw it would find each decision's set one short and rebuild every
+        row at every decision. The decision's own view then names nothing new."""
+        self.columns.sync(view)
+
 
 class AfsP:
     """AFS-P shares stage (length-unaware), with processor-sharing counters.
@@ -279,6 +286,11 @@ class AfsP:
                     shares[job_id] = step
                     free -= step
         return shares
+
+    def delta(self, view: ClusterView, placement: object) -> None:
+        """Decline the fast path after syncing the columns on its live view (see
+        :meth:`AfsL.delta`)."""
+        self.columns.sync(view)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """Next unit boundary of a job holding GPUs, while time slicing (else None)."""
