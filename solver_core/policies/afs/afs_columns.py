@@ -40,6 +40,7 @@ from ...helpers.ladders import Ladder, LadderCache, build_ladder
 __all__ = ["AfsColumns", "check_ladder"]
 
 _FLOAT_COLS = ("work", "done", "start", "rate", "held", "anchor")
+_WORK, _DONE, _START, _RATE, _HELD, _ANCHOR = range(6)
 _RESORT = 64
 """New jobs at one sync beyond which the key list is re-sorted instead of inserted into."""
 
@@ -70,6 +71,15 @@ def _fields(job: ActiveJob) -> tuple[float, float, float, float, float, float, b
     )
 
 
+def _merge(col: np.ndarray, old: np.ndarray, fresh: np.ndarray, values: object) -> np.ndarray:
+    """``col`` spread over the ``old`` positions of a longer column, ``values`` at ``fresh``
+    (one pass each: ``np.insert`` per column cost more than the rest of a sync)."""
+    out = np.empty(len(old), col.dtype)
+    out[old] = col
+    out[fresh] = values
+    return out
+
+
 class AfsColumns:
     """Active jobs in scan order as numpy columns, updated from the view's change set.
 
@@ -89,7 +99,9 @@ class AfsColumns:
         self.did = np.empty(0, np.int64)
         self.busy = np.empty(0, bool)
         self.mark = np.empty(0, np.int64)
-        self._f = {name: np.empty(0) for name in _FLOAT_COLS}
+        self._f = np.empty((6, 0))
+        """The float columns, one row each (``_FLOAT_COLS``), so a sync that inserts or
+        deletes jobs moves them in one operation."""
         self._marks_in: dict[str, int] | None = None
         self._clear_ladders()
         self.full_syncs = 0
@@ -144,8 +156,7 @@ class AfsColumns:
         """Every row's :func:`~gpuplan.models.state.remaining_work` at ``now`` (same float
         operations: ``done + rate * (now - start)`` capped at ``work``, then ``work - done``
         floored at 0)."""
-        f = self._f
-        work, done, start, rate = f["work"], f["done"], f["start"], f["rate"]
+        work, done, start, rate = self._f[:4]
         with np.errstate(all="ignore"):
             moved = done + rate * (now - start)
         adv = ~((now <= start) | (rate <= 0.0))
@@ -155,8 +166,8 @@ class AfsColumns:
 
     def held_at(self, now: float) -> np.ndarray:
         """Every row's ``ActiveJob.held_time_at(now)`` (same float operations)."""
-        since = now - self._f["anchor"]
-        return self._f["held"] + np.where(self.busy, np.where(since > 0.0, since, 0.0), 0.0)
+        since = now - self._f[_ANCHOR]
+        return self._f[_HELD] + np.where(self.busy, np.where(since > 0.0, since, 0.0), 0.0)
 
     def shares(self, counts: np.ndarray) -> dict[str, int]:
         """``{id: count}`` for the rows with a positive count, in scan order."""
@@ -223,8 +234,7 @@ class AfsColumns:
         self.ids[:] = ids
         self.did = np.array(dids, np.int64)
         cols = list(zip(*fields, strict=True)) if fields else [()] * 7
-        for name, col in zip(_FLOAT_COLS, cols, strict=False):
-            self._f[name] = np.array(col, float)
+        self._f = np.array(cols[:6], float).reshape(6, n)
         self.busy = np.array(cols[6], bool)
 
     def _apply(self, view: ClusterView, named: list[str]) -> None:
@@ -251,25 +261,39 @@ class AfsColumns:
             _, dids, fields = self._rows([job for _, job in upd], cap)
             for (row, _), did, vals in zip(upd, dids, fields, strict=True):
                 self.did[row] = did
-                for name, v in zip(_FLOAT_COLS, vals, strict=False):
-                    f[name][row] = v
+                f[:, row] = vals[:6]
                 self.busy[row] = vals[6]
         if gone:
             gone.sort()
             for row in reversed(gone):
                 del keys[row]
-            self._delete(gone)
+            keep = np.ones(len(self.ids), bool)
+            keep[gone] = False
+            self.ids = self.ids[keep]
+            self.did = self.did[keep]
+            self.busy = self.busy[keep]
+            self.mark = self.mark[keep]
+            self._f = self._f[:, keep]
         if new:
             new.sort(key=lambda j: (j.spec.submit_time, j.spec.id))
             nk = [(j.spec.submit_time, j.spec.id) for j in new]
             at = [bisect_left(keys, k) for k in nk]  # positions before any insertion
             ids, dids, fields = self._rows(new, cap)
-            self.ids = np.insert(self.ids, at, np.array(ids, object))
-            self.did = np.insert(self.did, at, dids)
-            for i, name in enumerate(_FLOAT_COLS):
-                f[name] = np.insert(f[name], at, [v[i] for v in fields])
-            self.busy = np.insert(self.busy, at, [v[6] for v in fields])
-            self.mark = np.insert(self.mark, at, -1)
+            # Row i of the new ones lands at at[i] + i; the old rows fill the rest in order.
+            k = len(nk)
+            fresh = np.zeros(len(self.ids) + k, bool)
+            fresh[np.array(at, np.int64) + np.arange(k)] = True
+            old = ~fresh
+            named = np.empty(k, object)
+            named[:] = ids
+            self.ids = _merge(self.ids, old, fresh, named)
+            self.did = _merge(self.did, old, fresh, dids)
+            self.busy = _merge(self.busy, old, fresh, [v[6] for v in fields])
+            self.mark = _merge(self.mark, old, fresh, -1)
+            block = np.empty((6, len(fresh)))
+            block[:, old] = self._f
+            block[:, fresh] = np.array([v[:6] for v in fields], float).T
+            self._f = block
             if len(nk) > _RESORT:
                 keys.extend(nk)
                 keys.sort()
@@ -278,14 +302,6 @@ class AfsColumns:
                     insort(keys, k)
             for k in nk:
                 key_of[k[1]] = k
-
-    def _delete(self, rows: list[int]) -> None:
-        self.ids = np.delete(self.ids, rows)
-        self.did = np.delete(self.did, rows)
-        self.busy = np.delete(self.busy, rows)
-        self.mark = np.delete(self.mark, rows)
-        for name in _FLOAT_COLS:
-            self._f[name] = np.delete(self._f[name], rows)
 
     # ------------------------------------------------------------------ verify
     def verify(self, view: ClusterView) -> None:
@@ -306,7 +322,7 @@ class AfsColumns:
         differ = []
         for row, job in enumerate(jobs):
             vals = _fields(job)
-            kept_vals = (*(self._f[name].item(row) for name in _FLOAT_COLS), bool(self.busy[row]))
+            kept_vals = (*self._f[:, row].tolist(), bool(self.busy[row]))
             if vals != kept_vals or self.ladder(row) != build_ladder(job.spec, cap, plateau):
                 differ.append(job.spec.id)
         if differ:
