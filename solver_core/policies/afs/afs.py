@@ -28,7 +28,8 @@ Choices where the paper is silent (docs/algorithms/afs.md has the full list):
 
 Modules. This one holds the three stages, AFS-P's loop and AFS-S's capped max-min; the fast
 AFS-L is :mod:`.afs_l_fast` (Algorithm 1 without its O(M·n) cost, identical shares), the
-input type and scan order :mod:`.afs_job`, ladders :mod:`.ladders` (shared with the
+input type and scan order :mod:`.afs_job`, the per-job columns the stages keep across
+decisions :mod:`.afs_columns`, ladders :mod:`.ladders` (shared with the
 baselines) and water-filling :mod:`.water_fill` (shared with Max-Min). Their public names
 (:class:`AfsJob`, :func:`afs_l_shares`, :func:`build_ladder`, :func:`scan_order`) stay
 importable from here.

@@ -15,11 +15,12 @@ three exact shortcuts, each used only when its precondition holds:
    incumbents: a step changes only the winner, so the chain before it is still valid and only
    its tail is recomputed, with numpy "first job after position q that beats x" queries.
 
-Jobs come in scan order, as :class:`~.afs_job.AfsJob` (:func:`afs_l_shares`) or as columns,
-remaining work and ladder per job (:func:`afs_l_columns`, what the AFS-L stage calls: building
-an ``AfsJob`` per job at every event cost more than the solver), with ladders cut by the
+Jobs come in scan order, as :class:`~.afs_job.AfsJob` (:func:`afs_l_shares`), as columns,
+remaining work and ladder per job (:func:`afs_l_columns`), or as the arrays the AFS stages keep
+across decisions (:func:`afs_l_solve`, what they call: remaining work, each job's index into
+the distinct ladders, those ladders flattened; :mod:`.afs_columns`), with ladders cut by the
 saturation guard (:func:`~.ladders.build_ladder`, ``plateau="stop"``); :func:`_check_ladders`
-rejects others.
+and :func:`~.afs_columns.check_ladder` reject others.
 """
 
 from __future__ import annotations
