@@ -206,25 +206,53 @@ class AfsColumns:
 
     def _rows(self, jobs: Sequence[ActiveJob], cap: int) -> tuple[list, list, list]:
         """Ids, ladder indices and field tuples of ``jobs``."""
-        ladder = self.cache.ladder
-        dids = [self._ladder_id(ladder(job, cap)) for job in jobs]
-        return [job.spec.id for job in jobs], dids, [_fields(job) for job in jobs]
+        index = self._lad_index
+        dids = [
+            index[id(lad)] if id(lad) in index else self._ladder_id(lad)
+            for lad in self.cache.ladders(jobs, cap)
+        ]
+        return [job.spec.id for job in jobs], dids, list(map(_fields, jobs))
 
     def _rebuild(self, view: ClusterView) -> None:
+        """Every row from the view (the path without a usable change set). The scan order is
+        still updated from the ids that came and went (as :class:`~.afs_job.ScanOrder`), and
+        the ladder table kept unless the capacity changed or it outgrew the rows."""
         self.full_syncs += 1
         cap = view.capacity
         old = self._marks_in
-        if old is None:
+        if old is None and (self.mark >= 0).any():
             old = dict(zip(self.ids.tolist(), self.mark.tolist(), strict=True))
         self._marks_in = None
+        running, pending = view.running, view.pending
+        if cap != self._cap or len(self._lads) > 2 * (len(running) + len(pending)) + 64:
+            self._clear_ladders()
         self._cap = cap
-        self._clear_ladders()
-        jobs = sorted(view.active(), key=lambda j: (j.spec.submit_time, j.spec.id))
-        self._keys = [(j.spec.submit_time, j.spec.id) for j in jobs]
-        self._key_of = {k[1]: k for k in self._keys}
+        key_of = self._key_of
+        ids_now = running.keys() | pending.keys()
+        if ids_now != key_of.keys():
+            gone = key_of.keys() - ids_now
+            if gone:
+                self._keys = [k for k in self._keys if k[1] not in gone]
+                for job_id in gone:
+                    del key_of[job_id]
+            new = [(running.get(j) or pending[j]) for j in ids_now - key_of.keys()]
+            nk = [(job.spec.submit_time, job.spec.id) for job in new]
+            if len(nk) > _RESORT:
+                self._keys.extend(nk)
+                self._keys.sort()
+            else:
+                for k in nk:
+                    insort(self._keys, k)
+            for k in nk:
+                key_of[k[1]] = k
+        get = running.get
+        jobs = [get(j) or pending[j] for _, j in self._keys]
         ids, dids, fields = self._rows(jobs, cap)
         self._set_columns(ids, dids, fields)
-        self.mark = np.array([old.get(j, -1) for j in ids], np.int64)
+        if old is None:
+            self.mark = np.full(len(ids), -1, np.int64)
+        else:
+            self.mark = np.array([old.get(j, -1) for j in ids], np.int64)
         if len(self.cache) > 2 * len(ids) + 64:
             self.cache.prune(ids)
 
