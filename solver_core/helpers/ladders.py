@@ -126,7 +126,11 @@ class LadderCache:
         if hit is not None and hit[0] == limit and hit[1] is spec:
             return hit[3]
         allowed = spec.elasticity.allowed if spec.elasticity is not None else ()
-        key = (spec.throughput, spec.min_gpus, spec.max_gpus, allowed, limit)
+        shape = spec.node_shape
+        # The node shape filters the allowed counts (JobSpec.allowed_counts), so it is part of
+        # the key: without it a job without a shape could be handed a shaped job's ladder.
+        cut = None if shape is None else (shape.gpus_per_node, shape.max_nodes)
+        key = (spec.throughput, spec.min_gpus, spec.max_gpus, allowed, cut, limit)
         built = self._built.get(key)
         if built is None:
             built = self._built[key] = build_ladder(spec, limit, self.plateau)
@@ -146,6 +150,10 @@ class LadderCache:
             else:
                 out.append(self.ladder(job, limit))
         return out
+
+    def __len__(self) -> int:
+        """Jobs with a cached ladder (so a caller can tell when :meth:`prune` is due)."""
+        return len(self._cache)
 
     def __call__(self, job: ActiveJob, limit: int) -> tuple[int, ...]:
         """``job``'s counts under ``limit`` GPUs (memoised)."""

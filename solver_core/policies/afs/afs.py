@@ -28,7 +28,8 @@ Choices where the paper is silent (docs/algorithms/afs.md has the full list):
 
 Modules. This one holds the three stages, AFS-P's loop and AFS-S's capped max-min; the fast
 AFS-L is :mod:`.afs_l_fast` (Algorithm 1 without its O(M·n) cost, identical shares), the
-input type and scan order :mod:`.afs_job`, ladders :mod:`.ladders` (shared with the
+input type and scan order :mod:`.afs_job`, the per-job columns the stages keep across
+decisions :mod:`.afs_columns`, ladders :mod:`.ladders` (shared with the
 baselines) and water-filling :mod:`.water_fill` (shared with Max-Min). Their public names
 (:class:`AfsJob`, :func:`afs_l_shares`, :func:`build_ladder`, :func:`scan_order`) stay
 importable from here.
@@ -41,6 +42,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
@@ -52,8 +54,9 @@ from ...params import Params
 from ...placement.best_fit import best_fit_placement
 from ...policy import Shares, StagedPolicy, Stateless
 from ...registry import PolicyDef, parameterless
-from .afs_job import AfsJob, ScanOrder, remaining_all, scan_order
-from .afs_l_fast import afs_l_columns, afs_l_shares
+from .afs_columns import AfsColumns
+from .afs_job import AfsJob, scan_order
+from .afs_l_fast import afs_l_shares, afs_l_solve
 
 __all__ = [
     "DEFAULT_UNIT_TIME_S",
@@ -137,13 +140,15 @@ def maxmin_shares(jobs: Sequence[AfsJob], total: int) -> list[int]:
 class AfsL(Stateless):
     """AFS-L shares stage: Algorithm 1 with known remaining lengths, on ``view.capacity`` GPUs.
 
-    Stateless between decisions apart from a ladder cache (the paper recomputes every share
-    from scratch at each churn event; placement keeps jobs where they are).
+    Stateless between decisions apart from caches rebuilt from the view (the paper recomputes
+    every share from scratch at each churn event; placement keeps jobs where they are): a
+    ladder cache and the per-job columns (:class:`~.afs_columns.AfsColumns`), which the view's
+    change set keeps up to date.
     """
 
     def __init__(self) -> None:
         self._ladders = LadderCache("stop")
-        self._scan = ScanOrder()
+        self.columns = AfsColumns(self._ladders)
 
     def items(self, view: ClusterView) -> list[AfsJob]:
         """The view's active jobs as :class:`AfsJob` in scan order (with remaining work)."""
@@ -156,14 +161,21 @@ class AfsL(Stateless):
         return out
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
-        # The same computation as afs_l_shares(self.items(view)), on columns: the scan order
-        # is kept across decisions and no AfsJob is built (items() is the readable version).
-        cap = view.capacity
-        jobs = self._scan.jobs(view)
-        ladders = self._ladders.ladders(jobs, cap)
-        self._ladders.prune(self._scan.ids)
-        counts = afs_l_columns(remaining_all(jobs, view.now), ladders, cap)
-        return {job.spec.id: c for job, c in zip(jobs, counts, strict=True) if c > 0}
+        # The same computation as afs_l_shares(self.items(view)), on columns kept across
+        # decisions: only the jobs the view's change set names are re-read, and no AfsJob is
+        # built (items() is the readable version).
+        cols = self.columns
+        cols.sync(view)
+        rem = cols.remaining(view.now)
+        counts = afs_l_solve(rem, cols.ladders, cols.did, cols.ladder_arrays(), view.capacity)
+        return cols.shares(counts)
+
+    def delta(self, view: ClusterView, placement: object) -> None:
+        """Decline the engine's fast path (AFS re-divides every share), after syncing the
+        columns on its live view: the engine takes the change set with that view, so a
+        stage that never saw it would find each decision's set one short and rebuild every
+        row at every decision. The decision's own view then names nothing new."""
+        self.columns.sync(view)
 
 
 class AfsP:
@@ -193,17 +205,19 @@ class AfsP:
         self.seed = seed
         self.preemptive = preemptive
         self._ladders = LadderCache("stop")
-        self._scan = ScanOrder()
-        self._counters: dict[str, int] = {}
+        self.columns = AfsColumns(self._ladders)
+        """Per-job columns kept across decisions; each row's ``mark`` is the counter this
+        stage saw for the job at its last decision (-1: none yet)."""
         self.time_slicing = False
         """Whether the last decision was in the jobs-outnumber-GPUs mode."""
 
     def snapshot(self) -> dict[str, Any]:
         """Counters seen at the last decision and the mode: what decides who keeps a slot."""
-        return {"counters": dict(self._counters), "time_slicing": self.time_slicing}
+        return {"counters": self.columns.marks(), "time_slicing": self.time_slicing}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self._counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
+        counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
+        self.columns.restore_marks(counters)
         self.time_slicing = bool(state.get("time_slicing", False))
 
     def counter(self, job: ActiveJob, now: float) -> int:
@@ -213,7 +227,7 @@ class AfsP:
 
     def counters(self) -> dict[str, int]:
         """Counters seen at the last decision (a copy)."""
-        return dict(self._counters)
+        return self.columns.marks()
 
     def _share_loop(self, items: list[AfsJob], total: int, view: ClusterView) -> list[int]:
         rng = random.Random(f"afs-p:{self.seed}:{view.now!r}")
@@ -221,48 +235,63 @@ class AfsP:
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         cap = view.capacity
-        now = view.now
-        # Scan order kept across decisions and ladders read in one pass (as AFS-L does); the
-        # AfsJob inputs of the share loop are built only when it runs (n <= M).
-        jobs = self._scan.jobs(view)
-        ladders = self._ladders.ladders(jobs, cap)
-        self._ladders.prune(self._scan.ids)
-        previous = self._counters
-        unit = self.unit_time
-        current = {}
-        for job in jobs:  # self.counter(job, now), inlined (same float operations)
-            held = job.held_time + (max(0.0, now - job.anchor_time) if job.gpus else 0.0)
-            current[job.spec.id] = math.floor(held / unit + 1e-9)
-        self._counters = current
-        runnable = [(job, lad) for job, lad in zip(jobs, ladders, strict=True) if lad[0]]
-        need = sum(lad[0][0] for _, lad in runnable)
+        # Per-job columns kept across decisions (as AFS-L); counters computed over the columns
+        # (self.counter(job, now) vectorised: the same float operations). The AfsJob inputs of
+        # the share loop are built only when it runs (n <= M).
+        cols = self.columns
+        cols.sync(view)
+        held = cols.held_at(view.now)
+        current = np.floor(held / self.unit_time + 1e-9).astype(np.int64)
+        previous = cols.mark
+        cols.mark = current
+        cflat, _, doff, dlev = cols.ladder_arrays()
+        runnable = np.flatnonzero(dlev[cols.did] > 0)
+        first = cflat[doff[cols.did[runnable]]]
+        need = int(first.sum())
         if need <= cap:
             self.time_slicing = False
             # remaining is never read by AFS-P: NaN makes any accidental use visible
-            items = [AfsJob(job.spec.id, math.nan, *lad) for job, lad in runnable]
+            lads = cols.ladders
+            items = [
+                AfsJob(job_id, math.nan, *lads[d])
+                for job_id, d in zip(
+                    cols.ids[runnable].tolist(), cols.did[runnable].tolist(), strict=True
+                )
+            ]
             counts = self._share_loop(items, cap, view)
             return {it.id: c for it, c in zip(items, counts, strict=True) if c > 0}
         self.time_slicing = True
 
-        # Rank: (counter, submit_time, id). The jobs are in scan order, (submit_time, id), so
+        # Rank: (counter, submit_time, id). The rows are in scan order, (submit_time, id), so
         # a stable sort by the counter alone gives exactly that order (ids are unique).
-        first = [(job.spec.id, lad[0][0], job.gpus) for job, lad in runnable]
-        ranked = sorted(first, key=lambda t: current[t[0]])
+        order = np.argsort(current[runnable], kind="stable")
+        ranked = runnable[order]
+        steps = first[order]
         shares: Shares = {}
         free = cap
+        ids = cols.ids
         if not self.preemptive:
             # Keepers: running jobs that have not crossed a unit boundary since last decision.
-            for job_id, step, gpus in ranked:
-                if gpus > 0 and current[job_id] == previous.get(job_id, -1) and step <= free:
+            keep = cols.busy[ranked] & (current[ranked] == previous[ranked])
+            for k in np.flatnonzero(keep).tolist():
+                step = int(steps[k])
+                if step <= free:
+                    shares[ids[ranked[k]]] = step
+                    free -= step
+        if free > 0:
+            for row, step in zip(ranked.tolist(), steps.tolist(), strict=True):
+                if free <= 0:
+                    break
+                job_id = ids[row]
+                if job_id not in shares and step <= free:
                     shares[job_id] = step
                     free -= step
-        for job_id, step, _gpus in ranked:
-            if free <= 0:
-                break
-            if job_id not in shares and step <= free:
-                shares[job_id] = step
-                free -= step
         return shares
+
+    def delta(self, view: ClusterView, placement: object) -> None:
+        """Decline the fast path after syncing the columns on its live view (see
+        :meth:`AfsL.delta`)."""
+        self.columns.sync(view)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """Next unit boundary of a job holding GPUs, while time slicing (else None)."""

@@ -15,11 +15,12 @@ three exact shortcuts, each used only when its precondition holds:
    incumbents: a step changes only the winner, so the chain before it is still valid and only
    its tail is recomputed, with numpy "first job after position q that beats x" queries.
 
-Jobs come in scan order, as :class:`~.afs_job.AfsJob` (:func:`afs_l_shares`) or as columns,
-remaining work and ladder per job (:func:`afs_l_columns`, what the AFS-L stage calls: building
-an ``AfsJob`` per job at every event cost more than the solver), with ladders cut by the
+Jobs come in scan order, as :class:`~.afs_job.AfsJob` (:func:`afs_l_shares`), as columns,
+remaining work and ladder per job (:func:`afs_l_columns`), or as the arrays the AFS stages keep
+across decisions (:func:`afs_l_solve`, what they call: remaining work, each job's index into
+the distinct ladders, those ladders flattened; :mod:`.afs_columns`), with ladders cut by the
 saturation guard (:func:`~.ladders.build_ladder`, ``plateau="stop"``); :func:`_check_ladders`
-rejects others.
+and :func:`~.afs_columns.check_ladder` reject others.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from ...helpers.ladders import Ladder
 from .afs_job import AfsJob
 
-__all__ = ["afs_l_columns", "afs_l_shares"]
+__all__ = ["afs_l_columns", "afs_l_shares", "afs_l_solve"]
 
 INF = math.inf
 _BATCH_MIN = 8  # a round shorter than this backs batching off (it cost more than it saved)
@@ -94,30 +95,49 @@ class _AfsLSolver:
     """
 
     def __init__(self, remaining: Sequence[float], ladders: Sequence[Ladder], total: int) -> None:
-        n = len(ladders)
+        distinct, which, flat = _flatten(ladders)
+        self._setup(np.fromiter(remaining, float, len(ladders)), distinct, which, flat, total)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        rem: np.ndarray,
+        distinct: Sequence[Ladder],
+        which: np.ndarray,
+        flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        total: int,
+    ) -> _AfsLSolver:
+        """The solver on prepared columns (what the kept columns of the stages hold)."""
+        self = cls.__new__(cls)
+        self._setup(rem, distinct, which, flat, total)
+        return self
+
+    def _setup(
+        self,
+        rem: np.ndarray,
+        distinct: Sequence[Ladder],
+        which: np.ndarray,
+        flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        total: int,
+    ) -> None:
+        """``rem``: remaining iterations per job (scan order); ``distinct``: the distinct
+        ladders and ``which`` each job's index into them; ``flat``: ``(cflat, rflat, doff,
+        dlev)``, those ladders' counts and rates flattened with one padding slot (count 0,
+        rate 1) and each one's offset and length. Ladders must already be checked."""
+        n = len(rem)
         self.n = n
         self.m = int(total)
-        self.ladders = ladders
-        self.remaining = remaining
-        distinct, which = _distinct_ladders(ladders)
-        dlev = np.fromiter((len(lad[0]) for lad in distinct), np.int64, len(distinct))
-        doff = np.zeros(len(distinct) + 1, np.int64)
-        np.cumsum(dlev, out=doff[1:])
-        size = int(doff[-1])
+        self.distinct = distinct
+        self.which = which
+        cflat, rflat, doff, dlev = flat
+        size = len(cflat) - 1
         # Ladders are stored once per distinct ladder (jobs of one model share theirs), plus
         # one padding slot so gathers for jobs with an empty ladder stay in bounds.
-        self.rflat = np.ones(size + 1)
-        self.rflat[:size] = np.fromiter(
-            chain.from_iterable(lad[1] for lad in distinct), float, size
-        )
-        self.cflat = np.zeros(size + 1, np.int64)
-        self.cflat[:size] = np.fromiter(
-            chain.from_iterable(lad[0] for lad in distinct), np.int64, size
-        )
-        _check_ladders(self.rflat[:size], self.cflat[:size], doff, dlev)
+        self.rflat = rflat
+        self.cflat = cflat
         self.nlev = dlev[which]
-        self.off = doff[:-1][which]
-        self.rem = np.fromiter(remaining, float, n)
+        self.off = doff[which]
+        self.rem = rem
         self.lvl = np.full(n, -1, np.int64)
         self.cnt = np.zeros(n, np.int64)
         self.has_next = self.nlev > 0
@@ -206,7 +226,7 @@ class _AfsLSolver:
         Like :meth:`_climb_many` it ends with :meth:`_expire`, so the eligibility invariant
         holds again on return; it returns the jobs that expired (possibly ``i`` itself).
         """
-        counts, rates = self.ladders[i]
+        counts, rates = self.distinct[self.which.item(i)]
         lvl = int(self.lvl[i]) + 1
         self.m -= int(self.step[i])
         cnt = counts[lvl]
@@ -216,7 +236,7 @@ class _AfsLSolver:
             self.Z[i] = False
             self.zeros -= 1
         p = rates[lvl]
-        self.L[i] = self.remaining[i] / p
+        self.L[i] = self.rem.item(i) / p
         if lvl + 1 < len(counts):
             pn = rates[lvl + 1]
             self.G[i] = (pn - p) / pn
@@ -462,6 +482,26 @@ class _AfsLSolver:
                 break
         return self.cnt.tolist()
 
+    def run_array(self) -> np.ndarray:
+        """:meth:`run`, the counts as the solver's own array (no list built)."""
+        self.run()
+        return self.cnt
+
+
+def _flatten(ladders: Sequence[Ladder]) -> tuple[list[Ladder], np.ndarray, tuple]:
+    """Distinct ladders, each job's index into them and their flat arrays (checked)."""
+    distinct, which = _distinct_ladders(ladders)
+    dlev = np.fromiter((len(lad[0]) for lad in distinct), np.int64, len(distinct))
+    doff = np.zeros(len(distinct) + 1, np.int64)
+    np.cumsum(dlev, out=doff[1:])
+    size = int(doff[-1])
+    rflat = np.ones(size + 1)
+    rflat[:size] = np.fromiter(chain.from_iterable(lad[1] for lad in distinct), float, size)
+    cflat = np.zeros(size + 1, np.int64)
+    cflat[:size] = np.fromiter(chain.from_iterable(lad[0] for lad in distinct), np.int64, size)
+    _check_ladders(rflat[:size], cflat[:size], doff, dlev)
+    return distinct, which, (cflat, rflat, doff[:-1], dlev)
+
 
 def afs_l_shares(jobs: Sequence[AfsJob], total: int) -> list[int]:
     """AFS-L (Algorithm 1 + saturation guard): GPU counts aligned with ``jobs``.
@@ -479,3 +519,18 @@ def afs_l_columns(remaining: Sequence[float], ladders: Sequence[Ladder], total: 
     if total <= 0 or not ladders:
         return [0] * len(ladders)
     return _AfsLSolver(remaining, ladders, total).run()
+
+
+def afs_l_solve(
+    rem: np.ndarray,
+    distinct: Sequence[Ladder],
+    which: np.ndarray,
+    flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    total: int,
+) -> np.ndarray:
+    """:func:`afs_l_columns` on prepared arrays (the kept columns of
+    :class:`~.afs_columns.AfsColumns`): remaining work per job, the distinct ladders, each
+    job's ladder index and the flattened ladders. Counts per job, as an array."""
+    if total <= 0 or len(rem) == 0:
+        return np.zeros(len(rem), np.int64)
+    return _AfsLSolver.from_arrays(rem, distinct, which, flat, total).run_array()
