@@ -159,9 +159,7 @@ class _Dropping(Stateless):
             victims = sorted(j for j in changed.jobs if j in view.running)
             if victims:
                 self.dropped = victims[0]
-                view.changed = ChangeSet(
-                    changed.stream, changed.seq, changed.jobs - {self.dropped}
-                )
+                view.changed = ChangeSet(changed.stream, changed.seq, changed.jobs - {self.dropped})
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         self._drop(view)
