@@ -30,7 +30,7 @@ policy at each load).
 ``--cpu-limit S`` bounds each child's simulation at S CPU-seconds (``RLIMIT_CPU``: the kernel
 sends SIGXCPU, the child reports how many jobs had finished and at what simulated time, and a
 hard limit 30 CPU-s later kills it if it cannot); such a row says "> S CPU-s" and is listed
-as a miss, so one slow policy cannot block the bench.
+as a miss, so one slow policy cannot block the bench. The default budget is 600 CPU-s.
 
 ``python -m tests.bench.scale [--quick] [--huge] [--loads 0.9,1.5] [--policies a,b]
 [--sizes 64:2000,...] [--cpu-limit S] [--workers K] [--json FILE] [--profile]``: ``--quick``
@@ -95,6 +95,8 @@ GOAL_RATIO = 0.5
 GOALS = {("fifo", 1_024): 5_000.0, ("srtf", 1_024): 2_000.0}
 """Issue 13's jobs/s goals at 1,024 GPUs / 20k jobs (its load, 0.9)."""
 HARD_LIMIT_MARGIN_S = 30
+DEFAULT_CPU_LIMIT_S = 600.0
+"""Each child's simulation budget unless ``--cpu-limit`` says otherwise (issue 28's ask)."""
 REPO = Path(__file__).resolve().parents[2]
 """Where the children start, so ``-m tests.bench.scale`` resolves from any working directory."""
 
@@ -336,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--loads", type=_loads, default=list(LOADS))
     parser.add_argument("--policies", type=_policies, default=list(POLICIES))
     parser.add_argument("--sizes", type=_sizes, default=None, help="GPUS:JOBS,...")
-    parser.add_argument("--cpu-limit", type=float, default=None, metavar="S")
+    parser.add_argument("--cpu-limit", type=float, default=DEFAULT_CPU_LIMIT_S, metavar="S")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", default=None, metavar="FILE", help="write the rows here")
     parser.add_argument("--profile", action="store_true")
