@@ -271,8 +271,9 @@ def misses(rows: list[dict[str, Any]]) -> list[str]:
         elif r["over_budget"]:
             out.append(f"{where}: over the CPU budget, {r['finished']:,} jobs done")
         elif (r["gpus"], r["jobs"]) == HUGE and (r["ratio_to_base"] or 0.0) < GOAL_RATIO:
-            ratio = "unknown (no base row)" if r["ratio_to_base"] is None else r["ratio_to_base"]
-            out.append(f"{where}: ratio {ratio} < {GOAL_RATIO}")
+            ratio = r["ratio_to_base"]
+            shown = "unknown (no base row)" if ratio is None else f"{ratio:.2f}"
+            out.append(f"{where}: ratio {shown} < {GOAL_RATIO}")
     return out
 
 

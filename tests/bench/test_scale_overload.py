@@ -91,3 +91,20 @@ def test_over_budget_run_is_a_miss_with_progress() -> None:
     missed = scale.misses([{**row, "ratio_to_base": None}])
     assert len(missed) == 1 and "over the CPU budget" in missed[0]
     assert "> 1 CPU-s" in scale.format_row(row, 1.0)
+
+
+def test_huge_rows_below_the_goal_are_misses() -> None:
+    base = {"policy": "srtf", "load": 1.5, "over_budget": False, "finished": 1}
+    rows = [
+        {**base, "gpus": 64, "jobs": 2_000, "jobs_per_cpu_s": 2_000.0},
+        {**base, "gpus": 8_192, "jobs": 100_000, "jobs_per_cpu_s": 1_200.0},
+        {**base, "policy": "fifo", "gpus": 8_192, "jobs": 100_000, "jobs_per_cpu_s": 900.0},
+    ]
+    scale._with_ratios(rows, (64, 2_000))
+    assert rows[1]["ratio_to_base"] == pytest.approx(0.6) and rows[2]["ratio_to_base"] is None
+    assert scale.misses(rows) == [
+        "fifo at load 1.5 on 8192 GPUs / 100,000 jobs: ratio unknown (no base row) < 0.5"
+    ]
+    rows[1]["jobs_per_cpu_s"] = 900.0
+    scale._with_ratios(rows, (64, 2_000))
+    assert "srtf at load 1.5 on 8192 GPUs / 100,000 jobs: ratio 0.45 < 0.5" in scale.misses(rows)
