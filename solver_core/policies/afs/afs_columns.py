@@ -36,6 +36,7 @@ from gpuplan.models import ActiveJob, ClusterView
 
 from ... import change_verify
 from ...helpers.ladders import Ladder, LadderCache, build_ladder
+from .afs_job import follow_scan_keys
 
 __all__ = ["AfsColumns", "check_ladder"]
 
@@ -215,8 +216,9 @@ class AfsColumns:
 
     def _rebuild(self, view: ClusterView) -> None:
         """Every row from the view (the path without a usable change set). The scan order is
-        still updated from the ids that came and went (as :class:`~.afs_job.ScanOrder`), and
-        the ladder table kept unless the capacity changed or it outgrew the rows."""
+        still updated from the ids that came and went (:func:`~.afs_job.follow_scan_keys`, as
+        :class:`~.afs_job.ScanOrder` does), and the ladder table kept unless the capacity
+        changed or it outgrew the rows."""
         self.full_syncs += 1
         cap = view.capacity
         old = self._marks_in
@@ -227,24 +229,7 @@ class AfsColumns:
         if cap != self._cap or len(self._lads) > 2 * (len(running) + len(pending)) + 64:
             self._clear_ladders()
         self._cap = cap
-        key_of = self._key_of
-        ids_now = running.keys() | pending.keys()
-        if ids_now != key_of.keys():
-            gone = key_of.keys() - ids_now
-            if gone:
-                self._keys = [k for k in self._keys if k[1] not in gone]
-                for job_id in gone:
-                    del key_of[job_id]
-            new = [(running.get(j) or pending[j]) for j in ids_now - key_of.keys()]
-            nk = [(job.spec.submit_time, job.spec.id) for job in new]
-            if len(nk) > _RESORT:
-                self._keys.extend(nk)
-                self._keys.sort()
-            else:
-                for k in nk:
-                    insort(self._keys, k)
-            for k in nk:
-                key_of[k[1]] = k
+        self._keys = follow_scan_keys(self._keys, self._key_of, running, pending)
         get = running.get
         jobs = [get(j) or pending[j] for _, j in self._keys]
         ids, dids, fields = self._rows(jobs, cap)

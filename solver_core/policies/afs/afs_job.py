@@ -8,14 +8,14 @@ importing each other.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
 from gpuplan.models import ActiveJob, ClusterView
 from gpuplan.models.state import remaining_work
 
-__all__ = ["AfsJob", "ScanOrder", "remaining_all", "scan_order"]
+__all__ = ["AfsJob", "ScanOrder", "follow_scan_keys", "remaining_all", "scan_order"]
 
 _RESORT = 64
 """New jobs at one decision beyond which :class:`ScanOrder` re-sorts instead of inserting."""
@@ -59,36 +59,55 @@ class ScanOrder:
     are unique).
     """
 
-    __slots__ = ("_ids", "_keys")
+    __slots__ = ("_key_of", "_keys")
 
     def __init__(self) -> None:
         self._keys: list[tuple[float, str]] = []
-        self._ids: set[str] = set()
+        self._key_of: dict[str, tuple[float, str]] = {}
 
     @property
-    def ids(self) -> set[str]:
+    def ids(self) -> KeysView[str]:
         """Ids of the jobs in the last order returned (do not modify)."""
-        return self._ids
+        return self._key_of.keys()
 
     def jobs(self, view: ClusterView) -> list[ActiveJob]:
         """The view's running and pending jobs in scan order."""
         running, pending = view.running, view.pending
-        ids = running.keys() | pending.keys()
-        if ids != self._ids:
-            gone = self._ids - ids
-            if gone:
-                self._keys = [k for k in self._keys if k[1] not in gone]
-            new = [(running[j] if j in running else pending[j]) for j in ids - self._ids]
-            keys = [(job.spec.submit_time, job.spec.id) for job in new]
-            if len(keys) > _RESORT:
-                self._keys.extend(keys)
-                self._keys.sort()
-            else:
-                for key in keys:
-                    insort(self._keys, key)
-            self._ids = ids
+        self._keys = follow_scan_keys(self._keys, self._key_of, running, pending)
         get = running.get
         return [get(j) or pending[j] for _, j in self._keys]
+
+
+def follow_scan_keys(
+    keys: list[tuple[float, str]],
+    key_of: dict[str, tuple[float, str]],
+    running: Mapping[str, ActiveJob],
+    pending: Mapping[str, ActiveJob],
+) -> list[tuple[float, str]]:
+    """``keys`` (sorted ``(submit_time, id)``, one per id of ``key_of``) brought up to the
+    active jobs ``running | pending`` from the ids that came and went: leavers dropped, one
+    ``insort`` per newcomer (a re-sort when more than ``_RESORT`` arrive). Updates ``key_of``
+    in place and returns the keys list (a new list when jobs left). Shared by
+    :class:`ScanOrder` and the AFS columns' rebuild (:mod:`.afs_columns`)."""
+    ids_now = running.keys() | pending.keys()
+    if ids_now == key_of.keys():
+        return keys
+    gone = key_of.keys() - ids_now
+    if gone:
+        keys = [k for k in keys if k[1] not in gone]
+        for job_id in gone:
+            del key_of[job_id]
+    new = [(running.get(j) or pending[j]) for j in ids_now - key_of.keys()]
+    added = [(job.spec.submit_time, job.spec.id) for job in new]
+    if len(added) > _RESORT:
+        keys.extend(added)
+        keys.sort()
+    else:
+        for key in added:
+            insort(keys, key)
+    for key in added:
+        key_of[key[1]] = key
+    return keys
 
 
 def remaining_all(jobs: Sequence[ActiveJob], now: float) -> list[float]:
