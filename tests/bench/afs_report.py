@@ -1,12 +1,20 @@
-"""Render ``docs/results/afs.md`` tables from the JSON that ``tests.bench.afs_vcs`` writes.
+"""Render ``docs/results/afs.md`` tables from ``afs.json``, and ``afs.json`` from a sweep.
 
 ``python -m tests.bench.afs_report RESULTS_DIR > table.md``: per-VC average and p99 JCT for
 both policy groups, and the reduction ratios against SRTF and Tiresias-L beside the paper's.
 The prose around the tables (differences and their reasons) is written by hand in afs.md.
+
+``python -m tests.bench.afs_report --from-sweep RESULTS_CSV > afs.json``: ``afs.json`` from the
+``results.csv`` of ``gpuplan sweep docs/results/data/afs-reproduction.sweep.yaml`` (the page's
+recording is ``docs/results/data/afs-reproduction.results.csv``): per VC and policy the mean over
+seeds of each field as :func:`gpuplan.executors.metrics.mean_summary` takes it (floats summed
+and divided, integers rounded), each seed's average and p99 JCT, and the VC's run seconds
+(the sum of its runs' ``elapsed_s``, as ``tests.bench.afs_vcs`` counts them).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -74,6 +82,57 @@ def render(data: dict) -> str:
     return "\n".join(out)
 
 
+def from_sweep(results_csv: Path) -> dict:
+    """``afs.json``'s content from a reproduction sweep's ``results.csv`` (module docstring)."""
+    from tests.bench.afs_vcs import TRACES
+
+    with results_csv.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    seeds = sorted({int(r["seed"]) for r in rows})
+    policies = [p for p in AWARE + UNAWARE if any(r["policy"] == p for r in rows)]
+    ids = {vc: i for i, vc in TRACES.items()}
+    runs = {(r["scenario"].removeprefix("philly-"), r["policy"], int(r["seed"])): r for r in rows}
+    vcs: dict[str, dict] = {}
+    for vc in dict.fromkeys(r["scenario"].removeprefix("philly-") for r in rows):
+        row: dict[str, dict] = {}
+        for policy in policies:
+            mine = [runs[(vc, policy, seed)] for seed in seeds]
+
+            def mean(field: str, cast: type, mine: list[dict] = mine) -> float:
+                values = [cast(r[field]) for r in mine]
+                total = sum(values) / len(values)
+                return round(total) if cast is int else total
+
+            row[policy] = {
+                "avg_jct_s": mean("avg_jct_s", float),
+                "p99_jct_s": mean("p99_jct_s", float),
+                "unfinished": mean("unfinished", int),
+                "preemptions": mean("preemptions", int),
+                "resizes": mean("resizes", int),
+                "decision_p95_ms": mean("decision_p95_ms", float),
+                "per_seed": [
+                    {
+                        "seed": seed,
+                        "avg_jct_s": float(r["avg_jct_s"]),
+                        "p99_jct_s": float(r["p99_jct_s"]),
+                    }
+                    for seed, r in zip(seeds, mine, strict=True)
+                ],
+            }
+        mine_all = [r for key, r in runs.items() if key[0] == vc]
+        vcs[vc] = {
+            "trace": ids.get(vc),
+            "wall_s": sum(float(r["elapsed_s"]) for r in mine_all),
+            "jobs": int(mine_all[0]["jobs"]),
+            "policies": row,
+        }
+    total = sum(v["wall_s"] for v in vcs.values())
+    return {"seeds": seeds, "policies": policies, "vcs": vcs, "total_wall_s": total}
+
+
 if __name__ == "__main__":
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
-    print(render(json.loads((folder / "afs.json").read_text())))
+    if len(sys.argv) == 3 and sys.argv[1] == "--from-sweep":
+        print(json.dumps(from_sweep(Path(sys.argv[2])), indent=2))
+    else:
+        folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
+        print(render(json.loads((folder / "afs.json").read_text())))
