@@ -40,6 +40,7 @@ from ...placement.best_fit import best_fit_placement
 from ...policy import Shares, StagedPolicy
 from ...registry import PolicyDef
 from ..baselines.tiresias import TIRESIAS_PROMOTE_KNOB, TiresiasL
+from .expansion import expand
 
 
 def norm(job: ActiveJob, p: int) -> float:
@@ -158,28 +159,15 @@ class ElasticTiresias:
                 donors[jid] = (j, p - r, m)
 
     def _expand(self, view: ClusterView, shares: Shares, free: int) -> None:
+        """Free GPUs one at a time to the largest relative gain (:mod:`.expansion`)."""
         jobs = [
             view.running[j] for j in shares if j in view.running and view.running[j].spec.elastic
         ]
-        while free > 0:
-            best: tuple[float, tuple[int, str]] | None = None
-            for job in jobs:
-                p = shares[job.id]
-                if p >= job.spec.max_gpus:
-                    continue
-                s = job.spec.throughput.rate(p)
-                gain = (job.spec.throughput.rate(p + 1) - s) / s
-                rank = (self.base.queue_of(job.id) or 0, job.id)
-                if gain > self.min_gain and (
-                    best is None
-                    or gain > best[0] + 1e-12
-                    or (abs(gain - best[0]) <= 1e-12 and rank < best[1])
-                ):
-                    best = (gain, rank)
-            if best is None:
-                return
-            shares[best[1][1]] += 1
-            free -= 1
+        expand(jobs, shares, free, self._expand_rank, self.min_gain)
+
+    def _expand_rank(self, job: ActiveJob) -> tuple[int, str]:
+        """Expansion's tie order among equal gains: Tiresias queue, then id."""
+        return (self.base.queue_of(job.id) or 0, job.id)
 
 
 class ElasticTiresiasParams(Params):
