@@ -35,7 +35,11 @@ from gpuplan.solver_core import change_verify
 from gpuplan.solver_core.change_verify import ChangeSetMissed
 from gpuplan.solver_core.helpers.running_order import RunningOrder
 from gpuplan.solver_core.policies.baselines.shortest_first import remaining_time
-from gpuplan.solver_core.policies.baselines.tiresias import SizedQueue, requested_size
+from gpuplan.solver_core.policies.baselines.tiresias import (
+    SizedQueue,
+    TiresiasL,
+    requested_size,
+)
 from gpuplan.solver_core.registry import make_policy
 
 _STRICT = attrgetter(
@@ -100,6 +104,14 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> _ViewChecker:
         return changed_membership(self, *args)
 
     monkeypatch.setattr(SizedQueue, "_changed_membership", counted_waiting)
+    fast["running_side"] = 0
+    verify_side = TiresiasL._verify_side
+
+    def counted_side(self: TiresiasL, *args: Any) -> None:
+        fast["running_side"] += 1  # a fast sync of the running side, verified
+        verify_side(self, *args)
+
+    monkeypatch.setattr(TiresiasL, "_verify_side", counted_side)
     checker.fast = fast  # type: ignore[attr-defined]
     return checker
 
@@ -134,8 +146,9 @@ def test_whole_runs_with_node_failures_report_every_write(
     assert sum(r.preemptions for r in result.jobs) > 0
     if policy in ("srtf", "sjf"):  # RunningOrder took the change set (and verified it)
         assert checked.fast["syncs"] > 300  # type: ignore[attr-defined]
-    if policy == "tiresias-l":  # so did Tiresias-L's waiting queue
+    if policy == "tiresias-l":  # so did Tiresias-L's waiting queue and its running side
         assert checked.fast["waiting"] > 300  # type: ignore[attr-defined]
+        assert checked.fast["running_side"] > 300  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

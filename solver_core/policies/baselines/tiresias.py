@@ -24,6 +24,14 @@ knob off; both are one constructor argument away.
 Demotions and promotions happen *between* events, so the stage exposes
 :meth:`TiresiasL.next_wakeup`: the earliest time a running job crosses its threshold or a
 waiting job becomes due for promotion. The engine then re-decides at exactly that time.
+
+Cost per decision (issue 28): the waiting queue follows the view's change set
+(:class:`SizedQueue`), and on the engine's delta path so does the running side
+(:mod:`.tiresias_running`): each running job's crossing time and rank are re-computed only
+when the change set names it or its crossing time has come, so a decision reads the jobs an
+event touched and the few at the preemption boundary, not every running job. The full path
+(:meth:`TiresiasL.__call__`: any view, Elastic-Tiresias' base) reads every running job, and
+both give the same floats, sequence numbers and wake-up times.
 """
 
 from __future__ import annotations
@@ -40,11 +48,12 @@ from pydantic import Field
 from gpuplan.models import ActiveJob, ClusterView, InputError, SolverStats
 
 from ... import change_verify
-from ...delta import delta_from_shares, delta_ready
+from ...delta import delta_from_changes, delta_from_shares, delta_ready
 from ...params import Params
 from ...placement.best_fit import best_fit_placement
 from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
 from ...registry import PolicyDef
+from .tiresias_running import RunningSide, changes_by_queue, first_true
 
 Service = Literal["gpu_time", "time"]
 SizeFn = Callable[[ActiveJob, int], int]
@@ -258,7 +267,12 @@ class TiresiasL:
         self._waiting = SizedQueue(self._entry_of, size)
         self._promote: list[tuple[float, int, str]] = []  # (due time, version, id)
         self._seq = 0
-        self._running_at_decision: list[str] = []
+        self._running_at_decision: list[str] | None = []
+        """Running jobs at the last full-path decision (None after a fast one)."""
+        self._side: RunningSide | None = None
+        """The running side (:mod:`.tiresias_running`) after a fast decision, else None."""
+        self._decided: tuple[list[tuple[str, int]], list[str]] | None = None
+        """The last fast decision's (starts, preempts), until :meth:`next_wakeup`."""
 
     # ------------------------------------------------------------------ bookkeeping
     def _next_seq(self) -> int:
@@ -285,7 +299,11 @@ class TiresiasL:
         return {
             "stints": {j: asdict(st) for j, st in self._state.items()},
             "seq": self._seq,
-            "running_at_decision": list(self._running_at_decision),
+            "running_at_decision": list(
+                self._side.rank_of
+                if self._running_at_decision is None and self._side is not None
+                else self._running_at_decision or []
+            ),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -294,6 +312,8 @@ class TiresiasL:
         self._running_at_decision = [str(j) for j in state.get("running_at_decision", [])]
         self._waiting = SizedQueue(self._entry_of, self.size)
         self._promote = []
+        self._side = None
+        self._decided = None
 
     def _entry_of(self, job: ActiveJob, now: float) -> Entry:
         st = self._stint(job.spec.id)
@@ -342,18 +362,74 @@ class TiresiasL:
             st.version += 1
             self._waiting.insert(job, self._entry_of(job, now), view.capacity)
 
-    # ------------------------------------------------------------------ the stage
-    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
-        now, running, pending = view.now, view.running, view.pending
-        capacity = view.capacity
-        for job_id in self._running_at_decision:
-            if job_id not in running and job_id not in pending:
-                self._state.pop(job_id, None)
-        for job_id, job in running.items():
+    def _wake_at(self, job: ActiveJob, st: _Stint, now: float) -> float:
+        """When a running job below the last queue reaches its threshold, computed at ``now``
+        (the next-wake-up candidate; the same floats in both paths)."""
+        left = self.thresholds[st.queue] - (self._service(job, now) - st.service_base)
+        pace = job.gpus if self.service == "gpu_time" else 1
+        return now + max(left, 0.0) / pace
+
+    def _crossing(self, job: ActiveJob, st: _Stint, now: float) -> float:
+        """The first instant :meth:`_demote`'s test holds for ``job`` (running, not due at
+        ``now``) as long as its fields stay as they are; inf in the last queue or with no
+        GPUs (its service does not grow)."""
+        if st.queue >= self._last or job.gpus <= 0:
+            return math.inf
+        limit = self.thresholds[st.queue] - _SERVICE_EPS
+        base, service = st.service_base, self._service
+
+        def due(t: float) -> bool:
+            return service(job, t) - base >= limit
+
+        pace = job.gpus if self.service == "gpu_time" else 1
+        guess = now + (limit - (service(job, now) - base)) / pace
+        return first_true(due, now, guess)
+
+    def _key_running(self, side: RunningSide, job_id: str, job: ActiveJob, now: float) -> None:
+        st = self._state[job_id]
+        scale = (
+            abs(now)
+            + abs(job.anchor_time)
+            + (abs(self._service(job, now)) + abs(st.service_base) + self.thresholds[-1])
+            / max(1, job.gpus)
+        )
+        side.put(
+            job_id,
+            st.queue,
+            st.seq,
+            self.size(job, side.capacity),
+            job.gpus,
+            self._crossing(job, st, now),
+            scale,
+        )
+
+    def _forget_gone(self, view: ClusterView) -> None:
+        """Drop the stints of jobs no longer active: those that ran at the last decision
+        (full path), or every stint of a job that left (after the fast path, which kept no
+        list: a stint exists only for an active job or one that just left)."""
+        running, pending = view.running, view.pending
+        if self._running_at_decision is not None:
+            for job_id in self._running_at_decision:
+                if job_id not in running and job_id not in pending:
+                    self._state.pop(job_id, None)
+            return
+        for job_id in [j for j in self._state if j not in running and j not in pending]:
+            del self._state[job_id]
+
+    def _demote_running(self, view: ClusterView, jobs: Iterable[str]) -> None:
+        """Stint, first-run pending total and demotion for ``jobs`` (running, in the running
+        dict's order: new stints and demotions take sequence numbers in that order)."""
+        now, running = view.now, view.running
+        for job_id in jobs:
+            job = running[job_id]
             st = self._stint(job_id)
             if st.pend_base is None:
                 st.pend_base = job.pending_time_at(now)
             self._demote(job, st, now)
+
+    def _waiting_side(self, view: ClusterView) -> None:
+        """Follow the waiting queue, arm the newcomers' promotions, promote those due."""
+        now, running, pending = view.now, view.running, view.pending
         removed, added = self._waiting.sync(view)
         for job_id in removed:
             if job_id not in running:  # finished (or vanished): forget it
@@ -361,51 +437,153 @@ class TiresiasL:
         for job_id in added:
             self._arm_promotion(pending[job_id], self._state[job_id], now)
         self._promote_due(view)
-        self._running_at_decision = list(running)
 
-        state, size = self._state, self.size
+    # ------------------------------------------------------------------ the stage
+    def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        """The full path: every running job's demotion checked and ranked (any view)."""
+        self._forget_gone(view)
+        self._side = None
+        self._decided = None
+        self._demote_running(view, view.running)
+        self._waiting_side(view)
+        self._running_at_decision = list(view.running)
+        return self._walk_all(view)
+
+    def _walk_all(self, view: ClusterView) -> Shares:
+        state, size, capacity = self._state, self.size, view.capacity
         ranked_running = [
             ((state[j].queue, 0, state[j].seq, j), size(job, capacity))
-            for j, job in running.items()
+            for j, job in view.running.items()
         ]
         return self._waiting.walk(ranked_running, capacity)
 
     def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
-        """The decision as changes (:func:`~..delta.delta_from_shares`): preemptions of
-        demoted or outranked jobs, starts placed with the view's free-count index. None on a
-        view a delta cannot stand for (checked before the stage runs: it keeps state), or
-        for a subclass that decides otherwise."""
+        """The decision as changes. None on a view a delta cannot stand for (checked before
+        the stage runs: it keeps state), or for a subclass that decides otherwise.
+
+        With the view's change set following the one of the last fast decision, only the
+        running jobs it names and those whose crossing time has come are read
+        (:mod:`.tiresias_running`), and the walk yields the starts and preemptions
+        (:func:`~.tiresias_running.changes_by_queue`) for :func:`delta_from_changes`.
+        Otherwise the running side is rebuilt from every running job first. A decision
+        that would resize a running job (its size changed with the capacity) takes the
+        full walk and :func:`delta_from_shares`, as before."""
         if not delta_ready(view, placement) or type(self).__call__ is not TiresiasL.__call__:
             return None
         stats: list[SolverStats] = []
-        return delta_from_shares(view, self(view, stats), placement, stats)
+        side = self._prepare_fast(view)
+        if side.odd:
+            self._side = None
+            self._running_at_decision = list(view.running)
+            return delta_from_shares(view, self._walk_all(view), placement, stats)
+        starts, preempts = changes_by_queue(side, self._waiting.buckets, view.capacity)
+        self._decided = (starts, preempts)
+        return delta_from_changes(view, starts, preempts, placement, stats)
+
+    def _prepare_fast(self, view: ClusterView) -> RunningSide:
+        """Bring stints, the running side and the waiting queue up to ``view``."""
+        now, running, pending = view.now, view.running, view.pending
+        changed = view.changed
+        side = self._side
+        if (
+            side is None
+            or self._decided is not None  # the last fast decision was not carried out
+            or changed is None
+            or not changed.follows(side.seen)
+            or view.capacity != side.capacity
+            or view.running_since is None
+        ):
+            self._forget_gone(view)
+            self._demote_running(view, running)
+            side = self._side = RunningSide(self._last + 1, view.capacity)
+            for job_id, job in running.items():
+                self._key_running(side, job_id, job, now)
+        else:
+            jobs = changed.jobs
+            for job_id in jobs:
+                if job_id not in running:
+                    side.drop(job_id)
+                    if job_id not in pending:
+                        self._state.pop(job_id, None)
+            since = view.running_since
+            touch = {j for j in jobs if j in running}
+            touch.update(side.due(now))
+            order = sorted(touch, key=since.__getitem__)
+            self._demote_running(view, order)
+            for job_id in order:
+                self._key_running(side, job_id, running[job_id], now)
+            if change_verify.VERIFY:
+                self._verify_side(view, side)
+        side.seen = None if changed is None else (changed.stream, changed.seq)
+        self._running_at_decision = None
+        self._decided = None
+        self._waiting_side(view)
+        return side
+
+    def _verify_side(self, view: ClusterView, side: RunningSide) -> None:
+        """Verify mode: the kept running side against one built afresh from every running
+        job; raise :class:`~..change_verify.ChangeSetMissed` naming the jobs that differ."""
+        now, running = view.now, view.running
+        fresh = RunningSide(self._last + 1, view.capacity)
+        differ: list[str] = []
+        for job_id, job in running.items():
+            st = self._state.get(job_id)
+            if (
+                st is None
+                or st.pend_base is None
+                or (
+                    st.queue < self._last
+                    and self._service(job, now) - st.service_base
+                    >= self.thresholds[st.queue] - _SERVICE_EPS
+                )
+            ):
+                differ.append(job_id)  # a stint not started or a demotion not done
+                continue
+            self._key_running(fresh, job_id, job, now)
+            if (
+                side.rank_of.get(job_id) != fresh.rank_of[job_id]
+                or side.cross_of.get(job_id) != fresh.cross_of.get(job_id)
+                or (job_id in side.odd) != (job_id in fresh.odd)
+            ):
+                differ.append(job_id)
+        differ += [j for j in side.rank_of if j not in running]
+        if differ:
+            raise change_verify.missed("running (Tiresias-L crossing/rank)", differ)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """Earliest threshold crossing of a running job or promotion of a waiting one.
 
         Called after the decision was carried out, so ``view.running`` holds the new
         allocation. Jobs preempted by that decision are queued here at once, so their
-        promotion timers exist before the next event.
+        promotion timers exist before the next event. After a fast decision the running
+        side takes its starts and preemptions (checked against the running jobs: on any
+        difference it is dropped and rebuilt at the next decision) and gives the earliest
+        crossing from the few jobs nearest it; else every running job is read.
         """
         now = view.now
-        for job_id in self._running_at_decision:
-            job = view.pending.get(job_id)
-            if job is not None and job_id not in self._waiting:
-                st = self._stint(job_id)
-                self._waiting.insert(job, self._entry_of(job, now), view.capacity)
-                self._arm_promotion(job, st, now)
+        side, decided = self._side, self._decided
+        self._decided = None
+        if decided is not None and side is not None:
+            side = self._take_decision(view, side, *decided)
+        elif self._running_at_decision is not None:
+            for job_id in self._running_at_decision:
+                job = view.pending.get(job_id)
+                if job is not None and job_id not in self._waiting:
+                    self._queue_preempted(view, job_id, job)
         best = math.inf
-        for job_id, job in view.running.items():
-            st = self._state.get(job_id)
-            if st is None or st.queue >= self._last or job.gpus <= 0:
-                continue
-            left = self.thresholds[st.queue] - (self._service(job, now) - st.service_base)
-            pace = job.gpus if self.service == "gpu_time" else 1
-            best = min(best, now + max(left, 0.0) / pace)
+        running, state = view.running, self._state
+        if side is not None:
+            best = side.earliest(lambda j: self._wake_at(running[j], state[j], now))
+        else:
+            for job_id, job in running.items():
+                st = state.get(job_id)
+                if st is None or st.queue >= self._last or job.gpus <= 0:
+                    continue
+                best = min(best, self._wake_at(job, st, now))
         heap = self._promote
         while heap:
             due, version, job_id = heap[0]
-            st = self._state.get(job_id)
+            st = state.get(job_id)
             if st is not None and st.version == version and job_id in view.pending:
                 best = min(best, due)
                 break
@@ -413,6 +591,40 @@ class TiresiasL:
         if best == math.inf:
             return None
         return max(best, now + _TIME_EPS)
+
+    def _queue_preempted(self, view: ClusterView, job_id: str, job: ActiveJob) -> None:
+        st = self._stint(job_id)
+        self._waiting.insert(job, self._entry_of(job, view.now), view.capacity)
+        self._arm_promotion(job, st, view.now)
+
+    def _take_decision(
+        self,
+        view: ClusterView,
+        side: RunningSide,
+        starts: list[tuple[str, int]],
+        preempts: list[str],
+    ) -> RunningSide | None:
+        """Apply a fast decision's changes to the running side; None (side dropped) when
+        the running jobs are not what they imply (a start the placement left out)."""
+        now, running, pending = view.now, view.running, view.pending
+        ok = True
+        for job_id in preempts:
+            side.drop(job_id)
+            job = pending.get(job_id)
+            if job is None:
+                ok = False
+            elif job_id not in self._waiting:
+                self._queue_preempted(view, job_id, job)
+        for job_id, _ in starts:
+            job = running.get(job_id)
+            if job is None:
+                ok = False
+            else:
+                self._key_running(side, job_id, job, now)
+        if ok and len(side) == len(running):
+            return side
+        self._side = None
+        return None
 
 
 def tiresias_l_shares(
