@@ -88,6 +88,8 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
     reads; the engine never takes this path when a hook needs the full allocations."""
     running = view.running
     actions: list[Action] = []
+    if delta.moves:
+        return _moves_plan(view, delta, policy)
     # plain loops, skipped when empty: most deltas start one job or none (a comprehension is
     # a function call of its own in Python 3.11)
     if delta.preempts:
@@ -107,6 +109,46 @@ def build_delta_plan(view: ClusterView, delta: Delta, policy: str) -> Allocation
         time=view.now,
         policy=policy,
         allocations=delta.starts,
+        actions=actions,
+        stats=delta.stats,
+        decision_ms=0.0,
+    )
+
+
+def _moves_plan(view: ClusterView, delta: Delta, policy: str) -> AllocationPlan:
+    """:func:`build_delta_plan` for a delta with ``moves``: the running jobs' actions
+    (preempt, resize or migrate, as :func:`build_plan` names them) in ``view.running`` order
+    (by the engine's entry numbers, else a pass over ``running``), then the starts;
+    ``allocations`` holds the moved and started jobs'."""
+    running = view.running
+    moves = delta.moves
+    changed = [*delta.preempts, *moves]
+    since = view.running_since
+    if since is not None:
+        changed.sort(key=since.__getitem__)
+    else:
+        named = set(changed)
+        changed = [job_id for job_id in running if job_id in named]
+    actions: list[Action] = []
+    for job_id in changed:
+        job = running[job_id]
+        before = job.allocation
+        after = moves.get(job_id)
+        if after is None:
+            kind = "preempt"
+        elif before is not None and after.placement == before.placement:
+            kind = "reshare"
+        elif after.gpus != job.gpus:
+            kind = "resize"
+        else:
+            kind = "migrate"
+        actions.append(Action(kind=kind, job_id=job_id, before=before, after=after))
+    for job_id, after in delta.starts.items():
+        actions.append(Action(kind="start", job_id=job_id, before=None, after=after))
+    return AllocationPlan.model_construct(
+        time=view.now,
+        policy=policy,
+        allocations={**moves, **delta.starts},
         actions=actions,
         stats=delta.stats,
         decision_ms=0.0,

@@ -133,11 +133,14 @@ class Delta:
     pending jobs to their new allocations in the order the full protocol would list their
     ``start`` actions; ``preempts`` lists running jobs to stop in ``view.running`` order. A
     delta must describe exactly the plan :meth:`StagedPolicy.decide` would have produced
-    (the tests compare both on random event sequences)."""
+    (the tests compare both on random event sequences). ``moves`` maps running jobs to the
+    new allocations they are resized or moved to (AFS, which changes a few counts per
+    decision); the plan lists them with ``preempts`` in ``view.running`` order."""
 
     starts: Placements
     preempts: list[str] = field(default_factory=list)
     stats: list[SolverStats] = field(default_factory=list)
+    moves: Placements = field(default_factory=dict)
 
 
 class Policy(Protocol):

@@ -21,7 +21,9 @@ placed is left out and stays pending.
 
 from __future__ import annotations
 
-from gpuplan.models import Cluster, ClusterView, JobAllocation, SolverStats
+from collections.abc import Iterable
+
+from gpuplan.models import ActiveJob, Cluster, ClusterView, JobAllocation, SolverStats
 
 from ..policy import Placements, Shares
 from .gpu_types import one_type_nodes
@@ -104,15 +106,20 @@ def _tightest(free: dict[str, list[int]], nodes: list[str], need: int) -> str | 
 
 
 def _keep_or_release(
-    view: ClusterView, shares: Shares, released: dict[str, list[int]]
+    view: ClusterView,
+    shares: Shares,
+    released: dict[str, list[int]],
+    jobs: Iterable[tuple[str, ActiveJob]] | None = None,
 ) -> tuple[Placements, list[tuple[str, int]]]:
     """Running jobs that keep or shrink their GPUs (in ``view.running`` order), and those that
-    grow; what shrinking or stopping jobs give back goes into ``released``."""
+    grow; what shrinking or stopping jobs give back goes into ``released``. ``jobs``: only
+    these ``(id, job)`` running pairs, in ``view.running`` order (a stage that knows which
+    counts changed, :func:`place_changed`); default every running job."""
     view_free = view.free
     want_of = shares.get
     result: Placements = {}
     grow: list[tuple[str, int]] = []
-    for job_id, job in view.running.items():
+    for job_id, job in view.running.items() if jobs is None else jobs:
         alloc = job.allocation
         if alloc is None:
             continue
@@ -159,7 +166,6 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
     # some job is to be placed (most events place nothing new). The view's lists are ascending
     # (ClusterView's contract) and shared, never edited: a node's list is replaced when it
     # changes, so an event costs no per-node copy or sort.
-    view_free = view.free
     released: dict[str, list[int]] = {}
     want_of = shares.get
     running = view.running
@@ -181,7 +187,20 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         new = [(job_id, n) for job_id, n in shares.items() if n > 0 and job_id in pending]
     if not grow and not new:
         return result
-    free = dict(view_free)
+    return _place(view, grow, new, released, result)
+
+
+def _place(
+    view: ClusterView,
+    grow: list[tuple[str, int]],
+    new: list[tuple[str, int]],
+    released: dict[str, list[int]],
+    result: Placements,
+) -> Placements:
+    """Place the growing running jobs and the new ones (job, GPUs wanted in all) best-fit,
+    largest first, on what is free plus ``released``; adds their allocations to ``result``
+    (a job that cannot grow keeps its allocation, one that cannot start is left out)."""
+    free = dict(view.free)
     for node, gpus in released.items():
         free[node] = sorted(free[node] + gpus)
     all_nodes = sorted(free)
@@ -209,6 +228,46 @@ def best_fit_placement(view: ClusterView, shares: Shares, stats: list[SolverStat
         merged = {n: tuple(sorted(held.get(n, ()) + got.get(n, ()))) for n in {*held, *got}}
         result[job_id] = JobAllocation.fast(job_id, dict(sorted(merged.items())))
     return result
+
+
+def place_changed(
+    view: ClusterView,
+    shares: Shares,
+    changed: list[tuple[str, ActiveJob]],
+    new: list[tuple[str, int]],
+) -> tuple[list[str], Placements, Placements]:
+    """:func:`best_fit_placement` for a stage that knows which counts changed: ``changed``
+    lists the running jobs whose count in ``shares`` differs from what they hold (in
+    ``view.running`` order), ``new`` the pending jobs ``shares`` gives GPUs. Every other
+    running job keeps its count, so best fit keeps its very allocation and nothing it
+    places depends on it: this is the same computation on the changed jobs alone.
+
+    Returns ``(preempts, moved, starts)``: the running jobs best fit leaves out (in
+    ``view.running`` order), those given another allocation (same order) and the pending
+    jobs placed (in the order best fit places them). Views with shaped jobs are the
+    caller's to avoid (:func:`~.shapes.enforce_shapes` is not applied here)."""
+    released: dict[str, list[int]] = {}
+    kept, grow = _keep_or_release(view, shares, released, changed)
+    placed = _place(view, grow, new, released, {}) if grow or new else {}
+    preempts: list[str] = []
+    moved: Placements = {}
+    running = view.running
+    for job_id, job in changed:
+        after = kept.get(job_id)
+        if after is None:
+            after = placed.get(job_id)
+        before = job.allocation
+        if after is None:
+            preempts.append(job_id)
+        elif after is not before and not (
+            before is not None
+            and after.placement == before.placement
+            and after.share == before.share
+            and after.efficiency == before.efficiency
+        ):  # build_plan's test for "keep"
+            moved[job_id] = after
+    starts = {j: a for j, a in placed.items() if j not in running}
+    return preempts, moved, starts
 
 
 def place_new_best_fit(

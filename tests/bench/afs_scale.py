@@ -75,9 +75,10 @@ def workload(active: int, probes: int, seed: int = SEED) -> list[JobSpec]:
 class _TimedShares(Stateless):
     """The AFS-L stage, timing its own calls in CPU time (the share part of a decision).
 
-    The engine first offers the stage its fast path on a live view (``delta``, which AFS-L
-    declines after syncing its kept columns), then asks for the shares: both belong to one
-    decision, so the declined offer's time is added to the next call's."""
+    The engine first offers the stage its fast path on a live view (``delta``). AFS-L
+    answers it (round 6d: the jobs whose count changed), and the offer is the decision; code
+    that declines it after syncing its kept columns is then asked for the shares, and both
+    belong to one decision, so the declined offer's time is added to the next call's."""
 
     def __init__(self) -> None:
         self.stage = AfsL()
@@ -91,12 +92,18 @@ class _TimedShares(Stateless):
         self._offered = 0.0
         return out
 
-    def delta(self, view: ClusterView, placement: Any) -> None:
+    def delta(self, view: ClusterView, placement: Any) -> Any:
         offer = getattr(self.stage, "delta", None)  # absent on the code before issue 28
-        if offer is not None:
-            t0 = time.process_time()
-            offer(view, placement)
-            self._offered += (time.process_time() - t0) * 1e3
+        if offer is None:
+            return None
+        t0 = time.process_time()
+        out = offer(view, placement)
+        ms = (time.process_time() - t0) * 1e3
+        if out is None:
+            self._offered += ms
+        else:
+            self.ms.append(ms)
+        return out
 
 
 class _CpuTimed:

@@ -71,7 +71,9 @@ class _Compared(Stateless):
         return got
 
     def delta(self, view: ClusterView, placement: object) -> None:
-        self.stage.delta(view, placement)  # the engine's live view: keeps the columns in step
+        # Decline the fast path (tests/policies/test_afs_delta.py checks it), after syncing
+        # the columns on the engine's live view, which carries the event's change set.
+        self.stage.columns.sync(view)
 
 
 @pytest.fixture
@@ -121,7 +123,7 @@ class _ComparedP(Stateless):
         return got
 
     def delta(self, view: ClusterView, placement: object) -> None:
-        self.stage.delta(view, placement)
+        self.stage.columns.sync(view)  # declined, as _Compared.delta
 
 
 def test_afs_p_stage_equals_a_fresh_stage_at_every_decision(verify: None) -> None:
@@ -165,9 +167,9 @@ class _Dropping(Stateless):
         self._drop(view)
         return self.stage(view, stats)
 
-    def delta(self, view: ClusterView, placement: object) -> None:
+    def delta(self, view: ClusterView, placement: Any) -> Any:
         self._drop(view)  # the live view carries the event's change set
-        self.stage.delta(view, placement)
+        return self.stage.delta(view, placement)
 
 
 @pytest.mark.parametrize("stage", [AfsL, lambda: AfsP(unit_time=900.0)], ids=["afs-l", "afs-p"])

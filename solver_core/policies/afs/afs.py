@@ -52,9 +52,10 @@ from ...helpers.ladders import Ladder, LadderCache, build_ladder
 from ...helpers.water_fill import water_fill
 from ...params import Params
 from ...placement.best_fit import best_fit_placement
-from ...policy import Shares, StagedPolicy, Stateless
+from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy, Stateless
 from ...registry import PolicyDef, parameterless
 from .afs_columns import AfsColumns
+from .afs_delta import counts_delta
 from .afs_job import AfsJob, scan_order
 from .afs_l_fast import afs_l_shares, afs_l_solve
 
@@ -164,18 +165,19 @@ class AfsL(Stateless):
         # The same computation as afs_l_shares(self.items(view)), on columns kept across
         # decisions: only the jobs the view's change set names are re-read, and no AfsJob is
         # built (items() is the readable version).
+        return self.columns.shares(self._counts(view))
+
+    def _counts(self, view: ClusterView) -> np.ndarray:
+        """Algorithm 1's count per row of the columns, synced to ``view``."""
         cols = self.columns
         cols.sync(view)
         rem = cols.remaining(view.now)
-        counts = afs_l_solve(rem, cols.ladders, cols.did, cols.ladder_arrays(), view.capacity)
-        return cols.shares(counts)
+        return afs_l_solve(rem, cols.ladders, cols.did, cols.ladder_arrays(), view.capacity)
 
-    def delta(self, view: ClusterView, placement: object) -> None:
-        """Decline the engine's fast path (AFS re-divides every share), after syncing the
-        columns on its live view: the engine takes the change set with that view, so a
-        stage that never saw it would find each decision's set one short and rebuild every
-        row at every decision. The decision's own view then names nothing new."""
-        self.columns.sync(view)
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision:
+        """The engine's fast path: the same counts, answered as the jobs whose count changed
+        (:func:`~.afs_delta.counts_delta`; in full where a delta cannot stand for them)."""
+        return counts_delta(view, self.columns, self._counts(view), placement, [])
 
 
 class AfsP:
@@ -234,6 +236,11 @@ class AfsP:
         return afs_p_loop(items, total, rng)
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
+        return self._counts(view)[1]
+
+    def _counts(self, view: ClusterView) -> tuple[np.ndarray, Shares]:
+        """The decision's count per row of the columns (synced to ``view``) and the same
+        counts as the shares dict, in the order the stage hands them out."""
         cap = view.capacity
         # Per-job columns kept across decisions (as AFS-L); counters computed over the columns
         # (self.counter(job, now) vectorised: the same float operations). The AfsJob inputs of
@@ -248,6 +255,7 @@ class AfsP:
         runnable = np.flatnonzero(dlev[cols.did] > 0)
         first = cflat[doff[cols.did[runnable]]]
         need = int(first.sum())
+        counts = np.zeros(len(cols.ids), np.int64)
         if need <= cap:
             self.time_slicing = False
             # remaining is never read by AFS-P: NaN makes any accidental use visible
@@ -258,8 +266,8 @@ class AfsP:
                     cols.ids[runnable].tolist(), cols.did[runnable].tolist(), strict=True
                 )
             ]
-            counts = self._share_loop(items, cap, view)
-            return {it.id: c for it, c in zip(items, counts, strict=True) if c > 0}
+            counts[runnable] = self._share_loop(items, cap, view)
+            return counts, cols.shares(counts)  # scan order, as the items
         self.time_slicing = True
 
         # Rank: (counter, submit_time, id). The rows are in scan order, (submit_time, id), so
@@ -267,31 +275,34 @@ class AfsP:
         order = np.argsort(current[runnable], kind="stable")
         ranked = runnable[order]
         steps = first[order]
-        shares: Shares = {}
+        rows: list[int] = []
+        given: list[int] = []
         free = cap
-        ids = cols.ids
         if not self.preemptive:
             # Keepers: running jobs that have not crossed a unit boundary since last decision.
             keep = cols.busy[ranked] & (current[ranked] == previous[ranked])
             for k in np.flatnonzero(keep).tolist():
                 step = int(steps[k])
                 if step <= free:
-                    shares[ids[ranked[k]]] = step
+                    rows.append(int(ranked[k]))
+                    given.append(step)
                     free -= step
         if free > 0:
+            taken = set(rows)
             for row, step in zip(ranked.tolist(), steps.tolist(), strict=True):
                 if free <= 0:
                     break
-                job_id = ids[row]
-                if job_id not in shares and step <= free:
-                    shares[job_id] = step
+                if row not in taken and step <= free:
+                    rows.append(row)
+                    given.append(step)
                     free -= step
-        return shares
+        counts[rows] = given
+        return counts, dict(zip(cols.ids[rows].tolist(), given, strict=True))
 
-    def delta(self, view: ClusterView, placement: object) -> None:
-        """Decline the fast path after syncing the columns on its live view (see
-        :meth:`AfsL.delta`)."""
-        self.columns.sync(view)
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision:
+        """The engine's fast path: the jobs whose count changed (see :meth:`AfsL.delta`)."""
+        counts, shares = self._counts(view)
+        return counts_delta(view, self.columns, counts, placement, [], shares)
 
     def next_wakeup(self, view: ClusterView) -> float | None:
         """Next unit boundary of a job holding GPUs, while time slicing (else None)."""

@@ -5,7 +5,7 @@ remaining work, counters), which with thousands of queued jobs cost more than Al
 itself. :class:`AfsColumns` keeps, in scan order ``(submit_time, id)``, one row per active job
 as numpy columns: the job's distinct-ladder index and the fields its remaining work and
 held time are computed from (``work``, ``done``, ``start = max(anchor, resume)``, ``rate``,
-``held_time``, ``anchor_time``, holds GPUs). Remaining work and counters at ``now`` are then
+``held_time``, ``anchor_time``, GPUs held). Remaining work and counters at ``now`` are then
 one vectorised expression over the columns, with the same IEEE operations in the same order as
 :func:`~gpuplan.models.state.remaining_work` and ``ActiveJob.held_time_at``, so bit-identical.
 
@@ -58,8 +58,8 @@ def check_ladder(counts: Sequence[int], rates: Sequence[float]) -> None:
         prev_c, prev_r = c, r
 
 
-def _fields(job: ActiveJob) -> tuple[float, float, float, float, float, float, bool]:
-    """A job's row values: work, done, start, rate, held_time, anchor_time, holds GPUs."""
+def _fields(job: ActiveJob) -> tuple[float, float, float, float, float, float, int]:
+    """A job's row values: work, done, start, rate, held_time, anchor_time, GPUs held."""
     anchor, resume = job.anchor_time, job.resume_time
     return (
         job.spec.total_iterations,  # type: ignore[return-value]
@@ -68,7 +68,7 @@ def _fields(job: ActiveJob) -> tuple[float, float, float, float, float, float, b
         job.rate,
         job.held_time,
         anchor,
-        job.gpus > 0,
+        job.gpus,
     )
 
 
@@ -85,9 +85,9 @@ class AfsColumns:
     """Active jobs in scan order as numpy columns, updated from the view's change set.
 
     Read after :meth:`sync`: ``ids`` (object array), :meth:`remaining`, :meth:`held_at`,
-    :meth:`ladder_arrays`, ``did`` (distinct-ladder index per row), ``busy`` (holds GPUs) and
-    ``mark`` (an int per row the stage may write, carried across syncs by job id; -1 for a
-    new row: AFS-P keeps the counters it saw there).
+    :meth:`ladder_arrays`, ``did`` (distinct-ladder index per row), ``gpus`` (GPUs held;
+    ``busy``: more than 0) and ``mark`` (an int per row the stage may write, carried across
+    syncs by job id; -1 for a new row: AFS-P keeps the counters it saw there).
     """
 
     def __init__(self, cache: LadderCache) -> None:
@@ -98,7 +98,9 @@ class AfsColumns:
         self._key_of: dict[str, tuple[float, str]] = {}
         self.ids = np.empty(0, object)
         self.did = np.empty(0, np.int64)
-        self.busy = np.empty(0, bool)
+        self.gpus = np.empty(0, np.int64)
+        """GPUs each job holds (``ActiveJob.gpus``): what the AFS fast path compares the new
+        counts with."""
         self.mark = np.empty(0, np.int64)
         self._f = np.empty((6, 0))
         """The float columns, one row each (``_FLOAT_COLS``), so a sync that inserts or
@@ -151,6 +153,11 @@ class AfsColumns:
             dlev = np.array([len(lad[0]) for lad in self._lads], np.int64)
             self._arrays = (cflat, rflat, doff, dlev)
         return self._arrays
+
+    @property
+    def busy(self) -> np.ndarray:
+        """Whether each row's job holds GPUs."""
+        return self.gpus > 0
 
     # ------------------------------------------------------------------ values at now
     def remaining(self, now: float) -> np.ndarray:
@@ -248,7 +255,7 @@ class AfsColumns:
         self.did = np.array(dids, np.int64)
         cols = list(zip(*fields, strict=True)) if fields else [()] * 7
         self._f = np.array(cols[:6], float).reshape(6, n)
-        self.busy = np.array(cols[6], bool)
+        self.gpus = np.array(cols[6], np.int64)
 
     def _apply(self, view: ClusterView, named: list[str]) -> None:
         """Re-read the named jobs: rewrite, delete or insert their rows."""
@@ -275,7 +282,7 @@ class AfsColumns:
             for (row, _), did, vals in zip(upd, dids, fields, strict=True):
                 self.did[row] = did
                 f[:, row] = vals[:6]
-                self.busy[row] = vals[6]
+                self.gpus[row] = vals[6]
         if gone:
             gone.sort()
             for row in reversed(gone):
@@ -284,7 +291,7 @@ class AfsColumns:
             keep[gone] = False
             self.ids = self.ids[keep]
             self.did = self.did[keep]
-            self.busy = self.busy[keep]
+            self.gpus = self.gpus[keep]
             self.mark = self.mark[keep]
             self._f = self._f[:, keep]
         if new:
@@ -301,7 +308,7 @@ class AfsColumns:
             named[:] = ids
             self.ids = _merge(self.ids, old, fresh, named)
             self.did = _merge(self.did, old, fresh, dids)
-            self.busy = _merge(self.busy, old, fresh, [v[6] for v in fields])
+            self.gpus = _merge(self.gpus, old, fresh, [v[6] for v in fields])
             self.mark = _merge(self.mark, old, fresh, -1)
             block = np.empty((6, len(fresh)))
             block[:, old] = self._f
@@ -335,7 +342,7 @@ class AfsColumns:
         differ = []
         for row, job in enumerate(jobs):
             vals = _fields(job)
-            kept_vals = (*self._f[:, row].tolist(), bool(self.busy[row]))
+            kept_vals = (*self._f[:, row].tolist(), int(self.gpus[row]))
             if vals != kept_vals or self.ladder(row) != build_ladder(job.spec, cap, plateau):
                 differ.append(job.spec.id)
         if differ:
