@@ -33,8 +33,6 @@ def fifo_shares(
     running = view.running
     shares: Shares = dict(zip(running.keys(), map(_GPUS, running.values()), strict=True))
     free = view.capacity - sum(shares.values())
-    if free <= 0:
-        return shares
     shares.update(fifo_starts(view, free, backfill, buckets))
     return shares
 
@@ -46,12 +44,12 @@ def fifo_starts(
     stops at the first job that does not fit, backfill takes every job that fits what is
     left. With ``buckets`` (backfill) the same jobs in the same order from the per-size
     buckets, at O(sizes) per start instead of a walk over the whole queue."""
+    if backfill and buckets is not None:
+        buckets.sync(view)  # at every decision, even with no GPU free: it follows each view
+        return buckets.backfill(free)
     starts: list[tuple[str, int]] = []
     if free <= 0:
         return starts
-    if backfill and buckets is not None:
-        buckets.sync(view)
-        return buckets.backfill(free)
     for job_id, job in view.pending.items():
         need = job.spec.requested_gpus
         if need <= free:
