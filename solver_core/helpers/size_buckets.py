@@ -57,6 +57,8 @@ class SizeBuckets:
     def sync(self, view: ClusterView) -> None:
         """Bring the buckets up to ``view.pending``."""
         changed = view.changed
+        if changed is not None and self._seen == (changed.stream, changed.seq):
+            return  # this view is synced already (a stage may ask twice per decision)
         seen, self._seen = self._seen, (None if changed is None else (changed.stream, changed.seq))
         if changed is None or not changed.follows(seen) or not self._follow(view, changed.jobs):
             self._rebuild(view.pending)

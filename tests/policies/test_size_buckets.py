@@ -68,6 +68,11 @@ def test_backfill_buckets_start_what_the_walk_starts(
     monkeypatch: pytest.MonkeyPatch, load: float
 ) -> None:
     monkeypatch.setattr(change_verify, "VERIFY", True)
+    rebuilds = []
+    rebuild = SizeBuckets._rebuild
+    monkeypatch.setattr(
+        SizeBuckets, "_rebuild", lambda self, pending: rebuilds.append(1) or rebuild(self, pending)
+    )
     cluster = Cluster.uniform(6, 8)
     stage = _CheckedBackfill()
     policy = StagedPolicy("fifo-backfill", stage, best_fit_placement)
@@ -75,6 +80,7 @@ def test_backfill_buckets_start_what_the_walk_starts(
         cluster, _jobs(400, cluster.total_gpus, load, 7), policy, events=_failures(cluster)
     )
     assert stage.compared > 300 and stage.started > 300
+    assert len(rebuilds) == 1  # only the first sync: every later one followed the change set
     assert sum(r.finish_time is not None for r in result.jobs) == 400
     assert sum(r.preemptions for r in result.jobs) > 0  # failed jobs re-entered the queue
 
