@@ -25,6 +25,9 @@ from ...placement.best_fit import best_fit_placement
 from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy, Stateless
 from ...registry import parameterless
 
+_AFTER_ALL = float("inf")
+"""A submit time above every job's: ``(key, _AFTER_ALL)`` sorts after each entry of ``key``."""
+
 
 def remaining_time(job: ActiveJob, now: float) -> float:
     """Seconds left at the requested size: :func:`~gpuplan.models.state.remaining_work` over
@@ -109,6 +112,7 @@ def changes_by_rank(  # noqa: C901 (a named exception to the complexity gate)
     view: ClusterView,
     pending_order: list[Entry],
     order: RunningOrder,
+    sized: bool = False,
 ) -> tuple[list[tuple[str, int]], list[str]]:
     """:func:`rigid_by_rank`'s selection as changes: ``(starts, preempts)``, the pending jobs
     that get their request (rank order) and the running jobs that fall out.
@@ -121,7 +125,12 @@ def changes_by_rank(  # noqa: C901 (a named exception to the complexity gate)
     walked job by job. A running job's key only falls relative
     to the pending keys, so after a decision the walk meets few pending jobs ahead of running
     ones: per event the cost is O((pending jobs visited + stretches) x (groups + log n)) plus
-    the changes."""
+    the changes.
+
+    ``sized`` (SJF): a pending job's key is its requested GPU count, so the pending order is
+    split by size into consecutive runs; a pending job that does not fit skips its whole
+    run by bisection (free GPUs only shrink, so no later job of that size fits either)
+    instead of visiting the misfits one by one."""
     now = view.now
     free = view.capacity
     running, pending = view.running, view.pending
@@ -188,7 +197,11 @@ def changes_by_rank(  # noqa: C901 (a named exception to the complexity gate)
             if want <= free:
                 starts.append((head[2], want))
                 free -= want
-            p += 1
+                p += 1
+            elif sized:  # past every entry of this size: (key, inf) follows (key, t, id)
+                p = bisect.bisect_left(pending_order, (head[0], _AFTER_ALL), p + 1)
+            else:
+                p += 1
     for g, (_, entries, _) in enumerate(groups):
         preempts.extend(entry[2] for entry in entries[cursor[g] :])
     preempts.extend(entry[2] for entry in late[li:])
@@ -204,10 +217,16 @@ class ShortestFirst(Stateless):
     unchanged."""
 
     def __init__(
-        self, key: RankKey, running: RunningKeys | None = None, order: RunningOrder | None = None
+        self,
+        key: RankKey,
+        running: RunningKeys | None = None,
+        order: RunningOrder | None = None,
+        sized: bool = False,
     ) -> None:
         self._queue = RankedQueue(key, running)
         self._order = order
+        self._sized = sized
+        """The pending key is the requested GPU count (SJF): see :func:`changes_by_rank`."""
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         return rigid_by_rank(view, self._queue)
@@ -222,7 +241,9 @@ class ShortestFirst(Stateless):
         stats: list[SolverStats] = []
         order = self._order
         if order is not None and order.sync(view.running, view.now, view.changed):
-            starts, preempts = changes_by_rank(view, self._queue.pending_entries(view), order)
+            starts, preempts = changes_by_rank(
+                view, self._queue.pending_entries(view), order, self._sized
+            )
             return delta_from_changes(view, starts, preempts, placement, stats)
         return delta_from_shares(view, self(view, stats), placement, stats)
 

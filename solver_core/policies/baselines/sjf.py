@@ -26,7 +26,7 @@ def gpu_count(job: ActiveJob, now: float) -> float:
 
 def sjf_shares() -> ShortestFirst:
     """A fresh SJF shares stage (fewest requested GPUs first)."""
-    return ShortestFirst(gpu_count, order=RunningOrder(gpu_count, static=True))
+    return ShortestFirst(gpu_count, order=RunningOrder(gpu_count, static=True), sized=True)
 
 
 POLICIES = [
