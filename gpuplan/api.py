@@ -220,13 +220,14 @@ def run(
     gets one :class:`DecisionRecord` per decision (why each action, why jobs wait)."""
     spec = prepared.spec
     chosen = prepared.make_policy(policy)
-    usage = reclaimer = None
+    usage = reclaimer = mixed = None
     if spec.loaning is not None:
-        from gpuplan.scenarios.inference import PoolUsage
+        from gpuplan.scenarios.inference import MixedCounter, PoolUsage
 
         # Usage over [first decision, last submission], as the Aryl results page measures it.
         last = max((j.submit_time for j in prepared.jobs), default=0.0)
-        usage = PoolUsage(prepared.cluster, prepared.load, until=last)
+        mixed = MixedCounter()
+        usage = PoolUsage(prepared.cluster, prepared.load, until=last, chain=mixed)
         reclaimer = chosen.reclaimer or _ScoredDefaultReclaimer()
     interference = simulator_interference(
         spec.simulator.interference, prepared.jobs, spec.seed, prepared.source or spec.name
@@ -253,9 +254,28 @@ def run(
     )
     if usage is None or reclaimer is None:
         return result
-    from gpuplan.scenarios.inference import loaning_metrics
+    from gpuplan.scenarios.inference import loaning_metrics, normalised_slots
+    from gpuplan.scenarios.usage_bound import window_usage_bound
 
-    metrics = loaning_metrics(usage, result, prepared.events, reclaimer.outcomes)
+    loan = spec.loaning
+    assert loan is not None
+    # Physical inference GPUs behind one modelled slot (8 T4 as 2 normalised slots: 4).
+    slots = normalised_slots(loan.gpus_per_server, loan.ratio)[0] if loan.normalise else 0
+    per_slot = loan.gpus_per_server / slots if slots else 1.0
+    training = prepared.cluster.gpus_in_pool("training")
+    last = max((j.submit_time for j in prepared.jobs), default=0.0)
+    bound = window_usage_bound(prepared.jobs, training, last) if training and last > 0 else None
+    metrics = loaning_metrics(
+        usage,
+        result,
+        prepared.events,
+        reclaimer.outcomes,
+        cluster=prepared.cluster,
+        per_slot=per_slot,
+        bound=bound,
+        jobs=prepared.jobs,
+        mixed=mixed,
+    )
     return result.model_copy(update={"loaning": metrics})
 
 

@@ -79,6 +79,22 @@ class LoaningMetrics(BaseModel):
     met_by_flexible: float | None = Field(
         default=None, description="mean per reclaim of the demand met by flexible-group servers"
     )
+    usage_overall_raw: float | None = Field(
+        default=None,
+        ge=0,
+        description="usage_overall counting physical GPUs: a busy normalised loaned slot is "
+        "1 / ratio busy inference GPUs (8 T4 = 2 slots: 4 T4 a slot)",
+    )
+    usage_bound: float | None = Field(
+        default=None,
+        ge=0,
+        description="highest training usage any schedule of the jobs reaches over the window "
+        "(scenarios.usage_bound.window_usage_bound)",
+    )
+    heterogeneous_jobs: int = Field(default=0, ge=0, description="jobs flagged heterogeneous")
+    mixed_jobs: int = Field(
+        default=0, ge=0, description="jobs that ever ran on more than one GPU type at once"
+    )
 
 
 class ObjectiveBound(BaseModel):

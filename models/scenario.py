@@ -259,6 +259,13 @@ class WorkloadSpec(BaseModel):
     mean_duration_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S)
     inline_jobs: list[dict] | None = None
     aryl: ArylMixSpec = Field(default_factory=ArylMixSpec, description="mapping 'aryl' knobs")
+    heterogeneous_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="share of all jobs flagged heterogeneous (Aryl's Advanced scenario), drawn "
+        "with the scenario's seed among the jobs not pinned to a GPU type",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
@@ -395,6 +402,11 @@ class LoaningSpec(BaseModel):
         gt=0,
         le=MAX_TIME_S,
         description="last loan event time; default last submission + 2 x period_s",
+    )
+    lend: bool = Field(
+        default=True,
+        description="false: the inference pool and its load are there (usage is measured over "
+        "both pools) but it never lends a server -- the no-loaning rows of a loaning study",
     )
 
     @model_validator(mode="after")

@@ -528,12 +528,17 @@ def build(spec: ScenarioSpec, base: Path | None) -> BuiltScenario:
         )
         jobs = _map_rows(spec, rows, base, capacity)
         origins = [_Origin(r.source or f"trace job {r.id}", None, trace=True) for r in rows]
+    if workload.heterogeneous_share > 0:
+        from .inference import heterogeneous_jobs
+
+        jobs = heterogeneous_jobs(jobs, workload.heterogeneous_share, spec.seed)
     _check_jobs(jobs, origins, cluster, usable)
     _check_budget(spec, cluster, jobs, origins, usable)
     if spec.loaning is None:
         return BuiltScenario(cluster, jobs)
     load, events = _loan_events(spec, cluster, jobs, base)
-    return BuiltScenario(cluster, jobs, events, load)
+    # lend: false keeps the inference pool and its load (usage over both pools) without loans.
+    return BuiltScenario(cluster, jobs, events if spec.loaning.lend else [], load)
 
 
 def build_scenario(spec: ScenarioSpec, base: Path | None) -> tuple[Cluster, list[JobSpec]]:

@@ -30,6 +30,7 @@ Everything is seeded and deterministic.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,19 +61,23 @@ from .qps_series import QpsSeries, _data_file, load_qps
 from .trace_job import TraceJob
 
 __all__ = [
+    "RAW_PER_SLOT",
     "ArylScenario",
     "InferenceLoad",
+    "MixedCounter",
     "PoolUsage",
     "QpsSeries",
     "aryl_jobs",
     "aryl_testbed",
     "aryl_testbed_rows",
+    "heterogeneous_jobs",
     "load_qps",
     "loan_events",
     "loaning_cluster",
     "loaning_metrics",
     "loaning_scenario",
     "preemption_ratio",
+    "raw_overall",
 ]
 
 LoanEvent = LoanOffer | ReclaimRequest
@@ -596,6 +601,53 @@ class PoolUsage:
         }
 
 
+RAW_PER_SLOT = 4
+"""Physical T4 GPUs behind one normalised loaned slot (8 T4 = 2 V100-equivalents)."""
+
+
+def raw_overall(usage: PoolUsage, cluster: Cluster, per_slot: float = RAW_PER_SLOT) -> float:
+    """Overall usage counting physical GPUs (a loaned slot busy = ``per_slot`` T4 busy), the
+    way the paper's "overall" most likely counts (its 0.52 mixes 3,544 V100 and 4,160 T4).
+    Over the same window as ``usage.summary()``."""
+    span = usage.summary()["span_s"]
+    train = sum(n.gpus for n in cluster.nodes if n.pool == "training") * span
+    inf = sum(n.gpus for n in cluster.nodes if n.pool != "training") * span
+    busy = usage.inference_busy_gpu_s(usage.start or 0.0, usage.now or 0.0)
+    used = usage.used_s["training"] + per_slot * (usage.used_s["inference"] + busy)
+    total = train + per_slot * inf
+    return used / total if total else 0.0
+
+
+class MixedCounter:
+    """Plan hook: jobs that ever ran with workers on more than one GPU type (Advanced
+    scenario: heterogeneous training across training and loaned servers)."""
+
+    def __init__(self) -> None:
+        self.jobs: set[str] = set()
+
+    def __call__(self, view: ClusterView, plan: AllocationPlan) -> None:
+        nodes = view.nodes
+        for job_id, alloc in plan.allocations.items():
+            if len({nodes[n].gpu_type for n in alloc.placement}) > 1:
+                self.jobs.add(job_id)
+
+
+def heterogeneous_jobs(jobs: Sequence[JobSpec], share: float, seed: int = 0) -> list[JobSpec]:
+    """The Advanced scenario's job mix (§7.1: "10 % of jobs can train on heterogeneous GPUs"):
+    ``share`` of all jobs, drawn (seeded) among those not pinned to a GPU type -- the
+    GPU-type-agnostic and elastic ones, since a job that can mix types can run on either --
+    get ``heterogeneous=True``. The rest of the mix is untouched, so the Basic rows (which
+    ignore the flag) are this scenario with heterogeneous training switched off."""
+    if share <= 0:
+        return list(jobs)
+    free = [i for i, j in enumerate(jobs) if j.gpu_type is None]
+    k = min(len(free), round(share * len(jobs)))
+    pick = set(random.Random(seed).sample(free, k))
+    return [
+        j.model_copy(update={"heterogeneous": True}) if i in pick else j for i, j in enumerate(jobs)
+    ]
+
+
 def preemption_ratio(result: RunResult) -> float:
     """Tab. 5's preemption ratio: total preemptions / total job submissions."""
     jobs = result.jobs
@@ -607,9 +659,18 @@ def loaning_metrics(
     result: RunResult,
     events: Sequence[object],
     outcomes: Sequence[ReclaimOutcome],
+    *,
+    cluster: Cluster | None = None,
+    per_slot: float = RAW_PER_SLOT,
+    bound: float | None = None,
+    jobs: Sequence[JobSpec] = (),
+    mixed: MixedCounter | None = None,
 ) -> LoaningMetrics:
     """One run's capacity-loaning metrics from its :class:`PoolUsage` hook, its result, the
-    scenario's loan events and the reclaimer's outcome log (:func:`reclaim_metrics`)."""
+    scenario's loan events and the reclaimer's outcome log (:func:`reclaim_metrics`).
+    With ``cluster``: the raw overall usage (:func:`raw_overall`, ``per_slot`` physical GPUs a
+    normalised slot); ``bound``: the window's usage bound; ``jobs`` / ``mixed``: how many were
+    flagged heterogeneous and how many ran on mixed GPU types (:class:`MixedCounter`)."""
     use = usage.summary()
     rm = reclaim_metrics(outcomes)
     reclaimed = bool(outcomes)
@@ -627,4 +688,8 @@ def loaning_metrics(
         reclaim_preemptions=int(rm["preemptions"]),
         collateral_damage=rm["mean_collateral_damage"] if reclaimed else None,
         met_by_flexible=rm["met_by_flexible"] if reclaimed else None,
+        usage_overall_raw=raw_overall(usage, cluster, per_slot) if cluster is not None else None,
+        usage_bound=bound,
+        heterogeneous_jobs=sum(j.heterogeneous for j in jobs),
+        mixed_jobs=len(mixed.jobs) if mixed is not None else 0,
     )

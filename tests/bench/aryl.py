@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+# The library's Tab. 5 metrics (gpuplan compare prints the same); re-exported for the tests.
+from gpuplan.scenarios.inference import MixedCounter, heterogeneous_jobs, raw_overall
 from gpuplan.solver_core.policies.aryl.mckp import MckpGroup, solve_dp, solve_exact, solve_greedy
 from gpuplan.solver_core.policies.aryl.reclaim import (
     ReclaimInstance,
@@ -320,35 +322,6 @@ RESULT_CONFIGS: tuple[tuple[str, str, str, bool, float], ...] = (
 )
 
 
-def heterogeneous_jobs(jobs: Sequence[Any], share: float, seed: int = 0) -> list[Any]:
-    """The Advanced scenario's job mix (§7.1: "10 % of jobs can train on heterogeneous GPUs"):
-    ``share`` of all jobs, drawn (seeded) among those not pinned to a GPU type -- the
-    GPU-type-agnostic and elastic ones, since a job that can mix types can run on either --
-    get ``heterogeneous=True``. The rest of the mix is untouched, so the Basic rows (which
-    ignore the flag) are this scenario with heterogeneous training switched off."""
-    if share <= 0:
-        return list(jobs)
-    free = [i for i, j in enumerate(jobs) if j.gpu_type is None]
-    k = min(len(free), round(share * len(jobs)))
-    pick = set(random.Random(seed).sample(free, k))
-    return [
-        j.model_copy(update={"heterogeneous": True}) if i in pick else j for i, j in enumerate(jobs)
-    ]
-
-
-class MixedCounter:
-    """Plan hook: jobs that ever ran with workers on more than one GPU type."""
-
-    def __init__(self) -> None:
-        self.jobs: set[str] = set()
-
-    def __call__(self, view: Any, plan: Any) -> None:
-        nodes = view.nodes
-        for job_id, alloc in plan.allocations.items():
-            if len({nodes[n].gpu_type for n in alloc.placement}) > 1:
-                self.jobs.add(job_id)
-
-
 def result_traces() -> dict[str, dict[str, Any]]:
     """The two replays: a Philly virtual cluster and an ITP cluster, each a window of steady
     load with a training pool sized for ~80 % average offered load (GPU-time submitted per
@@ -396,22 +369,6 @@ the paper's setting"): elastic jobs may grow to twice their traced size (the Bas
 "given range" is not printed; with w_max = g no schedule can put them on idle GPUs), and the
 inference side is ~32 % busy on average (the digest infers ~35 % from Tab. 5's 0.72 / 0.52)
 instead of ~45 %, so more of it is lent."""
-
-RAW_PER_SLOT = 4
-"""Physical T4 GPUs behind one normalised loaned slot (8 T4 = 2 V100-equivalents)."""
-
-
-def raw_overall(usage: Any, cluster: Any, per_slot: int = RAW_PER_SLOT) -> float:
-    """Overall usage counting physical GPUs (a loaned slot busy = ``per_slot`` T4 busy), the
-    way the paper's "overall" most likely counts (its 0.52 mixes 3,544 V100 and 4,160 T4)."""
-    span = usage.summary()["span_s"]
-    train = sum(n.gpus for n in cluster.nodes if n.pool == "training") * span
-    inf = sum(n.gpus for n in cluster.nodes if n.pool != "training") * span
-    busy = usage.inference_busy_gpu_s(usage.start or 0.0, usage.now or 0.0)
-    used = usage.used_s["training"] + per_slot * (usage.used_s["inference"] + busy)
-    total = train + per_slot * inf
-    return used / total if total else 0.0
-
 
 def run_result(
     trace: str,

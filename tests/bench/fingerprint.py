@@ -46,11 +46,17 @@ ARYL_POLICIES = ("aryl-sjf", "aryl-loaning", "aryl-scaling", "aryl")
 SYNTHETIC = ((256, 3_000), (1_024, 6_000))
 SYNTHETIC_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "tiresias-l", "afs-l")
 TIMING = {"decision_ms", "solver_ms", "wall_s"}
+REPORTED = {"usage_overall_raw", "usage_bound", "heterogeneous_jobs", "mixed_jobs"}
+"""Loaning metrics derived from a run after the fact (issue 29): left out of the digest so a
+baseline taken before they existed still compares; they change no simulated result."""
 
 
 def digest(result: RunResult) -> str:
-    """SHA-256 of the result's JSON dump without its wall-clock fields."""
+    """SHA-256 of the result's JSON dump without its wall-clock fields (nor the after-the-fact
+    loaning fields of ``REPORTED``)."""
     data = result.model_dump(mode="json", exclude=TIMING)
+    if data.get("loaning"):
+        data["loaning"] = {k: v for k, v in data["loaning"].items() if k not in REPORTED}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
