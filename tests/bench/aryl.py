@@ -370,6 +370,7 @@ the paper's setting"): elastic jobs may grow to twice their traced size (the Bas
 inference side is ~32 % busy on average (the digest infers ~35 % from Tab. 5's 0.72 / 0.52)
 instead of ~45 %, so more of it is lent."""
 
+
 def run_result(
     trace: str,
     spec: dict[str, Any],
