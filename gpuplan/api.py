@@ -222,7 +222,7 @@ def run(
     chosen = prepared.make_policy(policy)
     usage = reclaimer = mixed = None
     if spec.loaning is not None:
-        from gpuplan.scenarios.inference import MixedCounter, PoolUsage
+        from gpuplan.scenarios.loaning_usage import MixedCounter, PoolUsage
 
         # Usage over [first decision, last submission], as the Aryl results page measures it.
         last = max((j.submit_time for j in prepared.jobs), default=0.0)
@@ -254,7 +254,8 @@ def run(
     )
     if usage is None or reclaimer is None:
         return result
-    from gpuplan.scenarios.inference import loaning_metrics, normalised_slots
+    from gpuplan.scenarios.inference import normalised_slots
+    from gpuplan.scenarios.loaning_usage import loaning_metrics
     from gpuplan.scenarios.usage_bound import window_usage_bound
 
     loan = spec.loaning

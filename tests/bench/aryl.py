@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 # The library's Tab. 5 metrics (gpuplan compare prints the same); re-exported for the tests.
-from gpuplan.scenarios.inference import MixedCounter, heterogeneous_jobs, raw_overall
+from gpuplan.scenarios.inference import heterogeneous_jobs
+from gpuplan.scenarios.loaning_usage import MixedCounter, raw_overall
 from gpuplan.solver_core.policies.aryl.mckp import MckpGroup, solve_dp, solve_exact, solve_greedy
 from gpuplan.solver_core.policies.aryl.reclaim import (
     ReclaimInstance,
@@ -384,7 +385,8 @@ def run_result(
     from gpuplan.executors.metrics import summarize
     from gpuplan.executors.simulator.run import simulate
     from gpuplan.models import Overheads
-    from gpuplan.scenarios.inference import PoolUsage, loaning_scenario, preemption_ratio
+    from gpuplan.scenarios.inference import loaning_scenario
+    from gpuplan.scenarios.loaning_usage import PoolUsage, preemption_ratio
     from gpuplan.scenarios.usage_bound import window_usage_bound
     from gpuplan.solver_core.policies.aryl.reclaim import reclaim_metrics
     from gpuplan.solver_core.registry import make_policy, policy_names

@@ -24,15 +24,14 @@ from gpuplan.models import (
 )
 from gpuplan.scenarios.inference import (
     InferenceLoad,
-    PoolUsage,
     aryl_jobs,
     aryl_testbed,
     load_qps,
     loan_events,
     loaning_cluster,
     normalised_slots,
-    preemption_ratio,
 )
+from gpuplan.scenarios.loaning_usage import PoolUsage, preemption_ratio
 from gpuplan.scenarios.trace_job import TraceJob
 from gpuplan.solver_core.policies.aryl.reclaim import Reclaimer, reclaim_metrics
 from gpuplan.solver_core.registry import make_policy, policy_names

@@ -20,7 +20,8 @@ from gpuplan.models import (
     JobSpec,
     Node,
 )
-from gpuplan.scenarios.inference import PoolUsage, aryl_jobs
+from gpuplan.scenarios.inference import aryl_jobs
+from gpuplan.scenarios.loaning_usage import PoolUsage
 from gpuplan.scenarios.trace_job import TraceJob
 from gpuplan.scenarios.usage_bound import window_usage_bound
 from gpuplan.solver_core.registry import make_policy

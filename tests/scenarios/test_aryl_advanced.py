@@ -19,7 +19,8 @@ from gpuplan import api
 from gpuplan.cli import main
 from gpuplan.models import InputError
 from gpuplan.scenarios.build import resolve_scenario
-from gpuplan.scenarios.inference import heterogeneous_jobs, loaning_scenario, raw_overall
+from gpuplan.scenarios.inference import heterogeneous_jobs, loaning_scenario
+from gpuplan.scenarios.loaning_usage import raw_overall
 from gpuplan.scenarios.usage_bound import window_usage_bound
 
 
@@ -92,7 +93,7 @@ def test_a_loaning_run_reports_the_benchs_columns() -> None:
     assert 0 < m.usage_overall_raw < 1 and m.usage_overall_raw != m.usage_overall
     assert m.heterogeneous_jobs == 0 and m.mixed_jobs == 0
     # raw_overall itself: a busy slot counts 4 T4 (8 T4 = 2 normalised slots)
-    assert raw_overall.__module__ == "gpuplan.scenarios.inference"
+    assert raw_overall.__module__ == "gpuplan.scenarios.loaning_usage"
 
 
 def test_a_scenario_without_an_inference_pool_reports_no_loaning() -> None:
