@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuplan.models import ActiveJob, Cluster, ClusterView, JobAllocation, SolverStats
+from gpuplan.models.free_index import FreeIndex
 
 from ..policy import Placements, Shares
 from .gpu_types import one_type_nodes
@@ -248,7 +249,10 @@ def place_changed(
     caller's to avoid (:func:`~.shapes.enforce_shapes` is not applied here)."""
     released: dict[str, list[int]] = {}
     kept, grow = _keep_or_release(view, shares, released, changed)
-    placed = _place(view, grow, new, released, {}) if grow or new else {}
+    placed: Placements = {}
+    if grow or new:
+        indexed = _place_indexed(view, grow, new, released)
+        placed = _place(view, grow, new, released, {}) if indexed is None else indexed
     preempts: list[str] = []
     moved: Placements = {}
     running = view.running
@@ -268,6 +272,118 @@ def place_changed(
             moved[job_id] = after
     starts = {j: a for j, a in placed.items() if j not in running}
     return preempts, moved, starts
+
+
+def _place_indexed(
+    view: ClusterView,
+    grow: list[tuple[str, int]],
+    new: list[tuple[str, int]],
+    released: dict[str, list[int]],
+) -> Placements | None:
+    """:func:`_place` with the view's free-count index: the same allocations in the same
+    order (a growing job first takes free GPUs on the nodes it holds, by name, then best fit
+    as :func:`_take_best_fit`; the index answers its "tightest" and "fullest" questions as
+    ``_tightest`` and ``max`` do over every node), at O(GPUs per node) per take instead of
+    a copy of ``view.free``, a sort of its node names and a scan of every node per job.
+
+    None where the index cannot reproduce :func:`_place` (the caller runs it instead): no
+    index on the view, several GPU types or racks (type choice and hop tie-breaks), shaped
+    views or jobs, a job pinned to a GPU type. The index is scratch here, put back before
+    returning; ``view.free`` is only read."""
+    index = view.free_index
+    jobs = _indexable(view, grow + new)
+    if index is None or jobs is None:
+        return None
+    free = view.free
+    left: dict[str, list[int]] = {}
+    """Node -> its free GPUs after this decision's releases and takes so far."""
+    undo: list[tuple[str, int]] = []
+    result: Placements = {}
+    try:
+        for node, gpus in released.items():  # only nodes of view.free (_keep_or_release)
+            undo.append((node, index.count(node)))
+            left[node] = sorted(free[node] + gpus)
+            index.set(node, len(left[node]))
+        for job_id, want, job in jobs:
+            alloc = job.allocation
+            held = alloc.placement if alloc is not None else {}
+            need = want - sum(len(g) for g in held.values())
+            if index.total < need:  # _take_best_fit's "not enough free GPUs"
+                if held:  # cannot grow: keep what it has
+                    result[job_id] = alloc  # type: ignore[assignment]
+                continue
+            taken: dict[str, tuple[int, ...]] = {}
+            for node in sorted(held) if held else ():  # _take_best_fit's ``prefer``
+                if need == 0:
+                    break
+                gpus = left[node] if node in left else free.get(node)
+                if gpus:
+                    count = min(need, len(gpus))
+                    taken[node] = _take_from(index, left, undo, node, gpus, count)
+                    need -= count
+            while need > 0:
+                node = index.tightest(need)
+                if node is None:  # no node holds the rest: the fullest node, wholly
+                    node = index.fullest()
+                    assert node is not None  # total >= need > 0
+                    count = index.count(node)
+                else:
+                    count = need
+                # A node is taken from at most once per job (after a take it has no free
+                # GPU left or need is 0), and its list ascends: each tuple is sorted.
+                gpus = left[node] if node in left else free[node]
+                taken[node] = _take_from(index, left, undo, node, gpus, count)
+                need -= count
+            if held:
+                merged = {
+                    n: tuple(sorted(held.get(n, ()) + taken.get(n, ()))) for n in {*held, *taken}
+                }
+                placement = dict(sorted(merged.items()))
+            else:
+                placement = taken if len(taken) == 1 else dict(sorted(taken.items()))
+            result[job_id] = JobAllocation.fast(job_id, placement)
+    finally:
+        for node, count in reversed(undo):
+            index.set(node, count)
+    return result
+
+
+def _indexable(
+    view: ClusterView, wants: list[tuple[str, int]]
+) -> list[tuple[str, int, ActiveJob]] | None:
+    """``wants`` (job, GPUs) in best fit's placing order (largest first, then id) with their
+    jobs, or None where :func:`_place_indexed` cannot stand for :func:`_place`."""
+    cluster = view.cluster
+    if view.shaped or cluster.multi_rack or len(cluster.node_gpu_types) > 1:
+        return None
+    if len(wants) > 1:
+        wants.sort(key=lambda x: (-x[1], x[0]))
+    running = view.running
+    pending = view.pending
+    jobs: list[tuple[str, int, ActiveJob]] = []
+    for job_id, want in wants:
+        job = running.get(job_id) or pending[job_id]
+        if job.spec.gpu_type is not None or job.spec.node_shape is not None:
+            return None
+        jobs.append((job_id, want, job))
+    return jobs
+
+
+def _take_from(
+    index: FreeIndex,
+    left: dict[str, list[int]],
+    undo: list[tuple[str, int]],
+    node: str,
+    gpus: list[int],
+    count: int,
+) -> tuple[int, ...]:
+    """Take the first ``count`` of ``gpus`` (``node``'s free GPUs, ascending) for
+    :func:`_place_indexed`: the rest go to ``left``, the index learns the new count and
+    ``undo`` the old one."""
+    left[node] = gpus[count:]
+    undo.append((node, len(gpus)))
+    index.set(node, len(gpus) - count)
+    return tuple(gpus[:count])
 
 
 def place_new_best_fit(

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -95,15 +96,17 @@ def afs_p_loop(jobs: Sequence[AfsJob], total: int, rng: random.Random) -> list[i
     g = [1.0] * n
     h = [INF] * n
     steps = [j.counts[0] if j.counts else 0 for j in jobs]
-    alive = [i for i in range(n) if jobs[i].counts]
     m = total
+    # The eligible jobs (a next count, its step fits in m), in scan order, kept across grants
+    # rather than rebuilt from every job per grant: m only falls and only the winner's step
+    # changes, so a job that left never returns and the list needs filtering only when some
+    # step may exceed m (``top`` bounds the steps in it from above).
+    elig = [i for i in range(n) if jobs[i].counts and steps[i] <= m]
+    top = max((steps[i] for i in elig), default=0)
     rand = rng.random
-    while m > 0:
-        elig = [i for i in alive if steps[i] <= m]
-        if not elig:
-            break
+    while m > 0 and elig:
         star = elig[0]
-        for j in elig[1:]:
+        for j in islice(elig, 1, None):
             if g[j] > h[star]:
                 star = j
             elif g[star] > h[j]:
@@ -119,9 +122,14 @@ def afs_p_loop(jobs: Sequence[AfsJob], total: int, rng: random.Random) -> list[i
             p, pn = job.rates[level], job.rates[level + 1]
             g[star] = (pn - p) / pn
             h[star] = (pn - p) / p
-            steps[star] = job.counts[level + 1] - cnt[star]
+            steps[star] = step = job.counts[level + 1] - cnt[star]
+            if step > top:
+                top = step
         else:
-            alive.remove(star)
+            elig.remove(star)
+        if top > m:
+            elig = [i for i in elig if steps[i] <= m]
+            top = max((steps[i] for i in elig), default=0)
     return cnt
 
 
