@@ -67,8 +67,9 @@ from ...helpers.ladders import Ladders
 from ...helpers.ranked_queue import RankedQueue
 from ...params import Params
 from ...placement.best_fit import best_fit_placement
-from ...policy import Shares, StagedPolicy
+from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
 from ...registry import PolicyDef
+from .themis_delta import shares_delta
 from .themis_rho import _EPS, RhoMixin
 from .themis_state import JobFacts, Lease, LeaseBook
 
@@ -148,6 +149,11 @@ class Themis(RhoMixin):
         self._active = 0
         self._lts: dict[tuple[str, int, float], float] = {}
         self._facts: dict[str, JobFacts] = {}
+        self._touched: list[str] = []
+        """Jobs the last decision may have given another count (settled the long way, bid,
+        or grown by the leftover spread): what :meth:`delta` compares (duplicates allowed)."""
+        self._no_delta = False
+        """The last decision saw a running job without GPUs or allocation: answer in full."""
 
     def snapshot(self) -> dict[str, Any]:
         """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
@@ -259,6 +265,9 @@ class Themis(RhoMixin):
                     finite.append((0.0, facts.key, job, facts.ladder, facts))
                 continue
             ladder = facts.ladder
+            self._touched.append(job_id)
+            if gpus <= 0 or job.allocation is None:
+                self._no_delta = True
             count = self._settle_one(job_id, job, ladder, book, now, now_eps, held)
             if count == 0:
                 idle.append(job)
@@ -355,8 +364,17 @@ class Themis(RhoMixin):
         return counts
 
     # ------------------------------------------------------------------ the stage
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision:
+        """The engine's fast path: the same shares, answered as the jobs whose count changed
+        (:func:`~.themis_delta.shares_delta`; in full where a delta cannot stand for them)."""
+        stats: list[SolverStats] = []
+        shares = self(view, stats)
+        return shares_delta(view, shares, self._touched, placement, stats, self._no_delta)
+
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         self._lts.clear()
+        self._touched = []
+        self._no_delta = False
         self._advance(view)
         self._prune_facts(view)
         now, capacity, pending = view.now, view.capacity, view.pending
@@ -403,6 +421,7 @@ class Themis(RhoMixin):
                 bidders.append((job, ladder))
             counts, free = self._partial_allocation(bidders, counts, free, now)
         shares.update(counts)
+        self._touched.extend(counts)
 
         # ---- leftovers: non-bidders in tie-break order, then bidders (work conservation)
         if free > 0:
@@ -493,6 +512,7 @@ class Themis(RhoMixin):
                 free -= ladder[i] - current
                 shares[job.spec.id] = ladder[i]
                 growing.append((job, ladder))
+                self._touched.append(job.spec.id)
         progress = True
         while free > 0 and progress:
             progress = False
