@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import ActiveJob, Cluster, ClusterView, SolverStats
 from gpuplan.solver_core.helpers.ladders import useful_ladder
@@ -89,3 +91,46 @@ def test_public_rho_matches_the_formula_and_is_infinite_without_gpus() -> None:
         assert stage.rho(job, 0, view) == math.inf
         if useful_ladder(job.spec, view.capacity):
             assert stage.rho(job, 1, view) == _rho_from_scratch(stage, job, 1, view)
+
+
+class _CheckedResume(Themis):
+    """Every hidden-payment rerun resumed from the full run's log equals the rerun from
+    scratch (the same counts for every bidder)."""
+
+    def __init__(self) -> None:
+        super().__init__(lease_s=1800.0, fairness_knob=0.5, seed=4)
+        self.reruns = 0
+        self.resumed_pops = 0
+
+    def _greedy(self, bidders, start, free, now, gains, skip, log=None):  # type: ignore[no-untyped-def]
+        got = super()._greedy(bidders, start, free, now, gains, skip, log)
+        if skip >= 0 and log is not None:
+            assert got == super()._greedy(bidders, start, free, now, gains, skip, None)
+            self.reruns += 1
+            self.resumed_pops += next(
+                (n for n, (r, _, step) in enumerate(log) if r == skip and step), 0
+            )
+        return got
+
+
+def test_resumed_hidden_payment_reruns_equal_reruns_from_scratch() -> None:
+    stage = _CheckedResume()
+    policy = StagedPolicy("themis", stage, best_fit_placement, stage.next_wakeup, memory=stage)
+    simulate(Cluster.uniform(4, 8), workload(40, 80, seed=9), policy, sample_interval_s=None)
+    assert stage.reruns >= 50
+    assert stage.resumed_pops >= 50  # reruns that really skipped a prefix of the full run
+
+
+def test_a_wrong_resume_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming without taking the prefix's steps off the free GPUs must fail the check."""
+
+    def forgetful(bidders, counts, free, gains, skip, log, heap):  # type: ignore[no-untyped-def]
+        resume(bidders, counts, free, gains, skip, log, heap)
+        return free
+
+    resume = Themis._resume
+    monkeypatch.setattr(Themis, "_resume", staticmethod(forgetful))
+    stage = _CheckedResume()
+    policy = StagedPolicy("themis", stage, best_fit_placement, stage.next_wakeup, memory=stage)
+    with pytest.raises(AssertionError):
+        simulate(Cluster.uniform(4, 8), workload(40, 80, seed=9), policy, sample_interval_s=None)

@@ -40,7 +40,11 @@ evaluation assumes for Optimus' estimates.
 Cost per decision: leases and rho are evaluated only for running jobs (at most M); jobs without
 GPUs are read lazily from a queue kept sorted by their static tie-break key, and only until the
 free GPUs are gone. The auction is O(F log M) for F free GPUs, and the hidden payments rerun it
-once per bidder that grew (at most F times), reusing each (bidder, step) gain of the decision.
+once per bidder that grew (at most F times), reusing each (bidder, step) gain of the decision;
+each rerun resumes where the full run first gave that bidder a step (until then both runs pop
+the same entries), rebuilt from the full run's pop log (:meth:`Themis._resume`). The engine's
+fast path gets a :class:`~gpuplan.solver_core.policy.Delta` naming only the jobs a decision may
+have changed (:mod:`.themis_delta`), so best fit places those alone.
 Lease expiries make decisions frequent (up to ~100 per job on the AFS Philly VCs), so the
 running jobs' lease totals and per-job constants (ladder, rates, the contention integral up to
 the submit time) are kept across decisions (:mod:`.themis_state`): a job whose leases neither
@@ -67,8 +71,9 @@ from ...helpers.ladders import Ladders
 from ...helpers.ranked_queue import RankedQueue
 from ...params import Params
 from ...placement.best_fit import best_fit_placement
-from ...policy import Shares, StagedPolicy
+from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy
 from ...registry import PolicyDef
+from .themis_delta import shares_delta
 from .themis_rho import _EPS, RhoMixin
 from .themis_state import JobFacts, Lease, LeaseBook
 
@@ -148,6 +153,11 @@ class Themis(RhoMixin):
         self._active = 0
         self._lts: dict[tuple[str, int, float], float] = {}
         self._facts: dict[str, JobFacts] = {}
+        self._touched: list[str] = []
+        """Jobs the last decision may have given another count (settled the long way, bid,
+        or grown by the leftover spread): what :meth:`delta` compares (duplicates allowed)."""
+        self._no_delta = False
+        """The last decision saw a running job without GPUs or allocation: answer in full."""
 
     def snapshot(self) -> dict[str, Any]:
         """Leases and the contention integral (``N_avg``); queue order is static (seeded keys)."""
@@ -259,6 +269,9 @@ class Themis(RhoMixin):
                     finite.append((0.0, facts.key, job, facts.ladder, facts))
                 continue
             ladder = facts.ladder
+            self._touched.append(job_id)
+            if gpus <= 0 or job.allocation is None:
+                self._no_delta = True
             count = self._settle_one(job_id, job, ladder, book, now, now_eps, held)
             if count == 0:
                 idle.append(job)
@@ -315,33 +328,47 @@ class Themis(RhoMixin):
         now: float,
         gains: list[list[float | None]],
         skip: int,
+        log: list[tuple[int, int, int]] | None = None,
     ) -> dict[str, int]:
         """:meth:`_auction` without bidder number ``skip`` (-1: none). ``gains[rank][i]`` caches
         the log-rho drop per GPU of bidder ``rank``'s step ``i -> i + 1`` across the hidden-
         payment reruns of one decision. Heap entries are ``(-gain, rank, i)`` with the rank in
         the full bidder list: dropping one bidder keeps the others' relative order, so ties
-        break as they would with the bidder list renumbered."""
+        break as they would with the bidder list renumbered.
+
+        ``log``: with ``skip == -1``, filled with every pop as ``(rank, i, step taken or 0)``;
+        with ``skip >= 0``, the full run's log, from which the rerun resumes (:meth:`_resume`)."""
         counts = dict(start)
         lts = self._log_t_shared
         heap: list[tuple[float, int, int]] = []
-        for rank, (job, ladder) in enumerate(bidders):
-            if rank == skip:
-                continue
-            i = bisect.bisect_left(ladder, counts[job.spec.id])
-            if i + 1 < len(ladder):
-                gain = gains[rank][i]
-                if gain is None:
-                    c, nxt = ladder[i], ladder[i + 1]
-                    gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
-                if gain > 0:
-                    heap.append((-gain, rank, i))
+        if skip >= 0 and log is not None:
+            free = self._resume(bidders, counts, free, gains, skip, log, heap)
+        else:
+            for rank, (job, ladder) in enumerate(bidders):
+                if rank == skip:
+                    continue
+                i = bisect.bisect_left(ladder, counts[job.spec.id])
+                if i + 1 < len(ladder):
+                    gain = gains[rank][i]
+                    if gain is None:
+                        c, nxt = ladder[i], ladder[i + 1]
+                        gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (
+                            nxt - c
+                        )
+                    if gain > 0:
+                        heap.append((-gain, rank, i))
         heapq.heapify(heap)  # (gain, rank) is unique: pops come in one order however built
+        record = log.append if skip < 0 and log is not None else None
         while free > 0 and heap:
             _, rank, i = heapq.heappop(heap)
             job, ladder = bidders[rank]
             step = ladder[i + 1] - ladder[i]
             if step > free:
+                if record is not None:
+                    record((rank, i, 0))
                 continue
+            if record is not None:
+                record((rank, i, step))
             i += 1
             counts[job.spec.id] = ladder[i]
             free -= step
@@ -354,9 +381,60 @@ class Themis(RhoMixin):
                     heapq.heappush(heap, (-gain, rank, i))
         return counts
 
+    @staticmethod
+    def _resume(
+        bidders: list[tuple[ActiveJob, tuple[int, ...]]],
+        counts: dict[str, int],
+        free: int,
+        gains: list[list[float | None]],
+        skip: int,
+        log: list[tuple[int, int, int]],
+        heap: list[tuple[float, int, int]],
+    ) -> int:
+        """Fast-forward the rerun without ``skip`` to the full run's first step taken by
+        ``skip``: until then the two runs pop the other bidders' entries in the same order
+        with the same GPUs left (``skip``'s refused pops changed nothing), so the rerun's
+        counts, free GPUs and heap there follow from the full run's ``log``. Fills ``counts``
+        and ``heap`` (each other bidder's live entry, unordered); returns the free GPUs.
+        Every gain read here was computed by the full run."""
+        at: dict[int, int] = {}  # rank -> ladder index reached (bidders that took a step)
+        dead: set[int] = set()  # ranks whose entry was popped and refused
+        for rank, i, step in log:
+            if rank == skip:
+                if step:
+                    break
+                continue
+            if step:
+                at[rank] = i + 1
+                free -= step
+            else:
+                dead.add(rank)
+        for rank, (job, ladder) in enumerate(bidders):
+            if rank == skip or rank in dead:
+                continue
+            i = at.get(rank)
+            if i is None:
+                i = bisect.bisect_left(ladder, counts[job.spec.id])
+            else:
+                counts[job.spec.id] = ladder[i]
+            if i + 1 < len(ladder):
+                gain = gains[rank][i]
+                if gain is not None and gain > 0:
+                    heap.append((-gain, rank, i))
+        return free
+
     # ------------------------------------------------------------------ the stage
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision:
+        """The engine's fast path: the same shares, answered as the jobs whose count changed
+        (:func:`~.themis_delta.shares_delta`; in full where a delta cannot stand for them)."""
+        stats: list[SolverStats] = []
+        shares = self(view, stats)
+        return shares_delta(view, shares, self._touched, placement, stats, self._no_delta)
+
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         self._lts.clear()
+        self._touched = []
+        self._no_delta = False
         self._advance(view)
         self._prune_facts(view)
         now, capacity, pending = view.now, view.capacity, view.pending
@@ -403,6 +481,7 @@ class Themis(RhoMixin):
                 bidders.append((job, ladder))
             counts, free = self._partial_allocation(bidders, counts, free, now)
         shares.update(counts)
+        self._touched.extend(counts)
 
         # ---- leftovers: non-bidders in tie-break order, then bidders (work conservation)
         if free > 0:
@@ -452,7 +531,8 @@ class Themis(RhoMixin):
     ) -> tuple[dict[str, int], int]:
         """Auction phase B plus hidden payments; returns final counts and GPUs left over."""
         gains = _gain_table(bidders)
-        won = self._greedy(bidders, start, free, now, gains, -1)
+        log: list[tuple[int, int, int]] = []
+        won = self._greedy(bidders, start, free, now, gains, -1, log)
         final = dict(won)
         lts = self._log_t_shared
         won_log: list[float | None] = [None] * len(bidders)  # log T_shared at the won count
@@ -461,7 +541,7 @@ class Themis(RhoMixin):
             gained = won[job_id] - start[job_id]
             if gained <= 0:
                 continue
-            without = self._greedy(bidders, start, free, now, gains, rank)
+            without = self._greedy(bidders, start, free, now, gains, rank, log)
             terms = []
             for r, (j, _) in enumerate(bidders):
                 jid = j.spec.id
@@ -493,6 +573,7 @@ class Themis(RhoMixin):
                 free -= ladder[i] - current
                 shares[job.spec.id] = ladder[i]
                 growing.append((job, ladder))
+                self._touched.append(job.spec.id)
         progress = True
         while free > 0 and progress:
             progress = False
