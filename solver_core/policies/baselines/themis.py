@@ -352,9 +352,7 @@ class Themis(RhoMixin):
                     gain = gains[rank][i]
                     if gain is None:
                         c, nxt = ladder[i], ladder[i + 1]
-                        gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (
-                            nxt - c
-                        )
+                        gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
                     if gain > 0:
                         heap.append((-gain, rank, i))
         heapq.heapify(heap)  # (gain, rank) is unique: pops come in one order however built
