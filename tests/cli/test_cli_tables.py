@@ -70,7 +70,20 @@ def _check(text: str, width: int, expected: list[set[str]], numeric: bool) -> No
     too_wide = [line for line in text.splitlines() if cell_len(line) > width]
     assert not too_wide, too_wide[:3]
     assert "…" not in text
-    tables = _tables(text)
+    known = set().union(*expected)
+
+    def starts(cells: list[str], rows: list[list[str]]) -> bool:
+        """A row starts on a line with a name piece once the row above holds a whole known
+        name that this piece does not continue (a wrapped name's second line may hold text in
+        other columns too, so the default rule would split it)."""
+        if not cells[0]:
+            return False
+        if not rows:
+            return True
+        above = rows[-1][0]
+        return above in known and not any(n.startswith(above + cells[0]) for n in known)
+
+    tables = _tables(text, starts)
     assert tables
     seen: list[set[str]] = []
     for rows in tables:

@@ -9,13 +9,15 @@ A doc marks a checked command as one statement::
 
 that is, the command in backticks (it must end in ``--json``), the word ``prints``, then one or
 more ``` `FIELD` ``` followed by one number per row of the JSON output (policies x seeds, in
-order), numbers without thousands separators, groups separated by ``;``. Each number is
+order; with ``--seeds`` a row is a policy's mean), numbers without thousands separators,
+groups separated by ``;``. Each number is
 compared at the precision written (``1249`` is the value rounded to a whole number,
-``1023.529`` to three decimals). A ``gpuplan compare|simulate --scenario ... --json`` command in
-backticks that is followed by no ``prints`` is a failure: a documented command either is
-checked or is not written as one. ``slurm.md`` (lab runs, ``tests/docs/test_slurm_bench_doc.py``)
-and ``gpu.md`` (hardware) are not read. The Tiresias rows of fidelity.md are a table of their
-own, checked by ``tests/policies/test_tiresias_upstream.py``.
+``1023.529`` to three decimals). A ``gpuplan compare|simulate --scenario ...`` command in
+backticks that does not end in ``--json`` or is followed by no ``prints`` is a failure: a
+documented command either is checked or is not written as one. ``slurm.md`` (lab runs,
+``tests/docs/test_slurm_bench_doc.py``) and ``gpu.md`` (hardware) are not read. The Tiresias
+rows of fidelity.md are a table of their own, checked by
+``tests/policies/test_tiresias_upstream.py``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from gpuplan.cli import main
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 SKIPPED_DOCS = {"slurm.md", "gpu.md"}
 COMMAND = re.compile(r"`(gpuplan (?:compare|simulate) [^`]*?--json)`")
+ANY_COMMAND = re.compile(r"`(gpuplan (?:compare|simulate) [^`]*)`")
+"""Any compare / simulate command in backticks, ``--json`` or not (see
+:func:`test_every_documented_json_command_is_checked`)."""
 GROUP = re.compile(r"\s*`(\w+)`((?:\s*-?\d+(?:\.\d+)?\s*,)*\s*-?\d+(?:\.\d+)?)\s*;?")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 SLOW = ("sidecar-wl", "philly-11cb48", "philly-2869ce --policies srtf", "aryl-philly", "aryl-itp")
@@ -104,21 +109,29 @@ def test_the_marked_commands_are_found() -> None:
         "optimality.md",
         "aryl.md",
         "afs.md",
+        "interference.md",
     } <= docs, docs
 
 
 def test_every_documented_json_command_is_checked() -> None:
-    """A full ``gpuplan compare|simulate --scenario ... --json`` command in a results doc is
-    followed by ``prints`` and its numbers (this test's format or the Tiresias table's)."""
+    """A full ``gpuplan compare|simulate --scenario ...`` command in a results doc ends in
+    ``--json`` and is followed by ``prints`` and its numbers (this test's format or the
+    Tiresias table's; ``prints`` then words is not a statement the parser reads): a command
+    written without ``--json`` would name numbers (a table beside it) that nothing compares,
+    as interference.md's did before it was rewritten."""
     unchecked = []
     for path in _docs():
         text = path.read_text(encoding="utf-8")
-        for match in COMMAND.finditer(text):
-            if "--scenario" not in match.group(1):
+        for match in ANY_COMMAND.finditer(text):
+            command = match.group(1)
+            if "--scenario" not in command:
                 continue
+            where = f"{path.name}:{text.count(chr(10), 0, match.start()) + 1}"
             after = text[match.end() : match.end() + 400]
-            if not re.match(r"\s*(\|\s*)?prints\s", after):
-                unchecked.append(f"{path.name}:{text.count(chr(10), 0, match.start()) + 1}")
+            if not command.rstrip().endswith("--json"):
+                unchecked.append(f"{where} (not --json)")
+            elif not re.match(r"\s*(\|\s*)?prints\s+(`\w+`|-?\d)", after):
+                unchecked.append(where)
     assert not unchecked, f"documented commands without their numbers: {unchecked}"
 
 
