@@ -62,6 +62,28 @@ def delta_from_shares(
     return Delta(starts=starts, preempts=preempts, stats=stats)
 
 
+def in_running_order(view: ClusterView, job_ids: list[str]) -> list[str]:
+    """``job_ids`` (running jobs) in ``view.running`` order, the order best fit walks and
+    releases in: by the engine's entry numbers (``running_since``) when the view has them,
+    else a pass over ``running``. Under verify mode the pass checks the entry numbers and
+    raises :class:`~.change_verify.ChangeSetMissed` where they disagree. One job needs no
+    ordering."""
+    if len(job_ids) <= 1:
+        return job_ids
+    since = view.running_since
+    if since is not None:
+        job_ids = sorted(job_ids, key=since.__getitem__)
+    if since is None or change_verify.VERIFY:
+        names = set(job_ids)
+        scanned = [job_id for job_id in view.running if job_id in names]
+        if since is not None and scanned != job_ids:
+            raise change_verify.ChangeSetMissed(
+                f"running_since orders {job_ids} but running holds {scanned}"
+            )
+        job_ids = scanned
+    return job_ids
+
+
 def delta_from_changes(
     view: ClusterView,
     starts: list[tuple[str, int]],
@@ -76,20 +98,8 @@ def delta_from_changes(
     :func:`delta_from_shares` does (a preempted job without allocation, placement the
     free-count index cannot reproduce)."""
     running = view.running
-    if len(preempts) > 1:  # one preemption needs no ordering
-        # The running-dict order delta_from_shares uses (released GPUs merge in that order):
-        # by the engine's entry numbers when the view has them, else a pass over running.
-        since = view.running_since
-        if since is not None:
-            preempts = sorted(preempts, key=since.__getitem__)
-        if since is None or change_verify.VERIFY:
-            stopping = set(preempts)
-            scanned = [job_id for job_id in running if job_id in stopping]
-            if since is not None and scanned != preempts:
-                raise change_verify.ChangeSetMissed(
-                    f"running_since orders {preempts} but running holds {scanned}"
-                )
-            preempts = scanned
+    # The running-dict order delta_from_shares uses (released GPUs merge in that order).
+    preempts = in_running_order(view, preempts)
     released: dict[str, list[int]] = {}
     free = view.free
     for job_id in preempts:

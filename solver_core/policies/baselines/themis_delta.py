@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
 from ... import change_verify
+from ...delta import in_running_order
 from ...placement.best_fit import best_fit_placement, place_changed
 from ...placement.shapes import enforce_shapes
 from ...policy import Decision, Delta, PlacementStage, Shares
@@ -84,17 +85,7 @@ def shares_delta(
     if not changed and not new:
         return Delta(starts={}, stats=stats)
     if len(changed) > 1:  # best fit walks the running jobs in view.running order
-        since = view.running_since
-        if since is not None:
-            changed.sort(key=lambda pair: since[pair[0]])
-        if since is None or change_verify.VERIFY:
-            names = {job_id for job_id, _ in changed}
-            scanned = [(j, job) for j, job in running.items() if j in names]
-            if since is not None and scanned != changed:
-                raise change_verify.ChangeSetMissed(
-                    f"running_since orders {[j for j, _ in changed]} "
-                    f"but running holds {[j for j, _ in scanned]}"
-                )
-            changed = scanned
+        order = in_running_order(view, [job_id for job_id, _ in changed])
+        changed = [(job_id, running[job_id]) for job_id in order]
     preempts, moves, starts = place_changed(view, shares, changed, new)
     return Delta(starts=starts, preempts=preempts, stats=stats, moves=moves)
