@@ -479,6 +479,7 @@ LAZY_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpuplan.server_cmds": ("add_subcommands", ("server", "submit", "cancel")),
     "gpuplan.solve": ("add_subcommand", ("solve",)),
     "gpuplan.interference_cmd": ("add_subcommand", ("interference-eval",)),
+    "gpuplan.reproduce_cmd": ("add_subcommand", ("reproduce",)),
 }
 """module -> (its registering function, the commands it registers), in ``--help``'s order."""
 

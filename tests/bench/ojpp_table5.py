@@ -2,201 +2,27 @@
 
 ``python -m tests.bench.ojpp_table5 [--out docs/results]`` prints every number of
 docs/results/ojpp.md and, with ``--out``, writes ``ojpp.json``, the degradation plot and the
-per-type plot (Fig. 7) there.
-All runs are static placements of the four embedded queues (``scenarios/ojpp_workloads.py``,
-seed 0) by the part-A solvers, scored by ``scenarios/ojpp_interference.plan_slowdowns``
-(matrix slowdown + collision penalty, job at its slowest worker). The OJPAP run is
-``tests/bench/ojpp_online_run.py``.
+per-type plot (Fig. 7) there. The experiments are
+:mod:`gpuplan.scenarios.ojpp_reproduction`'s, the ones ``gpuplan reproduce ojpp-*`` prints
+(the doc quotes those commands); this script adds the summary, the JSON and the figures.
+The OJPAP run is ``tests/bench/ojpp_online_run.py``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from gpuplan.models.ojpp import OjppInstance
-from gpuplan.scenarios.ojpp_interference import performance, plan_slowdowns
-from gpuplan.scenarios.ojpp_predictor import (
-    errors,
-    held_out_split,
-    pair_samples,
-    select_and_fit,
-)
-from gpuplan.scenarios.ojpp_workloads import (
+from gpuplan.scenarios.ojpp_reproduction import (
     QUEUES,
-    TYPES,
-    interference_matrix,
-    ojpp_instance_data,
-    workload,
+    STRATEGIES,
+    ablation,
+    aip,
+    per_model,
+    strategies,
+    table5,
 )
-from gpuplan.scenarios.traces import resolve_trace_path
-from gpuplan.solver_core.policies.ojpp import check_solution, solve
-
-SETTINGS = [
-    (0.05, 0.1, 0.1),
-    (0.05, 0.2, 0.1),
-    (0.05, 0.4, 0.1),
-    (0.1, 0.2, 0.1),
-    (0.1, 0.2, 0.2),
-    (0.1, 0.4, 0.2),
-]
-"""(tau_max, theta_balance, theta_max): Table 5's header order (tau, theta', theta-bar)."""
-PAPER_T5 = [(99.96, 17), (94.23, 39), (84.37, 57), (92.97, 46), (87.96, 52), (83.17, 61)]
-STRATEGIES = ["best-fit", "i-greedy", "b-greedy", "c-greedy", "heuristic"]
-DEFAULT = (0.1, 0.2, 0.1)
-STAND_INS = {  # paper type -> Gavel job type whose measured pairs stand in for it
-    "LeNet": "ResNet-18 (batch size 16)",
-    "LSTM": "LM (batch size 20)",
-    "ResNet": "ResNet-50 (batch size 64)",
-    "VGG19": "Transformer (batch size 64)",
-    "AlexNet": "Recommendation (batch size 1024)",
-    "CNN": "A3C",
-}
-
-
-def _run(
-    queue: str,
-    setting: tuple[float, float, float],
-    solver: str,
-    matrix: dict[str, dict[str, float]] | None = None,
-    score: dict[str, dict[str, float]] | None = None,
-) -> dict[str, float]:
-    """Place ``queue`` with ``solver`` (planning with ``matrix``), score under ``score``."""
-    tau, bal, theta = setting
-    jobs = workload(queue)
-    inst = OjppInstance.model_validate(ojpp_instance_data(jobs, tau, theta, bal, matrix=matrix))
-    answer = solve(inst, solver)
-    assert answer.gpus is not None
-    if solver == "heuristic":
-        assert check_solution(inst, answer.gpus) == []
-    slow = plan_slowdowns(inst, answer.gpus, matrix=score)
-    standalone = {j.id: j.standalone_s for j in jobs}
-    perf = performance(slow, standalone)
-    return {
-        "gpus": len(answer.gpus),
-        "workers": inst.total_workers,
-        "reduction": 1.0 - len(answer.gpus) / inst.total_workers,
-        "performance": perf,
-        "slowdown": 1.0 / perf - 1.0,
-    }
-
-
-def table5() -> list[dict]:
-    rows = []
-    for setting, paper in zip(SETTINGS, PAPER_T5, strict=True):
-        per = {q: _run(q, setting, "heuristic") for q in QUEUES}
-        rows.append(
-            {
-                "setting": setting,
-                "paper": paper,
-                "queues": per,
-                "performance": sum(r["performance"] for r in per.values()) / len(per),
-                "reduction": sum(r["reduction"] for r in per.values()) / len(per),
-            }
-        )
-    return rows
-
-
-def strategies() -> dict[str, dict[str, dict[str, float]]]:
-    return {s: {q: _run(q, DEFAULT, s) for q in QUEUES} for s in STRATEGIES}
-
-
-def per_model(queue: str = "mixed") -> dict[str, dict[str, dict[str, float]]]:
-    """Fig. 7: degradation of each job type of ``queue`` under each strategy at the default
-    bounds -- mean co-located over mean standalone time of that type's jobs, minus 1 (the
-    per-type restriction of :func:`performance`)."""
-    jobs = workload(queue)
-    tau, bal, theta = DEFAULT
-    inst = OjppInstance.model_validate(ojpp_instance_data(jobs, tau, theta, bal))
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for s in STRATEGIES:
-        answer = solve(inst, s)
-        assert answer.gpus is not None
-        slow = plan_slowdowns(inst, answer.gpus)
-        out[s] = {}
-        for t in sorted({j.type for j in jobs}):
-            mine = {j.id: j.standalone_s for j in jobs if j.type == t}
-            perf = performance({j: slow[j] for j in mine}, mine)
-            out[s][t] = {
-                "slowdown": 1.0 / perf - 1.0,
-                "jobs": len(mine),
-                "worst": max(slow[j] for j in mine),
-            }
-    return out
-
-
-def ablation(workers: tuple[int, ...] = (1, 2, 4, 6, 8, 10)) -> list[dict]:
-    """Fig. 9: the Mixed queue with every job at ``w`` workers, OJPP with balance
-    (theta' = 0.1) and without (theta' = 100) at tau = 0.1, theta-bar = 0.4 (theta' can bind
-    only below theta-bar, see docs/results/ojpp.md)."""
-    rows = []
-    for w in workers:
-        jobs = [replace(j, workers=w) for j in workload("mixed")]
-        row: dict = {"workers": w}
-        for label, bal in (("balance", 0.1), ("no_balance", 100.0)):
-            inst = OjppInstance.model_validate(ojpp_instance_data(jobs, 0.1, 0.4, bal))
-            answer = solve(inst, "heuristic")
-            assert answer.gpus is not None
-            perf = performance(
-                plan_slowdowns(inst, answer.gpus), {j.id: j.standalone_s for j in jobs}
-            )
-            row[label] = {"slowdown": 1.0 / perf - 1.0, "gpus": len(answer.gpus)}
-        rows.append(row)
-    return rows
-
-
-def aip(seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
-    """Held-out error on unseen Gavel pairs, and the placement cost of planning with the
-    predicted instead of the measured matrix (stand-in types, see STAND_INS)."""
-    path = resolve_trace_path("gavel/simulation_throughputs.json", None)
-    samples, rates = pair_samples(path)
-    held = []
-    for seed in seeds:
-        train, test = held_out_split(samples, 0.2, seed)
-        pred = select_and_fit(train, rates)
-        held.append(
-            {"seed": seed, "chosen": pred.name, "cv_mae": pred.cv_mae, **errors(pred, test)}
-        )
-    gavel = set(STAND_INS.values())
-    block = [s for s in samples if s.victim in gavel and s.aggressor in gavel]
-    train = [s for s in samples if not (s.victim in gavel and s.aggressor in gavel)]
-    pred = select_and_fit(train, rates)
-    measured_raw = {(s.victim, s.aggressor): s.slowdown for s in block if s.worker == "v100"}
-    predicted_raw = {(a, b): pred.predict("v100", a, b) for a, b in measured_raw}
-    placeholder = interference_matrix()
-    scale = (sum(placeholder[a][b] for a in TYPES for b in TYPES) / len(TYPES) ** 2) / (
-        sum(measured_raw.values()) / len(measured_raw)
-    )
-
-    def as_matrix(raw: dict[tuple[str, str], float]) -> dict[str, dict[str, float]]:
-        return {a: {b: scale * raw[(STAND_INS[a], STAND_INS[b])] for b in TYPES} for a in TYPES}
-
-    measured, predicted = as_matrix(measured_raw), as_matrix(predicted_raw)
-    cells = list(measured_raw)
-    block_rel = sum(
-        abs(predicted_raw[c] - measured_raw[c]) / (1 + measured_raw[c]) for c in cells
-    ) / len(cells)
-    cost = {}
-    for s in STRATEGIES:
-        per = {}
-        for q in QUEUES:
-            ideal = _run(q, DEFAULT, s, matrix=measured, score=measured)
-            got = _run(q, DEFAULT, s, matrix=predicted, score=measured)
-            per[q] = {
-                "ideal": ideal["performance"],
-                "predicted": got["performance"],
-                "gpus_ideal": ideal["gpus"],
-                "gpus_predicted": got["gpus"],
-                "drop": 1.0 - got["performance"] / ideal["performance"],
-            }
-        cost[s] = {"queues": per, "drop": sum(v["drop"] for v in per.values()) / len(per)}
-    return {
-        "held_out": held,
-        "block": {"chosen": pred.name, "relative": block_rel, "scale": scale},
-        "placement_cost": cost,
-    }
 
 
 def plot(strat: dict[str, dict[str, dict[str, float]]], out: Path) -> None:

@@ -249,6 +249,7 @@ SWEEP = "scenarios: [philly-default]\npolicies: [fifo]\nseeds: [0]\n"
             "gpuplan slurm-controller --http",
         ),
         (("sklearn",), ["interference-eval"], "ml", "gpuplan interference-eval"),
+        (("sklearn",), ["reproduce", "ojpp-aip"], "ml", "gpuplan reproduce ojpp-aip"),
     ],
     ids=[
         "simulate",
@@ -259,6 +260,7 @@ SWEEP = "scenarios: [philly-default]\npolicies: [fifo]\nseeds: [0]\n"
         "sweep-report",
         "controller-http",
         "interference-eval",
+        "reproduce-aip",
     ],
 )
 def test_command_names_its_missing_extra(

@@ -9,11 +9,13 @@ A doc marks a checked command as one statement::
 
 that is, the command in backticks (it must end in ``--json``), the word ``prints``, then one or
 more ``` `FIELD` ``` followed by one number per row of the JSON output (policies x seeds, in
-order; with ``--seeds`` a row is a policy's mean), numbers without thousands separators,
+order; with ``--seeds`` a row is a policy's mean; for ``gpuplan reproduce NAME --json``, the
+experiment's rows), numbers without thousands separators,
 groups separated by ``;``. Each number is
 compared at the precision written (``1249`` is the value rounded to a whole number,
 ``1023.529`` to three decimals). A ``gpuplan compare|simulate --scenario ...`` command in
-backticks that does not end in ``--json`` or is followed by no ``prints`` is a failure: a
+backticks (or a ``gpuplan reproduce NAME ...``) that does not end in ``--json`` or is
+followed by no ``prints`` is a failure: a
 documented command either is checked or is not written as one. ``slurm.md`` (lab runs,
 ``tests/docs/test_slurm_bench_doc.py``) and ``gpu.md`` (hardware) are not read. The Tiresias
 rows of fidelity.md are a table of their own, checked by
@@ -36,9 +38,9 @@ from gpuplan.cli import main
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 SKIPPED_DOCS = {"slurm.md", "gpu.md"}
-COMMAND = re.compile(r"`(gpuplan (?:compare|simulate) [^`]*?--json)`")
-ANY_COMMAND = re.compile(r"`(gpuplan (?:compare|simulate) [^`]*)`")
-"""Any compare / simulate command in backticks, ``--json`` or not (see
+COMMAND = re.compile(r"`(gpuplan (?:compare|simulate|reproduce) [^`]*?--json)`")
+ANY_COMMAND = re.compile(r"`(gpuplan (?:compare|simulate|reproduce) [^`]*)`")
+"""Any compare / simulate / reproduce command in backticks, ``--json`` or not (see
 :func:`test_every_documented_json_command_is_checked`)."""
 GROUP = re.compile(r"\s*`(\w+)`((?:\s*-?\d+(?:\.\d+)?\s*,)*\s*-?\d+(?:\.\d+)?)\s*;?")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -83,10 +85,15 @@ CHECKS = [c for p in _docs() for c in _checks(p)]
 
 def _reads_traces(command: str) -> bool:
     """Whether the command's scenario reads a file of the shared traces folder (a file
-    shipped beside the scenario, philly-default's CSV, is not one)."""
+    shipped beside the scenario, philly-default's CSV, is not one), or its reproduction
+    says it does."""
     from gpuplan.scenarios.build import resolve_scenario
 
     argv = shlex.split(command)
+    if argv[1] == "reproduce":
+        from gpuplan.reproductions import reproduction
+
+        return reproduction(argv[2]).traces
     spec, folder = resolve_scenario(argv[argv.index("--scenario") + 1])
     path = spec.workload.path
     return path is not None and not (folder / path).is_file()
@@ -110,6 +117,7 @@ def test_the_marked_commands_are_found() -> None:
         "aryl.md",
         "afs.md",
         "interference.md",
+        "ojpp.md",
     } <= docs, docs
 
 
@@ -124,7 +132,7 @@ def test_every_documented_json_command_is_checked() -> None:
         text = path.read_text(encoding="utf-8")
         for match in ANY_COMMAND.finditer(text):
             command = match.group(1)
-            if "--scenario" not in command:
+            if "--scenario" not in command and not command.startswith("gpuplan reproduce "):
                 continue
             where = f"{path.name}:{text.count(chr(10), 0, match.start()) + 1}"
             after = text[match.end() : match.end() + 400]
