@@ -339,7 +339,6 @@ class Themis(RhoMixin):
         ``log``: with ``skip == -1``, filled with every pop as ``(rank, i, step taken or 0)``;
         with ``skip >= 0``, the full run's log, from which the rerun resumes (:meth:`_resume`)."""
         counts = dict(start)
-        lts = self._log_t_shared
         heap: list[tuple[float, int, int]] = []
         if skip >= 0 and log is not None:
             free = self._resume(bidders, counts, free, gains, skip, log, heap)
@@ -349,10 +348,7 @@ class Themis(RhoMixin):
                     continue
                 i = bisect.bisect_left(ladder, counts[job.spec.id])
                 if i + 1 < len(ladder):
-                    gain = gains[rank][i]
-                    if gain is None:
-                        c, nxt = ladder[i], ladder[i + 1]
-                        gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+                    gain = self._step_gain(gains, rank, job, ladder, i, now)
                     if gain > 0:
                         heap.append((-gain, rank, i))
         heapq.heapify(heap)  # (gain, rank) is unique: pops come in one order however built
@@ -371,13 +367,28 @@ class Themis(RhoMixin):
             counts[job.spec.id] = ladder[i]
             free -= step
             if i + 1 < len(ladder):
-                gain = gains[rank][i]
-                if gain is None:
-                    c, nxt = ladder[i], ladder[i + 1]
-                    gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+                gain = self._step_gain(gains, rank, job, ladder, i, now)
                 if gain > 0:
                     heapq.heappush(heap, (-gain, rank, i))
         return counts
+
+    def _step_gain(
+        self,
+        gains: list[list[float | None]],
+        rank: int,
+        job: ActiveJob,
+        ladder: tuple[int, ...],
+        i: int,
+        now: float,
+    ) -> float:
+        """The log-rho drop per GPU of bidder ``rank``'s step ``ladder[i] -> ladder[i + 1]``,
+        computed once per decision and kept in ``gains[rank][i]`` for the reruns."""
+        gain = gains[rank][i]
+        if gain is None:
+            lts = self._log_t_shared
+            c, nxt = ladder[i], ladder[i + 1]
+            gain = gains[rank][i] = (lts(job, c, now) - lts(job, nxt, now)) / (nxt - c)
+        return gain
 
     @staticmethod
     def _resume(
