@@ -67,3 +67,12 @@ def test_every_entry_names_a_function_its_module_has() -> None:
 
     for r in REPRODUCTIONS.values():
         assert callable(getattr(importlib.import_module(r.module), r.function)), r.name
+
+
+def test_a_reproduction_needing_traces_without_them_is_one_line(
+    capsys, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setenv("GPUPLAN_TRACES", str(tmp_path / "nowhere"))
+    code, out, err = _run(capsys, "reproduce", "ojpp-aip", "--json")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "gavel/simulation_throughputs.json" in err
