@@ -36,7 +36,16 @@ from gpuplan.solver_core.placement.network_packing import packed_placement
 from gpuplan.solver_core.policy import StagedPolicy
 from gpuplan.solver_core.registry import make_policy
 
-DELTA_POLICIES = ("fifo", "fifo-backfill", "srtf", "srsf", "sjf", "tiresias-l", "tiresias-l-max")
+DELTA_POLICIES = (
+    "fifo",
+    "fifo-backfill",
+    "srtf",
+    "srsf",
+    "sjf",
+    "tiresias-l",
+    "tiresias-l-max",
+    "max-min",
+)
 
 
 # --------------------------------------------------------------------------- FreeIndex

@@ -152,7 +152,7 @@ def _cluster(case: str) -> Cluster:
     return Cluster.uniform(6, 8)
 
 
-@pytest.mark.parametrize("policy", ["afs-l", "afs-p", "afs-s"])
+@pytest.mark.parametrize("policy", ["afs-l", "afs-p", "afs-s", "max-min"])
 @pytest.mark.parametrize("case", ["uniform", "mixed", "failures"])
 def test_delta_runs_equal_full_protocol_runs(policy: str, case: str) -> None:
     cluster = _cluster(case)
