@@ -96,6 +96,7 @@ def test_level_counts_edge_cases() -> None:
 
 def _run(verify: bool, monkeypatch: pytest.MonkeyPatch, active: int = 40, probes: int = 80) -> Any:
     monkeypatch.setattr(change_verify, "VERIFY", verify)
+    monkeypatch.setattr(maxmin.MaxMinShares, "SMALL", 0)  # the fast path on 32 GPUs too
     jobs = workload(active, probes, seed=5)
     return simulate(Cluster.uniform(4, 8), jobs, make_policy("max-min"), horizon_s=30 * 3600.0)
 
@@ -108,6 +109,21 @@ def test_verify_mode_runs_clean_on_elastic_runs(
     assert len(engine.decision_ms) > 60
     if active < 32:  # underload: jobs climb their ladders and come down again
         assert sum(r.resizes for r in result.jobs) > 0
+
+
+def test_small_clusters_decline_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuplan.models import ClusterState, JobSnapshot
+    from gpuplan.solver_core.placement.best_fit import best_fit_placement
+
+    view = ClusterState(
+        now=0.0,
+        cluster=Cluster.uniform(2, 8),
+        jobs=[JobSnapshot(spec=s) for s in workload(6, 0, seed=2)],
+    ).to_view()
+    stage = maxmin.MaxMinShares()
+    assert stage.delta(view, best_fit_placement) is None
+    stage.SMALL = 0
+    assert stage.delta(view, best_fit_placement) is not None
 
 
 def test_verify_mode_catches_a_wrong_count(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,6 +93,11 @@ class MaxMinShares(Stateless):
     set (:class:`~..afs.afs_columns.AfsColumns`: arrival order is AFS's scan order, with
     the useful ladders here) and answers with the jobs whose count changed."""
 
+    SMALL = 256
+    """Below this many GPUs :meth:`delta` declines: the water-fill is ~SMALL heap steps, and
+    the full protocol cost less than the columns' numpy passes (64 GPUs / 2k jobs at load
+    0.9: 1.7 CPU-s full, 3.1 on the fast path; docs/performance.md, round 8b)."""
+
     def __init__(self) -> None:
         self.ladders = Ladders()
         self._queue = RankedQueue(arrival_key)
@@ -123,9 +128,9 @@ class MaxMinShares(Stateless):
     def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
         """The engine's fast path: the same counts, answered as the jobs whose count changed
         (:func:`~..afs.afs_delta.counts_delta`; in full where a delta cannot stand for
-        them). None (the engine then calls ``decide``) for a subclass that divides
-        otherwise."""
-        if type(self).__call__ is not MaxMinShares.__call__:
+        them). None (the engine then calls ``decide``) on a cluster of fewer than
+        :attr:`SMALL` GPUs, or for a subclass that divides otherwise."""
+        if view.capacity < self.SMALL or type(self).__call__ is not MaxMinShares.__call__:
             return None
         return counts_delta(view, self.columns, self.counts(view), placement, [])
 
