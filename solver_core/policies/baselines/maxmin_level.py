@@ -37,8 +37,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ... import change_verify
-
 __all__ = ["LadderSteps", "LevelFillMismatch", "check_counts", "level_counts"]
 
 
@@ -202,8 +200,3 @@ def check_counts(ids: Sequence[str], counts: np.ndarray, full: Mapping[str, int]
     if len(full) != sum(1 for c in got if c > 0):
         extra = sorted(set(full) - set(ids))
         raise LevelFillMismatch(f"the full water-fill serves jobs without a row: {extra[:5]}")
-
-
-def verifying() -> bool:
-    """Whether verify mode is on (read at each use, so tests can set it)."""
-    return change_verify.VERIFY
