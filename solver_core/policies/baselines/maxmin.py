@@ -29,14 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+import numpy as np
+
 from gpuplan.models import ActiveJob, ClusterView, SolverStats
 
+from ... import change_verify
 from ...helpers.ladders import Ladders
 from ...helpers.ranked_queue import RankedQueue
 from ...helpers.water_fill import water_fill
 from ...placement.best_fit import best_fit_placement
-from ...policy import Shares, StagedPolicy, Stateless
+from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy, Stateless
 from ...registry import parameterless
+from ..afs.afs_columns import AfsColumns
+from ..afs.afs_delta import counts_delta
+from .maxmin_level import LadderSteps, check_counts, level_counts
 
 StepScore = Callable[[ActiveJob, int, int], float | None]
 """(job, current count, next count) -> priority of that step (lower first), None = never."""
@@ -79,14 +85,54 @@ def progressive_fill(
 
 
 class MaxMinShares(Stateless):
-    """Max-min fair shares stage; keeps the arrival-ordered queue between decisions."""
+    """Max-min fair shares stage; keeps the arrival-ordered queue between decisions.
+
+    The full protocol (``__call__``) runs :func:`progressive_fill`. The engine's fast path
+    (:meth:`delta`) computes the same counts by water level
+    (:func:`~.maxmin_level.level_counts`) over per-job columns kept from the view's change
+    set (:class:`~..afs.afs_columns.AfsColumns`: arrival order is AFS's scan order, with
+    the useful ladders here) and answers with the jobs whose count changed."""
+
+    SMALL = 256
+    """Below this many GPUs :meth:`delta` declines: the water-fill is ~SMALL heap steps, and
+    the full protocol cost less than the columns' numpy passes (64 GPUs / 2k jobs at load
+    0.9: 1.7 CPU-s full, 3.1 on the fast path; docs/performance.md, round 8b)."""
 
     def __init__(self) -> None:
         self.ladders = Ladders()
         self._queue = RankedQueue(arrival_key)
+        self.columns = AfsColumns(Ladders())
+        self._steps = LadderSteps()
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         return progressive_fill(view, self._queue.ranked(view), self.ladders)
+
+    def counts(self, view: ClusterView) -> np.ndarray:
+        """The water-fill's count per row of :attr:`columns`, synced to ``view``. Verify mode
+        (:data:`~...change_verify.VERIFY`) also runs :func:`progressive_fill` and raises
+        naming the first job whose count differs."""
+        cols = self.columns
+        cols.sync(view)
+        counts = level_counts(
+            cols.did,
+            cols.ladder_arrays(),
+            [lad[0] for lad in cols.ladders],
+            view.capacity,
+            self._steps,
+        )
+        if change_verify.VERIFY:
+            full = progressive_fill(view, self._queue.ranked(view), self.ladders)
+            check_counts(cols.ids.tolist(), counts, full)
+        return counts
+
+    def delta(self, view: ClusterView, placement: PlacementStage) -> Delta | Decision | None:
+        """The engine's fast path: the same counts, answered as the jobs whose count changed
+        (:func:`~..afs.afs_delta.counts_delta`; in full where a delta cannot stand for
+        them). None (the engine then calls ``decide``) on a cluster of fewer than
+        :attr:`SMALL` GPUs, or for a subclass that divides otherwise."""
+        if view.capacity < self.SMALL or type(self).__call__ is not MaxMinShares.__call__:
+            return None
+        return counts_delta(view, self.columns, self.counts(view), placement, [])
 
 
 def maxmin_shares() -> MaxMinShares:
