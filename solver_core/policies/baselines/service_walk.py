@@ -145,18 +145,21 @@ def _walk_stretch(
     """Walk the stretch ``entries[cursor[g]:ends[g]]`` of every group merged by the exact
     key, keeping each job that fits what is free and preempting the others; once nothing is
     free the rest are preempted without a merge. Returns the GPUs left free."""
-    rows: list[tuple[Entry, int, int]] = []
+    rows: list[tuple[float, float, str, int]] = []
     for g, (m, entries, needs) in enumerate(groups):
-        for k in range(cursor[g], ends[g]):
-            c, submit, job_id = entries[k]
-            rows.append((((c - now) * m, submit, job_id), g, needs[k]))
+        i, j = cursor[g], ends[g]
+        if j > i:  # (key, submit, id, GPUs): ids differ, so GPUs never decide the order
+            rows += [
+                ((c - now) * m, submit, job_id, need)
+                for (c, submit, job_id), need in zip(entries[i:j], needs[i:j], strict=True)
+            ]
     rows.sort()
-    for n, (entry, _, need) in enumerate(rows):
+    for n, (_, _, job_id, need) in enumerate(rows):
         if free == 0:
-            preempts.extend(row[0][2] for row in rows[n:])
+            preempts.extend(row[2] for row in rows[n:])
             break
         if need <= free:
             free -= need
         else:
-            preempts.append(entry[2])
+            preempts.append(job_id)
     return free
