@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from gpuplan.models import ActiveJob, ClusterView
 
@@ -26,15 +26,89 @@ RunningEntries = Callable[[Mapping[str, ActiveJob], float], list[Entry]]
 batch form of a :data:`RankKey` that may cache per-job constants between decisions."""
 
 
+class SizedOrder:
+    """The pending entries split by requested GPU count, each part ascending: a walk that
+    has ``free`` GPUs left reads the heads of the sizes ``<= free`` only (free GPUs only
+    shrink within a decision, so a pending job too big now never fits later in it)."""
+
+    __slots__ = ("_size", "lists")
+
+    def __init__(self) -> None:
+        self.lists: dict[int, list[Entry]] = {}
+        self._size: dict[str, tuple[int, Entry]] = {}
+        """Pending job -> (its requested GPUs, its entry)."""
+
+    def add(self, entry: Entry, need: int) -> None:
+        self._size[entry[2]] = (need, entry)
+        part = self.lists.get(need)
+        if part is None:
+            self.lists[need] = part = []
+        bisect.insort(part, entry)
+
+    def update(
+        self,
+        pending: Mapping[str, ActiveJob],
+        named: Collection[str],
+        removed: Collection[str],
+        added: list[Entry],
+        order: list[Entry],
+    ) -> None:
+        """Follow the queue's sync: drop the ``removed`` jobs, move the kept jobs among
+        ``named`` whose requested GPUs changed (a new spec) to their new size's part keeping
+        their entry (the queue keys a job once), add the ``added`` entries; in verify mode
+        compare with a split of the queue."""
+        self.drop(removed)
+        place = self._size
+        for job_id in named:
+            kept = place.get(job_id)
+            job = pending.get(job_id)
+            if kept is not None and job is not None and job.spec.requested_gpus != kept[0]:
+                self.drop((job_id,))
+                self.add(kept[1], job.spec.requested_gpus)
+        for entry in added:
+            self.add(entry, pending[entry[2]].spec.requested_gpus)
+        if change_verify.VERIFY:
+            self.verify(order, pending)
+
+    def drop(self, job_ids: Collection[str]) -> None:
+        for job_id in job_ids:
+            need, entry = self._size.pop(job_id)
+            part = self.lists[need]
+            del part[bisect.bisect_left(part, entry)]
+
+    def verify(self, order: list[Entry], pending: Mapping[str, ActiveJob]) -> None:
+        """Raise :class:`~..change_verify.ChangeSetMissed` naming a job the split holds
+        otherwise than a split of the full order by each job's requested GPUs (verify
+        mode)."""
+        fresh: dict[int, list[Entry]] = {}
+        for entry in order:
+            fresh.setdefault(pending[entry[2]].spec.requested_gpus, []).append(entry)
+        kept = {n: part for n, part in self.lists.items() if part}
+        if fresh != kept:
+            wrong = [
+                e[2]
+                for n in fresh.keys() | kept.keys()
+                for e in set(fresh.get(n, [])) ^ set(kept.get(n, []))
+            ]
+            raise change_verify.missed("pending (per-size order)", wrong or ["?"])
+
+
 class RankedQueue:
     """Pending jobs sorted by ``(key, submit_time, id)``; running jobs merged in on demand."""
 
-    def __init__(self, key: RankKey, running_entries: RunningEntries | None = None) -> None:
+    def __init__(
+        self,
+        key: RankKey,
+        running_entries: RunningEntries | None = None,
+        by_size: bool = False,
+    ) -> None:
         self.key = key
         self._running_entries = running_entries
         """Batch keying of the running jobs (same keys as ``key``), when the policy has one."""
         self._entry: dict[str, Entry] = {}
         self._order: list[Entry] = []
+        self._sizes: SizedOrder | None = SizedOrder() if by_size else None
+        """``by_size`` (SRSF's walk): the pending entries split by requested GPUs too."""
         self._seen: tuple[int, int] | None = None
         """``(stream, seq)`` of the change set of the last sync (None: none)."""
 
@@ -47,6 +121,7 @@ class RankedQueue:
             jobs = changed.jobs
             removed = [j for j in jobs if j in entries and j not in pending]
             added = [j for j in jobs if j in pending and j not in entries]
+            named: Collection[str] = jobs
             if change_verify.VERIFY:
                 left_out = [j for j in (entries.keys() ^ pending.keys()) if j not in jobs]
                 if left_out:
@@ -54,6 +129,7 @@ class RankedQueue:
         else:
             removed = entries.keys() - pending.keys()  # type: ignore[assignment]
             added = pending.keys() - entries.keys()  # type: ignore[assignment]
+            named = pending.keys()
         self._seen = None if changed is None else (changed.stream, changed.seq)
         if removed:
             if len(removed) > 64:
@@ -79,11 +155,20 @@ class RankedQueue:
             else:
                 for entry in new:
                     bisect.insort(self._order, entry)
+        if self._sizes is not None:
+            self._sizes.update(pending, named, removed, [entries[j] for j in added], self._order)
 
     def pending_entries(self, view: ClusterView) -> list[Entry]:
         """The pending entries ascending (the queue's own list: read it, never edit it)."""
         self._sync(view)
         return self._order
+
+    def pending_by_size(self, view: ClusterView) -> dict[int, list[Entry]]:
+        """Requested GPUs -> that size's pending entries ascending (``by_size`` queues only;
+        the queue's own lists: read them, never edit them)."""
+        self._sync(view)
+        assert self._sizes is not None, "a RankedQueue made without by_size"
+        return self._sizes.lists
 
     def entries(self, view: ClusterView) -> tuple[list[Entry], list[Entry]]:
         """``(running, pending)`` entries ``(key, submit time, id)`` of ``view``, each list

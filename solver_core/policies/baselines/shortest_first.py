@@ -24,6 +24,7 @@ from ...helpers.running_order import RunningOrder
 from ...placement.best_fit import best_fit_placement
 from ...policy import Decision, Delta, PlacementStage, Shares, StagedPolicy, Stateless
 from ...registry import parameterless
+from .service_walk import changes_by_service
 
 _AFTER_ALL = float("inf")
 """A submit time above every job's: ``(key, _AFTER_ALL)`` sorts after each entry of ``key``."""
@@ -222,11 +223,15 @@ class ShortestFirst(Stateless):
         running: RunningKeys | None = None,
         order: RunningOrder | None = None,
         sized: bool = False,
+        service: bool = False,
     ) -> None:
-        self._queue = RankedQueue(key, running)
+        self._queue = RankedQueue(key, running, by_size=service)
         self._order = order
         self._sized = sized
         """The pending key is the requested GPU count (SJF): see :func:`changes_by_rank`."""
+        self._service = service
+        """SRSF: the delta path walks with :func:`.service_walk.changes_by_service` (one
+        group per GPU count, the pending queue split by size)."""
 
     def __call__(self, view: ClusterView, stats: list[SolverStats]) -> Shares:
         return rigid_by_rank(view, self._queue)
@@ -241,9 +246,14 @@ class ShortestFirst(Stateless):
         stats: list[SolverStats] = []
         order = self._order
         if order is not None and order.sync(view.running, view.now, view.changed):
-            starts, preempts = changes_by_rank(
-                view, self._queue.pending_entries(view), order, self._sized
-            )
+            if self._service:
+                starts, preempts = changes_by_service(
+                    view, self._queue.pending_by_size(view), order
+                )
+            else:
+                starts, preempts = changes_by_rank(
+                    view, self._queue.pending_entries(view), order, self._sized
+                )
             return delta_from_changes(view, starts, preempts, placement, stats)
         return delta_from_shares(view, self(view, stats), placement, stats)
 
@@ -254,11 +264,14 @@ def srtf_shares() -> ShortestFirst:
 
 
 def srsf_shares() -> ShortestFirst:
-    """A fresh SRSF shares stage."""
-    # No RunningOrder: SRSF's groups (one per GPU count) interleave all along the rank, so
-    # the stretch walk degenerates to a job-by-job merge that was slower than the full
-    # ranking (docs/performance.md, round 3).
-    return ShortestFirst(remaining_service, RunningKeys(service=True))
+    """A fresh SRSF shares stage: the delta path keeps one running group per GPU count and
+    walks them with :func:`.service_walk.changes_by_service` (round 8a)."""
+    return ShortestFirst(
+        remaining_service,
+        RunningKeys(service=True),
+        RunningOrder(remaining_service, service=True),
+        service=True,
+    )
 
 
 POLICIES = [
