@@ -89,10 +89,11 @@ def rows() -> list[Row]:
     for t in INSTANTS:
         row: Row = {"t_s": t}
         for name, seen in (("static", static), ("elastic", elastic)):
-            total, gpus = _throughput(_at(seen, t), jobs)
+            held = _at(seen, t)
+            total, gpus = _throughput(held, jobs)
             row[f"{name}_throughput"] = total
             row[f"{name}_gpus"] = gpus
             row[f"{name}_per_gpu"] = total / gpus if gpus else 0.0
-            row[f"{name}_jobs"] = sum(1 for p in _at(seen, t).values() if p)
+            row[f"{name}_jobs"] = sum(1 for p in held.values() if p)
         out.append(row)
     return out

@@ -277,31 +277,34 @@ def queue_rows() -> list[Row]:
     return rows
 
 
-def strategy_rows() -> list[Row]:
-    """One row per strategy: mean degradation over the queues, each queue's and its GPUs."""
+def _per_strategy(
+    table: dict[str, dict[str, dict[str, float]]], count: str, extra: dict[str, Row] | None = None
+) -> list[Row]:
+    """One row per strategy of ``table`` (strategy -> part -> result): each part's
+    degradation in percent and its ``count`` field (GPUs, jobs), after ``extra``'s fields."""
     rows = []
-    for s, per in strategies().items():
-        row: Row = {
-            "strategy": s,
-            "mean_degradation_pct": 100 * sum(r["slowdown"] for r in per.values()) / len(per),
-        }
-        for q, r in per.items():
-            row[f"{field(q)}_degradation_pct"] = 100 * r["slowdown"]
-            row[f"{field(q)}_gpus"] = r["gpus"]
+    for s, per in table.items():
+        row: Row = {"strategy": s, **(extra or {}).get(s, {})}
+        for part, r in per.items():
+            row[f"{field(part)}_degradation_pct"] = 100 * r["slowdown"]
+            row[f"{field(part)}_{count}"] = r[count]
         rows.append(row)
     return rows
+
+
+def strategy_rows() -> list[Row]:
+    """One row per strategy: mean degradation over the queues, each queue's and its GPUs."""
+    table = strategies()
+    mean = {
+        s: {"mean_degradation_pct": 100 * sum(r["slowdown"] for r in per.values()) / len(per)}
+        for s, per in table.items()
+    }
+    return _per_strategy(table, "gpus", mean)
 
 
 def model_rows() -> list[Row]:
     """One row per strategy: the Mixed queue's degradation per job type (Fig. 7)."""
-    rows = []
-    for s, per in per_model().items():
-        row: Row = {"strategy": s}
-        for t, r in per.items():
-            row[f"{field(t)}_degradation_pct"] = 100 * r["slowdown"]
-            row[f"{field(t)}_jobs"] = r["jobs"]
-        rows.append(row)
-    return rows
+    return _per_strategy(per_model(), "jobs")
 
 
 def ablation_rows() -> list[Row]:
