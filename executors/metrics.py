@@ -177,6 +177,11 @@ class RunSummary(BaseModel):
     gpu_utilisation: float | None = Field(
         default=None, description="gpu_seconds_allocated / gpu_seconds_capacity"
     )
+    gpu_seconds: float = Field(
+        default=0.0,
+        description="GPU-seconds held by jobs over the run (the run's gpu_seconds_allocated): "
+        "what a policy's resizes and restarts cost in GPU time, beside the JCTs they buy",
+    )
     preemptions: int = 0
     resizes: int = 0
     migrations: int = 0
@@ -313,6 +318,7 @@ def summarize(result: RunResult) -> RunSummary:
         p99_queueing_s=queueing[3],
         makespan_s=makespan,
         gpu_utilisation=utilisation,
+        gpu_seconds=result.gpu_seconds_allocated,
         preemptions=sum(r.preemptions for r in records),
         resizes=sum(r.resizes for r in records),
         migrations=sum(r.migrations for r in records),

@@ -119,6 +119,13 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "gpuplan.edl_reproduction",
             "rows",
         ),
+        Reproduction(
+            "sidecar-reshaping",
+            "SideCar Table VIII: adds, removes and reshaping overhead of default, "
+            "termination and SideCar on Workloads One to Four",
+            "gpuplan.sidecar_reproduction",
+            "rows",
+        ),
     )
 }
 

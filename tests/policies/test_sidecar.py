@@ -241,3 +241,19 @@ def test_sidecar_beats_both_baselines_on_the_workloads(workload: int) -> None:
     )
     assert ours[0] < termination[0] < default[0]
     assert ours[1] < termination[1] < default[1]
+
+
+def test_reshaping_rows_split_every_counted_resize() -> None:
+    """``gpuplan reproduce sidecar-reshaping``: adds + removes is the run's resize count,
+    termination only adds, and the overhead is the reshaping time at the run's own costs over
+    the JCTs (termination's declared 242 s per add, SideCar's 37 s / 27 s)."""
+    from gpuplan.sidecar_reproduction import reshaping_row
+
+    term, side = reshaping_row(2, "termination"), reshaping_row(2, "sidecar")
+    for row in (term, side):
+        assert row["adds"] + row["removes"] == row["resizes"] > 0
+    assert term["removes"] == 0
+    assert term["reshaping_s"] == 242.0 * term["adds"]
+    assert side["reshaping_s"] == 37.0 * side["adds"] + 27.0 * side["removes"]
+    assert side["overhead_pct"] < term["overhead_pct"]
+    assert reshaping_row(2, "k8s-default")["reshaping_s"] == 0.0
