@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from gpuplan.models import ActiveJob, ClusterView
 
 from .. import change_verify
+from .size_parts import SizeParts
 
 RankKey = Callable[[ActiveJob, float], float]
 Entry = tuple[float, float, str]
@@ -31,19 +32,15 @@ class SizedOrder:
     has ``free`` GPUs left reads the heads of the sizes ``<= free`` only (free GPUs only
     shrink within a decision, so a pending job too big now never fits later in it)."""
 
-    __slots__ = ("_size", "lists")
+    __slots__ = ("_parts",)
 
     def __init__(self) -> None:
-        self.lists: dict[int, list[Entry]] = {}
-        self._size: dict[str, tuple[int, Entry]] = {}
-        """Pending job -> (its requested GPUs, its entry)."""
+        self._parts: SizeParts[Entry] = SizeParts()
 
-    def add(self, entry: Entry, need: int) -> None:
-        self._size[entry[2]] = (need, entry)
-        part = self.lists.get(need)
-        if part is None:
-            self.lists[need] = part = []
-        bisect.insort(part, entry)
+    @property
+    def lists(self) -> dict[int, list[Entry]]:
+        """Requested GPUs -> its pending entries, ascending (read, never edit)."""
+        return self._parts.lists
 
     def update(
         self,
@@ -57,24 +54,18 @@ class SizedOrder:
         ``named`` whose requested GPUs changed (a new spec) to their new size's part keeping
         their entry (the queue keys a job once), add the ``added`` entries; in verify mode
         compare with a split of the queue."""
-        self.drop(removed)
-        place = self._size
+        parts = self._parts
+        for job_id in removed:
+            parts.drop(job_id)
+        place = parts.place
         for job_id in named:
-            kept = place.get(job_id)
             job = pending.get(job_id)
-            if kept is not None and job is not None and job.spec.requested_gpus != kept[0]:
-                self.drop((job_id,))
-                self.add(kept[1], job.spec.requested_gpus)
+            if job is not None and job_id in place:
+                parts.resize(job_id, job.spec.requested_gpus)
         for entry in added:
-            self.add(entry, pending[entry[2]].spec.requested_gpus)
+            parts.insert(entry[2], pending[entry[2]].spec.requested_gpus, entry)
         if change_verify.VERIFY:
             self.verify(order, pending)
-
-    def drop(self, job_ids: Collection[str]) -> None:
-        for job_id in job_ids:
-            need, entry = self._size.pop(job_id)
-            part = self.lists[need]
-            del part[bisect.bisect_left(part, entry)]
 
     def verify(self, order: list[Entry], pending: Mapping[str, ActiveJob]) -> None:
         """Raise :class:`~..change_verify.ChangeSetMissed` naming a job the split holds
@@ -83,7 +74,7 @@ class SizedOrder:
         fresh: dict[int, list[Entry]] = {}
         for entry in order:
             fresh.setdefault(pending[entry[2]].spec.requested_gpus, []).append(entry)
-        kept = {n: part for n, part in self.lists.items() if part}
+        kept = self._parts.filled()
         if fresh != kept:
             wrong = [
                 e[2]

@@ -24,12 +24,12 @@ raises :class:`~..change_verify.ChangeSetMissed` naming a job whose kept place d
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 
 from gpuplan.models import ActiveJob, ClusterView
 
 from .. import change_verify
+from .size_parts import SizeParts
 
 Bucket = list[tuple[int, str]]
 """One requested size's pending jobs ``(seq, id)``, ascending (queue order)."""
@@ -38,12 +38,11 @@ Bucket = list[tuple[int, str]]
 class SizeBuckets:
     """``view.pending`` per requested GPU count, each bucket in queue order."""
 
-    __slots__ = ("_buckets", "_next", "_place", "_seen")
+    __slots__ = ("_next", "_parts", "_seen")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, Bucket] = {}
-        self._place: dict[str, tuple[int, int]] = {}
-        """Pending job -> (its requested GPUs, its sequence number)."""
+        self._parts: SizeParts[tuple[int, str]] = SizeParts()
+        """Requested GPUs -> its bucket; pending job -> (its requested GPUs, (seq, id))."""
         self._next = 0
         """The next sequence number (above every number given)."""
         self._seen: tuple[int, int] | None = None
@@ -52,7 +51,7 @@ class SizeBuckets:
     @property
     def buckets(self) -> dict[int, Bucket]:
         """Requested GPUs -> its bucket (read, never edit)."""
-        return self._buckets
+        return self._parts.lists
 
     def sync(self, view: ClusterView) -> None:
         """Bring the buckets up to ``view.pending``."""
@@ -68,24 +67,26 @@ class SizeBuckets:
 
     def _rebuild(self, pending: Mapping[str, ActiveJob]) -> None:
         buckets: dict[int, Bucket] = {}
-        place: dict[str, tuple[int, int]] = {}
+        place: dict[str, tuple[int, tuple[int, str]]] = {}
         for seq, (job_id, job) in enumerate(pending.items()):
             need = job.spec.requested_gpus
-            place[job_id] = (need, seq)
+            item = (seq, job_id)
+            place[job_id] = (need, item)
             bucket = buckets.get(need)
             if bucket is None:
                 buckets[need] = bucket = []
-            bucket.append((seq, job_id))
-        self._buckets, self._place, self._next = buckets, place, len(place)
+            bucket.append(item)
+        self._parts, self._next = SizeParts.of(buckets, place), len(place)
 
     def _follow(self, view: ClusterView, jobs: frozenset[str]) -> bool:
         """Apply the change set's ``jobs``; False when the queue's tail does not read as
         "unnamed jobs, then re-entered named ones" (the caller then rebuilds)."""
-        pending, place = view.pending, self._place
+        pending, parts = view.pending, self._parts
+        place = parts.place
         named = [j for j in jobs if j in pending]
         for job_id in jobs:
             if job_id in place and job_id not in pending:
-                self._drop(job_id)
+                parts.drop(job_id)
         if not named:
             return True
         # The queue's tail back to the earliest named job, in queue order.
@@ -107,33 +108,15 @@ class SizeBuckets:
                 continue
             need = pending[job_id].spec.requested_gpus
             if i < last_unnamed:  # kept its place (an unnamed job follows it)
-                old = place.get(job_id)
-                if old is None:
+                if job_id not in place:
                     return False
-                if old[0] != need:  # a new spec with another size: same place, new bucket
-                    self._drop(job_id)
-                    self._insert(job_id, need, old[1])
+                parts.resize(job_id, need)  # a new spec with another size: same place
                 continue
             if job_id in place:
-                self._drop(job_id)
-            self._insert(job_id, need, self._next)
+                parts.drop(job_id)
+            parts.insert(job_id, need, (self._next, job_id))
             self._next += 1
         return True
-
-    def _insert(self, job_id: str, need: int, seq: int) -> None:
-        self._place[job_id] = (need, seq)
-        bucket = self._buckets.get(need)
-        if bucket is None:
-            self._buckets[need] = bucket = []
-        if not bucket or bucket[-1][0] < seq:
-            bucket.append((seq, job_id))
-        else:
-            bisect.insort(bucket, (seq, job_id))
-
-    def _drop(self, job_id: str) -> None:
-        need, seq = self._place.pop(job_id)
-        bucket = self._buckets[need]
-        del bucket[bisect.bisect_left(bucket, (seq, job_id))]
 
     def _verify(self, pending: Mapping[str, ActiveJob]) -> None:
         """Raise :class:`ChangeSetMissed` naming a job whose kept place differs from a
@@ -141,8 +124,8 @@ class SizeBuckets:
         fresh: dict[int, list[str]] = {}
         for job_id, job in pending.items():
             fresh.setdefault(job.spec.requested_gpus, []).append(job_id)
-        kept = {n: [j for _, j in b] for n, b in self._buckets.items() if b}
-        wrong = [j for j in self._place if j not in pending]
+        kept = {n: [j for _, j in b] for n, b in self._parts.filled().items()}
+        wrong = [j for j in self._parts.place if j not in pending]
         for need in fresh.keys() | kept.keys():
             want, have = fresh.get(need, []), kept.get(need, [])
             if want != have:
@@ -159,7 +142,7 @@ class SizeBuckets:
         starts: list[tuple[str, int]] = []
         if free <= 0:
             return starts
-        heads = [[need, bucket, 0] for need, bucket in self._buckets.items() if bucket]
+        heads = [[need, bucket, 0] for need, bucket in self._parts.lists.items() if bucket]
         while True:
             best = None
             best_seq = 0

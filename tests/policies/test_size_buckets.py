@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import ActiveJob, Cluster, ClusterView, JobSpec, NodeFailure
@@ -23,6 +25,7 @@ from gpuplan.scenarios.synthetic import synthetic_jobs
 from gpuplan.solver_core import change_verify
 from gpuplan.solver_core.change_verify import ChangeSetMissed
 from gpuplan.solver_core.helpers.size_buckets import SizeBuckets
+from gpuplan.solver_core.helpers.size_parts import SizeParts
 from gpuplan.solver_core.placement.best_fit import best_fit_placement
 from gpuplan.solver_core.policies.baselines import shortest_first
 from gpuplan.solver_core.policies.baselines.fifo import Fifo, fifo_starts
@@ -165,8 +168,8 @@ def test_verify_names_a_job_whose_kept_place_is_wrong(monkeypatch: pytest.Monkey
     buckets = SizeBuckets()
     buckets.sync(view(1, set(pending)))
     pending["a"] = pending.pop("a")  # a re-enters the queue: now after c
-    monkeypatch.setattr(SizeBuckets, "_insert", lambda self, job_id, need, seq: None)
-    monkeypatch.setattr(SizeBuckets, "_drop", lambda self, job_id: None)  # a stays first
+    monkeypatch.setattr(SizeParts, "insert", lambda self, job_id, need, item: None)
+    monkeypatch.setattr(SizeParts, "drop", lambda self, job_id: None)  # a stays first
     with pytest.raises(ChangeSetMissed, match=r"per-size buckets.*\['a'\]"):
         buckets.sync(view(2, {"a"}))
     monkeypatch.undo()
@@ -176,3 +179,39 @@ def test_verify_names_a_job_whose_kept_place_is_wrong(monkeypatch: pytest.Monkey
     pending["b"] = pending.pop("b")
     buckets.sync(view(2, {"b"}))  # the real update passes verify
     assert [j for _, j in buckets.buckets[1]] == ["c", "a", "b"]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "drop", "resize"]), st.integers(0, 11), st.integers(1, 4)
+        ),
+        max_size=60,
+    )
+)
+def test_size_parts_hold_each_job_once_in_its_size_part_in_order(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    """The container under both splits, against a dictionary of jobs: after any sequence of
+    inserts (any order of keys), drops and re-sizes each part is the sorted items of the jobs
+    of that size, and a re-sized job keeps its item."""
+    parts: SizeParts[tuple[int, str]] = SizeParts()
+    truth: dict[str, tuple[int, tuple[int, str]]] = {}
+    for op, key, need in ops:
+        job_id = f"j{key}"
+        if op == "insert" and job_id not in truth:
+            item = ((key * 7) % 12, job_id)
+            parts.insert(job_id, need, item)
+            truth[job_id] = (need, item)
+        elif op == "drop" and job_id in truth:
+            parts.drop(job_id)
+            del truth[job_id]
+        elif op == "resize" and job_id in truth:
+            parts.resize(job_id, need)
+            truth[job_id] = (need, truth[job_id][1])
+    want: dict[int, list[tuple[int, str]]] = {}
+    for need, item in truth.values():
+        want.setdefault(need, []).append(item)
+    assert parts.filled() == {n: sorted(items) for n, items in want.items()}
+    assert parts.place == truth
