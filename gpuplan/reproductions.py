@@ -119,6 +119,19 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "gpuplan.edl_reproduction",
             "rows",
         ),
+        Reproduction(
+            "slurm-prediction",
+            "Slurm lab (docs/results/slurm.md): the simulator's drain and mean JCT of the "
+            "200-job workload per mode, with the lab's per-start costs and with free control",
+            "gpuplan.slurm_lab_predict",
+            "rows",
+        ),
+        Reproduction(
+            "slurm-prediction-startups",
+            "Slurm lab: the same prediction with Run S's 11-16 s start-up at every start",
+            "gpuplan.slurm_lab_predict",
+            "startup_rows",
+        ),
     )
 }
 
