@@ -132,6 +132,13 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "gpuplan.slurm_lab_predict",
             "startup_rows",
         ),
+        Reproduction(
+            "slurm-start-cost",
+            "Slurm lab: the simulator's drain and mean JCT with the per-start costs swapped: "
+            "Slurm alone at the controller's 1.0 s, each policy at Slurm's 0.4 s",
+            "gpuplan.slurm_lab_predict",
+            "start_cost_rows",
+        ),
     )
 }
 

@@ -3,7 +3,8 @@ on 16 simulated GPUs with the lab's measured per-start and restart costs, and wi
 
 ``gpuplan reproduce slurm-prediction`` prints :func:`prediction_rows` (the doc's prediction
 table, :func:`prediction_table`); ``slurm-prediction-startups`` the same with the H200
-measurements' 11-16 s start-up paid at every start (Run S's setting). The lab harness
+measurements' 11-16 s start-up paid at every start (Run S's setting); ``slurm-start-cost`` each
+mode at the other side's per-start cost (:func:`start_cost_rows`). The lab harness
 (``tests.bench.slurm_vs_native``) puts :func:`predict` beside each measured row. It lives beside
 the public API, not in ``scenarios``, because it runs the simulator.
 """
@@ -33,6 +34,7 @@ from gpuplan.slurm_lab import (
     LAB_NODES,
     REFERENCE,
     Item,
+    drain_bound,
     p95,
     startup_mean,
     workload,
@@ -56,20 +58,31 @@ Prediction = dict[str, float]
 """``drain``, ``mean`` and ``p95`` seconds: the keys of a recorded row's ``lab`` and ``sim``."""
 
 
-def lab_overheads(mode: str, startup_s: float = 0.0, *, free: bool = False) -> Overheads:
+def lab_overheads(
+    mode: str, startup_s: float = 0.0, *, free: bool = False, start_s: float | None = None
+) -> Overheads:
     """What the simulator charges per start and restart to predict ``mode`` on the lab
     (``startup_s``: the stand-in's mean start-up cost, paid at every start and restart).
-    ``free``: nothing at all (what a policy could do with instant, free control)."""
+    ``free``: nothing at all (what a policy could do with instant, free control). ``start_s``:
+    charge this per start instead of the mode's measured cost (what-if: Slurm alone at the
+    controller's cost, a policy at Slurm's)."""
     if free:
         return Overheads(start_s=0.0, restart_s=0.0, migrate_s=0.0)
-    start = (SLURM_START_S if mode in BASELINES else CONTROLLER_START_S) + startup_s
+    if start_s is None:
+        start_s = SLURM_START_S if mode in BASELINES else CONTROLLER_START_S
+    start = start_s + startup_s
     return Overheads(
         start_s=start, restart_s=LAB_RESTART_S + startup_s, migrate_s=LAB_RESTART_S + startup_s
     )
 
 
 def predict(
-    items: list[Item], mode: str, startup_s: float = 0.0, *, free: bool = False
+    items: list[Item],
+    mode: str,
+    startup_s: float = 0.0,
+    *,
+    free: bool = False,
+    start_s: float | None = None,
 ) -> Prediction | None:
     """The simulator's run of the same jobs on the lab's 16 GPUs, single-node shapes. Slurm
     alone (``--nodes=1``) is rigid first-fit in submission order (``fifo-backfill``: Slurm's
@@ -99,7 +112,7 @@ def predict(
             for k in range(1, LAB_NODES + 1)
         ]
     )
-    overheads = lab_overheads(mode, startup_s, free=free)
+    overheads = lab_overheads(mode, startup_s, free=free, start_s=start_s)
     gate = None if rigid or free else gate_for_scenario(RestartGateSpec(enabled=True), overheads)
     result, _, _ = simulate(
         cluster,
@@ -119,11 +132,12 @@ def prediction_rows(
 ) -> list[dict[str, Any]]:
     """Per mode with a simulated counterpart: the simulator's drain and mean JCT with the lab's
     costs and with none (``free_``: instant, free control), each also as a ratio (``_x``) to
-    Slurm alone's prediction under the same costs. Flat objects, the table's columns."""
+    Slurm alone's prediction under the same costs and to the drain's lower bound
+    (``_x_bound``, start-ups not counted). Flat objects, the table's columns and those two."""
     ref = predict(items, REFERENCE, startup_s)
     free_ref = predict(items, REFERENCE, startup_s, free=True)
     assert ref is not None and free_ref is not None  # slurm-nodes1 is always simulated
-    rows = []
+    bound, rows = drain_bound(items), []
     for mode in modes:
         got, free = predict(items, mode, startup_s), predict(items, mode, startup_s, free=True)
         if got is None or free is None:
@@ -133,10 +147,12 @@ def prediction_rows(
                 "mode": mode,
                 "drain_s": got["drain"],
                 "drain_x": got["drain"] / ref["drain"],
+                "drain_x_bound": got["drain"] / bound,
                 "mean_jct_s": got["mean"],
                 "mean_jct_x": got["mean"] / ref["mean"],
                 "free_drain_s": free["drain"],
                 "free_drain_x": free["drain"] / free_ref["drain"],
+                "free_drain_x_bound": free["drain"] / bound,
                 "free_mean_jct_s": free["mean"],
                 "free_mean_jct_x": free["mean"] / free_ref["mean"],
             }
@@ -173,3 +189,31 @@ def startup_rows() -> list[dict[str, Any]]:
     """``gpuplan reproduce slurm-prediction-startups``: the same with Run S's 11-16 s start-up
     (its mean, 13.5 s) paid at every start and restart."""
     return prediction_rows(workload(DEFAULT_JOBS), DEFAULT_MODES, startup_mean(RUN_S_STARTUP))
+
+
+def start_cost_rows() -> list[dict[str, Any]]:
+    """``gpuplan reproduce slurm-start-cost``: what the per-start cost alone does. Every default
+    mode with a simulated counterpart at the other side's measured cost: Slurm alone charged the
+    controller's 1.0 s per start (how much of the lab's gap the start cost explains), each
+    policy Slurm's own 0.4 s (what starting jobs as fast as Slurm, "release ahead", would give);
+    restarts as measured. Ratios (``_x``) to Slurm alone at its own 0.4 s."""
+    items = workload(DEFAULT_JOBS)
+    ref = predict(items, REFERENCE)
+    assert ref is not None
+    out = []
+    for mode in DEFAULT_MODES:
+        start_s = CONTROLLER_START_S if mode in BASELINES else SLURM_START_S
+        got = predict(items, mode, start_s=start_s)
+        if got is None:
+            continue
+        out.append(
+            {
+                "mode": mode,
+                "start_s": start_s,
+                "drain_s": got["drain"],
+                "drain_x": got["drain"] / ref["drain"],
+                "mean_jct_s": got["mean"],
+                "mean_jct_x": got["mean"] / ref["mean"],
+            }
+        )
+    return out

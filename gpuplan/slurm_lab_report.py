@@ -149,10 +149,11 @@ def report_rows(rows: list[dict[str, Any]], items: list[Item]) -> list[dict[str,
     """Per recorded row, the table's numbers as a flat object: measured drain / mean / p95 JCT
     and their ratios to ``slurm-nodes1`` of the same rows (``_x``) and to the lower bound, the
     prediction beside them and its error, the gate's counters (preemptions and resizes:
-    ``gate_skipped`` of ``gate_proposed``; per kind ``gate_<kind>_<count>``), controller CPU,
-    jobs stopped by the restart, failed jobs, the GPUs' share training while jobs waited, the
-    machine's load, and the per-start means the harness recorded. Fields that do not apply
-    to Slurm alone (controller, gate, restart) are null there."""
+    ``gate_skipped`` of ``gate_proposed``; per kind ``gate_<kind>_<count>``), controller CPU
+    (seconds, and over the drain: the share of one core), jobs stopped by the restart, failed
+    jobs, the GPUs' share training while jobs waited, the machine's load, and the per-start
+    means the harness recorded. Fields that do not apply to Slurm alone (controller, gate,
+    restart) are null there."""
     bound = drain_bound(items)
     base = {r["mode"]: r["lab"] for r in rows if r["mode"] in BASELINES}
     ref = base.get(REFERENCE, {"drain": 0.0, "mean": 0.0})
@@ -177,6 +178,7 @@ def report_rows(rows: list[dict[str, Any]], items: list[Item]) -> list[dict[str,
             "gate_skipped": sum(v["skipped"] for v in gate.values()) if managed else None,
             "gate_proposed": sum(v["proposed"] for v in gate.values()) if managed else None,
             "controller_cpu_s": r["cpu_s"] if managed else None,
+            "controller_cpu_share": r["cpu_s"] / lab["drain"] if managed else None,
             "stopped_by_restart": r["stopped_by_restart"] if managed else None,
             "failed": len(r.get("failed", [])),
             "busy_while_queued": r.get("busy_while_queued"),
