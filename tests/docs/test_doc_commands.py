@@ -48,7 +48,7 @@ COMMAND = re.compile(rf"`(gpuplan (?:{COMMANDS}) [^`]*?--json)`")
 ANY_COMMAND = re.compile(rf"`(gpuplan (?:{COMMANDS}) [^`]*)`")
 """Any compare / simulate / reproduce / slurm-lab-report command in backticks, ``--json`` or not
 (see :func:`test_every_documented_json_command_is_checked`)."""
-VALUE = r"(?:-?\d+(?:\.\d+)?|-(?![\d.]))"
+VALUE = r"(?:-?\d+(?:\.\d+)?|-(?!\d))"
 """One row's number, or ``-`` where the row's field is null (Slurm alone has no controller)."""
 GROUP = re.compile(rf"\s*`(\w+)`((?:\s*{VALUE}\s*,)*\s*{VALUE})\s*;?")
 NUMBER = re.compile(VALUE)
