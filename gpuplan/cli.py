@@ -480,6 +480,7 @@ LAZY_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpuplan.solve": ("add_subcommand", ("solve",)),
     "gpuplan.interference_cmd": ("add_subcommand", ("interference-eval",)),
     "gpuplan.reproduce_cmd": ("add_subcommand", ("reproduce",)),
+    "gpuplan.slurm_lab_cmd": ("add_subcommand", ("slurm-lab-report",)),
 }
 """module -> (its registering function, the commands it registers), in ``--help``'s order."""
 

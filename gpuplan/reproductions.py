@@ -126,6 +126,26 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "gpuplan.sidecar_reproduction",
             "rows",
         ),
+        Reproduction(
+            "slurm-prediction",
+            "Slurm lab (docs/results/slurm.md): the simulator's drain and mean JCT of the "
+            "200-job workload per mode, with the lab's per-start costs and with free control",
+            "gpuplan.slurm_lab_predict",
+            "rows",
+        ),
+        Reproduction(
+            "slurm-prediction-startups",
+            "Slurm lab: the same prediction with Run S's 11-16 s start-up at every start",
+            "gpuplan.slurm_lab_predict",
+            "startup_rows",
+        ),
+        Reproduction(
+            "slurm-start-cost",
+            "Slurm lab: the simulator's drain and mean JCT with the per-start costs swapped: "
+            "Slurm alone at the controller's 1.0 s, each policy at Slurm's 0.4 s",
+            "gpuplan.slurm_lab_predict",
+            "start_cost_rows",
+        ),
     )
 }
 

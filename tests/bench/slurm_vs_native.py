@@ -15,6 +15,13 @@ Reported per mode: drain time, mean/p95 JCT, split single-node jobs and unusable
 intent -> settled), controller CPU seconds, jobs stopped by the restart; and the simulator's
 prediction for the same workload beside it. Goals: drain <= 0.9x and mean JCT <= 0.8x of Slurm
 alone; 0 split; 0 unusable GPU-seconds; 0 stopped by a restart. No asserts: this reports.
+
+This module is the live measurement (root, a real slurmctld/slurmd from tests/slurm_fixtures.py)
+and records one JSON row per mode (``--out``). What it measures against and what the doc makes of
+the rows are product code that docs/results/slurm.md names: the workload and modes
+(``gpuplan.slurm_lab``), the simulator's prediction (``gpuplan.slurm_lab_predict``, ``gpuplan
+reproduce slurm-prediction``) and the tables from recorded rows (``gpuplan.slurm_lab_report``,
+``gpuplan slurm-lab-report FILE --run NAME``); ``--report`` and ``--predict`` here print the same.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -36,123 +42,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuplan.executors.control.journal import Journal
-from gpuplan.executors.restart_gate import gate_for_scenario
-from gpuplan.executors.simulator.run import simulate
 from gpuplan.executors.slurm.cli import SlurmError, SlurmJob
-from gpuplan.models import (
-    Cluster,
-    Elasticity,
-    JobSpec,
-    Node,
-    NodeShape,
-    Overheads,
-    ThroughputProfile,
+from gpuplan.models.errors import InputError
+from gpuplan.slurm_lab import (
+    DEFAULT_MODES,
+    SEED,
+    Item,
+    p95,
+    startup_mean,
+    workload,
 )
-from gpuplan.models.scenario import RestartGateSpec
-from gpuplan.solver_core.registry import make_policy
+from gpuplan.slurm_lab_predict import predict, prediction_table
+from gpuplan.slurm_lab_report import load_rows, report
 from tests import slurm_fixtures as fx
 from tests.labs.slurm.lab import SlurmLab
 from tests.labs.slurm.lab_config import LabConfig
 
-SEED = 16
-SLURM_START_S = 0.4
-"""Seconds from GPUs freed (or a job's arrival on free GPUs) to its job running under Slurm
-alone: Slurm's own turnover (0.32 s mean, docs/results/slurm.md) plus the stand-in's start."""
-CONTROLLER_START_S = 1.0
-"""The same under the controller: the arrival probe's lag (0.49 s median to the first
-decision) plus release -> running (0.3-0.7 s per start, journal intent to Slurm's start)."""
-LAB_RESTART_S = 2.5
-"""A checkpoint-restart of the stand-in on the lab: 1.6 s resize latency end to end (journal)
-plus the progress since its last checkpoint (2-s interval: 1 s on average)."""
 PYTHON = "/usr/bin/python3"
 ENGINE_PARTITION, PLAIN_PARTITION = "gpuplan", "gpu"
-
-
-@dataclass(frozen=True)
-class Item:
-    name: str
-    gpus: int
-    lo: int
-    hi: int
-    work: float
-    at: float
-
-
-def workload(n: int, seed: int = SEED, burst: int = 25, gap_s: float = 25.0) -> list[Item]:
-    rng = random.Random(seed)
-    items = []
-    for i in range(n):
-        gpus = rng.choice((1, 2, 2, 4))
-        seconds = rng.uniform(5.0, 30.0)
-        lo, hi = (max(1, gpus // 2), min(4, 2 * gpus)) if rng.random() < 0.55 else (gpus, gpus)
-        items.append(
-            Item(f"j{i:03d}", gpus, lo, hi, round(seconds * gpus, 1), (i // burst) * gap_s)
-        )
-    return items
-
-
-# ---------------------------------------------------------------------------------- simulator
-def lab_overheads(mode: str, startup_s: float = 0.0, *, free: bool = False) -> Overheads:
-    """What the simulator charges per start and restart to predict ``mode`` on the lab
-    (``startup_s``: the stand-in's mean start-up cost, paid at every start and restart).
-    ``free``: nothing at all (what a policy could do with instant, free control)."""
-    if free:
-        return Overheads(start_s=0.0, restart_s=0.0, migrate_s=0.0)
-    start = (SLURM_START_S if mode in BASELINES else CONTROLLER_START_S) + startup_s
-    return Overheads(
-        start_s=start, restart_s=LAB_RESTART_S + startup_s, migrate_s=LAB_RESTART_S + startup_s
-    )
-
-
-def predict(
-    items: list[Item], mode: str, startup_s: float = 0.0, *, free: bool = False
-) -> dict[str, float] | None:
-    """The simulator's run of the same jobs on the lab's 16 GPUs, single-node shapes. Slurm
-    alone (``--nodes=1``) is rigid first-fit in submission order (``fifo-backfill``: Slurm's
-    backfill with no time limits starts any job that fits); a policy runs with the restart
-    gate on, as the controller does. None where no simulated counterpart exists (the
-    multifactor and split-prone ``--gpus`` baselines)."""
-    if mode in ("slurm-multifactor", "slurm-gpus"):
-        return None
-    rigid = mode in BASELINES
-    specs = [
-        JobSpec(
-            id=it.name,
-            submit_time=it.at,
-            requested_gpus=it.gpus,
-            total_iterations=it.work,
-            elasticity=None
-            if rigid or it.lo == it.hi
-            else Elasticity(min_gpus=it.lo, max_gpus=it.hi),
-            node_shape=NodeShape(max_nodes=1),
-            throughput=ThroughputProfile.linear(1.0, reference_gpu="a100"),
-        )
-        for it in items
-    ]
-    cluster = Cluster(
-        nodes=[
-            Node(name=f"node{k}", gpus=fx.GPUS_PER_NODE, gpu_type="a100")
-            for k in range(1, fx.NODES + 1)
-        ]
-    )
-    overheads = lab_overheads(mode, startup_s, free=free)
-    gate = None if rigid or free else gate_for_scenario(RestartGateSpec(enabled=True), overheads)
-    result, _, _ = simulate(
-        cluster,
-        specs,
-        make_policy("fifo-backfill" if rigid else mode, seed=0),
-        overheads=overheads,
-        sample_interval_s=None,
-        restart_gate=gate,
-    )
-    jcts = [r.jct for r in result.jobs if r.jct is not None]
-    ends = [r.finish_time for r in result.jobs if r.finish_time is not None]
-    return {"drain": max(ends), "mean": statistics.mean(jcts), "p95": _p95(jcts)}
-
-
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 # ---------------------------------------------------------------------------------- lab runs
@@ -183,7 +90,8 @@ BASELINES = {
 }
 """Slurm alone, three ways: as operators submit single-node GPU jobs (``--nodes=1``), the same
 under ``priority/multifactor`` (age and job size, small first), and the older ``--gpus=N`` with
-no node count, which Slurm may split over nodes (kept only as an extra row)."""
+no node count, which Slurm may split over nodes (kept only as an extra row): how each of
+``gpuplan.slurm_lab.BASELINES`` is submitted."""
 
 
 def lab_priority(mode: str) -> str:
@@ -462,43 +370,14 @@ def summary(run: Run, t_first: float | None = None) -> dict[str, float]:
     ends = run.ends
     first = min(run.submitted.values()) if t_first is None else t_first
     jcts = [ends[n] - run.submitted[n] for n in run.submitted]
-    return {"drain": max(ends.values()) - first, "mean": statistics.mean(jcts), "p95": _p95(jcts)}
-
-
-DEFAULT_MODES = (
-    "slurm-nodes1",
-    "slurm-multifactor",
-    "afs-l",
-    "afs-p",
-    "max-min",
-    "elastic-tiresias",
-    "sidecar",
-    "srtf",
-    "srsf",
-    "tiresias-l",
-    "aryl-sjf",
-    "slurm-gpus",
-)
-"""The fair baselines first, every policy the issue names (plus srsf and Aryl's SJF with skip,
-the simulator's best here), the split-prone
-``--gpus`` baseline last (an extra row)."""
-
-
-def _startup_mean(spec: str | None) -> float:
-    """Mean seconds of the stand-in's ``--startup-s`` (``S`` or ``uniform:LO:HI``)."""
-    if not spec:
-        return 0.0
-    if spec.startswith("uniform:"):
-        lo, hi = (float(x) for x in spec.split(":")[1:3])
-        return (lo + hi) / 2
-    return float(spec)
+    return {"drain": max(ends.values()) - first, "mean": statistics.mean(jcts), "p95": p95(jcts)}
 
 
 def measure(mode: str, lab: SlurmLab, items: list[Item], startup: str | None) -> dict:
     """One mode on ``lab``: the measured row and the simulator's prediction beside it."""
     t = time.monotonic()
     run = run_mode(lab, items, mode, startup)
-    got, sim = summary(run), predict(items, mode, _startup_mean(startup))
+    got, sim = summary(run), predict(items, mode, startup_mean(startup))
     row = {
         "mode": mode,
         "startup": startup or "",
@@ -571,78 +450,6 @@ def run_modes(
     return rows
 
 
-def _ratio(value: float, base: float) -> str:
-    return f"{value / base:.2f}" if base else "-"
-
-
-def report(rows: list[dict], items: list[Item]) -> str:
-    """The Markdown tables of docs/results/slurm.md from measured rows."""
-    bound = sum(it.work for it in items) / (fx.NODES * fx.GPUS_PER_NODE)
-    base = {r["mode"]: r["lab"] for r in rows if r["mode"] in BASELINES}
-    fair = [base[m] for m in ("slurm-nodes1", "slurm-multifactor") if m in base]
-    best_drain = min((b["drain"] for b in fair), default=0.0)
-    best_mean = min((b["mean"] for b in fair), default=0.0)
-    ref = base.get("slurm-nodes1", {"drain": 0.0, "mean": 0.0})
-    lines = [
-        f"Lower bound on the drain (GPU-seconds / GPUs): {bound:.1f} s.",
-        "",
-        "| mode | drain s | x nodes1 | x bound | mean JCT s | x nodes1 | p95 JCT s | "
-        "sim drain | sim mean | split | resizes | preempt/resize skipped by gate | "
-        "controller CPU s | stopped by restart | failed | busy while queued | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lab, sim = r["lab"], r["sim"]
-        gate = r["gate"]
-        skipped = sum(v["skipped"] for k, v in gate.items() if k != "start")
-        proposed = sum(v["proposed"] for k, v in gate.items() if k != "start")
-        label = r["mode"] + (" (extra row: may split)" if r["mode"] == "slurm-gpus" else "")
-        lines.append(
-            f"| {label} | {lab['drain']:.1f} | {_ratio(lab['drain'], ref['drain'])} | "
-            f"{lab['drain'] / bound:.3f} | {lab['mean']:.1f} | "
-            f"{_ratio(lab['mean'], ref['mean'])} | {lab['p95']:.1f} | "
-            + (
-                f"{sim['drain']:.1f} ({sim['drain'] / lab['drain'] - 1:+.0%}) | "
-                f"{sim['mean']:.1f} ({sim['mean'] / lab['mean'] - 1:+.0%}) | "
-                if sim
-                else "- | - | "
-            )
-            + f"{r['split']} | {r['resizes']} | "
-            + (f"{skipped} of {proposed}" if r["mode"] not in BASELINES else "-")
-            + f" | {r['cpu_s'] if r['mode'] not in BASELINES else '-'} | "
-            + (f"{r['stopped_by_restart']}" if r["mode"] not in BASELINES else "-")
-            + f" | {len(r.get('failed', []))} | "
-            + (f"{r['busy_while_queued']:.1%}" if "busy_while_queued" in r else "-")
-            + f" | {r['load_mean']} |"
-        )
-    lines += ["", f"Better fair baseline: drain {best_drain:.1f} s, mean JCT {best_mean:.1f} s."]
-    return "\n".join(lines)
-
-
-def prediction_table(items: list[Item], modes: list[str], startup_s: float = 0.0) -> str:
-    """Markdown: per mode, the simulator's drain and mean JCT with the lab's costs and with
-    none (``free``: instant, free control), and each as a ratio to Slurm alone's prediction."""
-    ref = predict(items, "slurm-nodes1", startup_s)
-    free_ref = predict(items, "slurm-nodes1", startup_s, free=True)
-    assert ref is not None and free_ref is not None
-    lines = [
-        "| mode | drain s | x nodes1 | mean JCT s | x nodes1 | free: drain s | x | "
-        "free: mean JCT s | x |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for mode in modes:
-        got, free = predict(items, mode, startup_s), predict(items, mode, startup_s, free=True)
-        if got is None or free is None:
-            continue
-        lines.append(
-            f"| {mode} | {got['drain']:.1f} | {got['drain'] / ref['drain']:.2f} | "
-            f"{got['mean']:.1f} | {got['mean'] / ref['mean']:.2f} | {free['drain']:.1f} | "
-            f"{free['drain'] / free_ref['drain']:.2f} | {free['mean']:.1f} | "
-            f"{free['mean'] / free_ref['mean']:.2f} |"
-        )
-    return "\n".join(lines)
-
-
 def _startup_spec(text: str) -> str:
     """``--startup-s``: ``S`` or ``uniform:LO:HI`` seconds, finite, 0 <= LO <= HI <= 600."""
     try:
@@ -671,13 +478,6 @@ def _is_policy(name: str) -> bool:
     from gpuplan.solver_core.registry import policy_names
 
     return name in policy_names()
-
-
-def load_rows(files: list[Path], run: str | None = None) -> list[dict]:
-    """Measured rows (JSON lines) from ``files``, in file order; with ``run``, only that run's
-    (the ``run`` key docs/results/data/slurm-runs.jsonl gives each row)."""
-    rows = [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
-    return [r for r in rows if run is None or r.get("run") == run]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -732,11 +532,14 @@ def main(argv: list[str]) -> None:
     items = workload(min(args.jobs, 30) if args.quick else args.jobs)
     n = len(items)
     if args.report:  # merge earlier runs' JSON lines and print the tables
-        print(report(load_rows(args.report, args.run), items))
+        try:
+            print(report(load_rows(args.report, args.run), items))
+        except InputError as err:
+            sys.exit(f"error: {err}")
         return
     modes, startup = args.modes, args.startup_s
     if args.predict:  # the simulator alone: no lab, deterministic
-        print(prediction_table(items, modes, _startup_mean(startup)))
+        print(prediction_table(items, modes, startup_mean(startup)))
         return
     print(
         f"{n} jobs, seed {SEED}: {sum(it.lo < it.hi for it in items)} elastic, "

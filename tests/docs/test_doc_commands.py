@@ -13,13 +13,17 @@ order; with ``--seeds`` a row is a policy's mean; for ``gpuplan reproduce NAME -
 experiment's rows), numbers without thousands separators,
 groups separated by ``;``. Each number is
 compared at the precision written (``1249`` is the value rounded to a whole number,
-``1023.529`` to three decimals). A ``gpuplan compare|simulate --scenario ...`` command in
-backticks (or a ``gpuplan reproduce NAME ...``) that does not end in ``--json`` or is
-followed by no ``prints`` is a failure: a
-documented command either is checked or is not written as one. ``slurm.md`` (lab runs,
-``tests/docs/test_slurm_bench_doc.py``) and ``gpu.md`` (hardware) are not read. The Tiresias
-rows of fidelity.md are a table of their own, checked by
-``tests/policies/test_tiresias_upstream.py``.
+``1023.529`` to three decimals); a field that is null in a row is written ``-``. A
+``gpuplan compare|simulate --scenario ...`` command in backticks (or a ``gpuplan reproduce
+NAME ...`` or a ``gpuplan slurm-lab-report ...``) that does not end in ``--json`` or is
+followed by no ``prints`` is a failure: a documented command either is checked or is not
+written as one. The one exception: ``gpuplan slurm-lab-report
+docs/results/data/slurm-runs.jsonl --run R`` without ``--json`` prints slurm.md's table of run
+R, which ``tests/docs/test_slurm_bench_doc.py`` compares with the doc (it must have the run's
+table markers). slurm.md's statements quote the recorded lab rows (``slurm-lab-report``,
+relative paths from the repository root, where the commands run) and the simulator's
+prediction (``reproduce slurm-*``). ``gpu.md`` (hardware) is not read. The Tiresias rows of
+fidelity.md are a table of their own, checked by ``tests/policies/test_tiresias_upstream.py``.
 """
 
 from __future__ import annotations
@@ -36,14 +40,23 @@ import pytest
 
 from gpuplan.cli import main
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
-SKIPPED_DOCS = {"slurm.md", "gpu.md"}
-COMMAND = re.compile(r"`(gpuplan (?:compare|simulate|reproduce) [^`]*?--json)`")
-ANY_COMMAND = re.compile(r"`(gpuplan (?:compare|simulate|reproduce) [^`]*)`")
-"""Any compare / simulate / reproduce command in backticks, ``--json`` or not (see
-:func:`test_every_documented_json_command_is_checked`)."""
-GROUP = re.compile(r"\s*`(\w+)`((?:\s*-?\d+(?:\.\d+)?\s*,)*\s*-?\d+(?:\.\d+)?)\s*;?")
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+SKIPPED_DOCS = {"gpu.md"}
+COMMANDS = "compare|simulate|reproduce|slurm-lab-report"
+COMMAND = re.compile(rf"`(gpuplan (?:{COMMANDS}) [^`]*?--json)`")
+ANY_COMMAND = re.compile(rf"`(gpuplan (?:{COMMANDS}) [^`]*)`")
+"""Any compare / simulate / reproduce / slurm-lab-report command in backticks, ``--json`` or not
+(see :func:`test_every_documented_json_command_is_checked`)."""
+VALUE = r"(?:-?\d+(?:\.\d+)?|-(?!\d))"
+"""One row's number, or ``-`` where the row's field is null (Slurm alone has no controller)."""
+GROUP = re.compile(rf"\s*`(\w+)`((?:\s*{VALUE}\s*,)*\s*{VALUE})\s*;?")
+NUMBER = re.compile(VALUE)
+TABLE_COMMAND = re.compile(
+    r"gpuplan slurm-lab-report docs/results/data/slurm-runs\.jsonl --run (\w+)"
+)
+"""The one command written without ``--json``: its output is a table of slurm.md, compared
+whole by tests/docs/test_slurm_bench_doc.py (the run's ``<!-- runR:begin -->`` markers)."""
 SLOW = ("sidecar-wl", "philly-11cb48", "philly-2869ce --policies srtf", "aryl-philly", "aryl-itp")
 """Commands taking tens of seconds on a loaded 2-core machine (philly-11cb48: 16,091 jobs, about
 a minute; the Aryl windows, 3,600-5,500 jobs with loan events, 30-60 s a policy; 2869ce's three
@@ -90,6 +103,8 @@ def _reads_traces(command: str) -> bool:
     from gpuplan.scenarios.build import resolve_scenario
 
     argv = shlex.split(command)
+    if argv[1] == "slurm-lab-report":
+        return False  # recorded rows in docs/results/data
     if argv[1] == "reproduce":
         from gpuplan.reproductions import reproduction
 
@@ -118,6 +133,7 @@ def test_the_marked_commands_are_found() -> None:
         "afs.md",
         "interference.md",
         "ojpp.md",
+        "slurm.md",
     } <= docs, docs
 
 
@@ -132,10 +148,15 @@ def test_every_documented_json_command_is_checked() -> None:
         text = path.read_text(encoding="utf-8")
         for match in ANY_COMMAND.finditer(text):
             command = match.group(1)
-            if "--scenario" not in command and not command.startswith("gpuplan reproduce "):
+            if "--scenario" not in command and not command.startswith(
+                ("gpuplan reproduce ", "gpuplan slurm-lab-report ")
+            ):
                 continue
             where = f"{path.name}:{text.count(chr(10), 0, match.start()) + 1}"
             after = text[match.end() : match.end() + 400]
+            table = TABLE_COMMAND.fullmatch(command.strip())
+            if table and f"<!-- run{table.group(1)}:begin -->" in text:
+                continue  # a table test_slurm_bench_doc.py compares whole
             if not command.rstrip().endswith("--json"):
                 unchecked.append(f"{where} (not --json)")
             elif not re.match(r"\s*(\|\s*)?prints\s+(`\w+`|-?\d)", after):
@@ -149,8 +170,9 @@ def _decimals(text: str) -> int:
 
 @pytest.mark.parametrize("check", [_param(c) for c in CHECKS])
 def test_documented_command_prints_the_documented_numbers(
-    check: Check, request: pytest.FixtureRequest
+    check: Check, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(ROOT)  # a documented path is relative to the repository root
     if _reads_traces(check.command):
         request.getfixturevalue("traces")  # skip (or fail under CI) without the shared traces
     argv = shlex.split(check.command)[1:]
@@ -169,8 +191,11 @@ def _mismatches(check: Check, rows: list[dict]) -> list[str]:
         if len(numbers) != len(rows):
             bad.append(f"{field}: {len(numbers)} numbers for {len(rows)} rows")
             continue
-        got = [round(float(r[field]), _decimals(n)) for r, n in zip(rows, numbers, strict=True)]
-        if got != [float(n) for n in numbers]:
+        got = [
+            None if r[field] is None else round(float(r[field]), _decimals(n))
+            for r, n in zip(rows, numbers, strict=True)
+        ]
+        if got != [None if n == "-" else float(n) for n in numbers]:
             bad.append(f"{field}: printed {got}, doc {list(numbers)}")
     return bad
 
@@ -190,6 +215,22 @@ def test_the_parser_reads_a_statement_and_the_comparison_can_fail(tmp_path: Path
     assert _mismatches(check, [good[0], {**good[1], "resizes": 36}]) != []
     assert _mismatches(check, [good[0], {**good[1], "avg_jct_s": 819.74}]) != []
     assert _mismatches(check, good[:1]) != []
+
+
+def test_a_null_field_is_written_as_a_dash(tmp_path: Path) -> None:
+    """``-`` stands for a row whose field is null (Slurm alone's controller CPU), and only
+    there: a dash against a number, or a number against a null, is a mismatch."""
+    doc = tmp_path / "x.md"
+    doc.write_text(
+        "`gpuplan slurm-lab-report rows.jsonl --run A --json` prints `controller_cpu_s` -,\n"
+        "108.0, -; `split` 0, 0, 0. A dash - here is prose.\n"
+    )
+    (check,) = _checks(doc)
+    assert check.expected == (("controller_cpu_s", ("-", "108.0", "-")), ("split", ("0",) * 3))
+    rows = [{"controller_cpu_s": None, "split": 0}, {"controller_cpu_s": 107.96, "split": 0}]
+    assert _mismatches(check, [*rows, rows[0]]) == []
+    assert _mismatches(check, [*rows, rows[1]]) != []
+    assert _mismatches(check, [rows[1], rows[1], rows[0]]) != []
 
 
 def test_the_optimality_scenarios_are_the_benchs_instances() -> None:
