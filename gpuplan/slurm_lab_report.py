@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuplan.models.errors import InputError
+from gpuplan.scenarios.input_files import read_text
 from gpuplan.slurm_lab import BASELINES, FAIR_BASELINES, REFERENCE, Item, drain_bound
 
 GATE_KINDS = ("start", "grow", "shrink", "preempt", "migrate")
@@ -103,10 +104,8 @@ def load_rows(files: list[Path], run: str | None = None) -> list[dict[str, Any]]
     rows: list[dict[str, Any]] = []
     runs: dict[str, None] = {}
     for path in files:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise InputError(f"cannot read the rows file ({err})", source=str(path)) from None
+        # A regular file of bounded size only: a FIFO or /dev/zero is refused, not read.
+        text = read_text(path, "the rows file")
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue

@@ -8,6 +8,7 @@ promises about its output and its errors."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,21 @@ def test_a_missing_file_and_an_unknown_run_are_one_line(capsys, tmp_path: Path) 
     code, out, err = _run(capsys, "slurm-lab-report", str(RUNS), "--run", "a")
     assert (code, out) == (2, "") and err.count("\n") == 1
     assert "field 'run': no rows of run 'a'; runs recorded: A, B, C, S" in err
+
+
+def test_a_fifo_a_device_and_a_folder_are_refused_unread(capsys, tmp_path: Path) -> None:
+    """Not a regular file: one line, exit 2, found by stat alone (a FIFO nobody writes would
+    block a read, /dev/zero would never end)."""
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    for path, kind in (
+        (fifo, "a FIFO"),
+        (Path("/dev/zero"), "a device"),
+        (tmp_path, "a directory"),
+    ):
+        code, out, err = _run(capsys, "slurm-lab-report", str(path))
+        assert (code, out) == (2, "") and err.count("\n") == 1, err
+        assert f"{path}: the rows file is not a regular file ({kind})" in err, err
 
 
 def test_the_report_runs_no_simulator() -> None:
