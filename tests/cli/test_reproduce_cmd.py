@@ -125,6 +125,7 @@ def test_from_log_tabulates_a_recording(capsys, tmp_path) -> None:
     assert (summary["instances"], summary["closed"], summary["slotted"]) == (2, 1, 0)
     assert (summary["lps_median"], summary["lps_max"]) == (20.0, 20.0)
     assert summary["proven_gap_max_pct"] == pytest.approx(25.0)
+    assert summary["proven_gap_closed_max_pct"] == 0.0
     code, out, _ = _run(
         capsys, "reproduce", "optimality-rigid-open", "--from-log", str(log), "--json"
     )
