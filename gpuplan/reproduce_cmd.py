@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -40,7 +41,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             table.add_row(escape(r.name), escape(needs or "-"), escape(r.summary))
         print_table(console(), table)
         return 0
-    rows = reproduction(args.name).rows()
+    rows = reproduction(args.name).rows(
+        from_log=args.from_log, log=args.log, first=args.first, instances=args.instances
+    )
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
         return 0
@@ -63,4 +66,21 @@ def add_subcommand(subparsers: Any) -> None:
     )
     p.add_argument("name", nargs="?", default=None, help="the reproduction (see the list)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    p.add_argument(
+        "--from-log",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="tabulate a per-instance log recorded with --log instead of running "
+        "(reproductions that take it)",
+    )
+    p.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append each instance's row to FILE (JSON lines) as it completes",
+    )
+    p.add_argument("--first", type=int, default=None, help="first seed of a run")
+    p.add_argument("--instances", type=int, default=None, help="instances in a run")
     p.set_defaults(func=cmd_reproduce)

@@ -36,15 +36,34 @@ class Reproduction:
     """Reads a file of the shared traces folder (``$GPUPLAN_TRACES`` or ``../shared/traces``)."""
     extra: str | None = None
     """The optional extra it needs (``ml``: scikit-learn)."""
+    options: tuple[str, ...] = ()
+    """The options of ``gpuplan reproduce`` it takes (of :data:`OPTIONS`), passed to
+    ``function`` as keywords (``from-log`` as ``from_log``); the others it refuses."""
 
-    def rows(self, traces: str | None = None) -> list[Row]:
-        """Run the experiment (imports its module now)."""
+    def rows(self, traces: str | None = None, **options: Any) -> list[Row]:
+        """Run the experiment (imports its module now) with the options given (None: not
+        given); an option it does not take is an :class:`InputError`."""
+        given = {k: v for k, v in options.items() if v is not None}
+        for key in given:
+            if key.replace("_", "-") not in self.options:
+                takes = ", ".join(f"--{o}" for o in self.options) or "no options"
+                raise InputError(
+                    f"reproduction {self.name!r} does not take --{key.replace('_', '-')} "
+                    f"(it takes {takes})",
+                    field=key.replace("_", "-"),
+                )
         if self.extra is not None:
             from gpuplan.models.extras import require_extra
 
             require_extra(self.extra, f"gpuplan reproduce {self.name}")
         fn: Callable[..., list[Row]] = getattr(importlib.import_module(self.module), self.function)
-        return fn(traces=traces) if self.traces else fn()
+        return fn(traces=traces, **given) if self.traces else fn(**given)
+
+
+OPTIONS = ("from-log", "log", "first", "instances")
+"""Options a reproduction may declare: tabulate a recorded per-instance log instead of running,
+append each instance's row to a log, and which seeds to run (a long run can be split)."""
+OPTIMALITY = "gpuplan.optimality_reproduction"
 
 
 REPRODUCTIONS: dict[str, Reproduction] = {
@@ -145,6 +164,21 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Slurm alone at the controller's 1.0 s, each policy at Slurm's 0.4 s",
             "gpuplan.slurm_lab_predict",
             "start_cost_rows",
+        ),
+        *(
+            Reproduction(
+                f"optimality-{kind}{suffix}",
+                f"{what} ({kind} instances, 8 jobs on 8 GPUs; minutes of CPU: see --from-log)",
+                OPTIMALITY,
+                f"{kind}_{function}",
+                options=OPTIONS,
+            )
+            for kind in ("rigid", "elastic")
+            for suffix, function, what in (
+                ("", "table", "Each policy's gap to offline-optimal and to its lower bound"),
+                ("-offline", "offline", "offline-optimal's solves: closed, LPs, proven gap"),
+                ("-open", "open", "The instances offline-optimal's search did not close"),
+            )
         ),
     )
 }

@@ -175,6 +175,9 @@ def test_documented_command_prints_the_documented_numbers(
     monkeypatch.chdir(ROOT)  # a documented path is relative to the repository root
     if _reads_traces(check.command):
         request.getfixturevalue("traces")  # skip (or fail under CI) without the shared traces
+    # a documented path (optimality.md's recordings) is relative to the repository root,
+    # where the doc's reader runs the command
+    monkeypatch.chdir(RESULTS.parents[1])
     argv = shlex.split(check.command)[1:]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -235,10 +238,10 @@ def test_a_null_field_is_written_as_a_dash(tmp_path: Path) -> None:
 
 def test_the_optimality_scenarios_are_the_benchs_instances() -> None:
     """optimality.md's checked commands run embedded scenarios that write out instances of
-    ``tests/bench/optimality.py``: the same cluster, jobs and (no) overheads, so the doc's
-    per-instance rows are the bench's rows."""
+    :mod:`gpuplan.scenarios.optimality_instances` (``gpuplan reproduce optimality-*``): the same
+    cluster, jobs and (no) overheads, so the doc's per-instance rows are the tables' rows."""
     from gpuplan.scenarios.build import build, resolve_scenario
-    from tests.bench.optimality import NO_OVERHEADS, small_instance
+    from gpuplan.scenarios.optimality_instances import NO_OVERHEADS, small_instance
 
     instances = (("optimality-rigid-5", 5, False), ("optimality-elastic-1", 1, True))
     for name, seed, elastic in instances:

@@ -11,11 +11,12 @@ import pytest
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, Elasticity, JobSpec, ThroughputProfile
+from gpuplan.optimality_reproduction import avg_jct
+from gpuplan.scenarios.optimality_instances import ELASTIC_POLICIES, NO_OVERHEADS, small_instance
 from gpuplan.solver_core.offline_elastic import order_lp, replay_finish, solve_elastic
 from gpuplan.solver_core.offline_model import OfflineInstance, offline_instance, slot_horizon
 from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
-from tests.bench.optimality import ELASTIC_POLICIES, NO_OVERHEADS, avg_jct, small_instance
 from tests.policies.test_offline_optimal import brute_force
 
 MARGIN = 1e-5

@@ -31,11 +31,16 @@ from gpuplan.executors.metrics import (
 )
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, Elasticity, JobSpec, Overheads, ThroughputProfile
+from gpuplan.optimality_reproduction import avg_jct
+from gpuplan.scenarios.optimality_instances import (
+    ELASTIC_POLICIES,
+    NO_OVERHEADS,
+    RIGID_POLICIES,
+)
 from gpuplan.solver_core.offline_elastic import order_lp
 from gpuplan.solver_core.offline_model import offline_instance, solve_offline
 from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
-from tests.bench.optimality import ELASTIC_POLICIES, NO_OVERHEADS, RIGID_POLICIES, avg_jct
 from tests.policies.test_offline_elastic import every_order
 
 REL = 1e-5

@@ -11,6 +11,14 @@ import pytest
 
 from gpuplan.executors.simulator.run import simulate
 from gpuplan.models import Cluster, Elasticity, InputError, JobSpec, ThroughputProfile
+from gpuplan.optimality_reproduction import avg_jct
+from gpuplan.scenarios.optimality_instances import (
+    ELASTIC_POLICIES,
+    NO_OVERHEADS,
+    RIGID_POLICIES,
+    SLOT_S,
+    small_instance,
+)
 from gpuplan.solver_core.offline_model import (
     OfflineInstance,
     offline_instance,
@@ -19,14 +27,6 @@ from gpuplan.solver_core.offline_model import (
 )
 from gpuplan.solver_core.policies.baselines.offline_optimal import OfflineOptimal, OfflineParams
 from gpuplan.solver_core.registry import make_policy
-from tests.bench.optimality import (
-    ELASTIC_POLICIES,
-    NO_OVERHEADS,
-    RIGID_POLICIES,
-    SLOT_S,
-    avg_jct,
-    small_instance,
-)
 
 
 def brute_force(inst: OfflineInstance, slot_s: float, horizon: int) -> float:
