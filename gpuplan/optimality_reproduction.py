@@ -122,12 +122,12 @@ def read_log(path: Path, kind: str) -> list[Row]:
             continue
         for field in (*SOLVE_FIELDS, *policies_of(kind)):
             value = row.get(field)
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-            ):
-                raise InputError("must be a finite number", source=str(path), row=n, field=field)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+                raise InputError("must be a number", source=str(path), row=n, field=field)
+            # A policy's average JCT may be +inf (it left a job unfinished: avg_jct); no other
+            # value may be infinite.
+            if math.isinf(value) and (field in SOLVE_FIELDS or value < 0):
+                raise InputError("must be finite", source=str(path), row=n, field=field)
         for field in ("offline", "lower"):
             if not 0 < row[field] < math.inf:
                 raise InputError("must be positive", source=str(path), row=n, field=field)

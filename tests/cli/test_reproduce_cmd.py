@@ -143,7 +143,8 @@ def test_from_log_tabulates_a_recording(capsys, tmp_path) -> None:
         ([json.dumps({**_rigid_row(0, 1.0, 1.0), "seed": -1})], "row 1, field 'seed'"),
         ([json.dumps({**_rigid_row(0, 1.0, 1.0), "srtf": "x"})], "row 1, field 'srtf'"),
         ([json.dumps({**_rigid_row(0, 1.0, 1.0), "lower": 0})], "row 1, field 'lower'"),
-        ([json.dumps({**_rigid_row(0, 1.0, 1.0), "srtf": math.inf})], "row 1, field 'srtf'"),
+        ([json.dumps({**_rigid_row(0, 1.0, 1.0), "srtf": -math.inf})], "row 1, field 'srtf'"),
+        ([json.dumps({**_rigid_row(0, 1.0, 1.0), "lps": math.inf})], "row 1, field 'lps'"),
         ([json.dumps({"kind": "elastic", "seed": 0})], "no rigid rows"),
     ],
 )
@@ -177,3 +178,15 @@ def test_a_log_that_is_not_a_regular_file_is_refused_unread(capsys, path, kind) 
     code, out, err = _run(capsys, "reproduce", "optimality-rigid", "--from-log", path, "--json")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"{path}: the log is not a regular file ({kind})" in err, err
+
+
+def test_a_policy_that_left_a_job_unfinished_is_tabulated_not_refused(capsys, tmp_path) -> None:
+    """``avg_jct`` records +inf for a policy that never finished a job: the log stays
+    readable and the policy's gap is infinite (a stuck policy shows in the table)."""
+    log = tmp_path / "stuck.jsonl"
+    log.write_text(json.dumps(_rigid_row(0, 100.0, 100.0, fifo=math.inf, srtf=100.0)) + "\n")
+    code, out, _ = _run(capsys, "reproduce", "optimality-rigid", "--from-log", str(log), "--json")
+    assert code == 0
+    table = {r["policy"]: r for r in json.loads(out)}
+    assert table["fifo"]["gap_mean_pct"] == math.inf
+    assert table["srtf"]["gap_mean_pct"] == 0.0
