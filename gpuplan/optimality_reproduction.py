@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from gpuplan.models.errors import InputError
+from gpuplan.out_paths import check_file_target
 from gpuplan.scenarios.input_files import read_text
 from gpuplan.scenarios.optimality_instances import (
     NO_OVERHEADS,
@@ -37,6 +39,9 @@ Row = dict[str, Any]
 KINDS = ("rigid", "elastic")
 INSTANCES = 100
 """Instances of each kind in the doc's tables (seeds 0-99)."""
+MAX_INSTANCES = 10_000
+"""The most instances one run takes (a run of the doc's 100 elastic ones is about 18 CPU-min)."""
+MAX_SEED = 2**31 - 1
 WORK_S = 1.0
 """CP-SAT's deterministic seconds for the rigid fallback."""
 NOISE = 1e-5
@@ -94,9 +99,22 @@ def run_rows(
         row = instance_row(seed, kind)
         rows.append(row)
         if log is not None:
-            with log.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            _append_line(log, json.dumps(row))
     return rows
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append one line to the log, refusing a link planted at its name since the run began
+    (``O_NOFOLLOW``); a split run's processes each append whole lines (``O_APPEND``)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as err:
+        raise InputError(f"cannot append to the log: {err.strerror}", source=str(path)) from None
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def read_log(path: Path, kind: str) -> list[Row]:
@@ -153,10 +171,16 @@ def rows_for(
                 field="from-log",
             )
         return read_log(from_log, kind)
-    if first is not None and first < 0:
-        raise InputError("must be >= 0", field="first")
-    if instances is not None and instances < 1:
-        raise InputError("must be >= 1", field="instances")
+    if first is not None and not 0 <= first <= MAX_SEED:
+        raise InputError(f"must be a seed in 0..{MAX_SEED}", field="first")
+    if instances is not None and not 1 <= instances <= MAX_INSTANCES:
+        raise InputError(
+            f"must be 1..{MAX_INSTANCES} (each instance is seconds of CPU)", field="instances"
+        )
+    if log is not None:
+        # Checked before any instance runs: a symlink, a folder or a device is refused now,
+        # not after minutes of solving; rows are then appended without following a link.
+        check_file_target(str(log), "log")
     return run_rows(kind, INSTANCES if instances is None else instances, first or 0, log)
 
 

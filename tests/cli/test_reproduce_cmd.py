@@ -164,6 +164,8 @@ def test_a_bad_log_is_one_line_naming_the_row(capsys, tmp_path, lines, where) ->
         (["--from-log", "x.jsonl", "--first", "3"], "from-log"),
         (["--instances", "0"], "instances"),
         (["--first", "-1", "--instances", "1"], "first"),
+        (["--first", str(2**31), "--instances", "1"], "first"),
+        (["--instances", "10001"], "instances"),
     ],
 )
 def test_bad_run_options_are_one_line(capsys, argv, field) -> None:
@@ -190,3 +192,22 @@ def test_a_policy_that_left_a_job_unfinished_is_tabulated_not_refused(capsys, tm
     table = {r["policy"]: r for r in json.loads(out)}
     assert table["fifo"]["gap_mean_pct"] == math.inf
     assert table["srtf"]["gap_mean_pct"] == 0.0
+
+
+def test_a_log_target_that_is_a_link_or_a_folder_is_refused_before_any_run(
+    capsys, tmp_path
+) -> None:
+    """``--log`` is checked before the first instance runs: a symlink (which could point a
+    long run's rows into another user's file) or a folder is one line, exit 2, and nothing
+    is written through it."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept\n")
+    link = tmp_path / "rows.jsonl"
+    link.symlink_to(victim)
+    for target, why in ((link, "is a symlink"), (tmp_path, "exists and is not a regular file")):
+        code, out, err = _run(
+            capsys, "reproduce", "optimality-rigid", "--log", str(target), "--json"
+        )
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert f"field 'log': {why}" in err, err
+    assert victim.read_text() == "kept\n"

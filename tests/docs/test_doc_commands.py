@@ -172,12 +172,11 @@ def _decimals(text: str) -> int:
 def test_documented_command_prints_the_documented_numbers(
     check: Check, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(ROOT)  # a documented path is relative to the repository root
+    # a documented path (slurm.md's and optimality.md's recordings) is relative to the
+    # repository root, where the doc's reader runs the command
+    monkeypatch.chdir(ROOT)
     if _reads_traces(check.command):
         request.getfixturevalue("traces")  # skip (or fail under CI) without the shared traces
-    # a documented path (optimality.md's recordings) is relative to the repository root,
-    # where the doc's reader runs the command
-    monkeypatch.chdir(RESULTS.parents[1])
     argv = shlex.split(check.command)[1:]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
